@@ -1,0 +1,292 @@
+//! The crypto provider of Sigil.
+//!
+//! Protocol crates never call a primitive directly: they take a `&dyn CryptoProvider` (or a
+//! generic `P: CryptoProvider`) chosen at the edge of the program, as rustls and lakers do. A
+//! device build links only the backend it names, so unused algorithms cost no flash.
+//!
+//! Randomness is passed in through [`Rng`]: a device wires it to its hardware TRNG, a host to
+//! the operating system. Nothing here reads a clock or does I/O.
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "rustcrypto")]
+mod rustcrypto;
+#[cfg(feature = "rustcrypto")]
+pub use rustcrypto::RustCrypto;
+
+use core::fmt;
+use zeroize::Zeroize;
+
+/// A signature algorithm, as named by the COSE (RFC 9053 §2) and JOSE (RFC 7518, RFC 8037)
+/// registries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SignatureAlgorithm {
+    /// Ed25519 (RFC 8032), COSE `EdDSA` = -8, JOSE `EdDSA`. The default.
+    Ed25519,
+    /// ECDSA over P-256 with SHA-256, COSE `ES256` = -7, JOSE `ES256`.
+    EcdsaP256,
+}
+
+impl SignatureAlgorithm {
+    pub const ALL: [SignatureAlgorithm; 2] = [Self::Ed25519, Self::EcdsaP256];
+
+    /// The COSE Algorithms registry value.
+    pub const fn cose(self) -> i64 {
+        match self {
+            Self::Ed25519 => -8,
+            Self::EcdsaP256 => -7,
+        }
+    }
+
+    pub const fn from_cose(value: i64) -> Option<Self> {
+        match value {
+            -8 => Some(Self::Ed25519),
+            -7 => Some(Self::EcdsaP256),
+            _ => None,
+        }
+    }
+
+    /// The JWS `alg` header value (RFC 7518 §3.1, RFC 8037 §3.1).
+    pub const fn jose(self) -> &'static str {
+        match self {
+            Self::Ed25519 => "EdDSA",
+            Self::EcdsaP256 => "ES256",
+        }
+    }
+
+    pub fn from_jose(value: &str) -> Option<Self> {
+        match value {
+            "EdDSA" => Some(Self::Ed25519),
+            "ES256" => Some(Self::EcdsaP256),
+            _ => None,
+        }
+    }
+
+    /// Length of the public key encoding Sigil uses: 32 bytes for Ed25519 (RFC 8032 §5.1.5),
+    /// 65 bytes for an uncompressed SEC1 P-256 point.
+    pub const fn public_key_len(self) -> usize {
+        match self {
+            Self::Ed25519 => 32,
+            Self::EcdsaP256 => 65,
+        }
+    }
+
+    /// Signature length: both algorithms produce 64 bytes (ECDSA as `r || s`, RFC 9053 §2.1).
+    pub const fn signature_len(self) -> usize {
+        64
+    }
+
+    /// The one-byte algorithm tag used inside Sigil's identity hash input (docs/identity.md).
+    pub const fn identity_tag(self) -> u8 {
+        match self {
+            Self::Ed25519 => 0x01,
+            Self::EcdsaP256 => 0x02,
+        }
+    }
+
+    pub const fn from_identity_tag(tag: u8) -> Option<Self> {
+        match tag {
+            0x01 => Some(Self::Ed25519),
+            0x02 => Some(Self::EcdsaP256),
+            _ => None,
+        }
+    }
+
+    /// A short lower-case name for command lines and logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Ed25519 => "ed25519",
+            Self::EcdsaP256 => "p256",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "ed25519" | "eddsa" | "EdDSA" => Some(Self::Ed25519),
+            "p256" | "es256" | "ES256" | "ecdsa-p256" => Some(Self::EcdsaP256),
+            _ => None,
+        }
+    }
+}
+
+/// Largest public key encoding of any supported algorithm.
+pub const MAX_PUBLIC_KEY_LEN: usize = 65;
+/// Signature length of every supported algorithm.
+pub const SIGNATURE_LEN: usize = 64;
+
+/// Errors from the crypto layer. They say what was wrong, never why a secret-dependent check
+/// failed beyond "the signature does not verify".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CryptoError {
+    /// The key bytes have the wrong length for the algorithm.
+    KeyLength,
+    /// The key bytes do not encode a valid key (point not on the curve, zero scalar...).
+    InvalidKey,
+    /// The signature has the wrong length.
+    SignatureLength,
+    /// The signature does not verify under the key over the message.
+    BadSignature,
+    /// The random number source failed.
+    Rng,
+    /// This provider does not implement the algorithm.
+    Unsupported,
+}
+
+impl fmt::Display for CryptoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::KeyLength => "public or secret key has the wrong length",
+            Self::InvalidKey => "key bytes do not encode a valid key",
+            Self::SignatureLength => "signature has the wrong length",
+            Self::BadSignature => "signature does not verify",
+            Self::Rng => "random number source failed",
+            Self::Unsupported => "algorithm not supported by this crypto provider",
+        })
+    }
+}
+
+/// A public signature key: the algorithm and its canonical encoding.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublicKey {
+    alg: SignatureAlgorithm,
+    len: u8,
+    bytes: [u8; MAX_PUBLIC_KEY_LEN],
+}
+
+impl PublicKey {
+    /// Wraps key bytes after checking the length and, for P-256, the uncompressed-point prefix.
+    /// Whether the point is on the curve is checked by the provider at verification time.
+    pub fn from_bytes(alg: SignatureAlgorithm, key: &[u8]) -> Result<Self, CryptoError> {
+        if key.len() != alg.public_key_len() {
+            return Err(CryptoError::KeyLength);
+        }
+        if alg == SignatureAlgorithm::EcdsaP256 && key[0] != 0x04 {
+            return Err(CryptoError::InvalidKey);
+        }
+        let mut bytes = [0u8; MAX_PUBLIC_KEY_LEN];
+        bytes[..key.len()].copy_from_slice(key);
+        Ok(Self {
+            alg,
+            len: key.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn algorithm(&self) -> SignatureAlgorithm {
+        self.alg
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({}, ", self.alg.name())?;
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// A secret signing key: 32 bytes for both algorithms (the Ed25519 seed of RFC 8032 §5.1.5,
+/// or the P-256 scalar). Zeroed on drop.
+#[derive(Clone)]
+pub struct SecretKey {
+    alg: SignatureAlgorithm,
+    bytes: [u8; 32],
+}
+
+impl SecretKey {
+    pub fn from_bytes(alg: SignatureAlgorithm, bytes: &[u8]) -> Result<Self, CryptoError> {
+        let bytes: [u8; 32] = bytes.try_into().map_err(|_| CryptoError::KeyLength)?;
+        Ok(Self { alg, bytes })
+    }
+
+    pub fn algorithm(&self) -> SignatureAlgorithm {
+        self.alg
+    }
+
+    /// The secret bytes, for the device's own storage only.
+    pub fn to_bytes(&self) -> [u8; 32] {
+        self.bytes
+    }
+}
+
+impl Drop for SecretKey {
+    fn drop(&mut self) {
+        self.bytes.zeroize();
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretKey({}, <redacted>)", self.alg.name())
+    }
+}
+
+/// A 64-byte signature.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Signature(pub [u8; SIGNATURE_LEN]);
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Signature(")?;
+        for b in &self.0[..8] {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str("..)")
+    }
+}
+
+/// A source of cryptographically secure random bytes, supplied by the caller.
+pub trait Rng {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError>;
+}
+
+/// The operations Sigil needs from a crypto library.
+pub trait CryptoProvider {
+    /// SHA-256 over the concatenation of `parts`.
+    fn sha256(&self, parts: &[&[u8]]) -> [u8; 32];
+
+    /// Generates a fresh key pair from `rng` (RFC 8387 §4: at first boot, on the device).
+    fn generate(&self, alg: SignatureAlgorithm, rng: &mut dyn Rng)
+        -> Result<SecretKey, CryptoError>;
+
+    fn public_key(&self, key: &SecretKey) -> Result<PublicKey, CryptoError>;
+
+    fn sign(&self, key: &SecretKey, message: &[u8]) -> Result<Signature, CryptoError>;
+
+    /// Verifies `signature` over exactly `message`.
+    fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8])
+        -> Result<(), CryptoError>;
+}
+
+impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
+    fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
+        (**self).sha256(parts)
+    }
+    fn generate(
+        &self,
+        alg: SignatureAlgorithm,
+        rng: &mut dyn Rng,
+    ) -> Result<SecretKey, CryptoError> {
+        (**self).generate(alg, rng)
+    }
+    fn public_key(&self, key: &SecretKey) -> Result<PublicKey, CryptoError> {
+        (**self).public_key(key)
+    }
+    fn sign(&self, key: &SecretKey, message: &[u8]) -> Result<Signature, CryptoError> {
+        (**self).sign(key, message)
+    }
+    fn verify(
+        &self,
+        key: &PublicKey,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        (**self).verify(key, message, signature)
+    }
+}

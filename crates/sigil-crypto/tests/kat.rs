@@ -1,0 +1,104 @@
+//! Known-answer tests for the RustCrypto backend.
+
+use sigil_crypto::{
+    CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
+};
+
+fn vectors() -> serde_json::Value {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../vectors/rfc8032-ed25519.json"
+    ))
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn h(v: &serde_json::Value) -> Vec<u8> {
+    hex::decode(v.as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn rfc8032_ed25519_vectors_sign_and_verify() {
+    let v = vectors();
+    let list = v["vectors"].as_array().unwrap();
+    assert_eq!(list.len(), 3);
+    for t in list {
+        let sk = SecretKey::from_bytes(SignatureAlgorithm::Ed25519, &h(&t["secret_key"])).unwrap();
+        let pk = RustCrypto.public_key(&sk).unwrap();
+        assert_eq!(pk.as_bytes(), &h(&t["public_key"])[..], "{}", t["name"]);
+        let msg = h(&t["message"]);
+        let sig = RustCrypto.sign(&sk, &msg).unwrap();
+        assert_eq!(&sig.0[..], &h(&t["signature"])[..], "{}", t["name"]);
+        RustCrypto.verify(&pk, &msg, &sig.0).unwrap();
+        // Any flipped bit in the message or signature must fail.
+        let mut bad = msg.clone();
+        bad.push(0);
+        assert_eq!(
+            RustCrypto.verify(&pk, &bad, &sig.0),
+            Err(CryptoError::BadSignature)
+        );
+        let mut bad_sig = sig.0;
+        bad_sig[10] ^= 1;
+        assert!(RustCrypto.verify(&pk, &msg, &bad_sig).is_err());
+    }
+}
+
+struct Counter(u8);
+impl Rng for Counter {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 = self.0.wrapping_add(1);
+            *b = self.0;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn generated_keys_sign_and_verify_for_every_algorithm() {
+    for alg in SignatureAlgorithm::ALL {
+        let sk = RustCrypto.generate(alg, &mut Counter(0)).unwrap();
+        let pk = RustCrypto.public_key(&sk).unwrap();
+        assert_eq!(pk.as_bytes().len(), alg.public_key_len());
+        let sig = RustCrypto.sign(&sk, b"hello").unwrap();
+        RustCrypto.verify(&pk, b"hello", &sig.0).unwrap();
+        assert_eq!(
+            RustCrypto.verify(&pk, b"hellO", &sig.0),
+            Err(CryptoError::BadSignature)
+        );
+        assert_eq!(
+            RustCrypto.verify(&pk, b"hello", &sig.0[..63]),
+            Err(CryptoError::SignatureLength)
+        );
+    }
+}
+
+#[test]
+fn malformed_public_keys_are_rejected_not_panicking() {
+    assert_eq!(
+        PublicKey::from_bytes(SignatureAlgorithm::Ed25519, &[0; 31]).unwrap_err(),
+        CryptoError::KeyLength
+    );
+    assert_eq!(
+        PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &[0; 65]).unwrap_err(),
+        CryptoError::InvalidKey
+    );
+    let mut not_on_curve = [0u8; 65];
+    not_on_curve[0] = 4;
+    not_on_curve[64] = 7;
+    let pk = PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &not_on_curve).unwrap();
+    assert_eq!(
+        RustCrypto.verify(&pk, b"x", &[1; 64]),
+        Err(CryptoError::InvalidKey)
+    );
+}
+
+#[test]
+fn sha256_of_abc_matches_fips_180_2_example() {
+    // FIPS 180-2 Appendix B.1 example.
+    let d = RustCrypto.sha256(&[b"a", b"bc"]);
+    assert_eq!(
+        hex::encode(d),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+}
