@@ -98,15 +98,26 @@ mod tests {
 
     #[test]
     fn roundtrip_and_limits() {
-        for (num, more, szx) in [(0, false, 0), (1, true, 2), (1_048_575, false, 6), (16, true, 4)] {
+        for (num, more, szx) in [
+            (0, false, 0),
+            (1, true, 2),
+            (1_048_575, false, 6),
+            (16, true, 4),
+        ] {
             let b = BlockOption::new(num, more, szx);
             let (buf, n) = b.encode().unwrap();
             assert_eq!(BlockOption::decode(&buf[..n]).unwrap(), b);
         }
         assert_eq!(BlockOption::decode(&[0, 0, 0, 0]), Err(BlockError::TooLong));
         assert_eq!(BlockOption::decode(&[0x0f]), Err(BlockError::ReservedSzx));
-        assert_eq!(BlockOption::new(1 << 20, false, 0).encode(), Err(BlockError::NumberTooLarge));
-        assert_eq!(BlockOption::decode(&[]).unwrap(), BlockOption::new(0, false, 0));
+        assert_eq!(
+            BlockOption::new(1 << 20, false, 0).encode(),
+            Err(BlockError::NumberTooLarge)
+        );
+        assert_eq!(
+            BlockOption::decode(&[]).unwrap(),
+            BlockOption::new(0, false, 0)
+        );
     }
 
     #[test]
@@ -118,9 +129,14 @@ mod tests {
         let b2 = BlockOption::new(2, false, 0);
         assert_eq!(b2.slice(&body).unwrap(), (&body[32..], false));
         assert!(BlockOption::new(3, false, 0).slice(&body).is_none());
-        assert_eq!(BlockOption::new(0, false, 0).slice(&[]).unwrap(), (&[][..], false));
+        assert_eq!(
+            BlockOption::new(0, false, 0).slice(&[]).unwrap(),
+            (&[][..], false)
+        );
         assert_eq!(BlockOption::szx_for(64), 2);
         assert_eq!(BlockOption::szx_for(1000), 5);
         assert_eq!(BlockOption::szx_for(5000), 6);
     }
 }
+
+impl core::error::Error for BlockError {}

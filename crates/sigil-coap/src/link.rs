@@ -55,7 +55,11 @@ fn is_parmname(c: u8) -> bool {
 
 /// Scans one attribute starting after `;` at `s[i..]`. Returns the attribute and the index
 /// just past it.
-fn scan_attr(s: &[u8], mut i: usize, base: usize) -> Result<(usize, usize, Option<(usize, usize)>, usize), LinkError> {
+fn scan_attr(
+    s: &[u8],
+    mut i: usize,
+    base: usize,
+) -> Result<(usize, usize, Option<(usize, usize)>, usize), LinkError> {
     let name_start = i;
     while i < s.len() && is_parmname(s[i]) {
         i += 1;
@@ -208,12 +212,21 @@ impl<'a> Link<'a> {
 
 /// Writes `<target>` followed by `;name=value` for each attribute. Values that are not a
 /// plain token are quoted; a `"` or `\` inside a value is escaped.
-pub fn write_link<W: fmt::Write>(out: &mut W, target: &str, attrs: &[(&str, Option<&str>)]) -> fmt::Result {
+pub fn write_link<W: fmt::Write>(
+    out: &mut W,
+    target: &str,
+    attrs: &[(&str, Option<&str>)],
+) -> fmt::Result {
     write!(out, "<{target}>")?;
     for (name, value) in attrs {
         match value {
             None => write!(out, ";{name}")?,
-            Some(v) if !v.is_empty() && v.bytes().all(|c| c.is_ascii_alphanumeric() || b"-._~!$&+*".contains(&c)) && v.parse::<i64>().is_ok() => {
+            Some(v)
+                if !v.is_empty()
+                    && v.bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || b"-._~!$&+*".contains(&c))
+                    && v.parse::<i64>().is_ok() =>
+            {
                 write!(out, ";{name}={v}")?
             }
             Some(v) => {
@@ -230,6 +243,8 @@ pub fn write_link<W: fmt::Write>(out: &mut W, target: &str, attrs: &[(&str, Opti
     }
     Ok(())
 }
+
+impl core::error::Error for LinkError {}
 
 #[cfg(test)]
 mod tests {
@@ -258,18 +273,43 @@ mod tests {
     #[test]
     fn malformed_documents() {
         assert_eq!(parse("x").unwrap_err(), LinkError::ExpectedTarget { at: 0 });
-        assert_eq!(parse("</a").unwrap_err(), LinkError::UnterminatedTarget { at: 0 });
-        assert!(matches!(parse("</a>;=1").unwrap_err(), LinkError::BadAttributeName { .. }));
-        assert!(matches!(parse("</a>;a=\"x").unwrap_err(), LinkError::UnterminatedQuote { .. }));
-        assert!(matches!(parse("</a> x").unwrap_err(), LinkError::Unexpected { .. }));
-        assert!(matches!(parse("</a>;a=\"\\").unwrap_err(), LinkError::UnterminatedQuote { .. }));
+        assert_eq!(
+            parse("</a").unwrap_err(),
+            LinkError::UnterminatedTarget { at: 0 }
+        );
+        assert!(matches!(
+            parse("</a>;=1").unwrap_err(),
+            LinkError::BadAttributeName { .. }
+        ));
+        assert!(matches!(
+            parse("</a>;a=\"x").unwrap_err(),
+            LinkError::UnterminatedQuote { .. }
+        ));
+        assert!(matches!(
+            parse("</a> x").unwrap_err(),
+            LinkError::Unexpected { .. }
+        ));
+        assert!(matches!(
+            parse("</a>;a=\"\\").unwrap_err(),
+            LinkError::UnterminatedQuote { .. }
+        ));
         assert_eq!(parse("").unwrap().count(), 0);
     }
 
     #[test]
     fn write_then_parse() {
         let mut s = String::new();
-        write_link(&mut s, "/t", &[("rt", Some("temperature")), ("ct", Some("18")), ("obs", None), ("k", Some("a\"b"))]).unwrap();
+        write_link(
+            &mut s,
+            "/t",
+            &[
+                ("rt", Some("temperature")),
+                ("ct", Some("18")),
+                ("obs", None),
+                ("k", Some("a\"b")),
+            ],
+        )
+        .unwrap();
         assert_eq!(s, "</t>;rt=\"temperature\";ct=18;obs;k=\"a\\\"b\"");
         let l = parse(&s).unwrap().next().unwrap().unwrap();
         assert_eq!(l.attr("rt"), Some("temperature"));

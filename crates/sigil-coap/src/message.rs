@@ -42,7 +42,9 @@ impl fmt::Display for Error {
             Self::ReservedOptionNibble => f.write_str("reserved option delta or length 15"),
             Self::OptionNumberOverflow => f.write_str("option number above 65535"),
             Self::EmptyPayloadAfterMarker => f.write_str("payload marker without payload"),
-            Self::NonEmptyEmptyMessage => f.write_str("Empty message with token, options or payload"),
+            Self::NonEmptyEmptyMessage => {
+                f.write_str("Empty message with token, options or payload")
+            }
             Self::BufferTooSmall => f.write_str("output buffer too small"),
             Self::OptionOrder => f.write_str("options not in ascending order"),
             Self::TokenTooLong => f.write_str("token longer than 8 bytes"),
@@ -79,7 +81,8 @@ impl MessageType {
 }
 
 /// A method or response code, `class.detail` (RFC 7252 §12.1). Open: any value is representable.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+/// The default is 0.00 (Empty).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Code(pub u8);
 
 impl Code {
@@ -334,7 +337,11 @@ impl<'a> Message<'a> {
                 }
             }
         }
-        let options_end = if payload.is_empty() { pos } else { buf.len() - payload.len() - 1 };
+        let options_end = if payload.is_empty() {
+            pos
+        } else {
+            buf.len() - payload.len() - 1
+        };
         let options = &buf[token_end..options_end];
         if code == Code::EMPTY && (tkl != 0 || !options.is_empty() || !payload.is_empty()) {
             return Err(Error::NonEmptyEmptyMessage);
@@ -359,7 +366,9 @@ impl<'a> Message<'a> {
 
     /// Values of every instance of option `number`.
     pub fn option_values(&self, number: u16) -> impl Iterator<Item = &'a [u8]> {
-        self.options().filter(move |o| o.number == number).map(|o| o.value)
+        self.options()
+            .filter(move |o| o.number == number)
+            .map(|o| o.value)
     }
 
     /// The first value of option `number`.
@@ -373,11 +382,13 @@ impl<'a> Message<'a> {
     }
 
     pub fn content_format(&self) -> Option<ContentFormat> {
-        self.uint_option(option::CONTENT_FORMAT).map(|v| ContentFormat(v as u16))
+        self.uint_option(option::CONTENT_FORMAT)
+            .map(|v| ContentFormat(v as u16))
     }
 
     pub fn accept(&self) -> Option<ContentFormat> {
-        self.uint_option(option::ACCEPT).map(|v| ContentFormat(v as u16))
+        self.uint_option(option::ACCEPT)
+            .map(|v| ContentFormat(v as u16))
     }
 
     pub fn observe(&self) -> Option<u32> {
@@ -386,15 +397,18 @@ impl<'a> Message<'a> {
 
     /// Uri-Path segments as UTF-8; a segment that is not UTF-8 yields `Err`.
     pub fn uri_path(&self) -> impl Iterator<Item = Result<&'a str, core::str::Utf8Error>> {
-        self.option_values(option::URI_PATH).map(core::str::from_utf8)
+        self.option_values(option::URI_PATH)
+            .map(core::str::from_utf8)
     }
 
     pub fn uri_query(&self) -> impl Iterator<Item = Result<&'a str, core::str::Utf8Error>> {
-        self.option_values(option::URI_QUERY).map(core::str::from_utf8)
+        self.option_values(option::URI_QUERY)
+            .map(core::str::from_utf8)
     }
 
     pub fn location_path(&self) -> impl Iterator<Item = Result<&'a str, core::str::Utf8Error>> {
-        self.option_values(option::LOCATION_PATH).map(core::str::from_utf8)
+        self.option_values(option::LOCATION_PATH)
+            .map(core::str::from_utf8)
     }
 
     /// The value of query parameter `name` (`name=value`), if present and UTF-8.
@@ -522,7 +536,11 @@ impl<'b> MessageBuilder<'b> {
 
     /// Appends one Uri-Path option per `/`-separated segment of `path` (leading `/` ignored).
     pub fn uri_path(&mut self, path: &str) -> Result<&mut Self, Error> {
-        for seg in path.trim_start_matches('/').split('/').filter(|s| !s.is_empty()) {
+        for seg in path
+            .trim_start_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+        {
             self.option(option::URI_PATH, seg.as_bytes())?;
         }
         Ok(self)
@@ -534,7 +552,10 @@ impl<'b> MessageBuilder<'b> {
             return Ok(self.len);
         }
         let end = self.len + 1 + payload.len();
-        let out = self.buf.get_mut(self.len..end).ok_or(Error::BufferTooSmall)?;
+        let out = self
+            .buf
+            .get_mut(self.len..end)
+            .ok_or(Error::BufferTooSmall)?;
         out[0] = 0xff;
         out[1..].copy_from_slice(payload);
         Ok(end)
@@ -558,3 +579,5 @@ pub fn empty(mtype: MessageType, message_id: u16) -> [u8; 4] {
     out[2..4].copy_from_slice(&message_id.to_be_bytes());
     out
 }
+
+impl core::error::Error for Error {}

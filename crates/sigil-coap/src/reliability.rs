@@ -46,7 +46,11 @@ impl TransmissionParameters {
     pub fn initial_timeout_ms(&self, random: u32) -> u64 {
         let lo = u64::from(self.ack_timeout_ms);
         let span = lo * u64::from(self.ack_random_factor_milli.max(1000) - 1000) / 1000;
-        lo + if span == 0 { 0 } else { u64::from(random) % (span + 1) }
+        lo + if span == 0 {
+            0
+        } else {
+            u64::from(random) % (span + 1)
+        }
     }
 }
 

@@ -6,7 +6,14 @@ use sigil_coap::{Code, ContentFormat, Error, Message, MessageBuilder, MessageTyp
 #[test]
 fn build_and_parse_a_request_with_every_option_kind() {
     let mut buf = [0u8; 256];
-    let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::PUT, 0x1234, &[1, 2]).unwrap();
+    let mut b = MessageBuilder::new(
+        &mut buf,
+        MessageType::Confirmable,
+        Code::PUT,
+        0x1234,
+        &[1, 2],
+    )
+    .unwrap();
     b.option(option::ETAG, &[9, 9]).unwrap();
     b.uint_option(option::OBSERVE, 0).unwrap();
     b.uri_path("/ps/4k/t").unwrap();
@@ -23,7 +30,10 @@ fn build_and_parse_a_request_with_every_option_kind() {
     assert_eq!(m.code, Code::PUT);
     assert_eq!(m.message_id, 0x1234);
     assert_eq!(m.token, &[1, 2]);
-    assert_eq!(m.uri_path().map(|s| s.unwrap()).collect::<Vec<_>>(), ["ps", "4k", "t"]);
+    assert_eq!(
+        m.uri_path().map(|s| s.unwrap()).collect::<Vec<_>>(),
+        ["ps", "4k", "t"]
+    );
     assert_eq!(m.content_format(), Some(ContentFormat::COSE_SIGN1));
     assert_eq!(m.accept(), Some(ContentFormat::SENML_CBOR));
     assert_eq!(m.query_param("a"), Some("b"));
@@ -41,7 +51,8 @@ fn long_option_values_use_extended_lengths() {
     for len in [12usize, 13, 268, 269, 1000] {
         let value = vec![b'x'; len];
         let mut buf = vec![0u8; 2000];
-        let mut b = MessageBuilder::new(&mut buf, MessageType::NonConfirmable, Code::GET, 1, &[]).unwrap();
+        let mut b =
+            MessageBuilder::new(&mut buf, MessageType::NonConfirmable, Code::GET, 1, &[]).unwrap();
         b.option(option::URI_QUERY, &value).unwrap();
         b.option(option::SIZE1, &[1]).unwrap();
         let n = b.finish();
@@ -54,7 +65,10 @@ fn long_option_values_use_extended_lengths() {
 #[test]
 fn rfc7252_appendix_a_style_get() {
     // RFC 7252 Figure 16-like: CON GET, MID 0x7d34, Uri-Path "temperature".
-    let bytes = [0x40, 0x01, 0x7d, 0x34, 0xbb, b't', b'e', b'm', b'p', b'e', b'r', b'a', b't', b'u', b'r', b'e'];
+    let bytes = [
+        0x40, 0x01, 0x7d, 0x34, 0xbb, b't', b'e', b'm', b'p', b'e', b'r', b'a', b't', b'u', b'r',
+        b'e',
+    ];
     let m = Message::parse(&bytes).unwrap();
     assert_eq!(m.code, Code::GET);
     assert_eq!(m.message_id, 0x7d34);
@@ -65,16 +79,43 @@ fn rfc7252_appendix_a_style_get() {
 fn hostile_inputs_are_errors() {
     assert_eq!(Message::parse(&[]), Err(Error::TooShort));
     assert_eq!(Message::parse(&[0x40, 1, 0]), Err(Error::TooShort));
-    assert_eq!(Message::parse(&[0x80, 1, 0, 0]), Err(Error::UnknownVersion(2)));
-    assert_eq!(Message::parse(&[0x49, 1, 0, 0]), Err(Error::ReservedTokenLength(9)));
+    assert_eq!(
+        Message::parse(&[0x80, 1, 0, 0]),
+        Err(Error::UnknownVersion(2))
+    );
+    assert_eq!(
+        Message::parse(&[0x49, 1, 0, 0]),
+        Err(Error::ReservedTokenLength(9))
+    );
     assert_eq!(Message::parse(&[0x42, 1, 0, 0, 1]), Err(Error::Truncated));
-    assert_eq!(Message::parse(&[0x40, 1, 0, 0, 0xb5, b'a']), Err(Error::Truncated));
-    assert_eq!(Message::parse(&[0x40, 1, 0, 0, 0xf0]), Err(Error::ReservedOptionNibble));
-    assert_eq!(Message::parse(&[0x40, 1, 0, 0, 0x0f]), Err(Error::ReservedOptionNibble));
-    assert_eq!(Message::parse(&[0x40, 1, 0, 0, 0xd0]), Err(Error::Truncated));
-    assert_eq!(Message::parse(&[0x40, 1, 0, 0, 0xe0, 0xff]), Err(Error::Truncated));
-    assert_eq!(Message::parse(&[0x40, 1, 0, 0, 0xff]), Err(Error::EmptyPayloadAfterMarker));
-    assert_eq!(Message::parse(&[0x41, 0, 0, 0, 1]), Err(Error::NonEmptyEmptyMessage));
+    assert_eq!(
+        Message::parse(&[0x40, 1, 0, 0, 0xb5, b'a']),
+        Err(Error::Truncated)
+    );
+    assert_eq!(
+        Message::parse(&[0x40, 1, 0, 0, 0xf0]),
+        Err(Error::ReservedOptionNibble)
+    );
+    assert_eq!(
+        Message::parse(&[0x40, 1, 0, 0, 0x0f]),
+        Err(Error::ReservedOptionNibble)
+    );
+    assert_eq!(
+        Message::parse(&[0x40, 1, 0, 0, 0xd0]),
+        Err(Error::Truncated)
+    );
+    assert_eq!(
+        Message::parse(&[0x40, 1, 0, 0, 0xe0, 0xff]),
+        Err(Error::Truncated)
+    );
+    assert_eq!(
+        Message::parse(&[0x40, 1, 0, 0, 0xff]),
+        Err(Error::EmptyPayloadAfterMarker)
+    );
+    assert_eq!(
+        Message::parse(&[0x41, 0, 0, 0, 1]),
+        Err(Error::NonEmptyEmptyMessage)
+    );
     // Two options of delta 65535+: number overflow.
     assert_eq!(
         Message::parse(&[0x40, 1, 0, 0, 0xe0, 0xfe, 0xf2, 0xe0, 0xfe, 0xf2]),
@@ -86,7 +127,10 @@ fn hostile_inputs_are_errors() {
 fn empty_ack_and_rst() {
     let ack = empty(MessageType::Acknowledgement, 7);
     let m = Message::parse(&ack).unwrap();
-    assert_eq!((m.mtype, m.code, m.message_id), (MessageType::Acknowledgement, Code::EMPTY, 7));
+    assert_eq!(
+        (m.mtype, m.code, m.message_id),
+        (MessageType::Acknowledgement, Code::EMPTY, 7)
+    );
     let rst = empty(MessageType::Reset, 8);
     assert_eq!(Message::parse(&rst).unwrap().mtype, MessageType::Reset);
 }
@@ -97,11 +141,16 @@ fn builder_enforces_order_and_room() {
     let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, 1, &[]).unwrap();
     b.option(option::URI_PATH, b"a").unwrap();
     assert_eq!(b.option(option::ETAG, b"a").err(), Some(Error::OptionOrder));
-    assert_eq!(b.option(option::URI_PATH, b"abcdef").err(), Some(Error::BufferTooSmall));
+    assert_eq!(
+        b.option(option::URI_PATH, b"abcdef").err(),
+        Some(Error::BufferTooSmall)
+    );
     let mut small = [0u8; 3];
     assert!(MessageBuilder::new(&mut small, MessageType::Confirmable, Code::GET, 1, &[]).is_err());
     let mut buf2 = [0u8; 16];
-    assert!(MessageBuilder::new(&mut buf2, MessageType::Confirmable, Code::GET, 1, &[0; 9]).is_err());
+    assert!(
+        MessageBuilder::new(&mut buf2, MessageType::Confirmable, Code::GET, 1, &[0; 9]).is_err()
+    );
 }
 
 #[test]
@@ -111,7 +160,10 @@ fn unknown_critical_options_are_reported() {
     b.option(option::URI_PATH, b"a").unwrap();
     b.option(2049, b"x").unwrap();
     let n = b.finish();
-    assert_eq!(Message::parse(&buf[..n]).unwrap().unknown_critical_option(), Some(2049));
+    assert_eq!(
+        Message::parse(&buf[..n]).unwrap().unknown_critical_option(),
+        Some(2049)
+    );
 }
 
 #[test]

@@ -252,16 +252,18 @@ pub trait CryptoProvider {
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32];
 
     /// Generates a fresh key pair from `rng` (RFC 8387 §4: at first boot, on the device).
-    fn generate(&self, alg: SignatureAlgorithm, rng: &mut dyn Rng)
-        -> Result<SecretKey, CryptoError>;
+    fn generate(
+        &self,
+        alg: SignatureAlgorithm,
+        rng: &mut dyn Rng,
+    ) -> Result<SecretKey, CryptoError>;
 
     fn public_key(&self, key: &SecretKey) -> Result<PublicKey, CryptoError>;
 
     fn sign(&self, key: &SecretKey, message: &[u8]) -> Result<Signature, CryptoError>;
 
     /// Verifies `signature` over exactly `message`.
-    fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8])
-        -> Result<(), CryptoError>;
+    fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8]) -> Result<(), CryptoError>;
 }
 
 impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
@@ -281,12 +283,9 @@ impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
     fn sign(&self, key: &SecretKey, message: &[u8]) -> Result<Signature, CryptoError> {
         (**self).sign(key, message)
     }
-    fn verify(
-        &self,
-        key: &PublicKey,
-        message: &[u8],
-        signature: &[u8],
-    ) -> Result<(), CryptoError> {
+    fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8]) -> Result<(), CryptoError> {
         (**self).verify(key, message, signature)
     }
 }
+
+impl core::error::Error for CryptoError {}

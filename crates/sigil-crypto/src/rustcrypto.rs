@@ -1,7 +1,9 @@
 //! The portable backend: `ed25519-dalek`, `p256` and `sha2` from the RustCrypto and dalek
 //! projects. Builds for every target, including Cortex-M0+.
 
-use crate::{CryptoError, CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm};
+use crate::{
+    CryptoError, CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm,
+};
 use sha2::{Digest, Sha256};
 
 /// The RustCrypto backend. A zero-sized value: pass `&RustCrypto` where a provider is expected.
@@ -77,12 +79,7 @@ impl CryptoProvider for RustCrypto {
         }
     }
 
-    fn verify(
-        &self,
-        key: &PublicKey,
-        message: &[u8],
-        signature: &[u8],
-    ) -> Result<(), CryptoError> {
+    fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8]) -> Result<(), CryptoError> {
         let sig: &[u8; 64] = signature
             .try_into()
             .map_err(|_| CryptoError::SignatureLength)?;
@@ -105,7 +102,8 @@ impl CryptoProvider for RustCrypto {
                     .map_err(|_| CryptoError::InvalidKey)?;
                 let sig = p256::ecdsa::Signature::from_slice(sig)
                     .map_err(|_| CryptoError::BadSignature)?;
-                vk.verify(message, &sig).map_err(|_| CryptoError::BadSignature)
+                vk.verify(message, &sig)
+                    .map_err(|_| CryptoError::BadSignature)
             }
         }
     }

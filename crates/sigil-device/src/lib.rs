@@ -1,1 +1,40 @@
+//! The Sigil sensor (RFC 8387 §7) as a sans-IO state machine.
+//!
+//! The caller owns the clock, the socket, storage and randomness. It feeds the device
+//! datagrams ([`Device::handle_datagram`]) and time ([`Device::handle_timeout`]), asks it to
+//! publish readings ([`Device::publish`]), and drains what to send ([`Device::poll_transmit`]),
+//! when to wake up ([`Device::poll_timeout`]) and what happened ([`Device::poll_event`]).
+//! Nothing here allocates: every buffer is a fixed-size field.
+//!
+//! Life of a device:
+//! 1. [`Device::boot`] loads the key pair from storage or, on first boot, generates one from
+//!    the caller's CSPRNG and stores it (§4). The identity is `I = h(P|O)`, or the kit-bound
+//!    `Idev` when the device belongs to a group (§4.1).
+//! 2. It registers with the Resource Directory: `POST /rd?ep=<I>&lt=..&sq=<n>&ss=<sig>` with a
+//!    link-format payload carrying its public key (§7 step 1). `sq`/`ss` announce its current
+//!    sequence number, signed, which is how the broker resynchronises (§8.2).
+//! 3. It publishes signed readings to `/ps/<N>/<resource>`, where `/rd/<N>` is the location of
+//!    its registration (§7 step 2). A Reset in answer to a Confirmable reading means the broker
+//!    considers the number out of window: the device re-registers and publishes the reading
+//!    again under a new number.
 #![no_std]
+#![forbid(unsafe_code)]
+
+mod machine;
+mod storage;
+
+pub use machine::{
+    Device, DeviceConfig, DeviceError, Event, PublishOutcome, Resource, MAX_DATAGRAM,
+    MAX_GROUP_KEYS, MAX_OTHER_INFO,
+};
+pub use storage::{DeviceStorage, MemoryStorage};
+
+/// The bytes a device signs to announce its current sequence number at registration:
+/// `"sigil-resync-v1" || identity (16) || seq (8, big-endian)`.
+pub fn resync_message(identity: &sigil_identity::Identity, seq: u64) -> [u8; 39] {
+    let mut m = [0u8; 39];
+    m[..15].copy_from_slice(b"sigil-resync-v1");
+    m[15..31].copy_from_slice(identity.as_bytes());
+    m[31..].copy_from_slice(&seq.to_be_bytes());
+    m
+}

@@ -146,7 +146,12 @@ impl Identity {
         if scratch[..n].iter().any(|k| *k == own) {
             return Err(IdentityError::DuplicateKey);
         }
-        Ok(Self::hash_keys(crypto, DOMAIN_MEMBER, Some(own), &scratch[..n]))
+        Ok(Self::hash_keys(
+            crypto,
+            DOMAIN_MEMBER,
+            Some(own),
+            &scratch[..n],
+        ))
     }
 
     fn hash_keys<C: CryptoProvider + ?Sized>(
@@ -305,3 +310,5 @@ pub fn identity_of(
     let pk = PublicKey::from_bytes(alg, key).ok()?;
     Identity::of_key(crypto, &pk, other).ok()
 }
+
+impl core::error::Error for IdentityError {}

@@ -46,7 +46,12 @@ fn published_identity_vectors_hold() {
     assert!(list.len() >= 6);
     for v in list {
         let id = compute(v);
-        assert_eq!(id.to_string(), v["identity"].as_str().unwrap(), "{}", v["name"]);
+        assert_eq!(
+            id.to_string(),
+            v["identity"].as_str().unwrap(),
+            "{}",
+            v["name"]
+        );
         assert_eq!(id.label().to_string(), v["label"].as_str().unwrap());
         assert_eq!(id.short_label().to_string(), v["short"].as_str().unwrap());
         assert_eq!(Identity::parse(v["label"].as_str().unwrap()).unwrap(), id);

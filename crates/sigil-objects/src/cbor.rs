@@ -278,7 +278,9 @@ impl<'a> Decoder<'a> {
                 }
                 26 => {
                     let b = self.take(4)?;
-                    Item::Float(f64::from(f32::from_bits(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))))
+                    Item::Float(f64::from(f32::from_bits(u32::from_be_bytes([
+                        b[0], b[1], b[2], b[3],
+                    ]))))
                 }
                 27 => {
                     let b = self.take(8)?;
@@ -321,7 +323,9 @@ impl<'a> Decoder<'a> {
     pub fn u64(&mut self) -> Result<u64, CborError> {
         match self.item()? {
             Item::Unsigned(v) => Ok(v),
-            _ => Err(CborError::UnexpectedType { expected: "unsigned integer" }),
+            _ => Err(CborError::UnexpectedType {
+                expected: "unsigned integer",
+            }),
         }
     }
 
@@ -332,21 +336,27 @@ impl<'a> Decoder<'a> {
                 let v = i64::try_from(v).map_err(|_| CborError::Overflow)?;
                 Ok(-1 - v)
             }
-            _ => Err(CborError::UnexpectedType { expected: "integer" }),
+            _ => Err(CborError::UnexpectedType {
+                expected: "integer",
+            }),
         }
     }
 
     pub fn bytes(&mut self) -> Result<&'a [u8], CborError> {
         match self.item()? {
             Item::Bytes(b) => Ok(b),
-            _ => Err(CborError::UnexpectedType { expected: "byte string" }),
+            _ => Err(CborError::UnexpectedType {
+                expected: "byte string",
+            }),
         }
     }
 
     pub fn text(&mut self) -> Result<&'a str, CborError> {
         match self.item()? {
             Item::Text(t) => Ok(t),
-            _ => Err(CborError::UnexpectedType { expected: "text string" }),
+            _ => Err(CborError::UnexpectedType {
+                expected: "text string",
+            }),
         }
     }
 
@@ -416,6 +426,8 @@ impl<'a> Decoder<'a> {
     }
 }
 
+impl core::error::Error for CborError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,7 +462,10 @@ mod tests {
             (65504.0, &[0xf9, 0x7b, 0xff]),
             (100000.5, &[0xfa, 0x47, 0xc3, 0x50, 0x40]),
             (1.1, &[0xfb, 0x3f, 0xf1, 0x99, 0x99, 0x99, 0x99, 0x99, 0x9a]),
-            (-4.1, &[0xfb, 0xc0, 0x10, 0x66, 0x66, 0x66, 0x66, 0x66, 0x66]),
+            (
+                -4.1,
+                &[0xfb, 0xc0, 0x10, 0x66, 0x66, 0x66, 0x66, 0x66, 0x66],
+            ),
         ];
         for (v, want) in floats {
             let (b, n) = enc(|e| e.float(*v).map(|_| ()));
@@ -461,12 +476,24 @@ mod tests {
 
     #[test]
     fn hostile_lengths_and_depth() {
-        assert_eq!(Decoder::new(&[0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).bytes(), Err(CborError::Eof));
-        assert_eq!(Decoder::new(&[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).array(), Err(CborError::Eof));
+        assert_eq!(
+            Decoder::new(&[0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).bytes(),
+            Err(CborError::Eof)
+        );
+        assert_eq!(
+            Decoder::new(&[0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]).array(),
+            Err(CborError::Eof)
+        );
         assert_eq!(Decoder::new(&[0x5f]).bytes(), Err(CborError::Unsupported));
         let deep = [0x81u8; 40];
         assert_eq!(Decoder::new(&deep).skip(), Err(CborError::TooDeep));
-        assert_eq!(Decoder::new(&[0x62, 0xff, 0xfe]).text(), Err(CborError::InvalidUtf8));
-        assert_eq!(Decoder::new(&[0x3b, 0xff, 0, 0, 0, 0, 0, 0, 0]).i64(), Err(CborError::Overflow));
+        assert_eq!(
+            Decoder::new(&[0x62, 0xff, 0xfe]).text(),
+            Err(CborError::InvalidUtf8)
+        );
+        assert_eq!(
+            Decoder::new(&[0x3b, 0xff, 0, 0, 0, 0, 0, 0, 0]).i64(),
+            Err(CborError::Overflow)
+        );
     }
 }

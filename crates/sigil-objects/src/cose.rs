@@ -60,7 +60,9 @@ impl fmt::Display for CoseError {
             Self::NotSign1 => f.write_str("not a COSE_Sign1 structure"),
             Self::HeaderType(h) => write!(f, "COSE header {h} has the wrong type"),
             Self::DuplicateLabel => f.write_str("COSE header label appears twice"),
-            Self::CriticalHeader => f.write_str("COSE crit header lists parameters Sigil does not understand"),
+            Self::CriticalHeader => {
+                f.write_str("COSE crit header lists parameters Sigil does not understand")
+            }
             Self::DetachedPayload => f.write_str("COSE payload is detached"),
             Self::BufferTooSmall => f.write_str("COSE output buffer too small"),
         }
@@ -72,7 +74,10 @@ impl fmt::Display for CoseError {
 pub enum SeqField {
     Full(u64),
     /// `k` low bits of the number (1..=32).
-    LowBits { k: u8, bits: u64 },
+    LowBits {
+        k: u8,
+        bits: u64,
+    },
 }
 
 /// The decoded protected (and, for `kid`, unprotected) header of a COSE_Sign1.
@@ -103,7 +108,9 @@ pub struct CoseSign1<'a> {
 fn label(d: &mut Decoder<'_>) -> Result<Option<i64>, CoseError> {
     Ok(match d.item()? {
         Item::Unsigned(v) => Some(i64::try_from(v).map_err(|_| CoseError::HeaderType("label"))?),
-        Item::Negative(v) => Some(-1 - i64::try_from(v).map_err(|_| CoseError::HeaderType("label"))?),
+        Item::Negative(v) => {
+            Some(-1 - i64::try_from(v).map_err(|_| CoseError::HeaderType("label"))?)
+        }
         Item::Text(_) => None,
         _ => return Err(CoseError::HeaderType("label")),
     })
@@ -160,7 +167,9 @@ fn parse_bucket<'a>(
                 if h.seq.is_some() {
                     return Err(CoseError::DuplicateLabel);
                 }
-                h.seq = Some(SeqField::Full(d.u64().map_err(|_| CoseError::HeaderType("seq"))?));
+                h.seq = Some(SeqField::Full(
+                    d.u64().map_err(|_| CoseError::HeaderType("seq"))?,
+                ));
             }
             header::SIGIL_SEQ_LSB if protected => {
                 if h.seq.is_some() {
@@ -229,21 +238,47 @@ impl<'a> CoseSign1<'a> {
     }
 
     /// Writes the to-be-signed bytes (Sig_structure, RFC 9052 §4.4) into `scratch`.
-    pub fn to_be_signed<'s>(&self, external_aad: &[u8], scratch: &'s mut [u8]) -> Result<&'s [u8], CoseError> {
-        let n = sig_structure(self.protected_raw, external_aad, self.payload, scratch)?;
+    pub fn to_be_signed<'s>(
+        &self,
+        external_aad: &[u8],
+        scratch: &'s mut [u8],
+    ) -> Result<&'s [u8], CoseError> {
+        // An encoded empty map means "no protected attributes", which the Sig_structure carries
+        // as a zero-length bstr (RFC 9052 §4.4; cose-wg Examples sign-pass-01).
+        let protected = if self.protected_raw == [0xa0] {
+            &[][..]
+        } else {
+            self.protected_raw
+        };
+        let n = sig_structure(protected, external_aad, self.payload, scratch)?;
         Ok(&scratch[..n])
     }
 }
 
 /// `Sig_structure = ["Signature1", body_protected, external_aad, payload]` (RFC 9052 §4.4).
-pub fn sig_structure(protected_raw: &[u8], external_aad: &[u8], payload: &[u8], out: &mut [u8]) -> Result<usize, CoseError> {
+pub fn sig_structure(
+    protected_raw: &[u8],
+    external_aad: &[u8],
+    payload: &[u8],
+    out: &mut [u8],
+) -> Result<usize, CoseError> {
     let mut e = Encoder::new(out);
-    e.array(4)?.text("Signature1")?.bytes(protected_raw)?.bytes(external_aad)?.bytes(payload)?;
+    e.array(4)?
+        .text("Signature1")?
+        .bytes(protected_raw)?
+        .bytes(external_aad)?
+        .bytes(payload)?;
     Ok(e.finish())
 }
 
 /// Encodes Sigil's protected header map.
-pub fn encode_protected(alg: i64, kid: &[u8], seq: SeqField, time: Option<u64>, out: &mut [u8]) -> Result<usize, CoseError> {
+pub fn encode_protected(
+    alg: i64,
+    kid: &[u8],
+    seq: SeqField,
+    time: Option<u64>,
+    out: &mut [u8],
+) -> Result<usize, CoseError> {
     let mut e = Encoder::new(out);
     e.map(3 + usize::from(time.is_some()))?;
     e.i64(header::ALG)?.i64(alg)?;
@@ -260,15 +295,30 @@ pub fn encode_protected(alg: i64, kid: &[u8], seq: SeqField, time: Option<u64>, 
             if let Some(t) = time {
                 e.i64(header::SIGIL_TIME)?.u64(t)?;
             }
-            e.i64(header::SIGIL_SEQ_LSB)?.array(2)?.u64(u64::from(k))?.u64(bits)?;
+            e.i64(header::SIGIL_SEQ_LSB)?
+                .array(2)?
+                .u64(u64::from(k))?
+                .u64(bits)?;
         }
     }
     Ok(e.finish())
 }
 
 /// Encodes a tagged COSE_Sign1 with an empty unprotected bucket.
-pub fn encode_sign1(protected_raw: &[u8], payload: &[u8], signature: &[u8], out: &mut [u8]) -> Result<usize, CoseError> {
+pub fn encode_sign1(
+    protected_raw: &[u8],
+    payload: &[u8],
+    signature: &[u8],
+    out: &mut [u8],
+) -> Result<usize, CoseError> {
     let mut e = Encoder::new(out);
-    e.tag(TAG_SIGN1)?.array(4)?.bytes(protected_raw)?.map(0)?.bytes(payload)?.bytes(signature)?;
+    e.tag(TAG_SIGN1)?
+        .array(4)?
+        .bytes(protected_raw)?
+        .map(0)?
+        .bytes(payload)?
+        .bytes(signature)?;
     Ok(e.finish())
 }
+
+impl core::error::Error for CoseError {}

@@ -20,7 +20,10 @@ impl<'b> SliceWriter<'b> {
 
 impl fmt::Write for SliceWriter<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let out = self.buf.get_mut(self.len..self.len + s.len()).ok_or(fmt::Error)?;
+        let out = self
+            .buf
+            .get_mut(self.len..self.len + s.len())
+            .ok_or(fmt::Error)?;
         out.copy_from_slice(s.as_bytes());
         self.len += s.len();
         Ok(())
@@ -125,7 +128,11 @@ pub fn parse_flat_object<'a>(
     if s.get(i) == Some(&b'}') {
         i += 1;
         ws(&mut i);
-        return if i == s.len() { Ok(()) } else { Err(FlatJsonError) };
+        return if i == s.len() {
+            Ok(())
+        } else {
+            Err(FlatJsonError)
+        };
     }
     loop {
         ws(&mut i);
@@ -150,7 +157,8 @@ pub fn parse_flat_object<'a>(
             }
             Some(c) if c.is_ascii_digit() || *c == b'-' => {
                 let start = i;
-                while i < s.len() && matches!(s[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                while i < s.len() && matches!(s[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
                     i += 1;
                 }
                 let t = text.get(start..i).ok_or(FlatJsonError)?;
@@ -184,7 +192,11 @@ pub fn parse_flat_object<'a>(
             Some(b'}') => {
                 i += 1;
                 ws(&mut i);
-                return if i == s.len() { Ok(()) } else { Err(FlatJsonError) };
+                return if i == s.len() {
+                    Ok(())
+                } else {
+                    Err(FlatJsonError)
+                };
             }
             _ => return Err(FlatJsonError),
         }
@@ -198,18 +210,31 @@ mod tests {
     #[test]
     fn flat_objects() {
         let mut seen = 0;
-        parse_flat_object(r#" {"alg":"EdDSA", "seq": 42, "x": true, "y":"a\"b"} "#, |k, v| {
-            match k {
-                "alg" => assert_eq!(v, FlatValue::Str("EdDSA")),
-                "seq" => assert_eq!(v, FlatValue::UInt(42)),
-                _ => assert_eq!(v, FlatValue::Other),
-            }
-            seen += 1;
-            Ok(())
-        })
+        parse_flat_object(
+            r#" {"alg":"EdDSA", "seq": 42, "x": true, "y":"a\"b"} "#,
+            |k, v| {
+                match k {
+                    "alg" => assert_eq!(v, FlatValue::Str("EdDSA")),
+                    "seq" => assert_eq!(v, FlatValue::UInt(42)),
+                    _ => assert_eq!(v, FlatValue::Other),
+                }
+                seen += 1;
+                Ok(())
+            },
+        )
         .unwrap();
         assert_eq!(seen, 4);
-        for bad in ["", "{", "{\"a\"}", "{\"a\":{}}", "{\"a\":[1]}", "{\"a\":1,}", "{} x", "{\"a\":01}", "{\"a\":\"x"] {
+        for bad in [
+            "",
+            "{",
+            "{\"a\"}",
+            "{\"a\":{}}",
+            "{\"a\":[1]}",
+            "{\"a\":1,}",
+            "{} x",
+            "{\"a\":01}",
+            "{\"a\":\"x",
+        ] {
             assert!(parse_flat_object(bad, |_, _| Ok(())).is_err(), "{bad}");
         }
     }

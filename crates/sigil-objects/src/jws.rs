@@ -88,9 +88,17 @@ impl<'a> Jws<'a> {
             return Err(JwsError::HeaderTooLong);
         }
         let mut hbuf = [0u8; MAX_HEADER];
-        let hn = b64.decode_slice(h, &mut hbuf).map_err(|_| JwsError::Base64)?;
+        let hn = b64
+            .decode_slice(h, &mut hbuf)
+            .map_err(|_| JwsError::Base64)?;
         let htext = core::str::from_utf8(&hbuf[..hn]).map_err(|_| JwsError::Header)?;
-        let mut header = JwsHeader { alg: None, alg_unknown: false, kid: None, seq: None, iat: None };
+        let mut header = JwsHeader {
+            alg: None,
+            alg_unknown: false,
+            kid: None,
+            seq: None,
+            iat: None,
+        };
         let mut seen = [false; 4];
         let mut err = None;
         parse_flat_object(htext, |k, v| {
@@ -115,7 +123,9 @@ impl<'a> Jws<'a> {
                     header.alg = SignatureAlgorithm::from_jose(a);
                     header.alg_unknown = header.alg.is_none();
                 }
-                (1, FlatValue::Str(kid)) => header.kid = Some(hex16(kid).ok_or(crate::json::FlatJsonError)?),
+                (1, FlatValue::Str(kid)) => {
+                    header.kid = Some(hex16(kid).ok_or(crate::json::FlatJsonError)?)
+                }
                 (2, FlatValue::UInt(n)) => header.seq = Some(n),
                 (3, FlatValue::UInt(n)) => header.iat = Some(n),
                 _ => return Err(crate::json::FlatJsonError),
@@ -128,12 +138,17 @@ impl<'a> Jws<'a> {
         if s.len() > 128 {
             return Err(JwsError::Base64);
         }
-        let sn = b64.decode_slice(s, &mut sbuf).map_err(|_| JwsError::Base64)?;
+        let sn = b64
+            .decode_slice(s, &mut sbuf)
+            .map_err(|_| JwsError::Base64)?;
         let signature_len = sn.min(64);
         signature[..signature_len].copy_from_slice(&sbuf[..signature_len]);
         let signature_len = if sn > 64 { 65 } else { sn };
         // Check the payload part is base64url now, so later decoding cannot fail.
-        if p.iter().any(|c| !(c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')) || p.len() % 4 == 1 {
+        if p.iter()
+            .any(|c| !(c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_'))
+            || p.len() % 4 == 1
+        {
             return Err(JwsError::Base64);
         }
         Ok(Self {
@@ -214,3 +229,5 @@ pub fn append_signature(out: &mut [u8], len: usize, signature: &[u8]) -> Result<
     r.map_err(|_| JwsError::BufferTooSmall)?;
     Ok(len + w.len())
 }
+
+impl core::error::Error for JwsError {}

@@ -144,10 +144,16 @@ impl fmt::Display for ReadingError {
             Self::BadKid => f.write_str("kid missing or not a 16-byte identity"),
             Self::UnprotectedKid => f.write_str("kid is not in the protected header"),
             Self::MissingSequence => f.write_str("no sequence number in the signed header"),
-            Self::AlgorithmMismatch => f.write_str("reading algorithm differs from the registered key"),
+            Self::AlgorithmMismatch => {
+                f.write_str("reading algorithm differs from the registered key")
+            }
             Self::KidMismatch => f.write_str("kid is not the identity of the registered key"),
-            Self::SequenceMismatch => f.write_str("full sequence number does not match the low bits sent"),
-            Self::LsbNotSupported => f.write_str("low-bits sequence numbers are defined for COSE only"),
+            Self::SequenceMismatch => {
+                f.write_str("full sequence number does not match the low bits sent")
+            }
+            Self::LsbNotSupported => {
+                f.write_str("low-bits sequence numbers are defined for COSE only")
+            }
             Self::BadSignature => f.write_str("signature does not verify"),
             Self::Crypto(e) => write!(f, "{e}"),
             Self::BufferTooSmall => f.write_str("buffer too small"),
@@ -258,7 +264,9 @@ impl<'a> SignedReading<'a> {
                 if s != full_seq {
                     return Err(ReadingError::SequenceMismatch);
                 }
-                let tbs = c.to_be_signed(&[], scratch).map_err(|_| ReadingError::BufferTooSmall)?;
+                let tbs = c
+                    .to_be_signed(&[], scratch)
+                    .map_err(|_| ReadingError::BufferTooSmall)?;
                 crypto.verify(key, tbs, c.signature)?;
             }
             (Inner::Cose(c), SeqField::LowBits { k, bits }) => {
@@ -266,7 +274,9 @@ impl<'a> SignedReading<'a> {
                     return Err(ReadingError::SequenceMismatch);
                 }
                 let aad = full_seq.to_be_bytes();
-                let tbs = c.to_be_signed(&aad, scratch).map_err(|_| ReadingError::BufferTooSmall)?;
+                let tbs = c
+                    .to_be_signed(&aad, scratch)
+                    .map_err(|_| ReadingError::BufferTooSmall)?;
                 crypto.verify(key, tbs, c.signature)?;
             }
             (Inner::Jws(j), SeqField::Full(s)) => {
@@ -339,13 +349,22 @@ pub fn sign_reading<C: CryptoProvider + ?Sized>(
             let (seq, aad_buf, aad_len) = match freshness.lsb_bits {
                 None => (SeqField::Full(freshness.seq), [0u8; 8], 0),
                 Some(k) if (1..=32).contains(&k) => (
-                    SeqField::LowBits { k, bits: freshness.seq & ((1u64 << k) - 1) },
+                    SeqField::LowBits {
+                        k,
+                        bits: freshness.seq & ((1u64 << k) - 1),
+                    },
                     freshness.seq.to_be_bytes(),
                     8,
                 ),
                 Some(_) => return Err(ReadingError::SequenceMismatch),
             };
-            let pn = cose::encode_protected(alg.cose(), kid.as_bytes(), seq, freshness.timestamp, &mut protected)?;
+            let pn = cose::encode_protected(
+                alg.cose(),
+                kid.as_bytes(),
+                seq,
+                freshness.timestamp,
+                &mut protected,
+            )?;
             let tn = cose::sig_structure(&protected[..pn], &aad_buf[..aad_len], senml, scratch)?;
             let sig = crypto.sign(key, &scratch[..tn])?;
             Ok(cose::encode_sign1(&protected[..pn], senml, &sig.0, out)?)
@@ -354,9 +373,18 @@ pub fn sign_reading<C: CryptoProvider + ?Sized>(
             if freshness.lsb_bits.is_some() {
                 return Err(ReadingError::LsbNotSupported);
             }
-            let n = jws::write_signing_input(alg, kid.as_bytes(), freshness.seq, freshness.timestamp, senml, out)?;
+            let n = jws::write_signing_input(
+                alg,
+                kid.as_bytes(),
+                freshness.seq,
+                freshness.timestamp,
+                senml,
+                out,
+            )?;
             let sig = crypto.sign(key, &out[..n])?;
             Ok(jws::append_signature(out, n, &sig.0)?)
         }
     }
 }
+
+impl core::error::Error for ReadingError {}

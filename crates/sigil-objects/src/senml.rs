@@ -139,7 +139,14 @@ impl<'a> Record<'a> {
     }
 
     fn check_numbers(&self) -> Result<(), SenmlError> {
-        for v in [self.base_time, self.base_value, self.base_sum, self.sum, self.time, self.update_time] {
+        for v in [
+            self.base_time,
+            self.base_value,
+            self.base_sum,
+            self.sum,
+            self.time,
+            self.update_time,
+        ] {
             check_finite(v)?;
         }
         if let Some(Value::Number(v)) = self.value {
@@ -395,8 +402,14 @@ fn parse_field<'a>(d: &mut Decoder<'a>, r: &mut Record<'a>, key: i64) -> Result<
         label::U => set(&mut r.unit, txt(d, "u")?),
         label::V => set(&mut r.value, Value::Number(num(d, "v")?)),
         label::VS => set(&mut r.value, Value::String(txt(d, "vs")?)),
-        label::VB => set(&mut r.value, Value::Bool(d.bool().map_err(|_| SenmlError::FieldType("vb"))?)),
-        label::VD => set(&mut r.value, Value::Data(d.bytes().map_err(|_| SenmlError::FieldType("vd"))?)),
+        label::VB => set(
+            &mut r.value,
+            Value::Bool(d.bool().map_err(|_| SenmlError::FieldType("vb"))?),
+        ),
+        label::VD => set(
+            &mut r.value,
+            Value::Data(d.bytes().map_err(|_| SenmlError::FieldType("vd"))?),
+        ),
         label::S => set(&mut r.sum, num(d, "s")?),
         label::T => set(&mut r.time, num(d, "t")?),
         label::UT => set(&mut r.update_time, num(d, "ut")?),
@@ -405,7 +418,13 @@ fn parse_field<'a>(d: &mut Decoder<'a>, r: &mut Record<'a>, key: i64) -> Result<
             Ok(())
         }
     }
-    .map_err(|e| if e == SenmlError::DuplicateField && r.value.is_some() && matches!(key, 2 | 3 | 4 | 8) { SenmlError::BadValue } else { e })
+    .map_err(|e| {
+        if e == SenmlError::DuplicateField && r.value.is_some() && matches!(key, 2 | 3 | 4 | 8) {
+            SenmlError::BadValue
+        } else {
+            e
+        }
+    })
 }
 
 /// True if `name` satisfies RFC 8428 §4.5.1: starts with a letter or digit, then only
@@ -414,7 +433,8 @@ pub fn valid_name(name: &str) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b[0].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-:./_".contains(c))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-:./_".contains(c))
 }
 
 #[cfg(feature = "alloc")]
@@ -448,9 +468,17 @@ mod owned {
 
     /// Applies base values and checks §4.5: every resolved record has a valid name and a value
     /// or sum.
-    pub fn resolve<'a>(records: impl IntoIterator<Item = Record<'a>>) -> Result<Vec<Resolved>, SenmlError> {
+    pub fn resolve<'a>(
+        records: impl IntoIterator<Item = Record<'a>>,
+    ) -> Result<Vec<Resolved>, SenmlError> {
         let mut out = Vec::new();
-        let (mut bn, mut bt, mut bu, mut bv, mut bs): (&str, f64, Option<&str>, Option<f64>, Option<f64>) = ("", 0.0, None, None, None);
+        let (mut bn, mut bt, mut bu, mut bv, mut bs): (
+            &str,
+            f64,
+            Option<&str>,
+            Option<f64>,
+            Option<f64>,
+        ) = ("", 0.0, None, None, None);
         for r in records {
             if out.len() >= MAX_RECORDS {
                 return Err(SenmlError::TooManyRecords);
@@ -564,7 +592,11 @@ mod owned {
             let mut values = 0;
             for (k, val) in obj {
                 let num = |n: &'static str| val.as_f64().ok_or(SenmlError::FieldType(n));
-                let s = |n: &'static str| val.as_str().map(|x| x.to_string()).ok_or(SenmlError::FieldType(n));
+                let s = |n: &'static str| {
+                    val.as_str()
+                        .map(|x| x.to_string())
+                        .ok_or(SenmlError::FieldType(n))
+                };
                 match k.as_str() {
                     "bn" => r.base_name = Some(s("bn")?),
                     "bt" => r.base_time = Some(num("bt")?),
@@ -617,3 +649,5 @@ mod owned {
         Ok(out)
     }
 }
+
+impl core::error::Error for SenmlError {}

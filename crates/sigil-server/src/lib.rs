@@ -1,1 +1,28 @@
-#![no_std]
+//! The Sigil server: a CoAP Resource Directory (RFC 9176) and publish-subscribe broker
+//! (draft-ietf-core-coap-pubsub) that verify every signed reading before storing it
+//! (RFC 8387 §7), on an embedded SQLite database.
+//!
+//! - [`store`]: the database: schema migrations, the authorized identity list, registrations,
+//!   readings and freshness state.
+//! - [`service`]: the request handling of the RD and the broker, synchronous and
+//!   transport-free: CoAP requests in, CoAP responses out, one database transaction per batch.
+//! - [`driver`]: the tokio UDP driver: deduplication, block-wise transfer, batching.
+//! - [`stats`]: counters of accepted and rejected messages by reason.
+
+pub mod driver;
+pub mod provision;
+pub mod service;
+pub mod stats;
+pub mod store;
+
+pub use driver::{Server, ServerConfig, ServerHandle};
+pub use stats::Stats;
+pub use store::{Store, StoreError};
+
+/// Seconds since the Unix epoch, the server's only wall-clock read.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

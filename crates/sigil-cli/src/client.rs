@@ -1,0 +1,263 @@
+//! A small CoAP client over tokio UDP, used by the application and the tools: Confirmable
+//! requests with retransmission (RFC 7252 §4.2), separate responses, and block-wise transfer
+//! in both directions (RFC 7959).
+
+use anyhow::{anyhow, bail, Result};
+use sigil_coap::message::{empty, option};
+use sigil_coap::{
+    BlockOption, Code, Message, MessageBuilder, MessageType, Retransmission, RetransmitDecision,
+    TransmissionParameters,
+};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+#[derive(Clone, Debug)]
+pub struct ClientResponse {
+    pub code: Code,
+    pub content_format: Option<u16>,
+    pub payload: Vec<u8>,
+    pub location_path: Vec<String>,
+}
+
+pub struct CoapClient {
+    socket: UdpSocket,
+    server: SocketAddr,
+    mid: u16,
+    params: TransmissionParameters,
+    start: Instant,
+    /// Block size exponent for Block1 uploads and requested Block2 downloads.
+    pub szx: u8,
+    /// Largest body accepted through Block2.
+    pub max_body: usize,
+}
+
+/// One request's options.
+#[derive(Clone, Debug, Default)]
+pub struct RequestSpec<'a> {
+    pub path: &'a str,
+    pub query: Vec<String>,
+    pub content_format: Option<u16>,
+    pub accept: Option<u16>,
+    pub payload: &'a [u8],
+}
+
+impl CoapClient {
+    pub async fn connect(server: SocketAddr, params: TransmissionParameters) -> Result<Self> {
+        let bind: SocketAddr = if server.is_ipv6() {
+            "[::]:0".parse()?
+        } else {
+            "0.0.0.0:0".parse()?
+        };
+        let socket = UdpSocket::bind(bind).await?;
+        Ok(Self {
+            socket,
+            server,
+            mid: crate::util::random_u32() as u16,
+            params,
+            start: Instant::now(),
+            szx: 6,
+            max_body: 4 << 20,
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.socket.local_addr()?)
+    }
+
+    /// Sends raw bytes to the server (for tools that craft their own datagrams).
+    pub async fn send_raw(&self, bytes: &[u8]) -> Result<()> {
+        self.socket.send_to(bytes, self.server).await?;
+        Ok(())
+    }
+
+    /// Waits up to `wait` for one datagram from the server.
+    pub async fn recv_raw(&self, wait: Duration) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            match tokio::time::timeout(wait, self.socket.recv_from(&mut buf)).await {
+                Ok(Ok((n, from))) if from == self.server => return Some(buf[..n].to_vec()),
+                Ok(Ok(_)) => continue,
+                _ => return None,
+            }
+        }
+    }
+
+    pub async fn get(&mut self, path: &str, query: &[&str]) -> Result<ClientResponse> {
+        self.request(
+            Code::GET,
+            &RequestSpec {
+                path,
+                query: query.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// A complete request: Block1 upload if the payload is large, Block2 download if the
+    /// response is.
+    pub async fn request(&mut self, code: Code, spec: &RequestSpec<'_>) -> Result<ClientResponse> {
+        let bsize = 1usize << (self.szx + 4);
+        let (mut response, first_block2) = if spec.payload.len() > bsize {
+            let mut num = 0u32;
+            loop {
+                let blk = BlockOption::new(
+                    num,
+                    (num as usize + 1) * bsize < spec.payload.len(),
+                    self.szx,
+                );
+                let (part, _) = blk
+                    .slice(spec.payload)
+                    .ok_or_else(|| anyhow!("block out of range"))?;
+                let r = self.exchange(code, spec, part, Some(blk), None).await?;
+                if blk.more {
+                    if r.0.code != Code::CONTINUE {
+                        return Ok(r.0);
+                    }
+                    num += 1;
+                } else {
+                    break r;
+                }
+            }
+        } else {
+            self.exchange(code, spec, spec.payload, None, None).await?
+        };
+        // Block2: fetch the remaining blocks.
+        if let Some(b2) = first_block2.filter(|b| b.num == 0) {
+            let mut body = std::mem::take(&mut response.payload);
+            let mut next = b2;
+            while next.more {
+                let want = BlockOption::new(next.num + 1, false, next.szx);
+                let (r, b) = self
+                    .exchange(Code::GET, spec, &[], None, Some(want))
+                    .await?;
+                if !r.code.is_success() {
+                    return Ok(r);
+                }
+                let b = b.ok_or_else(|| anyhow!("server stopped sending Block2"))?;
+                if b.num != want.num || b.offset() != body.len() {
+                    bail!("Block2 out of sequence");
+                }
+                body.extend_from_slice(&r.payload);
+                if body.len() > self.max_body {
+                    bail!("response body larger than {} bytes", self.max_body);
+                }
+                next = b;
+            }
+            response.payload = body;
+        }
+        Ok(response)
+    }
+}
+
+impl CoapClient {
+    /// One Confirmable exchange; returns the response and its Block2 option.
+    async fn exchange(
+        &mut self,
+        code: Code,
+        spec: &RequestSpec<'_>,
+        payload: &[u8],
+        block1: Option<BlockOption>,
+        block2: Option<BlockOption>,
+    ) -> Result<(ClientResponse, Option<BlockOption>)> {
+        self.mid = self.mid.wrapping_add(1);
+        let mid = self.mid;
+        let token = crate::util::random_u32().to_be_bytes();
+        let mut buf =
+            vec![0u8; payload.len() + 512 + spec.query.iter().map(|q| q.len() + 3).sum::<usize>()];
+        let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, &token)?;
+        b.uri_path(spec.path)?;
+        if let Some(cf) = spec.content_format {
+            b.uint_option(option::CONTENT_FORMAT, u32::from(cf))?;
+        }
+        for q in &spec.query {
+            b.option(option::URI_QUERY, q.as_bytes())?;
+        }
+        if let Some(a) = spec.accept {
+            b.uint_option(option::ACCEPT, u32::from(a))?;
+        }
+        if let Some(b2) = block2 {
+            let (v, n) = b2.encode().map_err(|e| anyhow!("{e}"))?;
+            b.option(option::BLOCK2, &v[..n])?;
+        }
+        if let Some(b1) = block1 {
+            let (v, n) = b1.encode().map_err(|e| anyhow!("{e}"))?;
+            b.option(option::BLOCK1, &v[..n])?;
+            if b1.num == 0 {
+                b.uint_option(option::SIZE1, spec.payload.len() as u32)?;
+            }
+        }
+        let n = b.finish_with_payload(payload)?;
+        buf.truncate(n);
+        let now = || self.start.elapsed().as_millis() as u64;
+        let mut retx = Some(Retransmission::start(
+            now(),
+            &self.params,
+            crate::util::random_u32(),
+        ));
+        let give_up_at =
+            now() + self.params.max_transmit_wait_ms() + self.params.exchange_lifetime_ms();
+        self.socket.send_to(&buf, self.server).await?;
+        let mut rbuf = vec![0u8; 65_536];
+        loop {
+            let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
+            let wait = Duration::from_millis(deadline.saturating_sub(now()));
+            match tokio::time::timeout(wait, self.socket.recv_from(&mut rbuf)).await {
+                Err(_) => match retx.as_mut().map(|r| r.on_timer(now())) {
+                    Some(RetransmitDecision::Resend) => {
+                        self.socket.send_to(&buf, self.server).await?;
+                    }
+                    Some(RetransmitDecision::Wait) => {}
+                    Some(RetransmitDecision::GiveUp) | None => bail!(
+                        "no response from {} after {} retransmissions",
+                        self.server,
+                        self.params.max_retransmit
+                    ),
+                },
+                Ok(Err(e)) => bail!("socket error: {e}"),
+                Ok(Ok((len, from))) => {
+                    if from != self.server {
+                        continue;
+                    }
+                    let Ok(msg) = Message::parse(&rbuf[..len]) else {
+                        continue;
+                    };
+                    match msg.mtype {
+                        MessageType::Reset if msg.message_id == mid => {
+                            bail!("server answered with Reset")
+                        }
+                        MessageType::Acknowledgement
+                            if msg.message_id == mid && msg.code == Code::EMPTY =>
+                        {
+                            retx = None; // separate response follows
+                        }
+                        _ if msg.code.is_response() && msg.token == token => {
+                            if msg.mtype == MessageType::Confirmable {
+                                self.socket
+                                    .send_to(
+                                        &empty(MessageType::Acknowledgement, msg.message_id),
+                                        self.server,
+                                    )
+                                    .await?;
+                            }
+                            let block2 = msg.block2().and_then(|r| r.ok());
+                            let resp = ClientResponse {
+                                code: msg.code,
+                                content_format: msg.content_format().map(|c| c.0),
+                                payload: msg.payload.to_vec(),
+                                location_path: msg
+                                    .location_path()
+                                    .flatten()
+                                    .map(str::to_string)
+                                    .collect(),
+                            };
+                            return Ok((resp, block2));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}

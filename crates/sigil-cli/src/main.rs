@@ -1,0 +1,561 @@
+//! `sigil`: the Sigil command line. Every subcommand is a thin driver around the library
+//! crates; see docs/architecture.md.
+
+mod app;
+mod attacks;
+mod client;
+mod demo;
+mod sensor;
+mod storage;
+mod util;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, DeviceStorage};
+use sigil_identity::Identity;
+use sigil_objects::ReadingFormat;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "sigil",
+    version,
+    about = "Secure identities, signed SenML readings and their verification for constrained devices (RFC 8387)"
+)]
+struct Cli {
+    /// Log level (error, warn, info, debug, trace); SIGIL_LOG overrides. Default: warn
+    /// (error for the demo, whose refusals are expected and summarised at the end).
+    #[arg(long, global = true)]
+    log: Option<String>,
+    /// Structured JSON logs on stderr.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the Resource Directory and publish-subscribe broker.
+    Server(ServerArgs),
+    /// Run an emulated sensor.
+    Sensor(SensorArgs),
+    /// Look sensors up, fetch their readings and verify each one end to end.
+    App(AppArgs),
+    /// Compute identities, group identities and label forms.
+    Identity(IdentityArgs),
+    /// Manage the authorized identity list of a server's database.
+    Provision(ProvisionArgs),
+    /// Run the whole system with attacks on loopback and print a summary.
+    Demo(DemoArgs),
+    /// Verify one signed reading from a file against a key and identity.
+    Verify(VerifyArgs),
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let v: f64 = num.parse().map_err(|_| format!("bad duration '{s}'"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" | "" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("bad duration unit in '{s}' (ms, s, m, h)")),
+    };
+    if !(0.0..=1e7).contains(&secs) {
+        return Err(format!("duration out of range: '{s}'"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_alg(s: &str) -> Result<SignatureAlgorithm, String> {
+    SignatureAlgorithm::from_name(s)
+        .ok_or_else(|| format!("unknown algorithm '{s}' (ed25519, p256)"))
+}
+
+fn parse_format(s: &str) -> Result<ReadingFormat, String> {
+    match s {
+        "cose" => Ok(ReadingFormat::Cose),
+        "jws" | "jose" => Ok(ReadingFormat::Jws),
+        _ => Err(format!("unknown format '{s}' (cose, jws)")),
+    }
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    #[arg(long, default_value = "127.0.0.1:5683")]
+    listen: std::net::SocketAddr,
+    /// SQLite database file (created on first start).
+    #[arg(long, default_value = "sigil.db")]
+    db: PathBuf,
+    /// Largest accepted jump above the highest sequence number seen (RFC 8387 §8.2 threshold).
+    #[arg(long, default_value_t = 1000)]
+    max_ahead: u64,
+    /// DANGER: accept registrations from identities not on the list and add them to it.
+    /// An attacker present at installation can then take a device's place (docs/security.md).
+    #[arg(long)]
+    danger_trust_on_first_use: bool,
+}
+
+#[derive(Args)]
+struct SensorArgs {
+    /// The server, coap://host[:port].
+    #[arg(long, default_value = "coap://127.0.0.1:5683")]
+    server: String,
+    /// Directory holding the device's key and sequence reservation.
+    #[arg(long)]
+    state: PathBuf,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Stop after this many readings.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Signature algorithm for a key generated at first boot.
+    #[arg(long, default_value = "ed25519", value_parser = parse_alg)]
+    alg: SignatureAlgorithm,
+    /// Wire form of readings.
+    #[arg(long, default_value = "cose", value_parser = parse_format)]
+    format: ReadingFormat,
+    /// Send only this many low bits of the sequence number (COSE only).
+    #[arg(long)]
+    lsb_bits: Option<u8>,
+    /// Publish every n-th reading as Confirmable (1: all, 0: none).
+    #[arg(long, default_value_t = 1)]
+    confirm_every: u32,
+    /// Registration lifetime in seconds.
+    #[arg(long, default_value_t = 300)]
+    lifetime: u32,
+    /// Forget the key and sequence state first: a new key pair and a new identity.
+    #[arg(long)]
+    factory_reset: bool,
+    /// Print the identity (after first boot) and exit.
+    #[arg(long)]
+    print_identity: bool,
+    /// Public keys of the other devices of this device's kit, one `alg:hex` per line.
+    #[arg(long)]
+    kit: Option<PathBuf>,
+    /// Other information O in I = h(P|O).
+    #[arg(long, default_value = "")]
+    other: String,
+}
+
+#[derive(Args)]
+struct AppArgs {
+    #[arg(long, default_value = "coap://127.0.0.1:5683")]
+    server: String,
+    /// The application's own list of trusted identities (same format as `provision import`).
+    #[arg(long)]
+    trust: Option<PathBuf>,
+    /// Fetch only the newest N readings per sensor (default: all).
+    #[arg(long)]
+    history: Option<u32>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct IdentityArgs {
+    /// Public key(s) as `alg:hex` (alg: ed25519 or p256). One key: a device identity; with
+    /// --group: the group identity of all keys, and each member's kit-bound identity.
+    #[arg(long = "key")]
+    keys: Vec<String>,
+    /// A sensor state directory instead of --key.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Compute the group identity of the keys (RFC 8387 §4.1).
+    #[arg(long)]
+    group: bool,
+    /// Other information O, as text.
+    #[arg(long, default_value = "")]
+    other: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ProvisionArgs {
+    #[arg(long, default_value = "sigil.db")]
+    db: PathBuf,
+    #[command(subcommand)]
+    action: ProvisionAction,
+}
+
+#[derive(Subcommand)]
+enum ProvisionAction {
+    /// Add one identity (any label form).
+    Add {
+        identity: String,
+        /// It is a group (kit) identity.
+        #[arg(long)]
+        group: bool,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// Import identities from a text file as scanned from labels or a kit's box.
+    Import { file: PathBuf },
+    /// List the authorized identities.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an identity: nothing from it is accepted any more.
+    Revoke { identity: String },
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    #[arg(long, default_value_t = 20)]
+    sensors: usize,
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Keep the database and sensor states here instead of a temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// How many sensors form a kit provisioned by its group identity.
+    #[arg(long, default_value_t = 3)]
+    kit: usize,
+    #[arg(long)]
+    json: bool,
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// File with the signed reading.
+    file: PathBuf,
+    #[arg(long, default_value = "cose", value_parser = parse_format)]
+    format: ReadingFormat,
+    /// The signer's public key, `alg:hex`.
+    #[arg(long)]
+    key: String,
+    /// Expected identity; default: computed from the key.
+    #[arg(long)]
+    identity: Option<String>,
+    /// Full sequence number (needed for low-bits readings).
+    #[arg(long)]
+    seq: Option<u64>,
+}
+
+fn parse_key(s: &str) -> Result<PublicKey> {
+    let (alg, hex_key) = s
+        .split_once(':')
+        .context("a key is alg:hex, e.g. ed25519:d75a98...")?;
+    let alg = parse_alg(alg).map_err(anyhow::Error::msg)?;
+    PublicKey::from_bytes(alg, &hex::decode(hex_key.trim()).context("key is not hex")?)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Demo(_)) {
+        "error"
+    } else {
+        "warn"
+    };
+    util::init_logging(cli.log.as_deref().unwrap_or(default_level), cli.log_json);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sigil: cannot start runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    match rt.block_on(run(cli.command)) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("sigil: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn run(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Server(a) => {
+            let mut config = sigil_server::ServerConfig::new(a.listen, a.db);
+            config.service.freshness.max_ahead = a.max_ahead;
+            config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
+            if a.danger_trust_on_first_use {
+                tracing::warn!(
+                    "trust on first use is ON: unknown identities are added at registration"
+                );
+            }
+            let stats = sigil_server::Stats::default();
+            let server = sigil_server::Server::start(config, stats.clone()).await?;
+            println!("sigil server listening on coap://{}", server.local_addr);
+            tokio::signal::ctrl_c().await?;
+            server.shutdown().await;
+            eprintln!("{}", serde_json::to_string_pretty(&stats.snapshot())?);
+            Ok(0)
+        }
+        Command::Sensor(a) => run_sensor(a).await,
+        Command::App(a) => {
+            let server = util::parse_coap_uri(&a.server)?;
+            let trust = match &a.trust {
+                Some(p) => Some(app::load_trust(
+                    &std::fs::read_to_string(p)
+                        .with_context(|| format!("cannot read {}", p.display()))?,
+                )?),
+                None => None,
+            };
+            let report = app::run(server, trust.as_ref(), a.history).await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                app::print_table(&report);
+            }
+            Ok(if report.failed() > 0 { 2 } else { 0 })
+        }
+        Command::Identity(a) => identity_cmd(a),
+        Command::Provision(a) => provision_cmd(a),
+        Command::Demo(a) => {
+            let summary = demo::run(demo::DemoOptions {
+                sensors: a.sensors,
+                duration: a.duration,
+                interval: a.interval,
+                dir: a.dir,
+                kit: a.kit,
+                quiet: a.quiet || a.json,
+            })
+            .await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                demo::print_summary(&summary);
+            }
+            let ok = summary.acknowledged_but_missing == 0
+                && summary.readings_failed_verification == 0
+                && summary.attacks.iter().all(|x| x.refused)
+                && summary.readings_acknowledged > 0;
+            if !ok {
+                eprintln!("sigil demo: FAILED (an acknowledged reading is missing, a reading failed verification, or an attack was accepted)");
+            }
+            Ok(if ok { 0 } else { 1 })
+        }
+        Command::Verify(a) => {
+            let bytes = std::fs::read(&a.file)
+                .with_context(|| format!("cannot read {}", a.file.display()))?;
+            let key = parse_key(&a.key)?;
+            let id = match &a.identity {
+                Some(i) => Identity::parse(i).map_err(|e| anyhow::anyhow!("{e}"))?,
+                None => {
+                    Identity::of_key(&RustCrypto, &key, b"").map_err(|e| anyhow::anyhow!("{e}"))?
+                }
+            };
+            let r = sigil_objects::SignedReading::parse(a.format, &bytes)
+                .map_err(|e| anyhow::anyhow!("not a signed reading: {e}"))?;
+            let seq = a
+                .seq
+                .or(r.full_seq())
+                .context("low-bits reading: give --seq")?;
+            let mut scratch = vec![0u8; r.scratch_len()];
+            match r.verify_end_to_end(&RustCrypto, &key, &id, seq, &mut scratch) {
+                Ok(()) => {
+                    println!("verified: kid {} seq {seq}", r.kid);
+                    Ok(0)
+                }
+                Err(e) => {
+                    println!("REJECTED: {e}");
+                    Ok(3)
+                }
+            }
+        }
+    }
+}
+
+async fn run_sensor(a: SensorArgs) -> Result<i32> {
+    let mut storage = storage::FileStorage::open(&a.state)?;
+    if a.factory_reset {
+        storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!("factory reset: key and sequence state erased; a new identity follows");
+    }
+    let kit: Vec<PublicKey> = match &a.kit {
+        Some(p) => std::fs::read_to_string(p)?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(parse_key)
+            .collect::<Result<_>>()?,
+        None => vec![],
+    };
+    if a.lsb_bits.is_some() && a.format == ReadingFormat::Jws {
+        bail!("--lsb-bits works with --format cose only");
+    }
+    let config = DeviceConfig {
+        algorithm: a.alg,
+        format: a.format,
+        lifetime_s: a.lifetime,
+        lsb_bits: a.lsb_bits,
+        confirm_every: a.confirm_every,
+        ..Default::default()
+    };
+    let device = Device::boot(
+        RustCrypto,
+        config,
+        &mut storage,
+        &mut util::OsRng,
+        &kit,
+        a.other.as_bytes(),
+    )
+    .map_err(|e| anyhow::anyhow!("boot: {e}"))?;
+    let id = *device.identity();
+    if a.print_identity {
+        println!("{id}\n{}\n{}", id.label(), id.short_label());
+        return Ok(0);
+    }
+    eprintln!(
+        "sensor {} ({}) starting",
+        id.label(),
+        device.public_key().algorithm().name()
+    );
+    let server = util::parse_coap_uri(&a.server)?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = stop_tx.send(true);
+    });
+    let run = sensor::SensorRun {
+        server,
+        interval: a.interval,
+        readings: a.count,
+        phase: f64::from(id.as_bytes()[0]) / 40.0,
+    };
+    let report = sensor::run(device, storage, run, stop_rx, |ev| {
+        tracing::info!(?ev, "device event")
+    })
+    .await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(
+        if report.rejected.is_empty() && report.timed_out.is_empty() {
+            0
+        } else {
+            2
+        },
+    )
+}
+
+fn identity_cmd(a: IdentityArgs) -> Result<i32> {
+    let mut keys: Vec<PublicKey> = a.keys.iter().map(|k| parse_key(k)).collect::<Result<_>>()?;
+    if let Some(dir) = &a.state {
+        let mut s = storage::FileStorage::open(dir)?;
+        let sk: SecretKey = s
+            .load_key()
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .context("no key in that state directory (boot the sensor once)")?;
+        keys.push(
+            RustCrypto
+                .public_key(&sk)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
+    }
+    if keys.is_empty() {
+        bail!("give --key alg:hex (repeatable) or --state DIR");
+    }
+    let mut rows = Vec::new();
+    if a.group {
+        let g = Identity::of_group(&RustCrypto, &keys).map_err(|e| anyhow::anyhow!("{e}"))?;
+        rows.push(("group".to_string(), g));
+        for (i, k) in keys.iter().enumerate() {
+            let others: Vec<PublicKey> = keys
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, k)| *k)
+                .collect();
+            rows.push((
+                format!("member {i}"),
+                Identity::of_member(&RustCrypto, k, &others).map_err(|e| anyhow::anyhow!("{e}"))?,
+            ));
+        }
+    } else {
+        for (i, k) in keys.iter().enumerate() {
+            rows.push((
+                format!("device {i}"),
+                Identity::of_key(&RustCrypto, k, a.other.as_bytes())
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ));
+        }
+    }
+    if a.json {
+        let v: Vec<_> = rows.iter().map(|(what, id)| serde_json::json!({"what": what, "identity": id.to_string(), "label": id.label().to_string(), "short": id.short_label().to_string()})).collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for (what, id) in rows {
+            println!("{what:<10} {id}  {}  {}", id.label(), id.short_label());
+        }
+    }
+    Ok(0)
+}
+
+fn provision_cmd(a: ProvisionArgs) -> Result<i32> {
+    let store = sigil_server::Store::open(&a.db)
+        .with_context(|| format!("cannot open database {}", a.db.display()))?;
+    let now = sigil_server::unix_now();
+    match a.action {
+        ProvisionAction::Add {
+            identity,
+            group,
+            label,
+        } => {
+            let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let kind = if group {
+                sigil_server::store::IdentityKind::Group
+            } else {
+                sigil_server::store::IdentityKind::Device
+            };
+            let added = store.add_identity(&id, kind, &label, now)?;
+            println!(
+                "{} {id} ({})",
+                if added { "added" } else { "already authorized" },
+                kind.as_str()
+            );
+        }
+        ProvisionAction::Import { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let (added, present) = sigil_server::provision::import(&store, &text, now)?;
+            println!("imported {added} identities ({present} already authorized)");
+        }
+        ProvisionAction::List { json } => {
+            let rows = store.list_identities()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for r in rows {
+                    let id = Identity::parse(&r.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    println!(
+                        "{}  {:<6} {:<8} {}",
+                        id.label(),
+                        r.kind.as_str(),
+                        if r.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        },
+                        r.label
+                    );
+                }
+            }
+        }
+        ProvisionAction::Revoke { identity } => {
+            let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !store.revoke_identity(&id, now)? {
+                bail!("{id} is not an active identity");
+            }
+            println!("revoked {id}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,151 @@
+//! `sigil sensor`: the device state machine driven over a real UDP socket, with synthetic
+//! temperature and humidity.
+
+use crate::util::{now_ms, unix_now};
+use anyhow::{anyhow, Result};
+use sigil_crypto::RustCrypto;
+use sigil_device::{Device, DeviceStorage, Event, PublishOutcome};
+use sigil_objects::senml::{Record, Value};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+
+/// What one sensor did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SensorReport {
+    pub identity: String,
+    /// Sequence numbers the broker acknowledged (2.04 to a Confirmable reading).
+    pub acknowledged: Vec<u64>,
+    /// Non-confirmable readings sent (no acknowledgement expected).
+    pub sent_non_confirmable: u64,
+    pub rejected: Vec<(u64, String)>,
+    pub timed_out: Vec<u64>,
+    pub resyncs: u64,
+    pub registrations: u64,
+    pub registration_failures: Vec<String>,
+    pub retransmissions: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct SensorRun {
+    pub server: SocketAddr,
+    pub interval: Duration,
+    /// Stop after this many readings (None: until stopped).
+    pub readings: Option<u64>,
+    /// Phase of the synthetic signal, so sensors differ.
+    pub phase: f64,
+}
+
+/// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which
+/// also keeps them exact in half-precision floats.
+pub fn synthetic(t: f64, phase: f64) -> (f64, f64) {
+    let temp = 21.0 + 3.0 * ((t / 60.0) + phase).sin();
+    let hum = 45.0 + 10.0 * ((t / 90.0) + 2.0 * phase).cos();
+    ((temp * 16.0).round() / 16.0, (hum * 8.0).round() / 8.0)
+}
+
+/// Runs the device until `readings` have been published and settled, or `stop` turns true.
+/// `on_event` sees every device event (for progress bars).
+pub async fn run<S: DeviceStorage>(
+    mut device: Device<RustCrypto>,
+    mut storage: S,
+    run: SensorRun,
+    mut stop: watch::Receiver<bool>,
+    mut on_event: impl FnMut(&Event),
+) -> Result<SensorReport> {
+    let bind: SocketAddr = if run.server.is_ipv6() {
+        "[::1]:0".parse()?
+    } else {
+        "127.0.0.1:0".parse()?
+    };
+    let socket = UdpSocket::bind(bind).await?;
+    let start = Instant::now();
+    let mut report = SensorReport {
+        identity: device.identity().to_string(),
+        ..Default::default()
+    };
+    let mut buf = vec![0u8; 2048];
+    let mut next_reading = 0u64;
+    let mut published = 0u64;
+    let mut settled = 0u64;
+    loop {
+        let now = now_ms(start);
+        device
+            .handle_timeout(now, &mut storage)
+            .map_err(|e| anyhow!("device: {e}"))?;
+        let want_more = run.readings.map_or(true, |n| published < n) && !*stop.borrow();
+        if want_more && device.can_publish() && now >= next_reading {
+            let (temp, hum) = synthetic(now as f64 / 1000.0, run.phase);
+            let records = [
+                Record {
+                    name: Some("t"),
+                    unit: Some("Cel"),
+                    value: Some(Value::Number(temp)),
+                    ..Default::default()
+                },
+                Record {
+                    name: Some("h"),
+                    unit: Some("%RH"),
+                    value: Some(Value::Number(hum)),
+                    ..Default::default()
+                },
+            ];
+            device
+                .publish(now, &mut storage, &records, Some(unix_now()))
+                .map_err(|e| anyhow!("publish: {e}"))?;
+            published += 1;
+            next_reading = now + run.interval.as_millis() as u64;
+        }
+        while let Some(n) = device.poll_transmit(&mut buf) {
+            socket.send_to(&buf[..n], run.server).await?;
+        }
+        while let Some(ev) = device.poll_event() {
+            on_event(&ev);
+            match ev {
+                Event::Published { seq, outcome } => {
+                    match outcome {
+                        PublishOutcome::Acknowledged => report.acknowledged.push(seq),
+                        PublishOutcome::Sent => report.sent_non_confirmable += 1,
+                        PublishOutcome::Rejected(c) => report.rejected.push((seq, c.to_string())),
+                        PublishOutcome::TimedOut => report.timed_out.push(seq),
+                        // Published again under a new number once re-registered.
+                        PublishOutcome::Reset => continue,
+                    }
+                    settled += 1;
+                }
+                Event::Resynchronising => report.resyncs += 1,
+                Event::Registered => report.registrations += 1,
+                Event::RegistrationFailed { code } => {
+                    report.registration_failures.push(code.to_string())
+                }
+                Event::RegistrationRefreshed => {}
+            }
+        }
+        let stopped = *stop.borrow();
+        let finished = run.readings.is_some_and(|n| published >= n && settled >= n)
+            || (stopped && (device.can_publish() || !device.is_registered()));
+        if finished {
+            break;
+        }
+        let mut wake = device.poll_timeout().unwrap_or(now + 1000);
+        if want_more && device.can_publish() {
+            wake = wake.min(next_reading);
+        }
+        let sleep = Duration::from_millis(wake.saturating_sub(now).max(1));
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => {
+                if let Ok((n, from)) = r {
+                    if from == run.server {
+                        let now = now_ms(start);
+                        device.handle_datagram(now, &mut storage, &buf[..n]).map_err(|e| anyhow!("device: {e}"))?;
+                    }
+                }
+            }
+            _ = tokio::time::sleep(sleep) => {}
+            _ = stop.changed(), if !stopped => {}
+        }
+    }
+    report.retransmissions = device.stats.retransmissions;
+    Ok(report)
+}

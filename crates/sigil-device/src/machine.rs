@@ -1,0 +1,916 @@
+//! The device state machine. See the crate documentation for the protocol it speaks.
+
+use crate::storage::{DeviceStorage, Reservation};
+use base64::Engine;
+use core::fmt::{self, Write};
+use sigil_coap::message::{empty, option};
+use sigil_coap::{
+    BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType, Retransmission,
+    RetransmitDecision, TransmissionParameters,
+};
+use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, SignatureAlgorithm};
+use sigil_freshness::{SequenceCounter, SequenceError};
+use sigil_identity::Identity;
+use sigil_objects::senml::{self, Record};
+use sigil_objects::{reading, Freshness, ReadingFormat};
+
+/// Largest datagram the device sends or accepts.
+pub const MAX_DATAGRAM: usize = 512;
+/// Most other kit members a device can list (§4.1).
+pub const MAX_GROUP_KEYS: usize = 16;
+/// Longest "other information" O in I = h(P|O).
+pub const MAX_OTHER_INFO: usize = 32;
+const MAX_REG_PAYLOAD: usize = 2048;
+const MAX_LOCATION: usize = 24;
+const MAX_SENML: usize = 256;
+const EVENT_QUEUE: usize = 8;
+const EMPTY_QUEUE: usize = 4;
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// The resource a sensor registers and publishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// Path segment under the registration, e.g. `m`.
+    pub href: &'static str,
+    /// Resource type (`rt`), e.g. `sigil.env`.
+    pub rt: &'static str,
+}
+
+/// How the device behaves. All of it is the integrator's choice.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceConfig {
+    /// Algorithm for a key generated at first boot (an existing key keeps its own).
+    pub algorithm: SignatureAlgorithm,
+    pub format: ReadingFormat,
+    /// Registration lifetime `lt`, seconds (RFC 9176 §5).
+    pub lifetime_s: u32,
+    /// Send only this many low bits of the sequence number (COSE only).
+    pub lsb_bits: Option<u8>,
+    /// Publish every n-th reading as Confirmable (1: all; 0: none). Readings in between are
+    /// Non-confirmable; §8.2 asks for some Confirmable ones so a lost sync is noticed.
+    pub confirm_every: u32,
+    pub transmission: TransmissionParameters,
+    /// Sequence numbers reserved per storage write.
+    pub sequence_block: u64,
+    /// Block1 size exponent for registrations longer than one block (RFC 7959).
+    pub block_szx: u8,
+    pub resource: Resource,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            algorithm: SignatureAlgorithm::Ed25519,
+            format: ReadingFormat::Cose,
+            lifetime_s: 300,
+            lsb_bits: None,
+            confirm_every: 1,
+            transmission: TransmissionParameters::default(),
+            sequence_block: 64,
+            block_szx: 4,
+            resource: Resource {
+                href: "m",
+                rt: "sigil.env",
+            },
+        }
+    }
+}
+
+/// What happened, for the caller to log or count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Registered (or re-registered) with the Resource Directory.
+    Registered,
+    /// The registration lifetime was refreshed.
+    RegistrationRefreshed,
+    /// The Resource Directory refused the registration (retried later).
+    RegistrationFailed { code: Code },
+    /// A reading's fate.
+    Published { seq: u64, outcome: PublishOutcome },
+    /// The broker answered with Reset: re-registering with the current sequence number.
+    Resynchronising,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// A Confirmable reading was answered 2.04: the broker stored it.
+    Acknowledged,
+    /// A Non-confirmable reading left the device.
+    Sent,
+    /// The broker refused it with this code.
+    Rejected(Code),
+    /// The broker answered Reset; the reading is published again under a new number.
+    Reset,
+    /// No answer after MAX_RETRANSMIT retransmissions.
+    TimedOut,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceError {
+    /// The device holds no registration yet.
+    NotRegistered,
+    /// A Confirmable exchange is in flight (NSTART = 1, RFC 7252 §4.7).
+    Busy,
+    /// Persistent storage failed; nothing was sent.
+    Storage,
+    /// Sequence numbers exhausted: regenerate the identity.
+    SequenceExhausted,
+    /// A reading or registration does not fit the device's buffers.
+    TooLarge,
+    /// Encoding or signing failed.
+    Encoding,
+    /// Too many group keys, or too much other information.
+    Config,
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NotRegistered => "not registered yet",
+            Self::Busy => "a confirmable exchange is in flight",
+            Self::Storage => "persistent storage failed",
+            Self::SequenceExhausted => "sequence numbers exhausted",
+            Self::TooLarge => "message does not fit the device buffers",
+            Self::Encoding => "encoding or signing failed",
+            Self::Config => "invalid device configuration",
+        })
+    }
+}
+
+impl<E> From<SequenceError<E>> for DeviceError {
+    fn from(e: SequenceError<E>) -> Self {
+        match e {
+            SequenceError::Storage(_) => DeviceError::Storage,
+            SequenceError::Exhausted => DeviceError::SequenceExhausted,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exchange {
+    /// Full registration; `block` is the Block1 number in flight.
+    Register {
+        block: u32,
+    },
+    /// Registration update (refresh lifetime).
+    Update,
+    Publish {
+        seq: u64,
+    },
+}
+
+struct Outstanding {
+    exchange: Exchange,
+    mid: u16,
+    token: [u8; 4],
+    buf: [u8; MAX_DATAGRAM],
+    len: usize,
+    /// `None` for Non-confirmable messages and after an Empty ACK.
+    retransmission: Option<Retransmission>,
+    /// Give up waiting for a (separate) response after this time.
+    deadline: u64,
+    send_now: bool,
+    confirmable: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Unregistered { retry_at: u64 },
+    Registered { refresh_at: u64 },
+}
+
+/// Counters a device keeps about its link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub malformed: u32,
+    pub retransmissions: u32,
+    pub unexpected: u32,
+}
+
+/// The sensor. `C` is the crypto provider.
+pub struct Device<C> {
+    crypto: C,
+    config: DeviceConfig,
+    key: SecretKey,
+    public: PublicKey,
+    identity: Identity,
+    group: [Option<PublicKey>; MAX_GROUP_KEYS],
+    other: [u8; MAX_OTHER_INFO],
+    other_len: usize,
+    counter: SequenceCounter,
+    state: State,
+    location: [u8; MAX_LOCATION],
+    location_len: usize,
+    outstanding: Option<Outstanding>,
+    empties: [Option<[u8; 4]>; EMPTY_QUEUE],
+    events: [Option<Event>; EVENT_QUEUE],
+    next_mid: u16,
+    token_seed: [u8; 16],
+    token_counter: u32,
+    publishes: u32,
+    reg_failures: u32,
+    /// The last reading's SenML and timestamp, kept to publish it again after a resync.
+    last_senml: [u8; MAX_SENML],
+    last_senml_len: usize,
+    last_timestamp: Option<u64>,
+    republish: bool,
+    pub stats: DeviceStats,
+}
+
+impl<C: CryptoProvider> Device<C> {
+    /// Boots the device: loads its key or, on first boot, generates and stores one (§4).
+    /// `group_others` are the public keys of the other members of its kit (§4.1), if any;
+    /// `other_info` is O in `I = h(P|O)` for a device outside a kit.
+    pub fn boot<S: DeviceStorage>(
+        crypto: C,
+        config: DeviceConfig,
+        storage: &mut S,
+        rng: &mut dyn Rng,
+        group_others: &[PublicKey],
+        other_info: &[u8],
+    ) -> Result<Self, DeviceError> {
+        if group_others.len() > MAX_GROUP_KEYS || other_info.len() > MAX_OTHER_INFO {
+            return Err(DeviceError::Config);
+        }
+        let key = match storage.load_key().map_err(|_| DeviceError::Storage)? {
+            Some(k) => k,
+            None => {
+                let k = crypto
+                    .generate(config.algorithm, rng)
+                    .map_err(|_| DeviceError::Encoding)?;
+                storage.store_key(&k).map_err(|_| DeviceError::Storage)?;
+                k
+            }
+        };
+        let public = crypto.public_key(&key).map_err(|_| DeviceError::Encoding)?;
+        let identity = if group_others.is_empty() {
+            Identity::of_key(&crypto, &public, other_info)
+        } else {
+            Identity::of_member(&crypto, &public, group_others)
+        }
+        .map_err(|_| DeviceError::Config)?;
+        let counter = SequenceCounter::boot(&mut Reservation(storage), config.sequence_block)?;
+        let mut group = [None; MAX_GROUP_KEYS];
+        for (slot, k) in group.iter_mut().zip(group_others) {
+            *slot = Some(*k);
+        }
+        let mut other = [0u8; MAX_OTHER_INFO];
+        other[..other_info.len()].copy_from_slice(other_info);
+        let mut seed = [0u8; 18];
+        rng.fill(&mut seed).map_err(|_| DeviceError::Encoding)?;
+        let mut token_seed = [0u8; 16];
+        token_seed.copy_from_slice(&seed[..16]);
+        Ok(Self {
+            crypto,
+            config,
+            key,
+            public,
+            identity,
+            group,
+            other,
+            other_len: other_info.len(),
+            counter,
+            state: State::Unregistered { retry_at: 0 },
+            location: [0; MAX_LOCATION],
+            location_len: 0,
+            outstanding: None,
+            empties: [None; EMPTY_QUEUE],
+            events: [None; EVENT_QUEUE],
+            next_mid: u16::from_be_bytes([seed[16], seed[17]]),
+            token_seed,
+            token_counter: 0,
+            publishes: 0,
+            reg_failures: 0,
+            last_senml: [0; MAX_SENML],
+            last_senml_len: 0,
+            last_timestamp: None,
+            republish: false,
+            stats: DeviceStats::default(),
+        })
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    pub fn public_key(&self) -> &PublicKey {
+        &self.public
+    }
+
+    pub fn is_registered(&self) -> bool {
+        matches!(self.state, State::Registered { .. })
+    }
+
+    /// True when a new reading can be published now.
+    pub fn can_publish(&self) -> bool {
+        self.is_registered() && self.outstanding.as_ref().map_or(true, |o| !o.confirmable)
+    }
+
+    /// The registration's location path (`rd/N`), once registered.
+    pub fn location(&self) -> Option<&str> {
+        if self.location_len == 0 {
+            return None;
+        }
+        core::str::from_utf8(&self.location[..self.location_len]).ok()
+    }
+
+    /// The number the next signed message will carry.
+    pub fn next_sequence(&self) -> u64 {
+        self.counter.peek()
+    }
+
+    fn next_token(&mut self) -> ([u8; 4], u32) {
+        self.token_counter = self.token_counter.wrapping_add(1);
+        let h = self
+            .crypto
+            .sha256(&[&self.token_seed, &self.token_counter.to_be_bytes()]);
+        (
+            [h[0], h[1], h[2], h[3]],
+            u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+        )
+    }
+
+    fn next_mid(&mut self) -> u16 {
+        self.next_mid = self.next_mid.wrapping_add(1);
+        self.next_mid
+    }
+
+    fn push_event(&mut self, e: Event) {
+        if let Some(slot) = self.events.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(e);
+        } else {
+            // Queue full: drop the oldest so the newest state is visible.
+            self.events.rotate_left(1);
+            self.events[EVENT_QUEUE - 1] = Some(e);
+        }
+    }
+
+    fn push_empty(&mut self, datagram: [u8; 4]) {
+        if let Some(slot) = self.empties.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(datagram);
+        }
+    }
+
+    /// The next event, oldest first.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let e = self.events[0].take();
+        if e.is_some() {
+            self.events.rotate_left(1);
+        }
+        e
+    }
+
+    /// Copies the next datagram to send into `buf` and returns its length.
+    pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if let Some(slot) = self.empties.iter_mut().find(|s| s.is_some()) {
+            let d = slot.take()?;
+            buf.get_mut(..4)?.copy_from_slice(&d);
+            return Some(4);
+        }
+        let o = self.outstanding.as_mut()?;
+        if !o.send_now {
+            return None;
+        }
+        o.send_now = false;
+        let out = buf.get_mut(..o.len)?;
+        out.copy_from_slice(&o.buf[..o.len]);
+        let n = o.len;
+        if !o.confirmable {
+            // Non-confirmable: fire and forget.
+            self.outstanding = None;
+        }
+        Some(n)
+    }
+
+    /// When [`Device::handle_timeout`] must be called next (ms on the caller's clock).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let exchange = self.outstanding.as_ref().map(|o| match &o.retransmission {
+            Some(r) => r.deadline(),
+            None => o.deadline,
+        });
+        let state = match (self.state, &self.outstanding) {
+            (_, Some(_)) => None,
+            (State::Unregistered { retry_at }, None) => Some(retry_at),
+            (State::Registered { refresh_at }, None) => Some(refresh_at),
+        };
+        match (exchange, state) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Advances timers: retransmissions, registration and its refresh.
+    pub fn handle_timeout<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+    ) -> Result<(), DeviceError> {
+        if let Some(o) = self.outstanding.as_mut() {
+            match o.retransmission.as_mut() {
+                Some(r) => match r.on_timer(now) {
+                    RetransmitDecision::Wait => {}
+                    RetransmitDecision::Resend => {
+                        o.send_now = true;
+                        self.stats.retransmissions += 1;
+                    }
+                    RetransmitDecision::GiveUp => self.exchange_failed(now, None),
+                },
+                None if now >= o.deadline => self.exchange_failed(now, None),
+                None => {}
+            }
+        }
+        if self.outstanding.is_none() {
+            match self.state {
+                State::Unregistered { retry_at } if now >= retry_at => {
+                    self.start_registration(now, storage, 0)?
+                }
+                State::Registered { refresh_at } if now >= refresh_at => self.start_update(now)?,
+                State::Registered { .. } if self.republish => self.publish_again(now, storage)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn begin(
+        &mut self,
+        now: u64,
+        exchange: Exchange,
+        confirmable: bool,
+        build: impl FnOnce(&mut [u8; MAX_DATAGRAM], u16, &[u8; 4]) -> Result<usize, DeviceError>,
+    ) -> Result<(), DeviceError> {
+        let mid = self.next_mid();
+        let (token, random) = self.next_token();
+        let mut o = Outstanding {
+            exchange,
+            mid,
+            token,
+            buf: [0; MAX_DATAGRAM],
+            len: 0,
+            retransmission: None,
+            deadline: now + self.config.transmission.max_transmit_wait_ms(),
+            send_now: true,
+            confirmable,
+        };
+        o.len = build(&mut o.buf, mid, &token)?;
+        if confirmable {
+            o.retransmission = Some(Retransmission::start(
+                now,
+                &self.config.transmission,
+                random,
+            ));
+        }
+        self.outstanding = Some(o);
+        Ok(())
+    }
+
+    /// Writes the registration payload (RFC 6690 link format, §7 step 1) into `out`.
+    fn registration_payload(&self, out: &mut [u8]) -> Result<usize, DeviceError> {
+        let mut w = Cursor { buf: out, len: 0 };
+        let r: fmt::Result = (|| {
+            write!(
+                w,
+                "</{}>;rt=\"{}\";ct={};key=\"",
+                self.config.resource.href,
+                self.config.resource.rt,
+                self.config.format.content_format()
+            )?;
+            b64(&mut w, self.public.as_bytes())?;
+            write!(w, "\";alg={}", self.public.algorithm().cose())?;
+            if self.group.iter().any(|g| g.is_some()) {
+                w.write_str(";grp=\"")?;
+                for (i, k) in self.group.iter().flatten().enumerate() {
+                    if i > 0 {
+                        w.write_char(' ')?;
+                    }
+                    write!(w, "{}:", k.algorithm().cose())?;
+                    b64(&mut w, k.as_bytes())?;
+                }
+                w.write_char('"')?;
+            }
+            if self.other_len > 0 {
+                w.write_str(";io=\"")?;
+                b64(&mut w, &self.other[..self.other_len])?;
+                w.write_char('"')?;
+            }
+            Ok(())
+        })();
+        r.map_err(|_| DeviceError::TooLarge)?;
+        Ok(w.len)
+    }
+
+    fn start_registration<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+        block: u32,
+    ) -> Result<(), DeviceError> {
+        let mut payload = [0u8; MAX_REG_PAYLOAD];
+        let plen = self.registration_payload(&mut payload)?;
+        // The announced number is consumed, so every later reading is above it (§8.2).
+        let seq = if block == 0 {
+            self.counter.next(&mut Reservation(storage))?
+        } else {
+            self.counter.peek().saturating_sub(1)
+        };
+        let sig = self
+            .crypto
+            .sign(&self.key, &crate::resync_message(&self.identity, seq))
+            .map_err(|_| DeviceError::Encoding)?;
+        let id_hex = self.identity.hex();
+        let lifetime = self.config.lifetime_s;
+        let szx = self.config.block_szx.min(6);
+        let bsize = 1usize << (szx + 4);
+        let format_ct = ContentFormat::LINK_FORMAT.0;
+        self.begin(
+            now,
+            Exchange::Register { block },
+            true,
+            |buf, mid, token| {
+                let mut q = [0u8; 128];
+                let mut b =
+                    MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
+                        .map_err(|_| DeviceError::TooLarge)?;
+                b.option(option::URI_PATH, b"rd")
+                    .map_err(|_| DeviceError::TooLarge)?;
+                b.uint_option(option::CONTENT_FORMAT, u32::from(format_ct))
+                    .map_err(|_| DeviceError::TooLarge)?;
+                let mut ep = [0u8; 35];
+                ep[..3].copy_from_slice(b"ep=");
+                ep[3..].copy_from_slice(&id_hex);
+                b.option(option::URI_QUERY, &ep)
+                    .map_err(|_| DeviceError::TooLarge)?;
+                let n = fmt_into(&mut q, format_args!("lt={lifetime}"))?;
+                b.option(option::URI_QUERY, &q[..n])
+                    .map_err(|_| DeviceError::TooLarge)?;
+                let n = fmt_into(&mut q, format_args!("sq={seq}"))?;
+                b.option(option::URI_QUERY, &q[..n])
+                    .map_err(|_| DeviceError::TooLarge)?;
+                q[..3].copy_from_slice(b"ss=");
+                let sn = B64
+                    .encode_slice(sig.0, &mut q[3..])
+                    .map_err(|_| DeviceError::TooLarge)?;
+                b.option(option::URI_QUERY, &q[..3 + sn])
+                    .map_err(|_| DeviceError::TooLarge)?;
+                if plen > bsize {
+                    let blk = BlockOption::new(block, (block as usize + 1) * bsize < plen, szx);
+                    let (v, vn) = blk.encode().map_err(|_| DeviceError::TooLarge)?;
+                    b.option(option::BLOCK1, &v[..vn])
+                        .map_err(|_| DeviceError::TooLarge)?;
+                    b.uint_option(option::SIZE1, plen as u32)
+                        .map_err(|_| DeviceError::TooLarge)?;
+                    let (part, _) = blk.slice(&payload[..plen]).ok_or(DeviceError::TooLarge)?;
+                    b.finish_with_payload(part)
+                        .map_err(|_| DeviceError::TooLarge)
+                } else {
+                    b.finish_with_payload(&payload[..plen])
+                        .map_err(|_| DeviceError::TooLarge)
+                }
+            },
+        )
+    }
+
+    fn start_update(&mut self, now: u64) -> Result<(), DeviceError> {
+        let mut loc = [0u8; MAX_LOCATION];
+        let ll = self.location_len;
+        loc[..ll].copy_from_slice(&self.location[..ll]);
+        self.begin(now, Exchange::Update, true, |buf, mid, token| {
+            let mut b = MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
+                .map_err(|_| DeviceError::TooLarge)?;
+            for seg in loc[..ll].split(|c| *c == b'/') {
+                b.option(option::URI_PATH, seg)
+                    .map_err(|_| DeviceError::TooLarge)?;
+            }
+            Ok(b.finish())
+        })
+    }
+
+    /// Signs `records` as one reading and queues it for the broker. `timestamp` (Unix seconds)
+    /// goes into the signed header when the device trusts its clock. Returns the sequence number.
+    pub fn publish<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+        records: &[Record<'_>],
+        timestamp: Option<u64>,
+    ) -> Result<u64, DeviceError> {
+        if !self.is_registered() {
+            return Err(DeviceError::NotRegistered);
+        }
+        if !self.can_publish() {
+            return Err(DeviceError::Busy);
+        }
+        let mut senml_buf = [0u8; MAX_SENML];
+        let n = match self.config.format {
+            ReadingFormat::Cose => senml::encode_cbor(records, &mut senml_buf),
+            ReadingFormat::Jws => senml::encode_json(records, &mut senml_buf),
+        }
+        .map_err(|_| DeviceError::TooLarge)?;
+        self.last_senml[..n].copy_from_slice(&senml_buf[..n]);
+        self.last_senml_len = n;
+        self.last_timestamp = timestamp;
+        self.republish = false;
+        self.send_reading(now, storage)
+    }
+
+    fn publish_again<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+    ) -> Result<(), DeviceError> {
+        self.republish = false;
+        if self.last_senml_len > 0 {
+            self.send_reading(now, storage)?;
+        }
+        Ok(())
+    }
+
+    fn send_reading<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+    ) -> Result<u64, DeviceError> {
+        let seq = self.counter.next(&mut Reservation(storage))?;
+        let fresh = Freshness {
+            seq,
+            lsb_bits: self.config.lsb_bits,
+            timestamp: self.last_timestamp,
+        };
+        let mut scratch = [0u8; MAX_SENML + 128];
+        let mut signed = [0u8; MAX_DATAGRAM];
+        let sn = reading::sign_reading(
+            &self.crypto,
+            &self.key,
+            &self.identity,
+            self.config.format,
+            &fresh,
+            &self.last_senml[..self.last_senml_len],
+            &mut scratch,
+            &mut signed,
+        )
+        .map_err(|_| DeviceError::Encoding)?;
+        self.publishes = self.publishes.wrapping_add(1);
+        let confirmable =
+            self.config.confirm_every != 0 && self.publishes % self.config.confirm_every == 0;
+        let mut loc = [0u8; MAX_LOCATION];
+        let ll = self.location_len;
+        loc[..ll].copy_from_slice(&self.location[..ll]);
+        let href = self.config.resource.href;
+        let cf = self.config.format.content_format();
+        let mtype = if confirmable {
+            MessageType::Confirmable
+        } else {
+            MessageType::NonConfirmable
+        };
+        self.begin(
+            now,
+            Exchange::Publish { seq },
+            confirmable,
+            |buf, mid, token| {
+                let mut b = MessageBuilder::new(buf, mtype, Code::PUT, mid, token)
+                    .map_err(|_| DeviceError::TooLarge)?;
+                b.option(option::URI_PATH, b"ps")
+                    .map_err(|_| DeviceError::TooLarge)?;
+                // The topic of registration rd/N is ps/N/<href>.
+                if let Some(n) = loc[..ll].split(|c| *c == b'/').nth(1) {
+                    b.option(option::URI_PATH, n)
+                        .map_err(|_| DeviceError::TooLarge)?;
+                }
+                b.option(option::URI_PATH, href.as_bytes())
+                    .map_err(|_| DeviceError::TooLarge)?;
+                b.uint_option(option::CONTENT_FORMAT, u32::from(cf))
+                    .map_err(|_| DeviceError::TooLarge)?;
+                b.finish_with_payload(&signed[..sn])
+                    .map_err(|_| DeviceError::TooLarge)
+            },
+        )?;
+        if !confirmable {
+            self.push_event(Event::Published {
+                seq,
+                outcome: PublishOutcome::Sent,
+            });
+        }
+        Ok(seq)
+    }
+
+    fn exchange_failed(&mut self, now: u64, code: Option<Code>) {
+        let Some(o) = self.outstanding.take() else {
+            return;
+        };
+        match o.exchange {
+            Exchange::Publish { seq } => {
+                let outcome = code.map_or(PublishOutcome::TimedOut, PublishOutcome::Rejected);
+                self.push_event(Event::Published { seq, outcome });
+                if code == Some(Code::NOT_FOUND) {
+                    // The broker no longer knows the topic (registration expired): re-register.
+                    self.state = State::Unregistered { retry_at: now };
+                }
+            }
+            Exchange::Register { .. } | Exchange::Update => {
+                if let Some(code) = code {
+                    self.push_event(Event::RegistrationFailed { code });
+                }
+                if o.exchange == Exchange::Update && code == Some(Code::NOT_FOUND) {
+                    self.state = State::Unregistered { retry_at: now };
+                    return;
+                }
+                self.reg_failures = self.reg_failures.saturating_add(1);
+                // Back off: 5 s, 10 s, 20 s ... capped at the lifetime.
+                let backoff = (5_000u64 << self.reg_failures.min(10))
+                    .min(u64::from(self.config.lifetime_s) * 1000);
+                self.state = State::Unregistered {
+                    retry_at: now + backoff,
+                };
+            }
+        }
+    }
+
+    /// Feeds one received datagram. Malformed or unexpected input is counted and ignored.
+    pub fn handle_datagram<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+        datagram: &[u8],
+    ) -> Result<(), DeviceError> {
+        let Ok(msg) = Message::parse(datagram) else {
+            self.stats.malformed += 1;
+            return Ok(());
+        };
+        match msg.mtype {
+            MessageType::Reset | MessageType::Acknowledgement => {
+                let matches = self
+                    .outstanding
+                    .as_ref()
+                    .is_some_and(|o| o.mid == msg.message_id && o.confirmable);
+                if !matches {
+                    self.stats.unexpected += 1;
+                    return Ok(());
+                }
+                if msg.mtype == MessageType::Reset {
+                    return self.on_reset(now);
+                }
+                if msg.code == Code::EMPTY {
+                    // Separate response follows (§5.2.2): stop retransmitting, keep waiting.
+                    if let Some(o) = self.outstanding.as_mut() {
+                        o.retransmission = None;
+                        o.deadline = now + self.config.transmission.exchange_lifetime_ms();
+                    }
+                    return Ok(());
+                }
+                self.on_response(now, storage, &msg)
+            }
+            MessageType::Confirmable | MessageType::NonConfirmable => {
+                if msg.code.is_response()
+                    && self
+                        .outstanding
+                        .as_ref()
+                        .is_some_and(|o| o.token == msg.token)
+                {
+                    if msg.mtype == MessageType::Confirmable {
+                        self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
+                    }
+                    return self.on_response(now, storage, &msg);
+                }
+                // A request to the device, or a response nobody waits for: reject (§4.2, §4.3).
+                self.stats.unexpected += 1;
+                if msg.mtype == MessageType::Confirmable {
+                    self.push_empty(empty(MessageType::Reset, msg.message_id));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn on_reset(&mut self, now: u64) -> Result<(), DeviceError> {
+        let Some(o) = self.outstanding.take() else {
+            return Ok(());
+        };
+        match o.exchange {
+            Exchange::Publish { seq } => {
+                // §8.2: the broker finds our number out of window. Re-register with the current
+                // number, then publish the same reading again under a new number.
+                self.push_event(Event::Published {
+                    seq,
+                    outcome: PublishOutcome::Reset,
+                });
+                self.push_event(Event::Resynchronising);
+                self.republish = true;
+                self.state = State::Unregistered { retry_at: now };
+            }
+            _ => {
+                self.outstanding = Some(o);
+                self.exchange_failed(now, None);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_response<S: DeviceStorage>(
+        &mut self,
+        now: u64,
+        storage: &mut S,
+        msg: &Message<'_>,
+    ) -> Result<(), DeviceError> {
+        let Some(o) = self.outstanding.as_ref() else {
+            return Ok(());
+        };
+        if o.token != msg.token {
+            self.stats.unexpected += 1;
+            return Ok(());
+        }
+        let exchange = o.exchange;
+        match exchange {
+            Exchange::Register { block } if msg.code == Code::CONTINUE => {
+                self.outstanding = None;
+                self.start_registration(now, storage, block + 1)
+            }
+            Exchange::Register { .. } if msg.code == Code::CREATED => {
+                self.outstanding = None;
+                let mut loc = [0u8; MAX_LOCATION];
+                let mut n = 0;
+                for seg in msg.option_values(option::LOCATION_PATH) {
+                    let need = seg.len() + usize::from(n > 0);
+                    if n + need > MAX_LOCATION {
+                        self.exchange_failed_with(now, Code::INTERNAL_SERVER_ERROR);
+                        return Ok(());
+                    }
+                    if n > 0 {
+                        loc[n] = b'/';
+                        n += 1;
+                    }
+                    loc[n..n + seg.len()].copy_from_slice(seg);
+                    n += seg.len();
+                }
+                self.location = loc;
+                self.location_len = n;
+                self.reg_failures = 0;
+                self.state = State::Registered {
+                    refresh_at: now + u64::from(self.config.lifetime_s) * 800,
+                };
+                self.push_event(Event::Registered);
+                if self.republish {
+                    self.publish_again(now, storage)?;
+                }
+                Ok(())
+            }
+            Exchange::Update if msg.code == Code::CHANGED => {
+                self.outstanding = None;
+                self.state = State::Registered {
+                    refresh_at: now + u64::from(self.config.lifetime_s) * 800,
+                };
+                self.push_event(Event::RegistrationRefreshed);
+                Ok(())
+            }
+            Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
+                self.outstanding = None;
+                self.push_event(Event::Published {
+                    seq,
+                    outcome: PublishOutcome::Acknowledged,
+                });
+                Ok(())
+            }
+            _ => {
+                self.exchange_failed_with(now, msg.code);
+                Ok(())
+            }
+        }
+    }
+
+    fn exchange_failed_with(&mut self, now: u64, code: Code) {
+        self.exchange_failed(now, Some(code));
+    }
+}
+
+struct Cursor<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+}
+
+impl Write for Cursor<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let out = self
+            .buf
+            .get_mut(self.len..self.len + s.len())
+            .ok_or(fmt::Error)?;
+        out.copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
+    }
+}
+
+fn b64(w: &mut Cursor<'_>, data: &[u8]) -> fmt::Result {
+    let room = w.buf.len().saturating_sub(w.len);
+    let n = B64
+        .encode_slice(data, &mut w.buf[w.len..w.len + room])
+        .map_err(|_| fmt::Error)?;
+    w.len += n;
+    Ok(())
+}
+
+fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {
+    let mut c = Cursor { buf, len: 0 };
+    c.write_fmt(args).map_err(|_| DeviceError::TooLarge)?;
+    Ok(c.len)
+}
+
+impl core::error::Error for DeviceError {}

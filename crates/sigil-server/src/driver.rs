@@ -1,0 +1,617 @@
+//! The tokio UDP driver around [`Service`]: CoAP parsing, message deduplication (RFC 7252
+//! §4.5), block-wise transfer (RFC 7959), batching, and response encoding.
+//!
+//! One task receives datagrams and hands them to the service thread through a bounded
+//! channel; the service thread drains up to `batch_max` datagrams at a time, handles them as
+//! one batch (one database commit) and hands the encoded responses to a sender task.
+//! Every table here has a cap: the dedup cache, the Block1 reassembly buffers, the channel.
+
+use crate::service::{Reply, Request, Response, Service, ServiceConfig};
+use crate::stats::Stats;
+use crate::store::{Store, StoreError};
+use sigil_coap::message::{empty, option};
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub database: PathBuf,
+    pub service: ServiceConfig,
+    pub transmission: TransmissionParameters,
+    /// Most datagrams handled in one batch (one commit).
+    pub batch_max: usize,
+    /// Datagrams queued for the service thread before new ones are dropped.
+    pub queue: usize,
+    /// Most remembered (peer, message ID) pairs.
+    pub dedup_capacity: usize,
+    /// Largest request body accepted through Block1.
+    pub max_body: usize,
+    /// Most concurrent Block1 reassemblies (all peers), and per peer.
+    pub max_assemblies: usize,
+    pub max_assemblies_per_peer: usize,
+    /// Block size used for large responses when the client did not ask (Block2 SZX).
+    pub block2_szx: u8,
+    /// Kernel receive buffer (SO_RCVBUF) in bytes, so bursts queue instead of being dropped.
+    pub receive_buffer: usize,
+}
+
+impl ServerConfig {
+    pub fn new(listen: SocketAddr, database: PathBuf) -> Self {
+        Self {
+            listen,
+            database,
+            service: ServiceConfig::default(),
+            transmission: TransmissionParameters::default(),
+            batch_max: 512,
+            queue: 16_384,
+            dedup_capacity: 200_000,
+            max_body: 16 * 1024,
+            max_assemblies: 1024,
+            max_assemblies_per_peer: 4,
+            block2_szx: 6,
+            receive_buffer: 8 << 20,
+        }
+    }
+}
+
+/// A running server.
+pub struct ServerHandle {
+    pub local_addr: SocketAddr,
+    pub stats: Stats,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// Stops receiving, finishes the batch in hand, and waits for the service thread.
+    pub async fn shutdown(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for t in &self.tasks {
+            t.abort();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+    }
+}
+
+pub struct Server;
+
+struct Datagram {
+    peer: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+impl Server {
+    /// Opens the database, binds the socket and starts serving.
+    pub async fn start(config: ServerConfig, stats: Stats) -> Result<ServerHandle, StartError> {
+        let store = Store::open(&config.database)?;
+        let service = Service::new(store, config.service.clone(), stats.clone())?;
+        let socket = Arc::new(bind_udp(config.listen, config.receive_buffer)?);
+        let local_addr = socket.local_addr()?;
+        let (in_tx, in_rx) = mpsc::sync_channel::<Datagram>(config.queue);
+        let (out_tx, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<(SocketAddr, Vec<u8>)>();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+
+        let recv_socket = socket.clone();
+        let recv_stats = stats.clone();
+        let receiver = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            loop {
+                match recv_socket.recv_from(&mut buf).await {
+                    Ok((n, peer)) => {
+                        let d = Datagram {
+                            peer,
+                            bytes: buf[..n].to_vec(),
+                        };
+                        if in_tx.try_send(d).is_err() {
+                            recv_stats.incr("server.overload_dropped");
+                        }
+                    }
+                    Err(e) => {
+                        // ICMP errors surface here on some platforms; keep serving.
+                        tracing::debug!(error = %e, "recv error");
+                    }
+                }
+            }
+        });
+        let send_socket = socket.clone();
+        let sender = tokio::spawn(async move {
+            while let Some((peer, bytes)) = out_rx.recv().await {
+                let _ = send_socket.send_to(&bytes, peer).await;
+            }
+        });
+        let thread_stop = stop.clone();
+        let thread_stats = stats.clone();
+        let thread = std::thread::Builder::new()
+            .name("sigil-service".into())
+            .spawn(move || {
+                let mut core = Core::new(config, service, thread_stats);
+                core.run(in_rx, out_tx, thread_stop);
+            })?;
+        tracing::info!(addr = %local_addr, "sigil server listening");
+        Ok(ServerHandle {
+            local_addr,
+            stats,
+            stop,
+            thread: Some(thread),
+            tasks: vec![receiver, sender],
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A remembered exchange: `None` while the first copy is still being handled.
+struct DedupEntry {
+    response: Option<Vec<u8>>,
+    at: Instant,
+}
+
+struct Assembly {
+    body: Vec<u8>,
+    next: u32,
+    at: Instant,
+}
+
+/// A request waiting for its batch, with what is needed to answer it.
+struct Pending {
+    peer: SocketAddr,
+    mtype: MessageType,
+    mid: u16,
+    token: Vec<u8>,
+    block2: Option<BlockOption>,
+    /// Block1 of the final block, echoed in the response (RFC 7959 §2.3).
+    block1: Option<BlockOption>,
+    request: Request,
+}
+
+/// The service thread's state: everything about CoAP that is not RD or broker logic.
+struct Core {
+    config: ServerConfig,
+    service: Service,
+    stats: Stats,
+    dedup: HashMap<(SocketAddr, u16), DedupEntry>,
+    dedup_order: VecDeque<((SocketAddr, u16), Instant)>,
+    assemblies: HashMap<(SocketAddr, String), Assembly>,
+}
+
+impl Core {
+    fn new(config: ServerConfig, service: Service, stats: Stats) -> Self {
+        Self {
+            config,
+            service,
+            stats,
+            dedup: HashMap::new(),
+            dedup_order: VecDeque::new(),
+            assemblies: HashMap::new(),
+        }
+    }
+
+    fn run(
+        &mut self,
+        rx: mpsc::Receiver<Datagram>,
+        tx: tokio::sync::mpsc::UnboundedSender<(SocketAddr, Vec<u8>)>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let mut batch = Vec::with_capacity(self.config.batch_max);
+        loop {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(d) => batch.push(d),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.expire();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            while batch.len() < self.config.batch_max {
+                match rx.try_recv() {
+                    Ok(d) => batch.push(d),
+                    Err(_) => break,
+                }
+            }
+            for (peer, bytes) in self.handle_datagrams(std::mem::take(&mut batch)) {
+                let _ = tx.send((peer, bytes));
+            }
+        }
+    }
+
+    fn expire(&mut self) {
+        let lifetime = Duration::from_millis(self.config.transmission.exchange_lifetime_ms());
+        let now = Instant::now();
+        while let Some((key, at)) = self.dedup_order.front().copied() {
+            if now.duration_since(at) < lifetime && self.dedup.len() <= self.config.dedup_capacity {
+                break;
+            }
+            self.dedup_order.pop_front();
+            if self.dedup.get(&key).is_some_and(|e| e.at == at) {
+                self.dedup.remove(&key);
+            }
+        }
+        self.assemblies
+            .retain(|_, a| now.duration_since(a.at) < lifetime);
+    }
+
+    fn count(&self, key: &str) {
+        self.stats.incr(key);
+    }
+
+    /// Handles one batch of datagrams; returns the datagrams to send.
+    fn handle_datagrams(&mut self, batch: Vec<Datagram>) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        for d in &batch {
+            self.stats.incr("coap.received");
+            match self.intake(d, &mut out) {
+                Some(p) => pending.push(p),
+                None => continue,
+            }
+        }
+        if pending.is_empty() {
+            self.expire();
+            return out;
+        }
+        let requests: Vec<Request> = pending.iter().map(|p| p.request.clone()).collect();
+        let replies = self.service.handle_batch(&requests, crate::unix_now());
+        for (p, reply) in pending.into_iter().zip(replies) {
+            let bytes = match reply {
+                Reply::Response(r) => encode_response(&p, r, self.config.block2_szx),
+                Reply::Reset => Some(empty(MessageType::Reset, p.mid).to_vec()),
+                Reply::Nothing => None,
+            };
+            if p.mtype == MessageType::Confirmable {
+                if let Some(e) = self.dedup.get_mut(&(p.peer, p.mid)) {
+                    e.response = bytes.clone();
+                }
+            }
+            if let Some(b) = bytes {
+                out.push((p.peer, b));
+            }
+        }
+        self.expire();
+        out
+    }
+
+    /// Parses, deduplicates and reassembles one datagram. Returns a request for the service,
+    /// or answers it directly (into `out`).
+    fn intake(&mut self, d: &Datagram, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> Option<Pending> {
+        let msg = match Message::parse(&d.bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.count("coap.malformed");
+                tracing::debug!(peer = %d.peer, error = %e, "malformed datagram");
+                // RFC 7252 §4.2: a Confirmable message with a format error is rejected with
+                // Reset if its header could be read.
+                if d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1 && (d.bytes[0] >> 4) & 3 == 0 {
+                    out.push((
+                        d.peer,
+                        empty(
+                            MessageType::Reset,
+                            u16::from_be_bytes([d.bytes[2], d.bytes[3]]),
+                        )
+                        .to_vec(),
+                    ));
+                }
+                return None;
+            }
+        };
+        match msg.mtype {
+            MessageType::Acknowledgement | MessageType::Reset => {
+                // The server sends no Confirmable messages, so nothing waits for these.
+                self.count("coap.unexpected_ack_or_reset");
+                return None;
+            }
+            _ => {}
+        }
+        if msg.code == Code::EMPTY {
+            // CoAP ping (§4.3): answer Reset.
+            if msg.mtype == MessageType::Confirmable {
+                self.count("coap.ping");
+                out.push((d.peer, empty(MessageType::Reset, msg.message_id).to_vec()));
+            }
+            return None;
+        }
+        if !msg.code.is_request() {
+            self.count("coap.unexpected_response");
+            if msg.mtype == MessageType::Confirmable {
+                out.push((d.peer, empty(MessageType::Reset, msg.message_id).to_vec()));
+            }
+            return None;
+        }
+        // Deduplication (§4.5): a retransmitted Confirmable request gets the same answer.
+        if msg.mtype == MessageType::Confirmable {
+            let key = (d.peer, msg.message_id);
+            if let Some(e) = self.dedup.get(&key) {
+                self.count("coap.duplicate");
+                if let Some(r) = &e.response {
+                    out.push((d.peer, r.clone()));
+                }
+                return None;
+            }
+            let now = Instant::now();
+            self.dedup.insert(
+                key,
+                DedupEntry {
+                    response: None,
+                    at: now,
+                },
+            );
+            self.dedup_order.push_back((key, now));
+            if self.dedup.len() > self.config.dedup_capacity {
+                self.expire();
+            }
+        }
+        let mut reply_now = |core: &mut Self, code: Code, text: &str| {
+            core.count("coap.rejected_request");
+            let p = Pending {
+                peer: d.peer,
+                mtype: msg.mtype,
+                mid: msg.message_id,
+                token: msg.token.to_vec(),
+                block2: None,
+                block1: None,
+                request: empty_request(d.peer),
+            };
+            let bytes = encode_response(
+                &p,
+                Response {
+                    code,
+                    payload: text.as_bytes().to_vec(),
+                    ..Default::default()
+                },
+                core.config.block2_szx,
+            );
+            if let Some(b) = bytes {
+                if let Some(e) = core.dedup.get_mut(&(d.peer, msg.message_id)) {
+                    e.response = Some(b.clone());
+                }
+                out.push((d.peer, b));
+            }
+        };
+        if let Some(n) = msg.unknown_critical_option() {
+            reply_now(
+                self,
+                Code::BAD_OPTION,
+                &format!("unrecognized critical option {n}"),
+            );
+            return None;
+        }
+        let (Ok(path), Ok(query)) = (
+            msg.uri_path().collect::<Result<Vec<_>, _>>(),
+            msg.uri_query().collect::<Result<Vec<_>, _>>(),
+        ) else {
+            reply_now(
+                self,
+                Code::BAD_REQUEST,
+                "Uri-Path or Uri-Query is not UTF-8",
+            );
+            return None;
+        };
+        let block2 = match msg.block2() {
+            Some(Ok(b)) => Some(b),
+            Some(Err(_)) => {
+                reply_now(self, Code::BAD_OPTION, "bad Block2");
+                return None;
+            }
+            None => None,
+        };
+        let mut payload = msg.payload.to_vec();
+        let mut block1_echo = None;
+        match msg.block1() {
+            Some(Err(_)) => {
+                reply_now(self, Code::BAD_OPTION, "bad Block1");
+                return None;
+            }
+            Some(Ok(b1)) => {
+                let key = (d.peer, format!("{}?{}", path.join("/"), query.join("&")));
+                if b1.num == 0 {
+                    let per_peer = self.assemblies.keys().filter(|(p, _)| *p == d.peer).count();
+                    if per_peer >= self.config.max_assemblies_per_peer
+                        || self.assemblies.len() >= self.config.max_assemblies
+                    {
+                        reply_now(
+                            self,
+                            Code::SERVICE_UNAVAILABLE,
+                            "too many block-wise transfers",
+                        );
+                        return None;
+                    }
+                    self.assemblies.insert(
+                        key.clone(),
+                        Assembly {
+                            body: Vec::new(),
+                            next: 0,
+                            at: Instant::now(),
+                        },
+                    );
+                }
+                let Some(a) = self.assemblies.get_mut(&key) else {
+                    reply_now(
+                        self,
+                        Code::REQUEST_ENTITY_INCOMPLETE,
+                        "Block1 transfer not started",
+                    );
+                    return None;
+                };
+                if b1.num != a.next
+                    || a.body.len() != b1.offset()
+                    || (b1.more && msg.payload.len() != b1.size())
+                {
+                    self.assemblies.remove(&key);
+                    reply_now(
+                        self,
+                        Code::REQUEST_ENTITY_INCOMPLETE,
+                        "Block1 out of sequence",
+                    );
+                    return None;
+                }
+                if a.body.len() + msg.payload.len() > self.config.max_body {
+                    self.assemblies.remove(&key);
+                    reply_now(self, Code::REQUEST_ENTITY_TOO_LARGE, "body too large");
+                    return None;
+                }
+                a.body.extend_from_slice(msg.payload);
+                a.next += 1;
+                a.at = Instant::now();
+                if b1.more {
+                    // RFC 7959 §2.3: acknowledge the block with 2.31 Continue.
+                    self.count("coap.block1_continue");
+                    let p = Pending {
+                        peer: d.peer,
+                        mtype: msg.mtype,
+                        mid: msg.message_id,
+                        token: msg.token.to_vec(),
+                        block2: None,
+                        block1: Some(b1),
+                        request: empty_request(d.peer),
+                    };
+                    if let Some(b) = encode_response(
+                        &p,
+                        Response {
+                            code: Code::CONTINUE,
+                            ..Default::default()
+                        },
+                        self.config.block2_szx,
+                    ) {
+                        if let Some(e) = self.dedup.get_mut(&(d.peer, msg.message_id)) {
+                            e.response = Some(b.clone());
+                        }
+                        out.push((d.peer, b));
+                    }
+                    return None;
+                }
+                payload = self
+                    .assemblies
+                    .remove(&key)
+                    .map(|a| a.body)
+                    .unwrap_or_default();
+                block1_echo = Some(b1);
+            }
+            None => {}
+        }
+        Some(Pending {
+            peer: d.peer,
+            mtype: msg.mtype,
+            mid: msg.message_id,
+            token: msg.token.to_vec(),
+            block2,
+            block1: block1_echo,
+            request: Request {
+                peer: d.peer,
+                confirmable: msg.mtype == MessageType::Confirmable,
+                message_id: (msg.mtype == MessageType::Confirmable).then_some(msg.message_id),
+                code: msg.code,
+                path: path.into_iter().map(str::to_string).collect(),
+                query: query.into_iter().map(str::to_string).collect(),
+                content_format: msg.content_format().map(|c| c.0),
+                accept: msg.accept().map(|c| c.0),
+                payload,
+            },
+        })
+    }
+}
+
+/// Binds the server socket with a large receive buffer (the kernel may cap it).
+fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<tokio::net::UdpSocket> {
+    let domain = if addr.is_ipv6() {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
+    let s = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    if let Err(e) = s.set_recv_buffer_size(rcvbuf) {
+        tracing::debug!(error = %e, "cannot enlarge the receive buffer");
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    tokio::net::UdpSocket::from_std(s.into())
+}
+
+fn empty_request(peer: SocketAddr) -> Request {
+    Request {
+        peer,
+        confirmable: false,
+        message_id: None,
+        code: Code::EMPTY,
+        path: vec![],
+        query: vec![],
+        content_format: None,
+        accept: None,
+        payload: vec![],
+    }
+}
+
+/// Encodes a response: piggybacked in an ACK for a Confirmable request, Non-confirmable
+/// otherwise (§5.2); large bodies are cut into Block2 blocks (RFC 7959 §2.4).
+fn encode_response(p: &Pending, r: Response, default_szx: u8) -> Option<Vec<u8>> {
+    let (mtype, mid) = match p.mtype {
+        MessageType::Confirmable => (MessageType::Acknowledgement, p.mid),
+        // A response to a NON request is NON with a fresh message ID; derive it from the
+        // request's so it is stable for the same request.
+        _ => (MessageType::NonConfirmable, p.mid.wrapping_add(0x8000)),
+    };
+    let szx = p.block2.map_or(default_szx, |b| b.szx.min(default_szx));
+    let block_size = 1usize << (szx + 4);
+    let (body, block2) = if r.payload.len() > block_size || p.block2.is_some_and(|b| b.num > 0) {
+        let want = BlockOption::new(p.block2.map_or(0, |b| b.num), false, szx);
+        match want.slice(&r.payload) {
+            Some((part, more)) => (part.to_vec(), Some(BlockOption::new(want.num, more, szx))),
+            None => {
+                // Block past the end: 4.02 per RFC 7959 §2.2.
+                return encode_response(
+                    p,
+                    Response {
+                        code: Code::BAD_OPTION,
+                        payload: b"block out of range".to_vec(),
+                        ..Default::default()
+                    },
+                    default_szx,
+                );
+            }
+        }
+    } else {
+        (r.payload.clone(), None)
+    };
+    let mut buf =
+        vec![0u8; body.len() + 256 + r.location_path.iter().map(|s| s.len() + 3).sum::<usize>()];
+    let mut b = MessageBuilder::new(&mut buf, mtype, r.code, mid, &p.token).ok()?;
+    if let Some(etag) = &r.etag {
+        b.option(option::ETAG, etag).ok()?;
+    }
+    for seg in &r.location_path {
+        b.option(option::LOCATION_PATH, seg.as_bytes()).ok()?;
+    }
+    if let Some(cf) = r.content_format {
+        b.uint_option(option::CONTENT_FORMAT, u32::from(cf)).ok()?;
+    }
+    if let Some(b2) = block2 {
+        let (v, n) = b2.encode().ok()?;
+        b.option(option::BLOCK2, &v[..n]).ok()?;
+    }
+    if let Some(b1) = p.block1 {
+        let (v, n) = b1.encode().ok()?;
+        b.option(option::BLOCK1, &v[..n]).ok()?;
+    }
+    if block2.is_some_and(|b| b.num == 0) {
+        b.uint_option(option::SIZE2, r.payload.len() as u32).ok()?;
+    }
+    let n = b.finish_with_payload(&body).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}

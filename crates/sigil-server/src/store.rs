@@ -1,0 +1,601 @@
+//! The embedded SQLite database: one file, created on first start, with versioned migrations.
+//!
+//! Durability: WAL journal with `synchronous = FULL`, so a committed transaction survives a
+//! power cut or `kill -9`. The broker commits a batch of readings together with the new
+//! per-identity high-water marks in one transaction, and only then sends the responses.
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use sigil_crypto::{PublicKey, SignatureAlgorithm};
+use sigil_identity::Identity;
+use std::collections::HashMap;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("database schema version {found} is newer than this program knows ({known})")]
+    SchemaTooNew { found: i64, known: i64 },
+    #[error("corrupt row in {table}: {what}")]
+    Corrupt { table: &'static str, what: String },
+}
+
+/// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
+const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    "CREATE TABLE identities (
+        identity   TEXT PRIMARY KEY CHECK (length(identity) = 32),
+        kind       TEXT NOT NULL CHECK (kind IN ('device', 'group')),
+        label      TEXT NOT NULL DEFAULT '',
+        added_at   INTEGER NOT NULL,
+        revoked_at INTEGER
+    );
+    CREATE TABLE registrations (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        ep            TEXT NOT NULL UNIQUE,
+        authorized_by TEXT NOT NULL,
+        alg           INTEGER NOT NULL,
+        public_key    BLOB NOT NULL,
+        other_info    BLOB NOT NULL DEFAULT x'',
+        group_keys    TEXT NOT NULL DEFAULT '',
+        base          TEXT,
+        lifetime      INTEGER NOT NULL,
+        links         TEXT NOT NULL,
+        registered_at INTEGER NOT NULL,
+        updated_at    INTEGER NOT NULL,
+        expires_at    INTEGER NOT NULL
+    );
+    CREATE TABLE readings (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        registration   INTEGER NOT NULL,
+        ep             TEXT NOT NULL,
+        topic          TEXT NOT NULL,
+        seq            INTEGER NOT NULL,
+        timestamp      INTEGER,
+        content_format INTEGER NOT NULL,
+        raw            BLOB NOT NULL,
+        decoded        TEXT NOT NULL,
+        verified       INTEGER NOT NULL,
+        received_at    INTEGER NOT NULL,
+        peer           TEXT NOT NULL DEFAULT '',
+        message_id     INTEGER,
+        UNIQUE (ep, seq)
+    );
+    CREATE INDEX readings_topic ON readings (topic, seq);
+    CREATE TABLE freshness (
+        ep         TEXT PRIMARY KEY,
+        highest    INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );",
+];
+
+/// Kinds of entries on the authorized list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentityKind {
+    Device,
+    Group,
+}
+
+impl IdentityKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Device => "device",
+            Self::Group => "group",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "device" => Some(Self::Device),
+            "group" => Some(Self::Group),
+            _ => None,
+        }
+    }
+}
+
+/// One row of the authorized list.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct IdentityRow {
+    pub identity: String,
+    pub kind: IdentityKind,
+    pub label: String,
+    pub added_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A Resource Directory registration (RFC 9176 §5) with the key it proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub id: i64,
+    pub ep: Identity,
+    /// The list entry that authorized it: `ep` itself, or a group identity.
+    pub authorized_by: Identity,
+    pub key: PublicKey,
+    pub other_info: Vec<u8>,
+    pub group_keys: Vec<PublicKey>,
+    pub base: Option<String>,
+    pub lifetime: u32,
+    pub links: String,
+    pub registered_at: i64,
+    pub updated_at: i64,
+    pub expires_at: i64,
+}
+
+/// A reading as stored: the exact signed bytes and what they decode to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredReading {
+    pub seq: u64,
+    pub ep: String,
+    pub topic: String,
+    pub timestamp: Option<i64>,
+    pub content_format: u16,
+    pub raw: Vec<u8>,
+    pub decoded: String,
+    pub received_at: i64,
+    /// Who sent it and in which Confirmable message: a retransmission of that same message
+    /// (RFC 7252 §4.5) gets the original answer, even after a server restart.
+    pub peer: String,
+    pub message_id: Option<u16>,
+}
+
+/// A verified reading about to be stored.
+pub struct NewReading<'a> {
+    pub registration: i64,
+    pub ep: &'a Identity,
+    pub topic: &'a str,
+    pub seq: u64,
+    pub timestamp: Option<u64>,
+    pub content_format: u16,
+    pub raw: &'a [u8],
+    pub decoded: &'a str,
+    pub received_at: i64,
+    pub peer: &'a str,
+    pub message_id: Option<u16>,
+}
+
+/// Encodes group keys as `alg:base64url` words.
+pub fn encode_keys(keys: &[PublicKey]) -> String {
+    use base64::Engine;
+    keys.iter()
+        .map(|k| {
+            format!(
+                "{}:{}",
+                k.algorithm().cose(),
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.as_bytes())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Decodes `alg:base64url` words; `None` if any word is malformed.
+pub fn decode_keys(text: &str) -> Option<Vec<PublicKey>> {
+    use base64::Engine;
+    text.split_whitespace()
+        .map(|w| {
+            let (alg, b) = w.split_once(':')?;
+            let alg = SignatureAlgorithm::from_cose(alg.parse().ok()?)?;
+            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(b)
+                .ok()?;
+            PublicKey::from_bytes(alg, &bytes).ok()
+        })
+        .collect()
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path)?;
+        Self::init(conn)
+    }
+
+    /// An in-memory database, for tests.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Self, StoreError> {
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        let mut store = Self { conn };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known,
+            });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    /// Changes whenever another connection commits (used to notice `sigil provision` runs).
+    pub fn data_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .pragma_query_value(None, "data_version", |r| r.get(0))?)
+    }
+
+    // ---- the authorized list ----
+
+    /// Adds an identity, or re-activates a revoked one. Returns false if it was already active.
+    pub fn add_identity(
+        &self,
+        id: &Identity,
+        kind: IdentityKind,
+        label: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (identity) DO UPDATE SET revoked_at = NULL, kind = ?2,
+                 label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
+             WHERE revoked_at IS NOT NULL",
+            params![id.to_string(), kind.as_str(), label, now],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Revokes an identity: from now on nothing from it is accepted. Returns false if unknown
+    /// or already revoked.
+    pub fn revoke_identity(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "UPDATE identities SET revoked_at = ?2 WHERE identity = ?1 AND revoked_at IS NULL",
+            params![id.to_string(), now],
+        )?;
+        Ok(n > 0)
+    }
+
+    pub fn list_identities(&self) -> Result<Vec<IdentityRow>, StoreError> {
+        let mut st = self.conn.prepare("SELECT identity, kind, label, added_at, revoked_at FROM identities ORDER BY added_at, identity")?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+            ))
+        })?;
+        rows.map(|r| {
+            let (identity, kind, label, added_at, revoked_at) = r?;
+            let kind = IdentityKind::parse(&kind).ok_or(StoreError::Corrupt {
+                table: "identities",
+                what: kind.clone(),
+            })?;
+            Ok(IdentityRow {
+                identity,
+                kind,
+                label,
+                added_at,
+                revoked_at,
+            })
+        })
+        .collect()
+    }
+
+    /// The active (not revoked) identities and their kinds.
+    pub fn authorized(&self) -> Result<HashMap<Identity, IdentityKind>, StoreError> {
+        Ok(self
+            .list_identities()?
+            .into_iter()
+            .filter(|r| r.revoked_at.is_none())
+            .filter_map(|r| Some((Identity::parse(&r.identity).ok()?, r.kind)))
+            .collect())
+    }
+
+    // ---- registrations ----
+
+    fn row_to_registration(
+        r: &rusqlite::Row<'_>,
+    ) -> rusqlite::Result<Result<Registration, StoreError>> {
+        let id: i64 = r.get(0)?;
+        let ep: String = r.get(1)?;
+        let auth: String = r.get(2)?;
+        let alg: i64 = r.get(3)?;
+        let key: Vec<u8> = r.get(4)?;
+        let other_info: Vec<u8> = r.get(5)?;
+        let group: String = r.get(6)?;
+        let corrupt = |what: &str| StoreError::Corrupt {
+            table: "registrations",
+            what: what.to_string(),
+        };
+        Ok((|| {
+            let alg = SignatureAlgorithm::from_cose(alg).ok_or_else(|| corrupt("alg"))?;
+            Ok(Registration {
+                id,
+                ep: Identity::parse(&ep).map_err(|_| corrupt("ep"))?,
+                authorized_by: Identity::parse(&auth).map_err(|_| corrupt("authorized_by"))?,
+                key: PublicKey::from_bytes(alg, &key).map_err(|_| corrupt("public_key"))?,
+                other_info,
+                group_keys: decode_keys(&group).ok_or_else(|| corrupt("group_keys"))?,
+                base: r.get(7)?,
+                lifetime: r.get(8)?,
+                links: r.get(9)?,
+                registered_at: r.get(10)?,
+                updated_at: r.get(11)?,
+                expires_at: r.get(12)?,
+            })
+        })())
+    }
+
+    const REG_COLUMNS: &'static str = "id, ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime, links, registered_at, updated_at, expires_at";
+
+    pub fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
+        let mut st = self.conn.prepare(&format!(
+            "SELECT {} FROM registrations ORDER BY id",
+            Self::REG_COLUMNS
+        ))?;
+        let rows = st.query_map([], Self::row_to_registration)?;
+        rows.map(|r| r?).collect()
+    }
+
+    // ---- freshness ----
+
+    pub fn freshness(&self) -> Result<HashMap<Identity, u64>, StoreError> {
+        let mut st = self.conn.prepare("SELECT ep, highest FROM freshness")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        let mut out = HashMap::new();
+        for r in rows {
+            let (ep, h) = r?;
+            let ep = Identity::parse(&ep).map_err(|_| StoreError::Corrupt {
+                table: "freshness",
+                what: ep.clone(),
+            })?;
+            out.insert(ep, h as u64);
+        }
+        Ok(out)
+    }
+
+    // ---- readings ----
+
+    /// Every stored (ep, seq) pair.
+    pub fn reading_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT ep, seq FROM readings ORDER BY ep, seq")?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn reading_count(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM readings", [], |r| r.get::<_, i64>(0))?
+            as u64)
+    }
+
+    /// Runs `f` in one transaction; commits if it returns `Ok`.
+    pub fn transaction<T>(
+        &mut self,
+        f: impl FnOnce(&Batch<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.conn.transaction()?;
+        let out = f(&Batch { tx: &tx })?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Like [`Store::transaction`] through a shared reference. The caller must not start a
+    /// second transaction on the same store while this one runs (SQLite would refuse it).
+    pub fn shared_transaction<T>(
+        &self,
+        f: impl FnOnce(&Batch<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let out = f(&Batch { tx: &tx })?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    pub fn registration_by_ep(&self, ep: &Identity) -> Result<Option<Registration>, StoreError> {
+        let mut st = self.conn.prepare(&format!(
+            "SELECT {} FROM registrations WHERE ep = ?1",
+            Self::REG_COLUMNS
+        ))?;
+        match st
+            .query_row(params![ep.to_string()], Self::row_to_registration)
+            .optional()?
+        {
+            Some(r) => Ok(Some(r?)),
+            None => Ok(None),
+        }
+    }
+}
+
+fn query_readings(
+    conn: &Connection,
+    clause: &str,
+    p: impl rusqlite::Params,
+) -> Result<Vec<StoredReading>, StoreError> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT seq, ep, topic, timestamp, content_format, raw, decoded, received_at, peer, message_id FROM readings {clause}"
+    ))?;
+    let rows = st.query_map(p, |r| {
+        Ok(StoredReading {
+            seq: r.get::<_, i64>(0)? as u64,
+            ep: r.get(1)?,
+            topic: r.get(2)?,
+            timestamp: r.get(3)?,
+            content_format: r.get::<_, i64>(4)? as u16,
+            raw: r.get(5)?,
+            decoded: r.get(6)?,
+            received_at: r.get(7)?,
+            peer: r.get(8)?,
+            message_id: r.get::<_, Option<i64>>(9)?.map(|m| m as u16),
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Reads and writes inside one transaction (reads see the transaction's own writes).
+pub struct Batch<'t> {
+    tx: &'t Transaction<'t>,
+}
+
+impl Batch<'_> {
+    pub fn add_identity(
+        &self,
+        id: &Identity,
+        kind: IdentityKind,
+        label: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (identity) DO UPDATE SET revoked_at = NULL",
+            params![id.to_string(), kind.as_str(), label, now],
+        )?;
+        Ok(())
+    }
+
+    pub fn reading(&self, ep: &Identity, seq: u64) -> Result<Option<StoredReading>, StoreError> {
+        query_readings(
+            self.tx,
+            "WHERE ep = ?1 AND seq = ?2",
+            params![ep.to_string(), seq as i64],
+        )
+        .map(|mut v| v.pop())
+    }
+
+    pub fn latest_reading(&self, ep: &Identity) -> Result<Option<StoredReading>, StoreError> {
+        query_readings(
+            self.tx,
+            "WHERE ep = ?1 ORDER BY seq DESC LIMIT 1",
+            params![ep.to_string()],
+        )
+        .map(|mut v| v.pop())
+    }
+
+    /// Readings of `ep` with `seq > after`, oldest first, at most `limit`.
+    pub fn history(
+        &self,
+        ep: &Identity,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredReading>, StoreError> {
+        query_readings(
+            self.tx,
+            "WHERE ep = ?1 AND seq > ?2 ORDER BY seq ASC LIMIT ?3",
+            params![ep.to_string(), after as i64, limit],
+        )
+    }
+
+    /// The newest `limit` readings of `ep`, oldest first.
+    pub fn recent(&self, ep: &Identity, limit: u32) -> Result<Vec<StoredReading>, StoreError> {
+        let mut v = query_readings(
+            self.tx,
+            "WHERE ep = ?1 ORDER BY seq DESC LIMIT ?2",
+            params![ep.to_string(), limit],
+        )?;
+        v.reverse();
+        Ok(v)
+    }
+
+    /// Creates or replaces the registration of `reg.ep`, keeping its id (so its location and
+    /// topics stay the same across re-registrations). Returns the id.
+    pub fn upsert_registration(&self, reg: &Registration) -> Result<i64, StoreError> {
+        self.tx.execute(
+            "INSERT INTO registrations (ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime, links, registered_at, updated_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)
+             ON CONFLICT (ep) DO UPDATE SET authorized_by = ?2, alg = ?3, public_key = ?4, other_info = ?5,
+                 group_keys = ?6, base = ?7, lifetime = ?8, links = ?9, registered_at = ?10, updated_at = ?10, expires_at = ?11",
+            params![
+                reg.ep.to_string(),
+                reg.authorized_by.to_string(),
+                reg.key.algorithm().cose(),
+                reg.key.as_bytes(),
+                reg.other_info,
+                encode_keys(&reg.group_keys),
+                reg.base,
+                reg.lifetime,
+                reg.links,
+                reg.registered_at,
+                reg.expires_at,
+            ],
+        )?;
+        Ok(self.tx.query_row(
+            "SELECT id FROM registrations WHERE ep = ?1",
+            params![reg.ep.to_string()],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn update_registration(
+        &self,
+        id: i64,
+        lifetime: u32,
+        base: Option<&str>,
+        now: i64,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        self.tx.execute(
+            "UPDATE registrations SET lifetime = ?2, base = COALESCE(?3, base), updated_at = ?4, expires_at = ?5 WHERE id = ?1",
+            params![id, lifetime, base, now, expires_at],
+        )?;
+        Ok(())
+    }
+
+    pub fn delete_registration(&self, id: i64) -> Result<(), StoreError> {
+        self.tx
+            .execute("DELETE FROM registrations WHERE id = ?1", params![id])?;
+        Ok(())
+    }
+
+    pub fn set_highest(&self, ep: &Identity, highest: u64, now: i64) -> Result<(), StoreError> {
+        self.tx.execute(
+            "INSERT INTO freshness (ep, highest, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (ep) DO UPDATE SET highest = max(highest, ?2), updated_at = ?3",
+            params![ep.to_string(), highest as i64, now],
+        )?;
+        Ok(())
+    }
+
+    pub fn insert_reading(&self, r: &NewReading<'_>) -> Result<(), StoreError> {
+        let mut st = self.tx.prepare_cached(
+            "INSERT INTO readings (registration, ep, topic, seq, timestamp, content_format, raw, decoded, verified, received_at, peer, message_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11)",
+        )?;
+        st.execute(params![
+            r.registration,
+            r.ep.to_string(),
+            r.topic,
+            r.seq as i64,
+            r.timestamp.map(|t| t as i64),
+            r.content_format,
+            r.raw,
+            r.decoded,
+            r.received_at,
+            r.peer,
+            r.message_id
+        ])?;
+        Ok(())
+    }
+}
