@@ -84,10 +84,8 @@ impl ServerHandle {
 
 pub struct Server;
 
-struct Datagram {
-    peer: SocketAddr,
-    bytes: Vec<u8>,
-}
+/// A received datagram and its sender.
+type Datagram = (SocketAddr, Vec<u8>);
 
 impl Server {
     /// Opens the database, binds the socket and starts serving.
@@ -107,10 +105,7 @@ impl Server {
             loop {
                 match recv_socket.recv_from(&mut buf).await {
                     Ok((n, peer)) => {
-                        let d = Datagram {
-                            peer,
-                            bytes: buf[..n].to_vec(),
-                        };
+                        let d: Datagram = (peer, buf[..n].to_vec());
                         if in_tx.try_send(d).is_err() {
                             recv_stats.incr("server.overload_dropped");
                         }
@@ -133,7 +128,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name("sigil-service".into())
             .spawn(move || {
-                let mut core = Core::new(config, service, thread_stats);
+                let mut core = Dispatcher::new(config, service, thread_stats);
                 core.run(in_rx, out_tx, thread_stop);
             })?;
         tracing::info!(addr = %local_addr, "sigil server listening");
@@ -179,8 +174,10 @@ struct Pending {
     request: Request,
 }
 
-/// The service thread's state: everything about CoAP that is not RD or broker logic.
-struct Core {
+/// Everything about CoAP that is not RD or broker logic: parsing, deduplication, Block1
+/// reassembly, Block2 slicing and response encoding, around a [`Service`]. Transport-free:
+/// datagrams in, datagrams out, so tests and fuzzers drive it without sockets.
+pub struct Dispatcher {
     config: ServerConfig,
     service: Service,
     stats: Stats,
@@ -189,8 +186,8 @@ struct Core {
     assemblies: HashMap<(SocketAddr, String), Assembly>,
 }
 
-impl Core {
-    fn new(config: ServerConfig, service: Service, stats: Stats) -> Self {
+impl Dispatcher {
+    pub fn new(config: ServerConfig, service: Service, stats: Stats) -> Self {
         Self {
             config,
             service,
@@ -226,7 +223,7 @@ impl Core {
                     Err(_) => break,
                 }
             }
-            for (peer, bytes) in self.handle_datagrams(std::mem::take(&mut batch)) {
+            for (peer, bytes) in self.handle(std::mem::take(&mut batch)) {
                 let _ = tx.send((peer, bytes));
             }
         }
@@ -252,8 +249,13 @@ impl Core {
         self.stats.incr(key);
     }
 
-    /// Handles one batch of datagrams; returns the datagrams to send.
-    fn handle_datagrams(&mut self, batch: Vec<Datagram>) -> Vec<(SocketAddr, Vec<u8>)> {
+    /// Handles one batch of datagrams (one database commit); returns the datagrams to send.
+    pub fn handle(&mut self, batch: Vec<Datagram>) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.handle_at(batch, crate::unix_now())
+    }
+
+    /// [`Dispatcher::handle`] with the wall-clock time (Unix seconds) given by the caller.
+    pub fn handle_at(&mut self, batch: Vec<Datagram>, now: i64) -> Vec<(SocketAddr, Vec<u8>)> {
         let mut out = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         for d in &batch {
@@ -268,7 +270,7 @@ impl Core {
             return out;
         }
         let requests: Vec<Request> = pending.iter().map(|p| p.request.clone()).collect();
-        let replies = self.service.handle_batch(&requests, crate::unix_now());
+        let replies = self.service.handle_batch(&requests, now);
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
                 Reply::Response(r) => encode_response(&p, r, self.config.block2_szx),
@@ -291,6 +293,8 @@ impl Core {
     /// Parses, deduplicates and reassembles one datagram. Returns a request for the service,
     /// or answers it directly (into `out`).
     fn intake(&mut self, d: &Datagram, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> Option<Pending> {
+        let (peer, bytes) = d;
+        let d = Incoming { peer: *peer, bytes };
         let msg = match Message::parse(&d.bytes) {
             Ok(m) => m,
             Err(e) => {
@@ -541,6 +545,11 @@ fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<tokio::net::UdpS
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     tokio::net::UdpSocket::from_std(s.into())
+}
+
+struct Incoming<'a> {
+    peer: SocketAddr,
+    bytes: &'a [u8],
 }
 
 fn empty_request(peer: SocketAddr) -> Request {

@@ -15,7 +15,7 @@ pub mod service;
 pub mod stats;
 pub mod store;
 
-pub use driver::{Server, ServerConfig, ServerHandle};
+pub use driver::{Dispatcher, Server, ServerConfig, ServerHandle};
 pub use stats::Stats;
 pub use store::{Store, StoreError};
 

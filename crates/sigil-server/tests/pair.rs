@@ -1,0 +1,379 @@
+//! Devices and the server in memory, with virtual time: the real device state machine talks
+//! CoAP to the real dispatcher and service over a lossless (or deliberately lossy) "link".
+
+use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_identity::Identity;
+use sigil_objects::senml::{Record, Value};
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use std::net::SocketAddr;
+use std::path::Path;
+
+struct Seeded(u64);
+impl Rng for Seeded {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *b = (self.0 >> 33) as u8;
+        }
+        Ok(())
+    }
+}
+
+const NOW: i64 = 1_700_000_000;
+
+fn dispatcher(db: &Path, max_ahead: u64) -> (Dispatcher, Stats) {
+    let stats = Stats::default();
+    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
+    config.service.freshness.max_ahead = max_ahead;
+    config.service.verify_workers = 2;
+    let store = Store::open(db).unwrap();
+    let svc =
+        sigil_server::service::Service::new(store, config.service.clone(), stats.clone()).unwrap();
+    (Dispatcher::new(config, svc, stats.clone()), stats)
+}
+
+struct Sensor {
+    device: Device<RustCrypto>,
+    storage: MemoryStorage,
+    addr: SocketAddr,
+    events: Vec<Event>,
+    /// Drop the next n datagrams from the device (a lossy link).
+    drop_next: usize,
+    sent: Vec<Vec<u8>>,
+}
+
+impl Sensor {
+    fn new(seed: u64, port: u16, config: DeviceConfig, kit: &[PublicKey]) -> Self {
+        let mut storage = MemoryStorage::default();
+        let device = Device::boot(
+            RustCrypto,
+            config,
+            &mut storage,
+            &mut Seeded(seed),
+            kit,
+            &[],
+        )
+        .unwrap();
+        Self {
+            device,
+            storage,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            events: vec![],
+            drop_next: 0,
+            sent: vec![],
+        }
+    }
+
+    /// Runs the device and the server until nothing more happens in the next `for_ms`.
+    fn step(&mut self, d: &mut Dispatcher, now: &mut u64, for_ms: u64) {
+        let until = *now + for_ms;
+        loop {
+            self.device.handle_timeout(*now, &mut self.storage).unwrap();
+            let mut out = Vec::new();
+            let mut buf = [0u8; 2048];
+            while let Some(n) = self.device.poll_transmit(&mut buf) {
+                self.sent.push(buf[..n].to_vec());
+                if self.drop_next > 0 {
+                    self.drop_next -= 1;
+                } else {
+                    out.push((self.addr, buf[..n].to_vec()));
+                }
+            }
+            while let Some(e) = self.device.poll_event() {
+                self.events.push(e);
+            }
+            if !out.is_empty() {
+                for (_, reply) in d.handle_at(out, NOW + (*now / 1000) as i64) {
+                    self.device
+                        .handle_datagram(*now, &mut self.storage, &reply)
+                        .unwrap();
+                }
+                continue;
+            }
+            match self.device.poll_timeout() {
+                Some(t) if t <= until => *now = (*now).max(t),
+                _ => {
+                    *now = until;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, d: &mut Dispatcher, now: &mut u64, v: f64) -> u64 {
+        let r = [Record {
+            name: Some("t"),
+            unit: Some("Cel"),
+            value: Some(Value::Number(v)),
+            ..Default::default()
+        }];
+        let seq = self
+            .device
+            .publish(*now, &mut self.storage, &r, Some(1_700_000_000))
+            .unwrap();
+        self.step(d, now, 1);
+        seq
+    }
+
+    fn acked(&self) -> Vec<u64> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Published {
+                    seq,
+                    outcome: PublishOutcome::Acknowledged,
+                } => Some(*seq),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn provision(db: &Path, id: &Identity, kind: IdentityKind) {
+    Store::open(db)
+        .unwrap()
+        .add_identity(id, kind, "", NOW)
+        .unwrap();
+}
+
+#[test]
+fn register_publish_read_back_and_refuse_the_unprovisioned() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let mut s = Sensor::new(1, 40001, DeviceConfig::default(), &[]);
+    provision(&db, s.device.identity(), IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    assert!(s.device.is_registered(), "{:?}", s.events);
+    let seqs: Vec<u64> = (0..5)
+        .map(|i| s.publish(&mut d, &mut now, 20.0 + f64::from(i)))
+        .collect();
+    assert_eq!(s.acked(), seqs);
+    assert_eq!(stats.get("publish.accepted"), 5);
+    let stored = Store::open(&db).unwrap().reading_keys().unwrap();
+    assert_eq!(stored.len(), 5);
+
+    let mut rogue = Sensor::new(2, 40002, DeviceConfig::default(), &[]);
+    rogue.step(&mut d, &mut now, 10);
+    assert!(!rogue.device.is_registered());
+    assert!(
+        rogue
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::RegistrationFailed { code } if code.to_string() == "4.03")),
+        "{:?}",
+        rogue.events
+    );
+    assert_eq!(stats.get("register.rejected.unauthorized_identity"), 1);
+}
+
+#[test]
+fn a_kit_registers_through_block1_under_its_group_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    // Five devices; each registration lists the four other keys, more than one 64-byte block.
+    let keys: Vec<PublicKey> = (0..5)
+        .map(|i| {
+            let mut st = MemoryStorage::default();
+            let dev = Device::boot(
+                RustCrypto,
+                DeviceConfig::default(),
+                &mut st,
+                &mut Seeded(100 + i),
+                &[],
+                &[],
+            )
+            .unwrap();
+            *dev.public_key()
+        })
+        .collect();
+    let group = Identity::of_group(&RustCrypto, &keys).unwrap();
+    provision(&db, &group, IdentityKind::Group);
+    let mut now = 0;
+    for i in 0..5usize {
+        let others: Vec<PublicKey> = keys
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, k)| *k)
+            .collect();
+        let config = DeviceConfig {
+            block_szx: 2,
+            ..Default::default()
+        };
+        let mut s = Sensor::new(100 + i as u64, 41000 + i as u16, config, &others);
+        assert_eq!(s.device.public_key(), &keys[i]);
+        s.step(&mut d, &mut now, 10);
+        assert!(s.device.is_registered(), "member {i}: {:?}", s.events);
+        s.publish(&mut d, &mut now, 1.0);
+        assert_eq!(s.acked().len(), 1);
+    }
+    assert!(
+        stats.get("coap.block1_continue") >= 5 * 3,
+        "{:?}",
+        stats.snapshot()
+    );
+    // An outsider claiming the kit (its own key plus the members') computes another group.
+    let mut outsider = Sensor::new(999, 42000, DeviceConfig::default(), &keys[1..]);
+    outsider.step(&mut d, &mut now, 10);
+    assert!(!outsider.device.is_registered());
+}
+
+#[test]
+fn lost_acknowledgements_are_retransmitted_and_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let mut s = Sensor::new(3, 40003, DeviceConfig::default(), &[]);
+    provision(&db, s.device.identity(), IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    // The reading reaches the server but the ACK is lost: emulate by delivering the first
+    // copy and throwing its answer away.
+    let r = [Record {
+        name: Some("t"),
+        value: Some(Value::Number(1.5)),
+        ..Default::default()
+    }];
+    let seq = s.device.publish(now, &mut s.storage, &r, None).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = s.device.poll_transmit(&mut buf).unwrap();
+    let first = buf[..n].to_vec();
+    let _lost = d.handle_at(vec![(s.addr, first.clone())], NOW);
+    // The device retransmits after ACK_TIMEOUT; the dedup cache answers.
+    s.step(&mut d, &mut now, 100_000);
+    assert_eq!(s.acked(), vec![seq]);
+    assert_eq!(stats.get("coap.duplicate"), 1);
+    // After a server restart (no dedup memory) the same message still gets its original
+    // answer, from the database.
+    drop(d);
+    let (mut d2, stats2) = dispatcher(&db, 1000);
+    let replies = d2.handle_at(vec![(s.addr, first.clone())], NOW);
+    assert_eq!(
+        sigil_coap::Message::parse(&replies[0].1).unwrap().code,
+        sigil_coap::Code::CHANGED
+    );
+    assert_eq!(stats2.get("publish.duplicate"), 1);
+    // The same bytes from another address are a replay: Reset, nothing stored.
+    let replies = d2.handle_at(vec![(SocketAddr::from(([127, 0, 0, 1], 9)), first)], NOW);
+    assert_eq!(
+        sigil_coap::Message::parse(&replies[0].1).unwrap().mtype,
+        sigil_coap::MessageType::Reset
+    );
+    assert_eq!(stats2.get("publish.rejected.replay"), 1);
+    assert_eq!(Store::open(&db).unwrap().reading_count().unwrap(), 1);
+}
+
+#[test]
+fn broker_rollback_triggers_reset_resync_and_republish() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let backup = dir.path().join("backup.db");
+    let mut s = Sensor::new(4, 40004, DeviceConfig::default(), &[]);
+    provision(&db, s.device.identity(), IdentityKind::Device);
+    let mut now = 0;
+    {
+        let (mut d, _) = dispatcher(&db, 5);
+        s.step(&mut d, &mut now, 10);
+        s.publish(&mut d, &mut now, 1.0);
+    }
+    std::fs::copy(&db, &backup).unwrap();
+    {
+        let (mut d, _) = dispatcher(&db, 5);
+        for i in 0..20 {
+            s.publish(&mut d, &mut now, f64::from(i));
+        }
+    }
+    // The broker loses its recent state (restored from the backup): the device is now far
+    // more than the threshold ahead.
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
+    }
+    std::fs::copy(&backup, &db).unwrap();
+    let (mut d, stats) = dispatcher(&db, 5);
+    let before = s.acked().len();
+    let seq = s.publish(&mut d, &mut now, 42.0);
+    s.step(&mut d, &mut now, 10);
+    assert!(s.events.iter().any(|e| matches!(e, Event::Published { seq: q, outcome: PublishOutcome::Reset } if *q == seq)), "{:?}", s.events);
+    assert!(s.events.iter().any(|e| matches!(e, Event::Resynchronising)));
+    assert_eq!(stats.get("publish.rejected.out_of_window"), 1);
+    assert_eq!(stats.get("freshness.resynchronised"), 1);
+    // The reading was published again under a new number and acknowledged.
+    let acked = s.acked();
+    assert_eq!(acked.len(), before + 1);
+    assert!(*acked.last().unwrap() > seq);
+}
+
+#[test]
+fn revocation_and_factory_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let mut s = Sensor::new(5, 40005, DeviceConfig::default(), &[]);
+    let id = *s.device.identity();
+    provision(&db, &id, IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    s.publish(&mut d, &mut now, 1.0);
+    assert!(Store::open(&db).unwrap().revoke_identity(&id, NOW).unwrap());
+    s.publish(&mut d, &mut now, 2.0);
+    assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Rejected(c), .. } if c.to_string() == "4.03")), "{:?}", s.events);
+    assert_eq!(stats.get("publish.rejected.unauthorized_identity"), 1);
+    // Factory reset: a new key pair, hence a new identity that nobody provisioned.
+    s.storage = MemoryStorage::default();
+    let fresh = Device::boot(
+        RustCrypto,
+        DeviceConfig::default(),
+        &mut s.storage,
+        &mut Seeded(55),
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert_ne!(fresh.identity(), &id);
+    assert_ne!(
+        RustCrypto
+            .public_key(&s.storage.key.clone().unwrap())
+            .unwrap(),
+        *s.device.public_key()
+    );
+}
+
+#[test]
+fn low_bits_sequence_numbers_and_jws_readings_are_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let mut now = 0;
+    for (i, config) in [
+        DeviceConfig {
+            lsb_bits: Some(4),
+            ..Default::default()
+        },
+        DeviceConfig {
+            format: sigil_objects::ReadingFormat::Jws,
+            algorithm: sigil_crypto::SignatureAlgorithm::EcdsaP256,
+            ..Default::default()
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut s = Sensor::new(10 + i as u64, 43000 + i as u16, config, &[]);
+        provision(&db, s.device.identity(), IdentityKind::Device);
+        s.step(&mut d, &mut now, 10);
+        // More readings than 2^4, so the low bits wrap.
+        for v in 0..20 {
+            s.publish(&mut d, &mut now, f64::from(v));
+        }
+        assert_eq!(s.acked().len(), 20, "{:?}", s.events);
+    }
+    assert_eq!(stats.get("publish.accepted"), 40);
+}
