@@ -1,0 +1,90 @@
+"""Fixtures for interop tests: a running `sigil server` and helpers written independently of
+the Rust code (identities with hashlib, per docs/identity.md)."""
+import hashlib
+import os
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+
+SIGIL = os.environ.get("SIGIL_BIN") or os.path.join(os.path.dirname(__file__), "..", "..", "target", "debug", "sigil")
+
+ALG_TAG = {"ed25519": 1, "p256": 2}
+
+
+def identity_of(alg: str, key: bytes, other: bytes = b"") -> str:
+    """I = h(P|O) with Sigil's layout v1 (docs/identity.md), computed from the spec."""
+    data = b"sigil-identity-v1\x00" + bytes([ALG_TAG[alg], len(key)]) + key + struct.pack(">I", len(other)) + other
+    return hashlib.sha256(data).digest()[:16].hex()
+
+
+def group_of(keys):
+    entries = sorted((ALG_TAG[a], k) for a, k in keys)
+    data = b"sigil-group-v1\x00" + struct.pack(">H", len(entries))
+    for tag, k in entries:
+        data += bytes([tag, len(k)]) + k
+    return hashlib.sha256(data).digest()[:16].hex()
+
+
+def member_of(own, others):
+    entries = sorted((ALG_TAG[a], k) for a, k in others)
+    data = b"sigil-member-v1\x00" + bytes([ALG_TAG[own[0]], len(own[1])]) + own[1] + struct.pack(">H", len(entries))
+    for tag, k in entries:
+        data += bytes([tag, len(k)]) + k
+    return hashlib.sha256(data).digest()[:16].hex()
+
+
+def free_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def sigil(*args, check=True):
+    return subprocess.run([SIGIL, *args], capture_output=True, text=True, check=check, timeout=120)
+
+
+def wait_ready(port: int):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.1)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        s.sendto(bytes([0x40, 0x00, 0x12, 0x34]), ("127.0.0.1", port))
+        try:
+            data, _ = s.recvfrom(16)
+            if len(data) == 4:
+                return
+        except socket.timeout:
+            pass
+    raise RuntimeError("sigil server did not come up")
+
+
+class Server:
+    def __init__(self, tmp_path):
+        self.db = str(tmp_path / "sigil.db")
+        self.port = free_port()
+        self.uri = f"coap://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}", "--db", self.db],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_ready(self.port)
+
+    def provision(self, identity: str, group=False):
+        args = ["provision", "--db", self.db, "add", identity]
+        if group:
+            args.append("--group")
+        sigil(*args)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    yield s
+    s.stop()
