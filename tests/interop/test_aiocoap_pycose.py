@@ -165,7 +165,7 @@ def test_sigil_verify_accepts_pycose_signatures_and_rejects_tampering(tmp_path):
             signed = dev.sign(7, senml(21.5))
         else:
             sk = ec.generate_private_key(ec.SECP256R1())
-            nums = sk.public_numbers()
+            nums = sk.public_key().public_numbers()
             x, y = nums.x.to_bytes(32, "big"), nums.y.to_bytes(32, "big")
             pub = b"\x04" + x + y
             ident = identity_of("p256", pub)
