@@ -30,6 +30,7 @@ pub struct CoapClient {
     pub szx: u8,
     /// Largest body accepted through Block2.
     pub max_body: usize,
+    rbuf: Vec<u8>,
 }
 
 /// One request's options.
@@ -58,6 +59,7 @@ impl CoapClient {
             start: Instant::now(),
             szx: 6,
             max_body: 4 << 20,
+            rbuf: vec![0u8; 65_536],
         })
     }
 
@@ -199,14 +201,31 @@ impl CoapClient {
         let give_up_at =
             now() + self.params.max_transmit_wait_ms() + self.params.exchange_lifetime_ms();
         self.socket.send_to(&buf, self.server).await?;
-        let mut rbuf = vec![0u8; 65_536];
+        let mut rbuf = std::mem::take(&mut self.rbuf);
+        let result = self
+            .await_response(&buf, mid, token, &mut retx, give_up_at, &mut rbuf)
+            .await;
+        self.rbuf = rbuf;
+        result
+    }
+
+    async fn await_response(
+        &mut self,
+        buf: &[u8],
+        mid: u16,
+        token: [u8; 4],
+        retx: &mut Option<Retransmission>,
+        give_up_at: u64,
+        rbuf: &mut [u8],
+    ) -> Result<(ClientResponse, Option<BlockOption>)> {
+        let now = || self.start.elapsed().as_millis() as u64;
         loop {
             let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
             let wait = Duration::from_millis(deadline.saturating_sub(now()));
-            match tokio::time::timeout(wait, self.socket.recv_from(&mut rbuf)).await {
+            match tokio::time::timeout(wait, self.socket.recv_from(rbuf)).await {
                 Err(_) => match retx.as_mut().map(|r| r.on_timer(now())) {
                     Some(RetransmitDecision::Resend) => {
-                        self.socket.send_to(&buf, self.server).await?;
+                        self.socket.send_to(buf, self.server).await?;
                     }
                     Some(RetransmitDecision::Wait) => {}
                     Some(RetransmitDecision::GiveUp) | None => bail!(
@@ -230,7 +249,7 @@ impl CoapClient {
                         MessageType::Acknowledgement
                             if msg.message_id == mid && msg.code == Code::EMPTY =>
                         {
-                            retx = None; // separate response follows
+                            *retx = None; // separate response follows
                         }
                         _ if msg.code.is_response() && msg.token == token => {
                             if msg.mtype == MessageType::Confirmable {

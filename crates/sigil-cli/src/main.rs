@@ -3,6 +3,7 @@
 
 mod app;
 mod attacks;
+mod bench;
 mod client;
 mod demo;
 mod sensor;
@@ -52,6 +53,35 @@ enum Command {
     Demo(DemoArgs),
     /// Verify one signed reading from a file against a key and identity.
     Verify(VerifyArgs),
+    /// Measure bytes on the wire and server throughput (docs/benchmarks.md).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Bytes on the wire for one signed temperature reading, against the 802.15.4 budget.
+    Wire {
+        #[arg(long)]
+        json: bool,
+    },
+    /// End-to-end verified readings per second over loopback, beside the raw verify rate.
+    Server {
+        #[arg(long, default_value_t = 64)]
+        sensors: usize,
+        #[arg(long, default_value_t = 200)]
+        readings: usize,
+        /// Repeat and report every run (quote the median).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -344,6 +374,50 @@ async fn run(cmd: Command) -> Result<i32> {
             }
             Ok(if ok { 0 } else { 1 })
         }
+        Command::Bench(b) => match b.what {
+            BenchWhat::Wire { json } => {
+                let rows = bench::wire()?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&rows)?);
+                } else {
+                    bench::print_wire(&rows);
+                }
+                Ok(0)
+            }
+            BenchWhat::Server {
+                sensors,
+                readings,
+                runs,
+                json,
+            } => {
+                let mut results = Vec::new();
+                for i in 0..runs.max(1) {
+                    let r = bench::server(sensors, readings, json).await?;
+                    if !json {
+                        println!(
+                            "run {}: {:.0} verified+stored readings/s end to end ({} in {:.2}s); raw verify {:.0}/s on 1 thread, {:.0}/s on {} threads; ratio {:.2}",
+                            i + 1, r.end_to_end_per_second, r.acknowledged, r.seconds, r.raw_verify_per_second_one_thread, r.raw_verify_per_second_all_threads, r.threads, r.ratio_to_raw_all_threads
+                        );
+                    }
+                    results.push(r);
+                }
+                let mut ratios: Vec<f64> =
+                    results.iter().map(|r| r.ratio_to_raw_all_threads).collect();
+                ratios.sort_by(f64::total_cmp);
+                let median = ratios[ratios.len() / 2];
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(
+                            &serde_json::json!({"runs": results, "median_ratio_to_raw_all_threads": median})
+                        )?
+                    );
+                } else {
+                    println!("median ratio to the raw all-thread verification rate: {median:.2}");
+                }
+                Ok(0)
+            }
+        },
         Command::Verify(a) => {
             let bytes = std::fs::read(&a.file)
                 .with_context(|| format!("cannot read {}", a.file.display()))?;

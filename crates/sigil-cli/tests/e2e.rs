@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 const SIGIL: &str = env!("CARGO_BIN_EXE_sigil");
 
 fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn server(db: &Path, port: u16) -> Child {
@@ -27,10 +31,12 @@ fn server(db: &Path, port: u16) -> Child {
 /// Waits until the server answers a CoAP ping (an Empty CON, answered with Reset).
 fn wait_ready(port: u16) {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        s.send_to(&[0x40, 0x00, 0x12, 0x34], ("127.0.0.1", port)).unwrap();
+        s.send_to(&[0x40, 0x00, 0x12, 0x34], ("127.0.0.1", port))
+            .unwrap();
         let mut b = [0u8; 16];
         if let Ok((4, _)) = s.recv_from(&mut b) {
             return;
@@ -54,14 +60,34 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
     for i in 0..3 {
         let state = dir.path().join(format!("s{i}"));
         let alg = if i == 1 { "p256" } else { "ed25519" };
-        let out = sigil(&["sensor", "--state", state.to_str().unwrap(), "--alg", alg, "--print-identity"]);
+        let out = sigil(&[
+            "sensor",
+            "--state",
+            state.to_str().unwrap(),
+            "--alg",
+            alg,
+            "--print-identity",
+        ]);
         assert!(out.status.success());
-        let id = String::from_utf8(out.stdout).unwrap().lines().next().unwrap().to_string();
+        let id = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap()
+            .to_string();
         labels.push_str(&format!("{id} device sensor {i}\n"));
     }
     let labels_file = dir.path().join("labels.txt");
     std::fs::write(&labels_file, &labels).unwrap();
-    assert!(sigil(&["provision", "--db", db.to_str().unwrap(), "import", labels_file.to_str().unwrap()]).status.success());
+    assert!(sigil(&[
+        "provision",
+        "--db",
+        db.to_str().unwrap(),
+        "import",
+        labels_file.to_str().unwrap()
+    ])
+    .status
+    .success());
 
     let mut srv = server(&db, port);
     wait_ready(port);
@@ -70,7 +96,19 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
             let state = dir.path().join(format!("s{i}"));
             let format = if i == 2 { "jws" } else { "cose" };
             Command::new(SIGIL)
-                .args(["sensor", "--server", &uri, "--state", state.to_str().unwrap(), "--interval", "100ms", "--count", "40", "--format", format])
+                .args([
+                    "sensor",
+                    "--server",
+                    &uri,
+                    "--state",
+                    state.to_str().unwrap(),
+                    "--interval",
+                    "100ms",
+                    "--count",
+                    "40",
+                    "--format",
+                    format,
+                ])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()
@@ -88,9 +126,16 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
     let mut acked: HashSet<(String, u64)> = HashSet::new();
     for s in sensors {
         let out = s.wait_with_output().unwrap();
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-        assert!(report["rejected"].as_array().unwrap().is_empty(), "{report}");
-        assert!(report["timed_out"].as_array().unwrap().is_empty(), "{report}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        assert!(
+            report["rejected"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
+        assert!(
+            report["timed_out"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
         let id = report["identity"].as_str().unwrap().to_string();
         for seq in report["acknowledged"].as_array().unwrap() {
             acked.insert((id.clone(), seq.as_u64().unwrap()));
@@ -99,8 +144,19 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
     assert_eq!(acked.len(), 120, "every reading acknowledged eventually");
 
     // The application fetches everything and verifies it end to end with its own trust list.
-    let out = sigil(&["app", "--server", &uri, "--trust", labels_file.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sigil(&[
+        "app",
+        "--server",
+        &uri,
+        "--trust",
+        labels_file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let app: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut verified: HashSet<(String, u64)> = HashSet::new();
     let mut total = 0;
@@ -109,11 +165,18 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
         assert_eq!(s["failed"], 0, "{s}");
         for r in s["readings"].as_array().unwrap() {
             total += 1;
-            verified.insert((s["ep"].as_str().unwrap().to_string(), r["seq"].as_u64().unwrap()));
+            verified.insert((
+                s["ep"].as_str().unwrap().to_string(),
+                r["seq"].as_u64().unwrap(),
+            ));
         }
     }
     // Nothing acknowledged is lost, and nothing is stored twice.
-    assert!(acked.is_subset(&verified), "missing: {:?}", acked.difference(&verified).collect::<Vec<_>>());
+    assert!(
+        acked.is_subset(&verified),
+        "missing: {:?}",
+        acked.difference(&verified).collect::<Vec<_>>()
+    );
     assert_eq!(total, verified.len());
 
     // No replay window reopened: a reading stored before the kill is refused now.
@@ -122,12 +185,23 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
     assert_eq!(keys.len(), verified.len());
     let topic_out = sigil(&["app", "--server", &uri, "--json", "--history", "1"]);
     let app1: serde_json::Value = serde_json::from_slice(&topic_out.stdout).unwrap();
-    let topic = app1["sensors"][0]["topic"].as_str().unwrap().trim_start_matches('/').to_string();
+    let topic = app1["sensors"][0]["topic"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches('/')
+        .to_string();
     // Fetch the oldest reading of that topic and publish it again from a new socket.
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 512];
-    let mut b = sigil_coap::MessageBuilder::new(&mut buf, sigil_coap::MessageType::Confirmable, sigil_coap::Code::GET, 7, &[7]).unwrap();
+    let mut b = sigil_coap::MessageBuilder::new(
+        &mut buf,
+        sigil_coap::MessageType::Confirmable,
+        sigil_coap::Code::GET,
+        7,
+        &[7],
+    )
+    .unwrap();
     b.uri_path(&topic).unwrap();
     b.option(sigil_coap::option::URI_QUERY, b"n=1").unwrap();
     b.option(sigil_coap::option::URI_QUERY, b"after=0").unwrap();
@@ -140,19 +214,39 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
     assert_eq!(d.array().unwrap(), 1);
     let oldest = d.bytes().unwrap().to_vec();
     let mut buf = vec![0u8; oldest.len() + 64];
-    let mut b = sigil_coap::MessageBuilder::new(&mut buf, sigil_coap::MessageType::Confirmable, sigil_coap::Code::PUT, 8, &[8]).unwrap();
+    let mut b = sigil_coap::MessageBuilder::new(
+        &mut buf,
+        sigil_coap::MessageType::Confirmable,
+        sigil_coap::Code::PUT,
+        8,
+        &[8],
+    )
+    .unwrap();
     b.uri_path(&topic).unwrap();
-    let cf = if oldest.first() == Some(&0xd2) { 18 } else { 65100 };
-    b.uint_option(sigil_coap::option::CONTENT_FORMAT, cf).unwrap();
+    let cf = if oldest.first() == Some(&0xd2) {
+        18
+    } else {
+        65100
+    };
+    b.uint_option(sigil_coap::option::CONTENT_FORMAT, cf)
+        .unwrap();
     let n = b.finish_with_payload(&oldest).unwrap();
     sock.send_to(&buf[..n], ("127.0.0.1", port)).unwrap();
     let (rn, _) = sock.recv_from(&mut rb).unwrap();
-    assert_eq!(sigil_coap::Message::parse(&rb[..rn]).unwrap().mtype, sigil_coap::MessageType::Reset, "replay after restart must be refused");
+    assert_eq!(
+        sigil_coap::Message::parse(&rb[..rn]).unwrap().mtype,
+        sigil_coap::MessageType::Reset,
+        "replay after restart must be refused"
+    );
 
     // The malformed corpus does not stop the server.
     let corpus = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/malformed");
     for f in std::fs::read_dir(corpus).unwrap() {
-        sock.send_to(&std::fs::read(f.unwrap().path()).unwrap(), ("127.0.0.1", port)).unwrap();
+        sock.send_to(
+            &std::fs::read(f.unwrap().path()).unwrap(),
+            ("127.0.0.1", port),
+        )
+        .unwrap();
     }
     wait_ready(port);
     srv.kill().unwrap();
@@ -163,11 +257,22 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
 fn demo_refuses_every_attack_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(SIGIL)
-        .args(["demo", "--sensors", "8", "--duration", "6s", "--interval", "300ms", "--json", "--dir"])
+        .args([
+            "demo",
+            "--sensors",
+            "8",
+            "--duration",
+            "6s",
+            "--interval",
+            "300ms",
+            "--json",
+            "--dir",
+        ])
         .arg(dir.path().join("demo"))
         .output()
         .unwrap();
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(out.status.success(), "{summary}");
     assert_eq!(summary["acknowledged_but_missing"], 0);
     assert_eq!(summary["readings_failed_verification"], 0);
@@ -178,8 +283,17 @@ fn demo_refuses_every_attack_and_loses_nothing() {
         assert_eq!(a["refused"], true, "{a}");
     }
     let c = &summary["server_counters"];
-    for reason in ["publish.rejected.replay", "publish.rejected.bad_signature", "publish.rejected.kid_mismatch", "register.rejected.unauthorized_identity", "register.rejected.identity_mismatch"] {
-        assert!(c[reason].as_u64().unwrap_or(0) >= 1, "{reason} not counted: {c}");
+    for reason in [
+        "publish.rejected.replay",
+        "publish.rejected.bad_signature",
+        "publish.rejected.kid_mismatch",
+        "register.rejected.unauthorized_identity",
+        "register.rejected.identity_mismatch",
+    ] {
+        assert!(
+            c[reason].as_u64().unwrap_or(0) >= 1,
+            "{reason} not counted: {c}"
+        );
     }
     assert!(c["coap.malformed"].as_u64().unwrap() >= 1000);
 }
@@ -188,12 +302,33 @@ fn demo_refuses_every_attack_and_loses_nothing() {
 fn factory_reset_gives_a_new_identity_and_cli_errors_are_clear() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("s");
-    let a = sigil(&["sensor", "--state", state.to_str().unwrap(), "--print-identity"]);
-    let b = sigil(&["sensor", "--state", state.to_str().unwrap(), "--print-identity"]);
+    let a = sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--print-identity",
+    ]);
+    let b = sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--print-identity",
+    ]);
     assert_eq!(a.stdout, b.stdout, "identity is stable across boots");
-    let c = sigil(&["sensor", "--state", state.to_str().unwrap(), "--print-identity", "--factory-reset"]);
+    let c = sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--print-identity",
+        "--factory-reset",
+    ]);
     assert_ne!(a.stdout, c.stdout, "factory reset makes a new identity");
-    let id = String::from_utf8(c.stdout).unwrap().lines().next().unwrap().to_string();
+    let id = String::from_utf8(c.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
     let shown = sigil(&["identity", "--state", state.to_str().unwrap()]);
     assert!(String::from_utf8(shown.stdout).unwrap().contains(&id));
 
@@ -203,10 +338,28 @@ fn factory_reset_gives_a_new_identity_and_cli_errors_are_clear() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("32 hex digits"));
     let list_file = dir.path().join("l.txt");
     std::fs::write(&list_file, format!("{id}\n4B188825\n")).unwrap();
-    let bad = sigil(&["provision", "--db", db.to_str().unwrap(), "import", list_file.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("line 2"), "{}", String::from_utf8_lossy(&bad.stderr));
-    assert!(sigil(&["provision", "--db", db.to_str().unwrap(), "add", &id]).status.success());
-    assert!(sigil(&["provision", "--db", db.to_str().unwrap(), "revoke", &id]).status.success());
+    let bad = sigil(&[
+        "provision",
+        "--db",
+        db.to_str().unwrap(),
+        "import",
+        list_file.to_str().unwrap(),
+    ]);
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(
+        sigil(&["provision", "--db", db.to_str().unwrap(), "add", &id])
+            .status
+            .success()
+    );
+    assert!(
+        sigil(&["provision", "--db", db.to_str().unwrap(), "revoke", &id])
+            .status
+            .success()
+    );
     let list = sigil(&["provision", "--db", db.to_str().unwrap(), "list", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert!(rows[0]["revoked_at"].is_number());

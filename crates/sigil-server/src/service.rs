@@ -166,6 +166,8 @@ struct State {
     by_ep: HashMap<Identity, i64>,
     authorized: HashMap<Identity, IdentityKind>,
     highest: HashMap<Identity, u64>,
+    /// Signature verification threads (none when `verify_workers` is 1).
+    pool: Option<rayon::ThreadPool>,
 }
 
 fn parse_entry(reg: Registration) -> Entry {
@@ -195,7 +197,15 @@ impl Service {
             by_ep: HashMap::new(),
             authorized: store.authorized()?,
             highest: store.freshness()?,
+            pool: None,
         };
+        if state.config.verify_workers > 1 {
+            state.pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(state.config.verify_workers)
+                .thread_name(|i| format!("sigil-verify-{i}"))
+                .build()
+                .ok();
+        }
         for reg in store.registrations()? {
             state.by_ep.insert(reg.ep, reg.id);
             state.entries.insert(reg.id, parse_entry(reg));
@@ -312,25 +322,22 @@ impl State {
         if jobs.is_empty() {
             return out;
         }
-        let workers = self.config.verify_workers.max(1).min(jobs.len());
-        let chunk = jobs.len().div_ceil(workers);
-        let results: Vec<Vec<(usize, Result<Checked, &'static str>)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = jobs
-                .chunks(chunk)
-                .map(|part| {
-                    s.spawn(move || {
-                        part.iter()
-                            .map(|&i| (i, self.check_one(&requests[i], now)))
-                            .collect::<Vec<_>>()
-                    })
+        // Small batches are verified inline; larger ones on the persistent worker pool.
+        let results: Vec<(usize, Result<Checked, &'static str>)> = match &self.pool {
+            Some(pool) if jobs.len() >= 4 => {
+                use rayon::prelude::*;
+                pool.install(|| {
+                    jobs.par_iter()
+                        .map(|&i| (i, self.check_one(&requests[i], now)))
+                        .collect()
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
-        for (i, r) in results.into_iter().flatten() {
+            }
+            _ => jobs
+                .iter()
+                .map(|&i| (i, self.check_one(&requests[i], now)))
+                .collect(),
+        };
+        for (i, r) in results {
             out[i] = Some(r);
         }
         out
