@@ -214,6 +214,8 @@ pub struct Device<C> {
     last_senml_len: usize,
     last_timestamp: Option<u64>,
     republish: bool,
+    /// Message IDs of recent Confirmable responses, re-acknowledged if they come again (§4.5).
+    recent_con: [Option<u16>; 4],
     pub stats: DeviceStats,
 }
 
@@ -285,6 +287,7 @@ impl<C: CryptoProvider> Device<C> {
             last_senml_len: 0,
             last_timestamp: None,
             republish: false,
+            recent_con: [None; 4],
             stats: DeviceStats::default(),
         })
     }
@@ -760,6 +763,13 @@ impl<C: CryptoProvider> Device<C> {
                 self.on_response(now, storage, &msg)
             }
             MessageType::Confirmable | MessageType::NonConfirmable => {
+                if msg.mtype == MessageType::Confirmable
+                    && self.recent_con.contains(&Some(msg.message_id))
+                {
+                    // A duplicate of a separate response already handled: acknowledge again.
+                    self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
+                    return Ok(());
+                }
                 if msg.code.is_response()
                     && self
                         .outstanding
@@ -768,6 +778,8 @@ impl<C: CryptoProvider> Device<C> {
                 {
                     if msg.mtype == MessageType::Confirmable {
                         self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
+                        self.recent_con.rotate_right(1);
+                        self.recent_con[0] = Some(msg.message_id);
                     }
                     return self.on_response(now, storage, &msg);
                 }

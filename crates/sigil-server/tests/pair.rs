@@ -377,3 +377,79 @@ fn low_bits_sequence_numbers_and_jws_readings_are_accepted() {
     }
     assert_eq!(stats.get("publish.accepted"), 40);
 }
+
+#[test]
+fn registrations_are_refreshed_and_expire_when_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let mut s = Sensor::new(
+        20,
+        44000,
+        DeviceConfig {
+            lifetime_s: 60,
+            ..Default::default()
+        },
+        &[],
+    );
+    provision(&db, s.device.identity(), IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    // Over three lifetimes the device refreshes its registration before it lapses.
+    s.step(&mut d, &mut now, 180_000);
+    assert!(
+        s.events
+            .iter()
+            .filter(|e| matches!(e, Event::RegistrationRefreshed))
+            .count()
+            >= 3,
+        "{:?}",
+        s.events
+    );
+    s.publish(&mut d, &mut now, 1.0);
+    assert_eq!(s.acked().len(), 1);
+    // Silence for longer than the lifetime (no refresh reaches the server): the topic is gone,
+    // the reading is refused with 4.04 and the device registers again.
+    now += 120_000;
+    s.publish(&mut d, &mut now, 2.0);
+    assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Rejected(c), .. } if c.to_string() == "4.04")), "{:?}", s.events);
+    s.step(&mut d, &mut now, 10);
+    assert!(s.device.is_registered());
+    assert_eq!(
+        s.events
+            .iter()
+            .filter(|e| matches!(e, Event::Registered))
+            .count(),
+        2
+    );
+    assert!(stats.get("publish.rejected.unknown_topic") >= 1);
+    s.publish(&mut d, &mut now, 3.0);
+    assert_eq!(s.acked().len(), 2);
+}
+
+#[test]
+fn trust_on_first_use_is_off_by_default_and_adds_identities_when_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let stats = Stats::default();
+    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+    assert!(!config.service.danger_trust_on_first_use);
+    config.service.danger_trust_on_first_use = true;
+    let svc = sigil_server::service::Service::new(
+        Store::open(&db).unwrap(),
+        config.service.clone(),
+        stats.clone(),
+    )
+    .unwrap();
+    let mut d = Dispatcher::new(config, svc, stats.clone());
+    let mut s = Sensor::new(30, 45000, DeviceConfig::default(), &[]);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    assert!(s.device.is_registered());
+    s.publish(&mut d, &mut now, 1.0);
+    assert_eq!(s.acked().len(), 1);
+    assert_eq!(stats.get("register.trust_on_first_use"), 1);
+    let rows = Store::open(&db).unwrap().list_identities().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].label, "trust on first use");
+}
