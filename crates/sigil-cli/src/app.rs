@@ -284,6 +284,9 @@ pub async fn run(
     if lookup.code != Code::CONTENT {
         anyhow::bail!("resource directory answered {}", lookup.code);
     }
+    if lookup.content_format != Some(ContentFormat::LINK_FORMAT.0) {
+        anyhow::bail!("resource directory answered with content-format {:?}, not link format", lookup.content_format);
+    }
     let announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
     let mut report = AppReport::default();
     for a in announced {

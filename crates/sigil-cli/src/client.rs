@@ -17,7 +17,6 @@ pub struct ClientResponse {
     pub code: Code,
     pub content_format: Option<u16>,
     pub payload: Vec<u8>,
-    pub location_path: Vec<String>,
 }
 
 pub struct CoapClient {
@@ -61,10 +60,6 @@ impl CoapClient {
             max_body: 4 << 20,
             rbuf: vec![0u8; 65_536],
         })
-    }
-
-    pub fn local_addr(&self) -> Result<SocketAddr> {
-        Ok(self.socket.local_addr()?)
     }
 
     /// Sends raw bytes to the server (for tools that craft their own datagrams).
@@ -265,11 +260,6 @@ impl CoapClient {
                                 code: msg.code,
                                 content_format: msg.content_format().map(|c| c.0),
                                 payload: msg.payload.to_vec(),
-                                location_path: msg
-                                    .location_path()
-                                    .flatten()
-                                    .map(str::to_string)
-                                    .collect(),
                             };
                             return Ok((resp, block2));
                         }
