@@ -285,7 +285,10 @@ pub async fn run(
         anyhow::bail!("resource directory answered {}", lookup.code);
     }
     if lookup.content_format != Some(ContentFormat::LINK_FORMAT.0) {
-        anyhow::bail!("resource directory answered with content-format {:?}, not link format", lookup.content_format);
+        anyhow::bail!(
+            "resource directory answered with content-format {:?}, not link format",
+            lookup.content_format
+        );
     }
     let announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
     let mut report = AppReport::default();

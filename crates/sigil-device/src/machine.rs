@@ -11,6 +11,7 @@ use sigil_coap::{
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, SignatureAlgorithm};
 use sigil_freshness::{SequenceCounter, SequenceError};
 use sigil_identity::Identity;
+use sigil_objects::json::SliceWriter;
 use sigil_objects::senml::{self, Record};
 use sigil_objects::{reading, Freshness, ReadingFormat};
 
@@ -469,7 +470,7 @@ impl<C: CryptoProvider> Device<C> {
 
     /// Writes the registration payload (RFC 6690 link format, §7 step 1) into `out`.
     fn registration_payload(&self, out: &mut [u8]) -> Result<usize, DeviceError> {
-        let mut w = Cursor { buf: out, len: 0 };
+        let mut w = SliceWriter::new(out);
         let r: fmt::Result = (|| {
             write!(
                 w,
@@ -499,7 +500,7 @@ impl<C: CryptoProvider> Device<C> {
             Ok(())
         })();
         r.map_err(|_| DeviceError::TooLarge)?;
-        Ok(w.len)
+        Ok(w.len())
     }
 
     fn start_registration<S: DeviceStorage>(
@@ -893,36 +894,14 @@ impl<C: CryptoProvider> Device<C> {
     }
 }
 
-struct Cursor<'b> {
-    buf: &'b mut [u8],
-    len: usize,
-}
-
-impl Write for Cursor<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let out = self
-            .buf
-            .get_mut(self.len..self.len + s.len())
-            .ok_or(fmt::Error)?;
-        out.copy_from_slice(s.as_bytes());
-        self.len += s.len();
-        Ok(())
-    }
-}
-
-fn b64(w: &mut Cursor<'_>, data: &[u8]) -> fmt::Result {
-    let room = w.buf.len().saturating_sub(w.len);
-    let n = B64
-        .encode_slice(data, &mut w.buf[w.len..w.len + room])
-        .map_err(|_| fmt::Error)?;
-    w.len += n;
-    Ok(())
+fn b64(w: &mut SliceWriter<'_>, data: &[u8]) -> fmt::Result {
+    sigil_objects::json::write_base64url(w, data)
 }
 
 fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {
-    let mut c = Cursor { buf, len: 0 };
+    let mut c = SliceWriter::new(buf);
     c.write_fmt(args).map_err(|_| DeviceError::TooLarge)?;
-    Ok(c.len)
+    Ok(c.len())
 }
 
 impl core::error::Error for DeviceError {}

@@ -14,7 +14,7 @@ extern crate alloc;
 
 pub mod cbor;
 pub mod cose;
-mod json;
+pub mod json;
 pub mod jws;
 pub mod reading;
 pub mod senml;

@@ -362,31 +362,7 @@ impl Dispatcher {
             }
         }
         let mut reply_now = |core: &mut Self, code: Code, text: &str| {
-            core.count("coap.rejected_request");
-            let p = Pending {
-                peer: d.peer,
-                mtype: msg.mtype,
-                mid: msg.message_id,
-                token: msg.token.to_vec(),
-                block2: None,
-                block1: None,
-                request: empty_request(d.peer),
-            };
-            let bytes = encode_response(
-                &p,
-                Response {
-                    code,
-                    payload: text.as_bytes().to_vec(),
-                    ..Default::default()
-                },
-                core.config.block2_szx,
-            );
-            if let Some(b) = bytes {
-                if let Some(e) = core.dedup.get_mut(&(d.peer, msg.message_id)) {
-                    e.response = Some(b.clone());
-                }
-                out.push((d.peer, b));
-            }
+            core.answer_directly(d.peer, &msg, None, code, text, "coap.rejected_request", out);
         };
         if let Some(n) = msg.unknown_critical_option() {
             reply_now(
@@ -475,29 +451,15 @@ impl Dispatcher {
                 a.at = Instant::now();
                 if b1.more {
                     // RFC 7959 §2.3: acknowledge the block with 2.31 Continue.
-                    self.count("coap.block1_continue");
-                    let p = Pending {
-                        peer: d.peer,
-                        mtype: msg.mtype,
-                        mid: msg.message_id,
-                        token: msg.token.to_vec(),
-                        block2: None,
-                        block1: Some(b1),
-                        request: empty_request(d.peer),
-                    };
-                    if let Some(b) = encode_response(
-                        &p,
-                        Response {
-                            code: Code::CONTINUE,
-                            ..Default::default()
-                        },
-                        self.config.block2_szx,
-                    ) {
-                        if let Some(e) = self.dedup.get_mut(&(d.peer, msg.message_id)) {
-                            e.response = Some(b.clone());
-                        }
-                        out.push((d.peer, b));
-                    }
+                    self.answer_directly(
+                        d.peer,
+                        &msg,
+                        Some(b1),
+                        Code::CONTINUE,
+                        "",
+                        "coap.block1_continue",
+                        out,
+                    );
                     return None;
                 }
                 payload = self
@@ -550,6 +512,44 @@ fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<tokio::net::UdpS
 struct Incoming<'a> {
     peer: SocketAddr,
     bytes: &'a [u8],
+}
+
+impl Dispatcher {
+    /// Answers a request without the service (a CoAP-level refusal, or 2.31 Continue), and
+    /// remembers the answer for retransmissions of the same message.
+    #[allow(clippy::too_many_arguments)]
+    fn answer_directly(
+        &mut self,
+        peer: SocketAddr,
+        msg: &Message<'_>,
+        block1: Option<BlockOption>,
+        code: Code,
+        text: &str,
+        counter: &str,
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        self.count(counter);
+        let p = Pending {
+            peer,
+            mtype: msg.mtype,
+            mid: msg.message_id,
+            token: msg.token.to_vec(),
+            block2: None,
+            block1,
+            request: empty_request(peer),
+        };
+        let response = Response {
+            code,
+            payload: text.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        if let Some(b) = encode_response(&p, response, self.config.block2_szx) {
+            if let Some(e) = self.dedup.get_mut(&(peer, msg.message_id)) {
+                e.response = Some(b.clone());
+            }
+            out.push((peer, b));
+        }
+    }
 }
 
 fn empty_request(peer: SocketAddr) -> Request {

@@ -251,14 +251,7 @@ impl Store {
         label: &str,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let n = self.conn.execute(
-            "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (identity) DO UPDATE SET revoked_at = NULL, kind = ?2,
-                 label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
-             WHERE revoked_at IS NOT NULL",
-            params![id.to_string(), kind.as_str(), label, now],
-        )?;
-        Ok(n > 0)
+        add_identity(&self.conn, id, kind, label, now)
     }
 
     /// Revokes an identity: from now on nothing from it is accepted. Returns false if unknown
@@ -455,25 +448,38 @@ fn query_readings(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+fn add_identity(
+    conn: &Connection,
+    id: &Identity,
+    kind: IdentityKind,
+    label: &str,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let n = conn.execute(
+        "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (identity) DO UPDATE SET revoked_at = NULL, kind = ?2,
+             label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
+         WHERE revoked_at IS NOT NULL",
+        params![id.to_string(), kind.as_str(), label, now],
+    )?;
+    Ok(n > 0)
+}
+
 /// Reads and writes inside one transaction (reads see the transaction's own writes).
 pub struct Batch<'t> {
     tx: &'t Transaction<'t>,
 }
 
 impl Batch<'_> {
+    /// See [`Store::add_identity`].
     pub fn add_identity(
         &self,
         id: &Identity,
         kind: IdentityKind,
         label: &str,
         now: i64,
-    ) -> Result<(), StoreError> {
-        self.tx.execute(
-            "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (identity) DO UPDATE SET revoked_at = NULL",
-            params![id.to_string(), kind.as_str(), label, now],
-        )?;
-        Ok(())
+    ) -> Result<bool, StoreError> {
+        add_identity(self.tx, id, kind, label, now)
     }
 
     pub fn reading(&self, ep: &Identity, seq: u64) -> Result<Option<StoredReading>, StoreError> {
