@@ -127,6 +127,8 @@ struct ServerArgs {
     /// Largest accepted jump above the highest sequence number seen (RFC 8387 §8.2 threshold).
     #[arg(long, default_value_t = 1000)]
     max_ahead: u64,
+    #[command(flatten)]
+    transmission: TransmissionArgs,
     /// DANGER: accept registrations from identities not on the list and add them to it.
     /// An attacker present at installation can then take a device's place (docs/security.md).
     #[arg(long)]
@@ -173,6 +175,38 @@ struct SensorArgs {
     /// Other information O in I = h(P|O).
     #[arg(long, default_value = "")]
     other: String,
+    #[command(flatten)]
+    transmission: TransmissionArgs,
+}
+
+/// CoAP transmission parameters (RFC 7252 §4.8).
+#[derive(Args)]
+struct TransmissionArgs {
+    /// ACK_TIMEOUT.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    ack_timeout: Duration,
+    /// ACK_RANDOM_FACTOR (at least 1.0).
+    #[arg(long, default_value_t = 1.5)]
+    ack_random_factor: f64,
+    /// MAX_RETRANSMIT.
+    #[arg(long, default_value_t = 4)]
+    max_retransmit: u8,
+}
+
+impl TransmissionArgs {
+    fn parameters(&self) -> Result<sigil_coap::TransmissionParameters> {
+        if !(1.0..=10.0).contains(&self.ack_random_factor)
+            || self.max_retransmit > 20
+            || self.ack_timeout.is_zero()
+        {
+            bail!("transmission parameters out of range (ACK_RANDOM_FACTOR 1-10, MAX_RETRANSMIT 0-20, ACK_TIMEOUT > 0)");
+        }
+        Ok(sigil_coap::TransmissionParameters {
+            ack_timeout_ms: u32::try_from(self.ack_timeout.as_millis()).unwrap_or(u32::MAX),
+            ack_random_factor_milli: (self.ack_random_factor * 1000.0) as u32,
+            max_retransmit: self.max_retransmit,
+        })
+    }
 }
 
 #[derive(Args)]
@@ -317,6 +351,7 @@ async fn run(cmd: Command) -> Result<i32> {
             let mut config = sigil_server::ServerConfig::new(a.listen, a.db);
             config.service.freshness.max_ahead = a.max_ahead;
             config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
+            config.transmission = a.transmission.parameters()?;
             if a.danger_trust_on_first_use {
                 tracing::warn!(
                     "trust on first use is ON: unknown identities are added at registration"
@@ -450,6 +485,14 @@ async fn run(cmd: Command) -> Result<i32> {
 }
 
 async fn run_sensor(a: SensorArgs) -> Result<i32> {
+    // Validate every argument before touching the device's state.
+    let transmission = a.transmission.parameters()?;
+    if a.lsb_bits.is_some() && a.format == ReadingFormat::Jws {
+        bail!("--lsb-bits works with --format cose only");
+    }
+    if a.lsb_bits.is_some_and(|k| !(1..=32).contains(&k)) {
+        bail!("--lsb-bits must be between 1 and 32");
+    }
     let mut storage = storage::FileStorage::open(&a.state)?;
     if a.factory_reset {
         storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -464,15 +507,13 @@ async fn run_sensor(a: SensorArgs) -> Result<i32> {
             .collect::<Result<_>>()?,
         None => vec![],
     };
-    if a.lsb_bits.is_some() && a.format == ReadingFormat::Jws {
-        bail!("--lsb-bits works with --format cose only");
-    }
     let config = DeviceConfig {
         algorithm: a.alg,
         format: a.format,
         lifetime_s: a.lifetime,
         lsb_bits: a.lsb_bits,
         confirm_every: a.confirm_every,
+        transmission,
         ..Default::default()
     };
     let device = Device::boot(
