@@ -165,6 +165,12 @@ pub fn print_wire(rows: &[WireRow]) {
 
 #[derive(Debug, serde::Serialize)]
 pub struct ServerBench {
+    /// Server CPU time (user + system, all threads) per acknowledged reading, microseconds.
+    pub server_cpu_us_per_reading: f64,
+    /// What one core of the server sustains: 1e6 / server_cpu_us_per_reading.
+    pub server_readings_per_core_second: f64,
+    /// server_readings_per_core_second / raw_verify_per_second_one_thread.
+    pub ratio_per_core: f64,
     pub sensors: usize,
     pub readings: usize,
     pub acknowledged: usize,
@@ -182,10 +188,21 @@ pub struct ServerBench {
 pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<ServerBench> {
     let dir = tempfile::tempdir()?;
     let db = dir.path().join("bench.db");
-    let stats = sigil_server::Stats::default();
-    let config = sigil_server::ServerConfig::new("127.0.0.1:0".parse()?, db.clone());
-    let server = sigil_server::Server::start(config, stats.clone()).await?;
-    let addr = server.local_addr;
+    // The server runs as its own process so its CPU time can be read apart from the load
+    // generator's.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let child = ServerProcess(
+        std::process::Command::new(std::env::current_exe()?)
+            .args(["server", "--listen", &addr.to_string(), "--db"])
+            .arg(&db)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?,
+    );
+    wait_ready(addr).await?;
     let store = sigil_server::Store::open(&db)?;
     let bar = if quiet {
         indicatif::ProgressBar::hidden()
@@ -319,6 +336,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
     let all = (threads * reps * verify_set.len()) as f64 / t.elapsed().as_secs_f64();
 
     bar.set_message("publishing");
+    let cpu_before = process_cpu_seconds(child.0.id())?;
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -347,11 +365,16 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
         t.await??;
     }
     let seconds = start.elapsed().as_secs_f64();
+    let server_cpu = process_cpu_seconds(child.0.id())? - cpu_before;
     bar.finish_and_clear();
-    server.shutdown().await;
+    drop(child);
     let acknowledged = acked.load(std::sync::atomic::Ordering::Relaxed);
     let rate = acknowledged as f64 / seconds;
+    let cpu_us = server_cpu * 1e6 / acknowledged.max(1) as f64;
     Ok(ServerBench {
+        server_cpu_us_per_reading: cpu_us,
+        server_readings_per_core_second: 1e6 / cpu_us,
+        ratio_per_core: (1e6 / cpu_us) / one,
         sensors,
         readings: sensors * per_sensor,
         acknowledged,
@@ -362,4 +385,41 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
         threads,
         ratio_to_raw_all_threads: rate / all,
     })
+}
+
+/// Kills the server process when dropped.
+struct ServerProcess(std::process::Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// User + system CPU seconds of a process and all its threads, from /proc (USER_HZ = 100).
+fn process_cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .context("reading /proc (Linux only)")?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("malformed /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: f64 = fields.get(12).context("no stime")?.parse()?;
+    Ok((utime + stime) / 100.0)
+}
+
+/// Waits until a CoAP ping to `addr` is answered.
+async fn wait_ready(addr: std::net::SocketAddr) -> Result<()> {
+    let c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
+    for _ in 0..200 {
+        c.send_raw(&[0x40, 0x00, 0x00, 0x01]).await?;
+        if c.recv_raw(Duration::from_millis(100)).await.is_some() {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("bench server did not start")
 }

@@ -1,10 +1,11 @@
-//! The tokio UDP driver around [`Service`]: CoAP parsing, message deduplication (RFC 7252
-//! §4.5), block-wise transfer (RFC 7959), batching, and response encoding.
+//! The UDP server around [`Service`]: CoAP parsing, message deduplication (RFC 7252 §4.5),
+//! block-wise transfer (RFC 7959), batching, and response encoding.
 //!
-//! One task receives datagrams and hands them to the service thread through a bounded
-//! channel; the service thread drains up to `batch_max` datagrams at a time, handles them as
-//! one batch (one database commit) and hands the encoded responses to a sender task.
-//! Every table here has a cap: the dedup cache, the Block1 reassembly buffers, the channel.
+//! One thread owns the socket. It blocks for a datagram, drains whatever else is queued
+//! without blocking (up to `batch_max`), handles the lot as one batch (one database commit),
+//! and sends the answers. [`Server::start`] is async so a tokio program can start and stop it;
+//! the hot path has no hand-offs between tasks or threads. Every table here has a cap: the
+//! dedup cache, the Block1 reassembly buffers, the batch.
 
 use crate::service::{Reply, Request, Response, Service, ServiceConfig};
 use crate::stats::Stats;
@@ -14,7 +15,6 @@ use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, Transm
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,8 +26,6 @@ pub struct ServerConfig {
     pub transmission: TransmissionParameters,
     /// Most datagrams handled in one batch (one commit).
     pub batch_max: usize,
-    /// Datagrams queued for the service thread before new ones are dropped.
-    pub queue: usize,
     /// Most remembered (peer, message ID) pairs.
     pub dedup_capacity: usize,
     /// Largest request body accepted through Block1.
@@ -49,7 +47,6 @@ impl ServerConfig {
             service: ServiceConfig::default(),
             transmission: TransmissionParameters::default(),
             batch_max: 512,
-            queue: 16_384,
             dedup_capacity: 200_000,
             max_body: 16 * 1024,
             max_assemblies: 1024,
@@ -66,16 +63,12 @@ pub struct ServerHandle {
     pub stats: Stats,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl ServerHandle {
     /// Stops receiving, finishes the batch in hand, and waits for the service thread.
     pub async fn shutdown(mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        for t in &self.tasks {
-            t.abort();
-        }
         if let Some(t) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
@@ -92,44 +85,16 @@ impl Server {
     pub async fn start(config: ServerConfig, stats: Stats) -> Result<ServerHandle, StartError> {
         let store = Store::open(&config.database)?;
         let service = Service::new(store, config.service.clone(), stats.clone())?;
-        let socket = Arc::new(bind_udp(config.listen, config.receive_buffer)?);
+        let socket = bind_udp(config.listen, config.receive_buffer)?;
         let local_addr = socket.local_addr()?;
-        let (in_tx, in_rx) = mpsc::sync_channel::<Datagram>(config.queue);
-        let (out_tx, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<(SocketAddr, Vec<u8>)>();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-
-        let recv_socket = socket.clone();
-        let recv_stats = stats.clone();
-        let receiver = tokio::spawn(async move {
-            let mut buf = vec![0u8; 65_536];
-            loop {
-                match recv_socket.recv_from(&mut buf).await {
-                    Ok((n, peer)) => {
-                        let d: Datagram = (peer, buf[..n].to_vec());
-                        if in_tx.try_send(d).is_err() {
-                            recv_stats.incr("server.overload_dropped");
-                        }
-                    }
-                    Err(e) => {
-                        // ICMP errors surface here on some platforms; keep serving.
-                        tracing::debug!(error = %e, "recv error");
-                    }
-                }
-            }
-        });
-        let send_socket = socket.clone();
-        let sender = tokio::spawn(async move {
-            while let Some((peer, bytes)) = out_rx.recv().await {
-                let _ = send_socket.send_to(&bytes, peer).await;
-            }
-        });
         let thread_stop = stop.clone();
         let thread_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("sigil-service".into())
             .spawn(move || {
                 let mut core = Dispatcher::new(config, service, thread_stats);
-                core.run(in_rx, out_tx, thread_stop);
+                core.run(socket, thread_stop);
             })?;
         tracing::info!(addr = %local_addr, "sigil server listening");
         Ok(ServerHandle {
@@ -137,7 +102,6 @@ impl Server {
             stats,
             stop,
             thread: Some(thread),
-            tasks: vec![receiver, sender],
         })
     }
 }
@@ -198,33 +162,47 @@ impl Dispatcher {
         }
     }
 
-    fn run(
-        &mut self,
-        rx: mpsc::Receiver<Datagram>,
-        tx: tokio::sync::mpsc::UnboundedSender<(SocketAddr, Vec<u8>)>,
-        stop: Arc<std::sync::atomic::AtomicBool>,
-    ) {
-        let mut batch = Vec::with_capacity(self.config.batch_max);
+    /// The datagram loop: block for the first datagram (waking every 200 ms for timers and
+    /// shutdown), drain whatever else is queued without blocking, handle it all as one batch,
+    /// send the answers. No thread hand-offs on the hot path.
+    fn run(&mut self, socket: std::net::UdpSocket, stop: Arc<std::sync::atomic::AtomicBool>) {
+        let mut buf = vec![0u8; 65_536];
+        let mut batch: Vec<Datagram> = Vec::with_capacity(self.config.batch_max);
         loop {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
             }
-            match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(d) => batch.push(d),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
+            match socket.recv_from(&mut buf) {
+                Ok((n, peer)) => batch.push((peer, buf[..n].to_vec())),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
                     self.expire();
                     continue;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            }
-            while batch.len() < self.config.batch_max {
-                match rx.try_recv() {
-                    Ok(d) => batch.push(d),
-                    Err(_) => break,
+                Err(e) => {
+                    // ICMP errors surface here on some platforms; keep serving.
+                    tracing::debug!(error = %e, "recv error");
+                    continue;
                 }
             }
+            if socket.set_nonblocking(true).is_ok() {
+                while batch.len() < self.config.batch_max {
+                    match socket.recv_from(&mut buf) {
+                        Ok((n, peer)) => batch.push((peer, buf[..n].to_vec())),
+                        Err(_) => break,
+                    }
+                }
+                let _ = socket.set_nonblocking(false);
+            }
             for (peer, bytes) in self.handle(std::mem::take(&mut batch)) {
-                let _ = tx.send((peer, bytes));
+                if let Err(e) = socket.send_to(&bytes, peer) {
+                    tracing::debug!(error = %e, %peer, "send failed");
+                    self.count("server.send_failed");
+                }
             }
         }
     }
@@ -493,8 +471,9 @@ impl Dispatcher {
     }
 }
 
-/// Binds the server socket with a large receive buffer (the kernel may cap it).
-fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<tokio::net::UdpSocket> {
+/// Binds the server socket with a large receive buffer (the kernel may cap it), blocking with a
+/// 200 ms read timeout so the loop can run timers and notice shutdown.
+fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<std::net::UdpSocket> {
     let domain = if addr.is_ipv6() {
         socket2::Domain::IPV6
     } else {
@@ -504,9 +483,10 @@ fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<tokio::net::UdpS
     if let Err(e) = s.set_recv_buffer_size(rcvbuf) {
         tracing::debug!(error = %e, "cannot enlarge the receive buffer");
     }
-    s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
-    tokio::net::UdpSocket::from_std(s.into())
+    let socket: std::net::UdpSocket = s.into();
+    socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+    Ok(socket)
 }
 
 struct Incoming<'a> {

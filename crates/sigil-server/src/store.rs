@@ -576,11 +576,12 @@ impl Batch<'_> {
     }
 
     pub fn set_highest(&self, ep: &Identity, highest: u64, now: i64) -> Result<(), StoreError> {
-        self.tx.execute(
-            "INSERT INTO freshness (ep, highest, updated_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (ep) DO UPDATE SET highest = max(highest, ?2), updated_at = ?3",
-            params![ep.to_string(), highest as i64, now],
-        )?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO freshness (ep, highest, updated_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (ep) DO UPDATE SET highest = max(highest, ?2), updated_at = ?3",
+            )?
+            .execute(params![ep.to_string(), highest as i64, now])?;
         Ok(())
     }
 
