@@ -1,33 +1,35 @@
 #![no_main]
-//! The server's request handling: any datagram that parses as CoAP becomes a request to the
-//! Resource Directory and broker (on an in-memory database); nothing panics, every request
-//! gets one reply.
+//! The server below the socket: any datagrams go through the Dispatcher (CoAP parsing,
+//! deduplication, Block1 reassembly, Block2 slicing, response encoding) into the Resource
+//! Directory and broker on an in-memory database. Nothing panics or recurses without bound,
+//! and every answer is a well-formed CoAP message.
 use libfuzzer_sys::fuzz_target;
 use sigil_coap::Message;
-use sigil_server::service::{Request, Service, ServiceConfig};
-use sigil_server::{Stats, Store};
+use sigil_server::service::{Service, ServiceConfig};
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use std::net::SocketAddr;
 use std::sync::Mutex;
 
-static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
+static DISPATCHER: Mutex<Option<Dispatcher>> = Mutex::new(None);
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(m) = Message::parse(data) else { return };
-    let req = Request {
-        peer: "127.0.0.1:5683".parse().unwrap(),
-        confirmable: true,
-        message_id: Some(m.message_id),
-        code: m.code,
-        path: m.uri_path().filter_map(Result::ok).map(str::to_string).collect(),
-        query: m.uri_query().filter_map(Result::ok).map(str::to_string).collect(),
-        content_format: m.content_format().map(|c| c.0),
-        accept: m.accept().map(|c| c.0),
-        payload: m.payload.to_vec(),
-    };
-    let mut guard = SERVICE.lock().unwrap();
-    let svc = guard.get_or_insert_with(|| {
-        let config = ServiceConfig { verify_workers: 1, ..Default::default() };
-        Service::new(Store::open_in_memory().unwrap(), config, Stats::default()).unwrap()
+    let mut guard = DISPATCHER.lock().unwrap();
+    let d = guard.get_or_insert_with(|| {
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), ":memory:".into());
+        config.service = ServiceConfig { verify_workers: 1, ..Default::default() };
+        let svc = Service::new(Store::open_in_memory().unwrap(), config.service.clone(), Stats::default()).unwrap();
+        Dispatcher::new(config, svc, Stats::default())
     });
-    let replies = svc.handle_batch(&[req], 1_700_000_000);
-    assert_eq!(replies.len(), 1);
+    // Split the input into up to four datagrams from two peers, so dedup and Block1 state
+    // across datagrams is exercised.
+    let peers: [SocketAddr; 2] = ["127.0.0.1:1000".parse().unwrap(), "127.0.0.1:2000".parse().unwrap()];
+    let batch: Vec<(SocketAddr, Vec<u8>)> = data
+        .split(|b| *b == 0xa5)
+        .take(4)
+        .enumerate()
+        .map(|(i, part)| (peers[i % 2], part.to_vec()))
+        .collect();
+    for (_, out) in d.handle_at(batch, 1_700_000_000) {
+        Message::parse(&out).expect("the server sends only well-formed CoAP");
+    }
 });

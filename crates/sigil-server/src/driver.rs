@@ -562,16 +562,22 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8) -> Option<Vec<u8>>
         match want.slice(&r.payload) {
             Some((part, more)) => (part.to_vec(), Some(BlockOption::new(want.num, more, szx))),
             None => {
-                // Block past the end: 4.02 per RFC 7959 §2.2.
-                return encode_response(
-                    p,
-                    Response {
-                        code: Code::BAD_OPTION,
-                        payload: b"block out of range".to_vec(),
-                        ..Default::default()
-                    },
-                    default_szx,
-                );
+                // Block past the end: 4.02 (RFC 7959 §2.2), answered without Block2.
+                let plain = Pending {
+                    peer: p.peer,
+                    mtype: p.mtype,
+                    mid: p.mid,
+                    token: p.token.clone(),
+                    block2: None,
+                    block1: None,
+                    request: empty_request(p.peer),
+                };
+                let refusal = Response {
+                    code: Code::BAD_OPTION,
+                    payload: b"block out of range".to_vec(),
+                    ..Default::default()
+                };
+                return encode_response(&plain, refusal, default_szx);
             }
         }
     } else {

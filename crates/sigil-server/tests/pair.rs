@@ -453,3 +453,107 @@ fn trust_on_first_use_is_off_by_default_and_adds_identities_when_on() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].label, "trust on first use");
 }
+
+#[test]
+fn large_history_is_served_block_by_block() {
+    use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, _) = dispatcher(&db, 1000);
+    let mut s = Sensor::new(40, 46000, DeviceConfig::default(), &[]);
+    provision(&db, s.device.identity(), IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    for v in 0..30 {
+        s.publish(&mut d, &mut now, f64::from(v));
+    }
+    let topic = format!(
+        "ps/{}/m",
+        s.device.location().unwrap().rsplit('/').next().unwrap()
+    );
+    let client = SocketAddr::from(([127, 0, 0, 1], 47000));
+    let get = |mid: u16, block: Option<BlockOption>| {
+        let mut buf = [0u8; 128];
+        let mut b = MessageBuilder::new(
+            &mut buf,
+            MessageType::Confirmable,
+            Code::GET,
+            mid,
+            &[mid as u8],
+        )
+        .unwrap();
+        b.uri_path(&topic).unwrap();
+        b.option(option::URI_QUERY, b"n=30").unwrap();
+        if let Some(bl) = block {
+            let (v, n) = bl.encode().unwrap();
+            b.option(option::BLOCK2, &v[..n]).unwrap();
+        }
+        let n = b.finish();
+        buf[..n].to_vec()
+    };
+    let mut body = Vec::new();
+    let mut block = None;
+    let mut blocks = 0;
+    loop {
+        let replies = d.handle_at(vec![(client, get(100 + blocks, block))], NOW);
+        let m = Message::parse(&replies[0].1).unwrap();
+        assert_eq!(m.code, Code::CONTENT);
+        let b2 = m
+            .block2()
+            .expect("a 30-reading history needs Block2")
+            .unwrap();
+        assert_eq!(b2.num, u32::from(blocks));
+        if b2.num == 0 {
+            assert!(m.uint_option(option::SIZE2).unwrap() > 1024);
+        }
+        body.extend_from_slice(m.payload);
+        blocks += 1;
+        if !b2.more {
+            break;
+        }
+        block = Some(BlockOption::new(b2.num + 1, false, b2.szx));
+    }
+    assert!(blocks >= 3);
+    let mut dec = sigil_objects::cbor::Decoder::new(&body);
+    assert_eq!(dec.array().unwrap(), 30);
+    // A block past the end is refused.
+    let replies = d.handle_at(
+        vec![(client, get(999, Some(BlockOption::new(99, false, 6))))],
+        NOW,
+    );
+    assert_eq!(
+        Message::parse(&replies[0].1).unwrap().code,
+        Code::BAD_OPTION
+    );
+}
+
+/// Regression: a Block2 number past the end of a body made response encoding recurse until
+/// the stack overflowed, so one datagram could crash the server.
+#[test]
+fn regression_block2_past_the_end_does_not_recurse() {
+    use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut d, _) = dispatcher(&dir.path().join("s.db"), 1000);
+    for (num, szx) in [(1u32, 0u8), (5, 6), (1_048_575, 0)] {
+        let mut buf = [0u8; 64];
+        let mut b = MessageBuilder::new(
+            &mut buf,
+            MessageType::Confirmable,
+            Code::GET,
+            num as u16,
+            &[1],
+        )
+        .unwrap();
+        b.uri_path(".well-known/core").unwrap();
+        let (v, n) = BlockOption::new(num, false, szx).encode().unwrap();
+        b.option(option::BLOCK2, &v[..n]).unwrap();
+        let n = b.finish();
+        let replies = d.handle_at(
+            vec![(SocketAddr::from(([127, 0, 0, 1], 9)), buf[..n].to_vec())],
+            NOW,
+        );
+        let m = Message::parse(&replies[0].1).unwrap();
+        assert_eq!(m.code, Code::BAD_OPTION, "block {num}");
+        assert!(m.block2().is_none());
+    }
+}
