@@ -834,6 +834,18 @@ impl<C: CryptoProvider> Device<C> {
         let exchange = o.exchange;
         match exchange {
             Exchange::Register { block } if msg.code == Code::CONTINUE => {
+                // 2.31 is only valid for a block we sent with the "more" flag (RFC 7959 §2.3).
+                let sent_more = self.outstanding.as_ref().is_some_and(|o| {
+                    Message::parse(&o.buf[..o.len])
+                        .ok()
+                        .and_then(|m| m.block1())
+                        .is_some_and(|b| b.is_ok_and(|b| b.more && b.num == block))
+                });
+                if !sent_more {
+                    self.stats.unexpected += 1;
+                    self.exchange_failed_with(now, msg.code);
+                    return Ok(());
+                }
                 self.outstanding = None;
                 self.start_registration(now, storage, block + 1)
             }

@@ -185,3 +185,44 @@ fn timeout_after_max_retransmit_reports_the_reading_lost() {
         })
     );
 }
+
+#[test]
+fn a_continue_for_an_unblocked_registration_is_refused_not_fatal() {
+    let mut st = MemoryStorage::default();
+    let mut d = Device::boot(
+        RustCrypto,
+        DeviceConfig::default(),
+        &mut st,
+        &mut Ones,
+        &[],
+        &[],
+    )
+    .unwrap();
+    d.handle_timeout(0, &mut st).unwrap();
+    let reg = sent(&mut d).pop().unwrap();
+    let m = Message::parse(&reg).unwrap();
+    assert!(m.block1().is_none(), "a small registration is sent whole");
+    // A hostile or broken server answers 2.31 Continue: no error, no crash, counted.
+    d.handle_datagram(
+        1,
+        &mut st,
+        &response(
+            MessageType::Acknowledgement,
+            Code::CONTINUE,
+            m.message_id,
+            m.token,
+            &[],
+        ),
+    )
+    .unwrap();
+    assert_eq!(d.stats.unexpected, 1);
+    assert!(!d.is_registered());
+    assert!(matches!(
+        d.poll_event(),
+        Some(Event::RegistrationFailed { .. })
+    ));
+    // It registers again after its back-off.
+    let retry = d.poll_timeout().unwrap();
+    d.handle_timeout(retry, &mut st).unwrap();
+    assert_eq!(sent(&mut d).len(), 1);
+}
