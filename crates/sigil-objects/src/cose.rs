@@ -118,11 +118,13 @@ fn label(d: &mut Decoder<'_>) -> Result<Option<i64>, CoseError> {
 
 /// Up to this many labels per bucket are tracked for duplicate detection.
 const MAX_LABELS: usize = 16;
+/// Labels tracked across both buckets (each may hold `MAX_LABELS`).
+const MAX_SEEN: usize = 2 * MAX_LABELS;
 
 fn parse_bucket<'a>(
     d: &mut Decoder<'a>,
     h: &mut Headers<'a>,
-    seen: &mut [i64; MAX_LABELS],
+    seen: &mut [i64; MAX_SEEN],
     nseen: &mut usize,
     protected: bool,
 ) -> Result<(), CoseError> {
@@ -212,16 +214,14 @@ impl<'a> CoseSign1<'a> {
         }
         let protected_raw = d.bytes().map_err(|_| CoseError::NotSign1)?;
         let mut headers = Headers::default();
-        let mut seen = [0i64; MAX_LABELS];
+        let mut seen = [0i64; MAX_SEEN];
         let mut nseen = 0;
         if !protected_raw.is_empty() {
             let mut pd = Decoder::new(protected_raw);
             parse_bucket(&mut pd, &mut headers, &mut seen, &mut nseen, true)?;
             pd.finish()?;
         }
-        let mut seen_u = seen;
-        let mut nseen_u = nseen;
-        parse_bucket(&mut d, &mut headers, &mut seen_u, &mut nseen_u, false)?;
+        parse_bucket(&mut d, &mut headers, &mut seen, &mut nseen, false)?;
         let payload = match d.item()? {
             Item::Bytes(b) => b,
             Item::Null => return Err(CoseError::DetachedPayload),

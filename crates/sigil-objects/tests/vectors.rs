@@ -108,3 +108,45 @@ fn cose_wg_sign1_pass_and_fail_cases() {
     }
     assert_eq!(checked, 9);
 }
+
+/// Regression: duplicate-label tracking was sized for one bucket, so 16 protected labels plus
+/// one unprotected label indexed past its end and panicked.
+#[test]
+fn regression_full_protected_bucket_plus_unprotected_label_is_an_error_not_a_panic() {
+    use sigil_objects::cbor::Encoder;
+    let mut protected = [0u8; 128];
+    let mut e = Encoder::new(&mut protected);
+    e.map(16).unwrap();
+    for label in 10..26 {
+        e.i64(label).unwrap().u64(0).unwrap();
+    }
+    let pn = e.finish();
+    let mut buf = [0u8; 256];
+    let mut e = Encoder::new(&mut buf);
+    e.tag(18)
+        .unwrap()
+        .array(4)
+        .unwrap()
+        .bytes(&protected[..pn])
+        .unwrap();
+    e.map(1).unwrap().i64(30).unwrap().u64(0).unwrap();
+    e.bytes(b"payload").unwrap().bytes(&[0u8; 64]).unwrap();
+    let n = e.finish();
+    // Parses (no Sigil rule is broken at the COSE layer) or is refused; it must not panic.
+    let _ = CoseSign1::parse(&buf[..n]);
+    // The same label in both buckets is refused.
+    let mut e = Encoder::new(&mut buf);
+    e.tag(18)
+        .unwrap()
+        .array(4)
+        .unwrap()
+        .bytes(&protected[..pn])
+        .unwrap();
+    e.map(1).unwrap().i64(10).unwrap().u64(0).unwrap();
+    e.bytes(b"payload").unwrap().bytes(&[0u8; 64]).unwrap();
+    let n = e.finish();
+    assert_eq!(
+        CoseSign1::parse(&buf[..n]),
+        Err(sigil_objects::cose::CoseError::DuplicateLabel)
+    );
+}
