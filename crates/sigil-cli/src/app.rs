@@ -16,6 +16,9 @@ use sigil_objects::{ReadingFormat, SignedReading};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 
+/// Most readings the application fetches from one topic when asked for all of them.
+pub const MAX_HISTORY: usize = 100_000;
+
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// One sensor resource as announced by the Resource Directory.
@@ -265,6 +268,10 @@ pub async fn fetch_history(client: &mut CoapClient, href: &str, page: u32) -> Re
         all.extend(page_items);
         if (got as u32) < page {
             break;
+        }
+        if all.len() >= MAX_HISTORY {
+            // The broker is not trusted: it cannot make the application hold unbounded data.
+            anyhow::bail!("{href}: more than {MAX_HISTORY} readings; fetch with --history N");
         }
     }
     Ok(all)

@@ -218,29 +218,25 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
         Vec<u8>,
     )> = Vec::new();
     for _ in 0..sensors {
-        let (mut d, mut storage) = registered_device(DeviceConfig::default())?;
-        store.add_identity(
-            d.identity(),
-            sigil_server::store::IdentityKind::Device,
-            "bench",
-            sigil_server::unix_now(),
-        )?;
-        // Register for real with the server.
-        let c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
-        let mut fresh = MemoryStorage {
-            key: storage.key.clone(),
-            ..Default::default()
-        };
+        // Boot and register for real with the server.
+        let mut storage = MemoryStorage::default();
         let mut dev = Device::boot(
             RustCrypto,
             DeviceConfig::default(),
-            &mut fresh,
+            &mut storage,
             &mut OsRng,
             &[],
             &[],
         )
         .map_err(|e| anyhow!("{e}"))?;
-        dev.handle_timeout(0, &mut fresh)
+        store.add_identity(
+            dev.identity(),
+            sigil_server::store::IdentityKind::Device,
+            "bench",
+            sigil_server::unix_now(),
+        )?;
+        let c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
+        dev.handle_timeout(0, &mut storage)
             .map_err(|e| anyhow!("{e}"))?;
         let mut buf = [0u8; 2048];
         let n = dev.poll_transmit(&mut buf).context("registration")?;
@@ -249,7 +245,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
             .recv_raw(Duration::from_secs(5))
             .await
             .context("no registration answer")?;
-        dev.handle_datagram(1, &mut fresh, &resp)
+        dev.handle_datagram(1, &mut storage, &resp)
             .map_err(|e| anyhow!("{e}"))?;
         anyhow::ensure!(dev.is_registered(), "bench sensor not registered");
         let topic = format!(
@@ -296,7 +292,6 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
                 verify_set.push((pk, id, first + i, out[..n].to_vec()));
             }
         }
-        let _ = (&mut d, &mut storage);
         work.push((topic, signed));
     }
 

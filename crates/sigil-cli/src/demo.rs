@@ -44,6 +44,15 @@ pub struct DemoSummary {
     pub database: String,
 }
 
+/// The public keys of a kit except member `i`: what member `i` hashes after its own key.
+pub fn kit_members_except(keys: &[PublicKey], i: usize) -> Vec<PublicKey> {
+    keys.iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, k)| *k)
+        .collect()
+}
+
 /// Which algorithm and format sensor `i` uses: a mix, so every wire form is exercised.
 fn flavour(i: usize) -> (SignatureAlgorithm, ReadingFormat) {
     match i % 5 {
@@ -89,69 +98,49 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
         db.display()
     ));
 
-    // 2. First boot: every sensor generates its key pair and identity in its own storage.
+    // 2. First boot: every sensor generates its key pair and identity in its own storage. The
+    //    members of the kit then learn each other's public keys and boot again with them, so
+    //    their identities are the kit-bound Idev of RFC 8387 §4.1.
     let kit = opts.kit.min(opts.sensors);
     let mut storages = Vec::new();
-    let mut keys: Vec<(SignatureAlgorithm, ReadingFormat, sigil_crypto::SecretKey)> = Vec::new();
+    let mut devices = Vec::new();
     for i in 0..opts.sensors {
-        let (alg, format) = if i < kit {
+        let (algorithm, format) = if i < kit {
             (SignatureAlgorithm::Ed25519, ReadingFormat::Cose)
         } else {
             flavour(i)
         };
         let mut storage = FileStorage::open(&dir.join(format!("sensor-{i:03}")))?;
-        // Boot once to generate and persist the key; the device is booted again below with its
-        // kit membership known.
-        let d = Device::boot(
-            RustCrypto,
-            DeviceConfig {
-                algorithm: alg,
-                format,
-                ..Default::default()
-            },
-            &mut storage,
-            &mut OsRng,
-            &[],
-            &[],
-        )
-        .map_err(|e| anyhow::anyhow!("sensor {i}: {e}"))?;
-        let _ = d;
-        use sigil_device::DeviceStorage;
-        let sk = storage
-            .load_key()
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .context("key not stored")?;
-        keys.push((alg, format, sk));
-        storages.push(storage);
-    }
-    let kit_keys: Vec<PublicKey> = keys[..kit]
-        .iter()
-        .map(|(_, _, sk)| sigil_crypto::CryptoProvider::public_key(&RustCrypto, sk))
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut devices = Vec::new();
-    for (i, storage) in storages.iter_mut().enumerate() {
-        let (alg, format, _) = &keys[i];
-        let others: Vec<PublicKey> = if i < kit {
-            kit_keys
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, k)| *k)
-                .collect()
-        } else {
-            vec![]
-        };
-        let cfg = DeviceConfig {
-            algorithm: *alg,
-            format: *format,
+        let config = DeviceConfig {
+            algorithm,
+            format,
             lifetime_s: 300,
             ..Default::default()
         };
-        let d = Device::boot(RustCrypto, cfg, storage, &mut OsRng, &others, &[])
+        let d = Device::boot(RustCrypto, config, &mut storage, &mut OsRng, &[], &[])
             .map_err(|e| anyhow::anyhow!("sensor {i}: {e}"))?;
-        devices.push(d);
+        devices.push((config, d));
+        storages.push(storage);
     }
+    let kit_keys: Vec<PublicKey> = devices[..kit]
+        .iter()
+        .map(|(_, d)| *d.public_key())
+        .collect();
+    for i in 0..kit {
+        let others = kit_members_except(&kit_keys, i);
+        let config = devices[i].0;
+        let d = Device::boot(
+            RustCrypto,
+            config,
+            &mut storages[i],
+            &mut OsRng,
+            &others,
+            &[],
+        )
+        .map_err(|e| anyhow::anyhow!("sensor {i}: {e}"))?;
+        devices[i].1 = d;
+    }
+    let devices: Vec<Device<RustCrypto>> = devices.into_iter().map(|(_, d)| d).collect();
 
     // 3. The installer scans the labels (and the kit's box) and feeds them to the server.
     let mut labels = String::from("# identities scanned at installation\n");

@@ -582,12 +582,7 @@ fn identity_cmd(a: IdentityArgs) -> Result<i32> {
         let g = Identity::of_group(&RustCrypto, &keys).map_err(|e| anyhow::anyhow!("{e}"))?;
         rows.push(("group".to_string(), g));
         for (i, k) in keys.iter().enumerate() {
-            let others: Vec<PublicKey> = keys
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, k)| *k)
-                .collect();
+            let others = demo::kit_members_except(&keys, i);
             rows.push((
                 format!("member {i}"),
                 Identity::of_member(&RustCrypto, k, &others).map_err(|e| anyhow::anyhow!("{e}"))?,

@@ -24,7 +24,7 @@ mod machine;
 mod storage;
 
 pub use machine::{
-    Device, DeviceConfig, DeviceError, Event, PublishOutcome, Resource, MAX_DATAGRAM,
+    Device, DeviceConfig, DeviceError, DeviceStats, Event, PublishOutcome, Resource, MAX_DATAGRAM,
     MAX_GROUP_KEYS, MAX_OTHER_INFO,
 };
 pub use storage::{DeviceStorage, MemoryStorage};

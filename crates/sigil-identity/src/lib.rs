@@ -9,7 +9,7 @@
 #![forbid(unsafe_code)]
 
 use core::fmt;
-use sigil_crypto::{CryptoProvider, PublicKey, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, PublicKey};
 
 /// Identity length in bytes: SHA-256 truncated to 128 bits (32 hex digits, RFC 8387 §4).
 pub const IDENTITY_LEN: usize = 16;
@@ -298,17 +298,6 @@ impl fmt::Display for ShortLabel {
         }
         Ok(())
     }
-}
-
-/// Convenience for callers holding an algorithm and raw key bytes.
-pub fn identity_of(
-    crypto: &dyn CryptoProvider,
-    alg: SignatureAlgorithm,
-    key: &[u8],
-    other: &[u8],
-) -> Option<Identity> {
-    let pk = PublicKey::from_bytes(alg, key).ok()?;
-    Identity::of_key(crypto, &pk, other).ok()
 }
 
 impl core::error::Error for IdentityError {}

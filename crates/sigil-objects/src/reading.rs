@@ -34,14 +34,6 @@ impl ReadingFormat {
         }
     }
 
-    /// Content-format of the SenML payload inside.
-    pub const fn senml_content_format(self) -> u16 {
-        match self {
-            Self::Cose => 112,
-            Self::Jws => 110,
-        }
-    }
-
     pub const fn name(self) -> &'static str {
         match self {
             Self::Cose => "cose",

@@ -458,7 +458,6 @@ impl Dispatcher {
             block1: block1_echo,
             request: Request {
                 peer: d.peer,
-                confirmable: msg.mtype == MessageType::Confirmable,
                 message_id: (msg.mtype == MessageType::Confirmable).then_some(msg.message_id),
                 code: msg.code,
                 path: path.into_iter().map(str::to_string).collect(),
@@ -535,7 +534,6 @@ impl Dispatcher {
 fn empty_request(peer: SocketAddr) -> Request {
     Request {
         peer,
-        confirmable: false,
         message_id: None,
         code: Code::EMPTY,
         path: vec![],

@@ -65,8 +65,8 @@ impl Default for ServiceConfig {
 #[derive(Clone, Debug)]
 pub struct Request {
     pub peer: SocketAddr,
-    pub confirmable: bool,
-    /// The message ID of a Confirmable request (for retransmission detection).
+    /// The message ID if the request came Confirmable (for retransmission detection); `None`
+    /// for a Non-confirmable request.
     pub message_id: Option<u16>,
     pub code: Code,
     pub path: Vec<String>,
@@ -77,6 +77,10 @@ pub struct Request {
 }
 
 impl Request {
+    pub fn confirmable(&self) -> bool {
+        self.message_id.is_some()
+    }
+
     fn query(&self, name: &str) -> Option<&str> {
         self.query.iter().find_map(|q| {
             let (k, v) = q.split_once('=').unwrap_or((q.as_str(), ""));
@@ -217,10 +221,6 @@ impl Service {
             stats,
             local: BTreeMap::new(),
         })
-    }
-
-    pub fn store(&self) -> &Store {
-        &self.store
     }
 
     fn count(&mut self, key: &'static str) {
@@ -949,7 +949,7 @@ impl Ctx<'_> {
         // §8.2: a Confirmable update whose number is out of window is answered with Reset, so
         // the device resynchronises by re-registering.
         if matches!(reason, "replay" | "out_of_window") {
-            return if req.confirmable {
+            return if req.confirmable() {
                 Reply::Reset
             } else {
                 Reply::Nothing

@@ -40,17 +40,4 @@ impl Stats {
     pub fn snapshot(&self) -> BTreeMap<String, u64> {
         self.inner.lock().map(|m| m.clone()).unwrap_or_default()
     }
-
-    /// Sum of every counter whose name starts with `prefix`.
-    pub fn sum_prefix(&self, prefix: &str) -> u64 {
-        self.inner
-            .lock()
-            .map(|m| {
-                m.iter()
-                    .filter(|(k, _)| k.starts_with(prefix))
-                    .map(|(_, v)| v)
-                    .sum()
-            })
-            .unwrap_or(0)
-    }
 }

@@ -4,7 +4,7 @@
 //! power cut or `kill -9`. The broker commits a batch of readings together with the new
 //! per-identity high-water marks in one transaction, and only then sends the responses.
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, Transaction};
 use sigil_crypto::{PublicKey, SignatureAlgorithm};
 use sigil_identity::Identity;
 use std::collections::HashMap;
@@ -406,20 +406,6 @@ impl Store {
         let out = f(&Batch { tx: &tx })?;
         tx.commit()?;
         Ok(out)
-    }
-
-    pub fn registration_by_ep(&self, ep: &Identity) -> Result<Option<Registration>, StoreError> {
-        let mut st = self.conn.prepare(&format!(
-            "SELECT {} FROM registrations WHERE ep = ?1",
-            Self::REG_COLUMNS
-        ))?;
-        match st
-            .query_row(params![ep.to_string()], Self::row_to_registration)
-            .optional()?
-        {
-            Some(r) => Ok(Some(r?)),
-            None => Ok(None),
-        }
     }
 }
 

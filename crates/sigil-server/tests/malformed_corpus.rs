@@ -81,7 +81,6 @@ fn the_service_answers_every_corpus_file_as_a_publication_and_a_registration() {
         ] {
             let req = Request {
                 peer: "127.0.0.1:1".parse().unwrap(),
-                confirmable: true,
                 message_id: Some(1),
                 code,
                 path: path.into_iter().map(String::from).collect(),
