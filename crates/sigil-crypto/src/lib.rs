@@ -14,6 +14,22 @@ mod rustcrypto;
 #[cfg(feature = "rustcrypto")]
 pub use rustcrypto::RustCrypto;
 
+#[cfg(all(feature = "cortex-m4", target_arch = "arm"))]
+mod cortex_m4;
+#[cfg(all(feature = "cortex-m4", target_arch = "arm"))]
+pub use cortex_m4::CortexM4;
+
+mod agreement;
+pub use agreement::{
+    AgreementAlgorithm, AgreementPublicKey, AgreementSecret, MAX_AGREEMENT_KEY_LEN,
+};
+
+/// Length of the AES-128-CCM-8 nonce Sigil uses: 12 bytes, as DTLS 1.2 forms it
+/// (RFC 6655 §3: 4-byte implicit salt and 8-byte explicit part).
+pub const CCM_NONCE_LEN: usize = 12;
+/// Length of the AES-128-CCM-8 authentication tag (RFC 6655 §3).
+pub const CCM8_TAG_LEN: usize = 8;
+
 use core::fmt;
 use zeroize::Zeroize;
 
@@ -130,6 +146,11 @@ pub enum CryptoError {
     Rng,
     /// This provider does not implement the algorithm.
     Unsupported,
+    /// An authenticated-encryption tag does not match: the ciphertext or its associated data
+    /// was altered, or the key is wrong.
+    BadTag,
+    /// A key agreement produced an all-zero (low-order) shared secret.
+    WeakSharedSecret,
 }
 
 impl fmt::Display for CryptoError {
@@ -141,6 +162,8 @@ impl fmt::Display for CryptoError {
             Self::BadSignature => "signature does not verify",
             Self::Rng => "random number source failed",
             Self::Unsupported => "algorithm not supported by this crypto provider",
+            Self::BadTag => "authentication tag does not match",
+            Self::WeakSharedSecret => "key agreement produced a low-order shared secret",
         })
     }
 }
@@ -264,6 +287,46 @@ pub trait CryptoProvider {
 
     /// Verifies `signature` over exactly `message`.
     fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8]) -> Result<(), CryptoError>;
+
+    /// Generates an ephemeral or static key-agreement secret from `rng`.
+    fn generate_agreement(
+        &self,
+        alg: AgreementAlgorithm,
+        rng: &mut dyn Rng,
+    ) -> Result<AgreementSecret, CryptoError>;
+
+    /// The public value for a key-agreement secret: the 32-byte u-coordinate for X25519
+    /// (RFC 7748 §5), the 65-byte uncompressed point for P-256 (SEC 1 §2.3.3).
+    fn agreement_public_key(
+        &self,
+        secret: &AgreementSecret,
+    ) -> Result<AgreementPublicKey, CryptoError>;
+
+    /// The shared secret with a peer's public value: the X25519 output (an all-zero result is
+    /// refused, RFC 7748 §6.1) or the P-256 x-coordinate (SEC 1 §3.3.1; a point off the curve is
+    /// refused). Callers must feed it through a KDF; it is never a key by itself.
+    fn agree(&self, secret: &AgreementSecret, peer_public: &[u8]) -> Result<[u8; 32], CryptoError>;
+
+    /// AES-128-CCM with an 8-byte tag (RFC 3610, RFC 6655): encrypts `buf` in place and
+    /// returns the tag.
+    fn aes128_ccm8_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError>;
+
+    /// Checks `tag` and decrypts `buf` in place; on failure `buf` is left unspecified and
+    /// [`CryptoError::BadTag`] is returned.
+    fn aes128_ccm8_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError>;
 }
 
 impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
@@ -285,6 +348,41 @@ impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
     }
     fn verify(&self, key: &PublicKey, message: &[u8], signature: &[u8]) -> Result<(), CryptoError> {
         (**self).verify(key, message, signature)
+    }
+    fn generate_agreement(
+        &self,
+        alg: AgreementAlgorithm,
+        rng: &mut dyn Rng,
+    ) -> Result<AgreementSecret, CryptoError> {
+        (**self).generate_agreement(alg, rng)
+    }
+    fn agreement_public_key(
+        &self,
+        secret: &AgreementSecret,
+    ) -> Result<AgreementPublicKey, CryptoError> {
+        (**self).agreement_public_key(secret)
+    }
+    fn agree(&self, secret: &AgreementSecret, peer_public: &[u8]) -> Result<[u8; 32], CryptoError> {
+        (**self).agree(secret, peer_public)
+    }
+    fn aes128_ccm8_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+        (**self).aes128_ccm8_seal(key, nonce, aad, buf)
+    }
+    fn aes128_ccm8_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        (**self).aes128_ccm8_open(key, nonce, aad, buf, tag)
     }
 }
 

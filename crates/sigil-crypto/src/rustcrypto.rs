@@ -2,9 +2,61 @@
 //! projects. Builds for every target, including Cortex-M0+.
 
 use crate::{
-    CryptoError, CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm,
+    AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
+    PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
 };
+use ccm::aead::{AeadInPlace, KeyInit};
 use sha2::{Digest, Sha256};
+
+/// AES-128-CCM with an 8-byte tag and a 12-byte nonce (RFC 6655 §3).
+type Aes128Ccm8 = ccm::Ccm<aes::Aes128, ccm::consts::U8, ccm::consts::U12>;
+
+/// Draws a P-256 scalar in [1, n-1] by rejection sampling. A retry happens with probability
+/// about 2^-32, so the bound is never reached by a working RNG.
+pub(crate) fn p256_scalar(rng: &mut dyn Rng) -> Result<zeroize::Zeroizing<[u8; 32]>, CryptoError> {
+    let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+    for _ in 0..64 {
+        rng.fill(&mut seed[..])?;
+        if p256::SecretKey::from_slice(&seed[..]).is_ok() {
+            return Ok(seed);
+        }
+    }
+    Err(CryptoError::Rng)
+}
+
+pub(crate) fn ccm8_seal(
+    key: &[u8; 16],
+    nonce: &[u8; CCM_NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+    let cipher = Aes128Ccm8::new(key.into());
+    let tag = cipher
+        .encrypt_in_place_detached(nonce.into(), aad, buf)
+        .map_err(|_| CryptoError::Unsupported)?;
+    Ok(tag.into())
+}
+
+pub(crate) fn ccm8_open(
+    key: &[u8; 16],
+    nonce: &[u8; CCM_NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; CCM8_TAG_LEN],
+) -> Result<(), CryptoError> {
+    let cipher = Aes128Ccm8::new(key.into());
+    cipher
+        .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into())
+        .map_err(|_| CryptoError::BadTag)
+}
+
+pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
+}
 
 /// The RustCrypto backend. A zero-sized value: pass `&RustCrypto` where a provider is expected.
 #[derive(Clone, Copy, Debug, Default)]
@@ -12,11 +64,7 @@ pub struct RustCrypto;
 
 impl CryptoProvider for RustCrypto {
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
-        let mut h = Sha256::new();
-        for p in parts {
-            h.update(p);
-        }
-        h.finalize().into()
+        sha256(parts)
     }
 
     fn generate(
@@ -24,23 +72,13 @@ impl CryptoProvider for RustCrypto {
         alg: SignatureAlgorithm,
         rng: &mut dyn Rng,
     ) -> Result<SecretKey, CryptoError> {
-        let mut seed = zeroize::Zeroizing::new([0u8; 32]);
         match alg {
             SignatureAlgorithm::Ed25519 => {
+                let mut seed = zeroize::Zeroizing::new([0u8; 32]);
                 rng.fill(&mut seed[..])?;
                 SecretKey::from_bytes(alg, &seed[..])
             }
-            SignatureAlgorithm::EcdsaP256 => {
-                // Rejection sampling: a scalar must be in [1, n-1]. The chance of a retry is
-                // about 2^-32, so the bound is never reached by a working RNG.
-                for _ in 0..64 {
-                    rng.fill(&mut seed[..])?;
-                    if p256::SecretKey::from_slice(&seed[..]).is_ok() {
-                        return SecretKey::from_bytes(alg, &seed[..]);
-                    }
-                }
-                Err(CryptoError::Rng)
-            }
+            SignatureAlgorithm::EcdsaP256 => SecretKey::from_bytes(alg, &p256_scalar(rng)?[..]),
         }
     }
 
@@ -106,5 +144,88 @@ impl CryptoProvider for RustCrypto {
                     .map_err(|_| CryptoError::BadSignature)
             }
         }
+    }
+
+    fn generate_agreement(
+        &self,
+        alg: AgreementAlgorithm,
+        rng: &mut dyn Rng,
+    ) -> Result<AgreementSecret, CryptoError> {
+        match alg {
+            AgreementAlgorithm::X25519 => {
+                let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+                rng.fill(&mut seed[..])?;
+                AgreementSecret::from_bytes(alg, &seed[..])
+            }
+            AgreementAlgorithm::P256 => AgreementSecret::from_bytes(alg, &p256_scalar(rng)?[..]),
+        }
+    }
+
+    fn agreement_public_key(
+        &self,
+        secret: &AgreementSecret,
+    ) -> Result<AgreementPublicKey, CryptoError> {
+        match secret.algorithm() {
+            AgreementAlgorithm::X25519 => {
+                let sk = x25519_dalek::StaticSecret::from(secret.to_bytes());
+                let pk = x25519_dalek::PublicKey::from(&sk);
+                AgreementPublicKey::from_bytes(secret.algorithm(), pk.as_bytes())
+            }
+            AgreementAlgorithm::P256 => {
+                let sk = p256::SecretKey::from_slice(&secret.to_bytes())
+                    .map_err(|_| CryptoError::InvalidKey)?;
+                let point = p256::elliptic_curve::sec1::ToEncodedPoint::to_encoded_point(
+                    &sk.public_key(),
+                    false,
+                );
+                AgreementPublicKey::from_bytes(secret.algorithm(), point.as_bytes())
+            }
+        }
+    }
+
+    fn agree(&self, secret: &AgreementSecret, peer_public: &[u8]) -> Result<[u8; 32], CryptoError> {
+        match secret.algorithm() {
+            AgreementAlgorithm::X25519 => {
+                let peer: [u8; 32] = peer_public.try_into().map_err(|_| CryptoError::KeyLength)?;
+                let sk = x25519_dalek::StaticSecret::from(secret.to_bytes());
+                let shared = sk.diffie_hellman(&x25519_dalek::PublicKey::from(peer));
+                if !shared.was_contributory() {
+                    return Err(CryptoError::WeakSharedSecret);
+                }
+                Ok(shared.to_bytes())
+            }
+            AgreementAlgorithm::P256 => {
+                AgreementPublicKey::from_bytes(AgreementAlgorithm::P256, peer_public)?;
+                let sk = p256::SecretKey::from_slice(&secret.to_bytes())
+                    .map_err(|_| CryptoError::InvalidKey)?;
+                let peer = p256::PublicKey::from_sec1_bytes(peer_public)
+                    .map_err(|_| CryptoError::InvalidKey)?;
+                let shared = p256::ecdh::diffie_hellman(sk.to_nonzero_scalar(), peer.as_affine());
+                let mut out = [0u8; 32];
+                out.copy_from_slice(shared.raw_secret_bytes());
+                Ok(out)
+            }
+        }
+    }
+
+    fn aes128_ccm8_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+        ccm8_seal(key, nonce, aad, buf)
+    }
+
+    fn aes128_ccm8_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        ccm8_open(key, nonce, aad, buf, tag)
     }
 }

@@ -102,3 +102,72 @@ fn sha256_of_abc_matches_fips_180_2_example() {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     );
 }
+
+#[test]
+fn key_agreement_refuses_low_order_and_off_curve_peers() {
+    use sigil_crypto::{AgreementAlgorithm, AgreementSecret};
+    let x = AgreementSecret::from_bytes(AgreementAlgorithm::X25519, &[7u8; 32]).unwrap();
+    // u = 0 and u = 1 are low-order points (RFC 7748 §6.1): the output would be all zero.
+    assert_eq!(
+        RustCrypto.agree(&x, &[0u8; 32]),
+        Err(CryptoError::WeakSharedSecret)
+    );
+    let mut one = [0u8; 32];
+    one[0] = 1;
+    assert_eq!(RustCrypto.agree(&x, &one), Err(CryptoError::WeakSharedSecret));
+    assert_eq!(RustCrypto.agree(&x, &[1u8; 31]), Err(CryptoError::KeyLength));
+
+    let p = RustCrypto
+        .generate_agreement(AgreementAlgorithm::P256, &mut Counter(3))
+        .unwrap();
+    let mut off_curve = [0u8; 65];
+    off_curve[0] = 4;
+    off_curve[64] = 1;
+    assert_eq!(RustCrypto.agree(&p, &off_curve), Err(CryptoError::InvalidKey));
+    // Both sides of a fresh exchange agree.
+    let q = RustCrypto
+        .generate_agreement(AgreementAlgorithm::P256, &mut Counter(90))
+        .unwrap();
+    let (pp, qp) = (
+        RustCrypto.agreement_public_key(&p).unwrap(),
+        RustCrypto.agreement_public_key(&q).unwrap(),
+    );
+    assert_eq!(
+        RustCrypto.agree(&p, qp.as_bytes()).unwrap(),
+        RustCrypto.agree(&q, pp.as_bytes()).unwrap()
+    );
+}
+
+#[test]
+fn ccm8_detects_any_change_to_ciphertext_tag_or_associated_data() {
+    let key = [9u8; 16];
+    let nonce = [1u8; 12];
+    let mut buf = *b"sixteen byte msg";
+    let tag = RustCrypto
+        .aes128_ccm8_seal(&key, &nonce, b"hdr", &mut buf)
+        .unwrap();
+    let sealed = buf;
+    let mut ok = sealed;
+    RustCrypto
+        .aes128_ccm8_open(&key, &nonce, b"hdr", &mut ok, &tag)
+        .unwrap();
+    assert_eq!(&ok, b"sixteen byte msg");
+    let mut flipped = sealed;
+    flipped[3] ^= 0x10;
+    assert_eq!(
+        RustCrypto.aes128_ccm8_open(&key, &nonce, b"hdr", &mut flipped, &tag),
+        Err(CryptoError::BadTag)
+    );
+    let mut again = sealed;
+    assert_eq!(
+        RustCrypto.aes128_ccm8_open(&key, &nonce, b"hdx", &mut again, &tag),
+        Err(CryptoError::BadTag)
+    );
+    let mut bad_tag = tag;
+    bad_tag[7] ^= 1;
+    let mut again = sealed;
+    assert_eq!(
+        RustCrypto.aes128_ccm8_open(&key, &nonce, b"hdr", &mut again, &bad_tag),
+        Err(CryptoError::BadTag)
+    );
+}
