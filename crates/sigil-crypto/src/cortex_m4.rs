@@ -1,6 +1,9 @@
 //! The fast Cortex-M4 backend: P-256 from `p256-cm4` (the P256-Cortex-M4 assembly, ported to
-//! Rust), Ed25519 and X25519 from `salty` (Haase's ARMv7E-M field arithmetic). SHA-256 and
-//! AES-128-CCM-8 come from the portable backend. Built only for `target_arch = "arm"`; on
+//! Rust) and X25519 from `salty` (Haase's ARMv7E-M field arithmetic). Ed25519 stays with
+//! `ed25519-dalek`: measured in the emulated Cortex-M4, salty's Ed25519 verification takes
+//! about 1.8 times as many cycles as dalek's (it has no double-scalar multiplication), so it is
+//! only used with the `cortex-m4-salty-ed25519` feature, for that comparison
+//! (docs/device-costs.md). SHA-256 and AES-128-CCM-8 come from the portable backend. Built only for `target_arch = "arm"`; on
 //! ARMv6-M (Cortex-M0+) `salty` falls back to its portable field arithmetic and `p256-cm4`
 //! does not apply, so M0+ builds use [`crate::RustCrypto`].
 //!
@@ -8,6 +11,8 @@
 //! from the same HMAC-DRBG, so the same known-answer vectors check both backends.
 
 use crate::rustcrypto::{ccm8_open, ccm8_seal, p256_scalar, sha256};
+#[cfg(not(feature = "cortex-m4-salty-ed25519"))]
+use crate::RustCrypto;
 use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
     PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
@@ -24,6 +29,7 @@ const P256_N: [u8; 32] = [
 ];
 
 /// The order L of the Ed25519 base point, little-endian (RFC 8032 §5.1).
+#[cfg(feature = "cortex-m4-salty-ed25519")]
 const ED25519_L: [u8; 32] = [
     0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde, 0x14,
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10,
@@ -116,10 +122,13 @@ impl CryptoProvider for CortexM4 {
 
     fn public_key(&self, key: &SecretKey) -> Result<PublicKey, CryptoError> {
         match key.algorithm() {
+            #[cfg(feature = "cortex-m4-salty-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 let kp = salty::Keypair::from(&key.to_bytes());
                 PublicKey::from_bytes(key.algorithm(), kp.public.as_bytes())
             }
+            #[cfg(not(feature = "cortex-m4-salty-ed25519"))]
+            SignatureAlgorithm::Ed25519 => RustCrypto.public_key(key),
             SignatureAlgorithm::EcdsaP256 => {
                 PublicKey::from_bytes(key.algorithm(), &p256_public(&key.to_bytes())?)
             }
@@ -128,10 +137,13 @@ impl CryptoProvider for CortexM4 {
 
     fn sign(&self, key: &SecretKey, message: &[u8]) -> Result<Signature, CryptoError> {
         match key.algorithm() {
+            #[cfg(feature = "cortex-m4-salty-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 let kp = salty::Keypair::from(&key.to_bytes());
                 Ok(Signature(kp.sign(message).to_bytes()))
             }
+            #[cfg(not(feature = "cortex-m4-salty-ed25519"))]
+            SignatureAlgorithm::Ed25519 => RustCrypto.sign(key, message),
             SignatureAlgorithm::EcdsaP256 => {
                 let d = key.to_bytes();
                 let h = sha256(&[message]);
@@ -161,6 +173,9 @@ impl CryptoProvider for CortexM4 {
             .try_into()
             .map_err(|_| CryptoError::SignatureLength)?;
         match key.algorithm() {
+            #[cfg(not(feature = "cortex-m4-salty-ed25519"))]
+            SignatureAlgorithm::Ed25519 => RustCrypto.verify(key, message, signature),
+            #[cfg(feature = "cortex-m4-salty-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 // Canonical S (RFC 8032 §5.1.7 step 1): S < L, refusing malleated signatures.
                 let mut s_be = [0u8; 32];

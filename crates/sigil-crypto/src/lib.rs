@@ -9,9 +9,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "rustcrypto")]
+#[cfg(feature = "rustcrypto-core")]
 mod rustcrypto;
-#[cfg(feature = "rustcrypto")]
+#[cfg(feature = "rustcrypto-core")]
 pub use rustcrypto::RustCrypto;
 
 #[cfg(all(feature = "cortex-m4", target_arch = "arm"))]

@@ -1,5 +1,9 @@
-//! The portable backend: `ed25519-dalek`, `p256` and `sha2` from the RustCrypto and dalek
-//! projects. Builds for every target, including Cortex-M0+.
+//! The portable backend: `ed25519-dalek`, `x25519-dalek`, `p256`, `sha2`, `aes` and `ccm` from
+//! the dalek and RustCrypto projects. Builds for every 32- and 64-bit target, including
+//! Cortex-M0+. Each curve is behind its own feature (`rustcrypto-ed25519` for Ed25519 and
+//! X25519, `rustcrypto-p256` for ECDSA and ECDH on P-256) so a device links only the one it
+//! uses; a disabled algorithm answers [`CryptoError::Unsupported`]. `p256` does not build for
+//! 16-bit targets (AVR), `rustcrypto-ed25519` does.
 
 use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
@@ -13,6 +17,7 @@ type Aes128Ccm8 = ccm::Ccm<aes::Aes128, ccm::consts::U8, ccm::consts::U12>;
 
 /// Draws a P-256 scalar in [1, n-1] by rejection sampling. A retry happens with probability
 /// about 2^-32, so the bound is never reached by a working RNG.
+#[cfg(feature = "rustcrypto-p256")]
 pub(crate) fn p256_scalar(rng: &mut dyn Rng) -> Result<zeroize::Zeroizing<[u8; 32]>, CryptoError> {
     let mut seed = zeroize::Zeroizing::new([0u8; 32]);
     for _ in 0..64 {
@@ -73,37 +78,47 @@ impl CryptoProvider for RustCrypto {
         rng: &mut dyn Rng,
     ) -> Result<SecretKey, CryptoError> {
         match alg {
+            #[cfg(feature = "rustcrypto-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 let mut seed = zeroize::Zeroizing::new([0u8; 32]);
                 rng.fill(&mut seed[..])?;
                 SecretKey::from_bytes(alg, &seed[..])
             }
+            #[cfg(feature = "rustcrypto-p256")]
             SignatureAlgorithm::EcdsaP256 => SecretKey::from_bytes(alg, &p256_scalar(rng)?[..]),
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 
     fn public_key(&self, key: &SecretKey) -> Result<PublicKey, CryptoError> {
         match key.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 let sk = ed25519_dalek::SigningKey::from_bytes(&key.to_bytes());
                 PublicKey::from_bytes(key.algorithm(), sk.verifying_key().as_bytes())
             }
+            #[cfg(feature = "rustcrypto-p256")]
             SignatureAlgorithm::EcdsaP256 => {
                 let sk = p256::ecdsa::SigningKey::from_slice(&key.to_bytes())
                     .map_err(|_| CryptoError::InvalidKey)?;
                 let point = sk.verifying_key().to_encoded_point(false);
                 PublicKey::from_bytes(key.algorithm(), point.as_bytes())
             }
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 
     fn sign(&self, key: &SecretKey, message: &[u8]) -> Result<Signature, CryptoError> {
         match key.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 use ed25519_dalek::Signer;
                 let sk = ed25519_dalek::SigningKey::from_bytes(&key.to_bytes());
                 Ok(Signature(sk.sign(message).to_bytes()))
             }
+            #[cfg(feature = "rustcrypto-p256")]
             SignatureAlgorithm::EcdsaP256 => {
                 use p256::ecdsa::signature::Signer;
                 let sk = p256::ecdsa::SigningKey::from_slice(&key.to_bytes())
@@ -114,6 +129,8 @@ impl CryptoProvider for RustCrypto {
                 out.copy_from_slice(&sig.to_bytes());
                 Ok(Signature(out))
             }
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 
@@ -122,6 +139,7 @@ impl CryptoProvider for RustCrypto {
             .try_into()
             .map_err(|_| CryptoError::SignatureLength)?;
         match key.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
             SignatureAlgorithm::Ed25519 => {
                 let pk_bytes: &[u8; 32] = key
                     .as_bytes()
@@ -134,6 +152,7 @@ impl CryptoProvider for RustCrypto {
                 vk.verify_strict(message, &sig)
                     .map_err(|_| CryptoError::BadSignature)
             }
+            #[cfg(feature = "rustcrypto-p256")]
             SignatureAlgorithm::EcdsaP256 => {
                 use p256::ecdsa::signature::Verifier;
                 let vk = p256::ecdsa::VerifyingKey::from_sec1_bytes(key.as_bytes())
@@ -143,6 +162,8 @@ impl CryptoProvider for RustCrypto {
                 vk.verify(message, &sig)
                     .map_err(|_| CryptoError::BadSignature)
             }
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 
@@ -152,12 +173,16 @@ impl CryptoProvider for RustCrypto {
         rng: &mut dyn Rng,
     ) -> Result<AgreementSecret, CryptoError> {
         match alg {
+            #[cfg(feature = "rustcrypto-ed25519")]
             AgreementAlgorithm::X25519 => {
                 let mut seed = zeroize::Zeroizing::new([0u8; 32]);
                 rng.fill(&mut seed[..])?;
                 AgreementSecret::from_bytes(alg, &seed[..])
             }
+            #[cfg(feature = "rustcrypto-p256")]
             AgreementAlgorithm::P256 => AgreementSecret::from_bytes(alg, &p256_scalar(rng)?[..]),
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 
@@ -166,11 +191,13 @@ impl CryptoProvider for RustCrypto {
         secret: &AgreementSecret,
     ) -> Result<AgreementPublicKey, CryptoError> {
         match secret.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
             AgreementAlgorithm::X25519 => {
                 let sk = x25519_dalek::StaticSecret::from(secret.to_bytes());
                 let pk = x25519_dalek::PublicKey::from(&sk);
                 AgreementPublicKey::from_bytes(secret.algorithm(), pk.as_bytes())
             }
+            #[cfg(feature = "rustcrypto-p256")]
             AgreementAlgorithm::P256 => {
                 let sk = p256::SecretKey::from_slice(&secret.to_bytes())
                     .map_err(|_| CryptoError::InvalidKey)?;
@@ -180,11 +207,14 @@ impl CryptoProvider for RustCrypto {
                 );
                 AgreementPublicKey::from_bytes(secret.algorithm(), point.as_bytes())
             }
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 
     fn agree(&self, secret: &AgreementSecret, peer_public: &[u8]) -> Result<[u8; 32], CryptoError> {
         match secret.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
             AgreementAlgorithm::X25519 => {
                 let peer: [u8; 32] = peer_public.try_into().map_err(|_| CryptoError::KeyLength)?;
                 let sk = x25519_dalek::StaticSecret::from(secret.to_bytes());
@@ -194,6 +224,7 @@ impl CryptoProvider for RustCrypto {
                 }
                 Ok(shared.to_bytes())
             }
+            #[cfg(feature = "rustcrypto-p256")]
             AgreementAlgorithm::P256 => {
                 AgreementPublicKey::from_bytes(AgreementAlgorithm::P256, peer_public)?;
                 let sk = p256::SecretKey::from_slice(&secret.to_bytes())
@@ -205,6 +236,8 @@ impl CryptoProvider for RustCrypto {
                 out.copy_from_slice(shared.raw_secret_bytes());
                 Ok(out)
             }
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
         }
     }
 

@@ -114,8 +114,14 @@ fn key_agreement_refuses_low_order_and_off_curve_peers() {
     );
     let mut one = [0u8; 32];
     one[0] = 1;
-    assert_eq!(RustCrypto.agree(&x, &one), Err(CryptoError::WeakSharedSecret));
-    assert_eq!(RustCrypto.agree(&x, &[1u8; 31]), Err(CryptoError::KeyLength));
+    assert_eq!(
+        RustCrypto.agree(&x, &one),
+        Err(CryptoError::WeakSharedSecret)
+    );
+    assert_eq!(
+        RustCrypto.agree(&x, &[1u8; 31]),
+        Err(CryptoError::KeyLength)
+    );
 
     let p = RustCrypto
         .generate_agreement(AgreementAlgorithm::P256, &mut Counter(3))
@@ -123,7 +129,10 @@ fn key_agreement_refuses_low_order_and_off_curve_peers() {
     let mut off_curve = [0u8; 65];
     off_curve[0] = 4;
     off_curve[64] = 1;
-    assert_eq!(RustCrypto.agree(&p, &off_curve), Err(CryptoError::InvalidKey));
+    assert_eq!(
+        RustCrypto.agree(&p, &off_curve),
+        Err(CryptoError::InvalidKey)
+    );
     // Both sides of a fresh exchange agree.
     let q = RustCrypto
         .generate_agreement(AgreementAlgorithm::P256, &mut Counter(90))

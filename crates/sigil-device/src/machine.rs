@@ -607,7 +607,11 @@ impl<C: CryptoProvider> Device<C> {
         let mut senml_buf = [0u8; MAX_SENML];
         let n = match self.config.format {
             ReadingFormat::Cose => senml::encode_cbor(records, &mut senml_buf),
+            #[cfg(feature = "jws")]
             ReadingFormat::Jws => senml::encode_json(records, &mut senml_buf),
+            // SenML-JSON needs float formatting (about 10 kB of flash on Cortex-M).
+            #[cfg(not(feature = "jws"))]
+            ReadingFormat::Jws => return Err(DeviceError::Config),
         }
         .map_err(|_| DeviceError::TooLarge)?;
         self.last_senml[..n].copy_from_slice(&senml_buf[..n]);

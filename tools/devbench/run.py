@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Measures what Sigil's security costs on microcontrollers, in emulated cores on this machine.
+
+    scripts/bench-device            # everything; writes docs/device-costs.md and docs/img/
+    scripts/bench-device --quick    # builds, known answers on every backend and target, sizes
+
+Steps: build the firmware images (firmware/) for each target and backend; run every operation
+of the bench image inside unicorn (Cortex-M4 and Cortex-M0+ models) and check its output
+against vectors/device-kat.json; count instructions, estimate cycles and measure the painted
+stack; calibrate the cycle model against p256-cm4's published hardware cycles; run the
+complete signing sensor image against an emulated server; take flash and RAM from the linked
+images; build and run the AVR image under simavr where the toolchain allows; convert cycles to
+time and energy on the seeds' boards; write the report.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+
+from emulator import EmulationError, Image, Machine  # noqa: E402
+from sizes import breakdown  # noqa: E402
+
+FIRMWARE = os.path.join(ROOT, "firmware")
+KAT = json.load(open(os.path.join(ROOT, "vectors", "device-kat.json")))["operations"]
+
+# (variant, rust target, cargo features, emulated core, extra RUSTFLAGS)
+BENCH_VARIANTS = [
+    ("m4-rustcrypto", "thumbv7em-none-eabihf", [], "cortex-m4", ""),
+    ("m4-fast", "thumbv7em-none-eabihf", ["fast"], "cortex-m4", ""),
+    ("m4-salty-ed25519", "thumbv7em-none-eabihf", ["salty-ed25519"], "cortex-m4", ""),
+    ("m0plus-rustcrypto", "thumbv6m-none-eabi", [], "cortex-m0plus", ""),
+]
+SENSOR_VARIANTS = [
+    ("m4-rustcrypto", "thumbv7em-none-eabihf", [], "cortex-m4", ""),
+    ("m4-ed25519-only", "thumbv7em-none-eabihf", ["-p256"], "cortex-m4", ""),
+    ("m4-ed25519-compact", "thumbv7em-none-eabihf", ["-p256", "compact"], "cortex-m4", "--cfg aes_compact"),
+    ("m4-fast", "thumbv7em-none-eabihf", ["fast"], "cortex-m4", ""),
+    ("m4-compact", "thumbv7em-none-eabihf", ["compact"], "cortex-m4", "--cfg aes_compact"),
+    ("m0plus-rustcrypto", "thumbv6m-none-eabi", [], "cortex-m0plus", ""),
+]
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def build(variant, target, features, rustflags, binary, profile):
+    target_dir = os.path.join(FIRMWARE, "target", variant)
+    cmd = ["cargo", "build", "--quiet", "--profile", profile, "--target", target,
+           "--bin", binary, "--target-dir", target_dir]
+    if "-p256" in features:
+        cmd.append("--no-default-features")
+    features = [f for f in features if not f.startswith("-")]
+    if features:
+        cmd += ["--features", ",".join(features)]
+    env = dict(os.environ)
+    base = "-C link-arg=-Tlink.x"
+    env["RUSTFLAGS"] = (base + " " + rustflags).strip()
+    t = time.time()
+    subprocess.run(cmd, cwd=FIRMWARE, env=env, check=True)
+    log(f"  built {binary:6} {variant:18} ({profile}) in {time.time() - t:5.1f}s")
+    return os.path.join(target_dir, target, profile, binary)
+
+
+def run_bench(path, core, count):
+    img = Image(path)
+    m = Machine(img, core, count_cycles=count)
+    results = {}
+    failures = []
+    for name, addr in img.ops():
+        try:
+            n, insns, cycles, stack = m.call(addr)
+        except EmulationError as e:
+            failures.append(f"{name}: {e}")
+            continue
+        got = m.read("SIGIL_OUT", n).hex()
+        want = KAT[name]["output"]
+        if got != want:
+            failures.append(f"{name}: output {got[:32]}... != known answer {want[:32]}...")
+        results[name] = {"instructions": insns, "cycles": cycles, "stack": stack, "kat": got == want}
+    return results, failures, m.patched
+
+
+def calibrate(path):
+    """p256-cm4's entry points in the emulator vs. its published hardware cycle counts."""
+    img = Image(path)
+    m = Machine(img, "cortex-m4", count_cycles=True)
+    out = {}
+    _, i, c, s = m.call("sigil_cal_keygen")
+    out["keygen"] = (i, c, s)
+    m.write("SIGIL_CAL_KEY", m.read("SIGIL_CAL", 64))
+    for op in ("sign", "verify", "ecdh"):
+        ok, i, c, s = m.call(f"sigil_cal_{op}")
+        if ok != 1:
+            raise SystemExit(f"calibration: p256-cm4 {op} failed in the emulator")
+        out[op] = (i, c, s)
+    return out
+
+
+def coap_answer(datagram):
+    """The emulated server: 2.01 with Location-Path rd/7 for the registration, 2.04 for a
+    reading, piggybacked in an ACK (RFC 7252 §5.2.1)."""
+    tkl = datagram[0] & 0x0F
+    mid = datagram[2:4]
+    token = datagram[4:4 + tkl]
+    code = datagram[1]
+    if code == 0x02:  # POST /rd
+        return bytes([0x60 | tkl, 0x41]) + mid + token + b"\x82rd\x017"
+    return bytes([0x60 | tkl, 0x44]) + mid + token
+
+
+def run_sensor(path, core):
+    img = Image(path)
+    m = Machine(img, core, count_cycles=True)
+    sent = []
+
+    def on_transmit(machine):
+        from unicorn import arm_const as A
+        ptr = machine.uc.reg_read(A.UC_ARM_REG_R0)
+        n = machine.uc.reg_read(A.UC_ARM_REG_R1)
+        d = bytes(machine.uc.mem_read(ptr, n))
+        sent.append(d)
+        answer = coap_answer(d)
+        machine.write("SIGIL_RX", answer)
+        machine.write("SIGIL_RX_LEN", struct.pack("<I", len(answer)))
+
+    def on_halt(machine):
+        machine.halt()
+
+    m.intercepts[img.symbols["sigil_radio_transmit"] & ~1] = on_transmit
+    m.intercepts[img.symbols["sigil_halt"] & ~1] = on_halt
+    from unicorn import arm_const as A
+    code, insns, cycles, stack = m.call("main")
+    code = m.uc.reg_read(A.UC_ARM_REG_R0)
+    acked = m.read_u32("SIGIL_ACKED")
+    return {
+        "halt_code": code, "acked": acked, "datagrams": [len(d) for d in sent],
+        "instructions": insns, "cycles": cycles, "stack": stack,
+        "flash": img.flash_bytes(), "static_ram": img.static_ram_bytes(),
+        "ram_with_stack": img.static_ram_bytes() + stack,
+        "crates": breakdown(img),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="known answers and sizes only (no cycle model, no report)")
+    ap.add_argument("--json", default=os.path.join(ROOT, "target", "devbench", "results.json"))
+    ap.add_argument("--report", default=os.path.join(ROOT, "docs", "device-costs.md"))
+    args = ap.parse_args()
+    count = not args.quick
+    results = {"bench": {}, "sensor": {}, "calibration": None, "avr": None}
+    failures = []
+
+    log("== building firmware images")
+    bench_paths = {v: build(v, t, f, r, "bench", "release") for v, t, f, _, r in BENCH_VARIANTS}
+    sensor_paths = {v: build(v, t, f, r, "sensor", "size") for v, t, f, _, r in SENSOR_VARIANTS}
+
+    log("== operations in the emulated cores" + (" (known answers only)" if args.quick else ""))
+    for variant, _, _, core, _ in BENCH_VARIANTS:
+        t = time.time()
+        res, fails, patched = run_bench(bench_paths[variant], core, count)
+        results["bench"][variant] = res
+        failures += [f"{variant}: {f}" for f in fails]
+        log(f"  {variant:18} {core:14} {sum(r['kat'] for r in res.values())}/{len(KAT)} known answers"
+            f" in {time.time() - t:5.1f}s" + (f" ({len(patched)} single-register LDM rewritten)" if patched else ""))
+
+    log("== complete signing sensor images")
+    for variant, _, _, core, _ in SENSOR_VARIANTS:
+        try:
+            r = run_sensor(sensor_paths[variant], core)
+        except EmulationError as e:
+            failures.append(f"sensor {variant}: {e}")
+            continue
+        results["sensor"][variant] = r
+        if r["halt_code"] != 0 or r["acked"] != 3:
+            failures.append(f"sensor {variant}: halted with {r['halt_code']}, {r['acked']}/3 readings acknowledged")
+        log(f"  {variant:18} flash {r['flash']:6} B, RAM {r['static_ram']} B static + {r['stack']} B stack,"
+            f" {r['acked']}/3 readings acknowledged, {r['instructions']:,} instructions")
+
+    if count:
+        log("== calibrating the Cortex-M4 model against p256-cm4")
+        results["calibration"] = calibrate(bench_paths["m4-fast"])
+        for op, (i, c, s) in results["calibration"].items():
+            log(f"  {op:7} {i:9,} instructions  {c:9,} cycles (model)  stack {s} B")
+
+    import avr
+    log("== AVR (ATmega2560) under simavr")
+    results["avr"] = avr.run(ROOT, quick=args.quick, log=log)
+    failures += results["avr"].get("failures", [])
+
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    json.dump(results, open(args.json, "w"), indent=1, default=list)
+    log(f"== results in {os.path.relpath(args.json, ROOT)}")
+    if failures:
+        log("FAILED:")
+        for f in failures:
+            log("  " + f)
+        sys.exit(1)
+    if not args.quick:
+        import report
+        report.write(results, args.report)
+        log(f"== report in {os.path.relpath(args.report, ROOT)}")
+    log("all known answers match on every target and backend")
+
+
+if __name__ == "__main__":
+    main()
