@@ -15,6 +15,7 @@ time and energy on the seeds' boards; write the report.
 import argparse
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -52,7 +53,9 @@ def log(msg):
 
 
 def build(variant, target, features, rustflags, binary, profile):
-    target_dir = os.path.join(FIRMWARE, "target", variant)
+    """Builds one image into the shared target directory (artifacts of different feature sets
+    coexist there, so common dependencies compile once) and copies it to its variant's path."""
+    target_dir = os.path.join(FIRMWARE, "target", "flags-" + (rustflags.replace(" ", "").replace("-", "") or "none"))
     cmd = ["cargo", "build", "--quiet", "--profile", profile, "--target", target,
            "--bin", binary, "--target-dir", target_dir]
     if "-p256" in features:
@@ -66,7 +69,10 @@ def build(variant, target, features, rustflags, binary, profile):
     t = time.time()
     subprocess.run(cmd, cwd=FIRMWARE, env=env, check=True)
     log(f"  built {binary:6} {variant:18} ({profile}) in {time.time() - t:5.1f}s")
-    return os.path.join(target_dir, target, profile, binary)
+    dest = os.path.join(FIRMWARE, "target", "variants", variant)
+    os.makedirs(dest, exist_ok=True)
+    shutil.copy2(os.path.join(target_dir, target, profile, binary), os.path.join(dest, binary))
+    return os.path.join(dest, binary)
 
 
 def run_bench(path, core, count):
