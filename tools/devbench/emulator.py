@@ -196,6 +196,39 @@ class Machine:
         self.patched.append(pc)
         return True
 
+    def deepest_chain(self, symbol, setup=None):
+        """Runs `symbol` once more, following function entries, and returns the call chain at
+        the deepest stack point: [(function, frame bytes)], outermost first. A function's frame
+        is the distance from its entry SP to the next deeper function's entry SP."""
+        starts = {self.image.symbols[n] & ~1: n for n, _, _ in self.image.sized_symbols}
+        shadow, best = [], {"sp": 1 << 40, "chain": []}
+
+        def on_block(uc, addr, size, _):
+            sp = uc.reg_read(A.UC_ARM_REG_SP)
+            while shadow and shadow[-1][1] < sp:
+                shadow.pop()
+            if addr in starts:
+                # A function entered at the SP of an earlier entry replaces it: that one
+                # returned (or tail-called).
+                while shadow and shadow[-1][1] <= sp:
+                    shadow.pop()
+                shadow.append((starts[addr], sp))
+            if sp < best["sp"]:
+                best["sp"], best["chain"] = sp, list(shadow)
+
+        h = self.uc.hook_add(unicorn.UC_HOOK_BLOCK, on_block)
+        try:
+            if setup:
+                setup(self)
+            self.call(symbol)
+        finally:
+            self.uc.hook_del(h)
+        entries = best["chain"]
+        return [
+            [name, sp - (entries[i + 1][1] if i + 1 < len(entries) else best["sp"])]
+            for i, (name, sp) in enumerate(entries)
+        ]
+
     def halt(self):
         """Ends the running call from an intercept (for images that never return)."""
         self.halted = True

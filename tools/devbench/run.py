@@ -122,7 +122,7 @@ def coap_answer(datagram):
     return bytes([0x60 | tkl, 0x44]) + mid + token
 
 
-def run_sensor(path, core):
+def run_sensor(path, core, chain=False):
     img = Image(path)
     m = Machine(img, core, count_cycles=True)
     sent = []
@@ -146,7 +146,13 @@ def run_sensor(path, core):
     code, insns, cycles, stack = m.call("main")
     code = m.uc.reg_read(A.UC_ARM_REG_R0)
     acked = m.read_u32("SIGIL_ACKED")
+    deepest = None
+    if chain:
+        fresh = Machine(img, core, count_cycles=False)
+        fresh.intercepts = {a: f for a, f in m.intercepts.items()}
+        deepest = fresh.deepest_chain("main")
     return {
+        "deepest": deepest,
         "halt_code": code, "acked": acked, "datagrams": [len(d) for d in sent],
         "instructions": insns, "cycles": cycles, "stack": stack,
         "flash": img.flash_bytes(), "static_ram": img.static_ram_bytes(),
@@ -182,7 +188,7 @@ def main():
     log("== complete signing sensor images")
     for variant, _, _, core, _ in SENSOR_VARIANTS:
         try:
-            r = run_sensor(sensor_paths[variant], core)
+            r = run_sensor(sensor_paths[variant], core, chain=count and variant == "m4-ed25519-compact")
         except EmulationError as e:
             failures.append(f"sensor {variant}: {e}")
             continue

@@ -10,7 +10,7 @@
 //! Outputs are bit-identical to [`crate::RustCrypto`]: ECDSA nonces are derived with RFC 6979
 //! from the same HMAC-DRBG, so the same known-answer vectors check both backends.
 
-use crate::rustcrypto::{ccm8_open, ccm8_seal, p256_scalar, sha256};
+use crate::rustcrypto::{ccm8_open, ccm8_seal, hmac_sha256, p256_scalar, sha256};
 #[cfg(not(feature = "cortex-m4-salty-ed25519"))]
 use crate::RustCrypto;
 use crate::{
@@ -103,6 +103,10 @@ fn p256_public(secret: &[u8; 32]) -> Result<[u8; 65], CryptoError> {
 impl CryptoProvider for CortexM4 {
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
         sha256(parts)
+    }
+
+    fn hmac_sha256(&self, key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        hmac_sha256(key, parts)
     }
 
     fn generate(

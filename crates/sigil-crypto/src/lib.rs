@@ -274,6 +274,9 @@ pub trait CryptoProvider {
     /// SHA-256 over the concatenation of `parts`.
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32];
 
+    /// HMAC-SHA-256 (RFC 2104) with `key` over the concatenation of `parts`.
+    fn hmac_sha256(&self, key: &[u8], parts: &[&[u8]]) -> [u8; 32];
+
     /// Generates a fresh key pair from `rng` (RFC 8387 §4: at first boot, on the device).
     fn generate(
         &self,
@@ -332,6 +335,9 @@ pub trait CryptoProvider {
 impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
         (**self).sha256(parts)
+    }
+    fn hmac_sha256(&self, key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        (**self).hmac_sha256(key, parts)
     }
     fn generate(
         &self,

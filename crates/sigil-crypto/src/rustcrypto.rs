@@ -55,6 +55,19 @@ pub(crate) fn ccm8_open(
         .map_err(|_| CryptoError::BadTag)
 }
 
+pub(crate) fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    use hmac::Mac;
+    // HMAC accepts keys of any length (RFC 2104 §2), so `new_from_slice` cannot fail.
+    let mut mac = match <hmac::Hmac<Sha256> as Mac>::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC takes keys of any length"),
+    };
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().into()
+}
+
 pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     let mut h = Sha256::new();
     for p in parts {
@@ -70,6 +83,10 @@ pub struct RustCrypto;
 impl CryptoProvider for RustCrypto {
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
         sha256(parts)
+    }
+
+    fn hmac_sha256(&self, key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+        hmac_sha256(key, parts)
     }
 
     fn generate(

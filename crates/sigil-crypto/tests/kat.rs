@@ -180,3 +180,19 @@ fn ccm8_detects_any_change_to_ciphertext_tag_or_associated_data() {
         Err(CryptoError::BadTag)
     );
 }
+
+#[test]
+fn hmac_sha256_rfc4231_test_cases_2_and_6() {
+    // RFC 4231 §4.3 (test case 2) and §4.7 (test case 6: a key longer than the block).
+    assert_eq!(
+        hex::encode(RustCrypto.hmac_sha256(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    );
+    assert_eq!(
+        hex::encode(RustCrypto.hmac_sha256(
+            &[0xaa; 131],
+            &[b"Test Using Larger Than Block-Size Key - Hash Key First"]
+        )),
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+    );
+}

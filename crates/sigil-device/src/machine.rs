@@ -8,7 +8,7 @@ use sigil_coap::{
     BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType, Retransmission,
     RetransmitDecision, TransmissionParameters,
 };
-use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm};
 use sigil_freshness::{SequenceCounter, SequenceError};
 use sigil_identity::Identity;
 use sigil_objects::json::SliceWriter;
@@ -509,18 +509,35 @@ impl<C: CryptoProvider> Device<C> {
         storage: &mut S,
         block: u32,
     ) -> Result<(), DeviceError> {
-        let mut payload = [0u8; MAX_REG_PAYLOAD];
-        let plen = self.registration_payload(&mut payload)?;
         // The announced number is consumed, so every later reading is above it (§8.2).
         let seq = if block == 0 {
             self.counter.next(&mut Reservation(storage))?
         } else {
             self.counter.peek().saturating_sub(1)
         };
-        let sig = self
-            .crypto
+        // Signing and building the message are sibling calls, so the signature's stack and the
+        // registration buffers are never live at once (docs/device-costs.md: stack depth).
+        let sig = self.sign_resync(seq)?;
+        self.send_registration(now, block, seq, sig)
+    }
+
+    #[inline(never)]
+    fn sign_resync(&self, seq: u64) -> Result<Signature, DeviceError> {
+        self.crypto
             .sign(&self.key, &crate::resync_message(&self.identity, seq))
-            .map_err(|_| DeviceError::Encoding)?;
+            .map_err(|_| DeviceError::Encoding)
+    }
+
+    #[inline(never)]
+    fn send_registration(
+        &mut self,
+        now: u64,
+        block: u32,
+        seq: u64,
+        sig: Signature,
+    ) -> Result<(), DeviceError> {
+        let mut payload = [0u8; MAX_REG_PAYLOAD];
+        let plen = self.registration_payload(&mut payload)?;
         let id_hex = self.identity.hex();
         let lifetime = self.config.lifetime_s;
         let szx = self.config.block_szx.min(6);
@@ -633,6 +650,24 @@ impl<C: CryptoProvider> Device<C> {
         Ok(())
     }
 
+    /// Signs the pending SenML pack into `out`. Not inlined, so its scratch buffer is not
+    /// part of the caller's frame.
+    #[inline(never)]
+    fn sign_reading(&self, fresh: &Freshness, out: &mut [u8]) -> Result<usize, DeviceError> {
+        let mut scratch = [0u8; MAX_SENML + 128];
+        reading::sign_reading(
+            &self.crypto,
+            &self.key,
+            &self.identity,
+            self.config.format,
+            fresh,
+            &self.last_senml[..self.last_senml_len],
+            &mut scratch,
+            out,
+        )
+        .map_err(|_| DeviceError::Encoding)
+    }
+
     fn send_reading<S: DeviceStorage>(
         &mut self,
         now: u64,
@@ -644,19 +679,8 @@ impl<C: CryptoProvider> Device<C> {
             lsb_bits: self.config.lsb_bits,
             timestamp: self.last_timestamp,
         };
-        let mut scratch = [0u8; MAX_SENML + 128];
         let mut signed = [0u8; MAX_DATAGRAM];
-        let sn = reading::sign_reading(
-            &self.crypto,
-            &self.key,
-            &self.identity,
-            self.config.format,
-            &fresh,
-            &self.last_senml[..self.last_senml_len],
-            &mut scratch,
-            &mut signed,
-        )
-        .map_err(|_| DeviceError::Encoding)?;
+        let sn = self.sign_reading(&fresh, &mut signed)?;
         self.publishes = self.publishes.wrapping_add(1);
         let confirmable =
             self.config.confirm_every != 0 && self.publishes % self.config.confirm_every == 0;

@@ -85,9 +85,7 @@ fn main() -> ! {
     while published < READINGS || !device.can_publish() {
         now += 10;
         if let Some(n) = receive(&mut buf) {
-            let mut rx = [0u8; MAX_DATAGRAM];
-            rx[..n].copy_from_slice(&buf[..n]);
-            if device.handle_datagram(now, &mut storage, &rx[..n]).is_err() {
+            if device.handle_datagram(now, &mut storage, &buf[..n]).is_err() {
                 sigil_halt(3);
             }
             while let Some(e) = device.poll_event() {

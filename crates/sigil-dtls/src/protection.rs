@@ -1,0 +1,105 @@
+//! AES-128-CCM-8 record protection (RFC 6655 §3 with RFC 6347 §4.1.2.1).
+//!
+//! GenericAEADCipher: `nonce_explicit (8) || ciphertext || tag (8)`. The nonce is the 4-byte
+//! implicit salt from the key block followed by the explicit part, which Sigil sets to the
+//! record's `epoch || sequence_number` (unique per key, as RFC 6655 §3 requires). The additional
+//! data is `epoch || sequence_number || type || version || plaintext length`.
+
+use crate::record::{RecordHeader, HEADER_LEN};
+use crate::wire::{ContentType, ProtocolVersion};
+use crate::{Error, Writer};
+use sigil_crypto::{CryptoProvider, CCM8_TAG_LEN};
+
+/// Length of the explicit nonce carried in each record.
+pub const EXPLICIT_NONCE_LEN: usize = 8;
+/// Bytes a protected record adds to its plaintext: header, explicit nonce, tag.
+pub const OVERHEAD: usize = HEADER_LEN + EXPLICIT_NONCE_LEN + CCM8_TAG_LEN;
+
+/// One direction's keys: the write key and the implicit part of the nonce.
+#[derive(Clone)]
+pub struct Ccm8Keys {
+    pub key: [u8; 16],
+    pub salt: [u8; 4],
+}
+
+impl core::fmt::Debug for Ccm8Keys {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Ccm8Keys(<redacted>)")
+    }
+}
+
+fn additional_data(h: &RecordHeader, plaintext_len: usize) -> Result<[u8; 13], Error> {
+    let mut aad = [0u8; 13];
+    aad[..8].copy_from_slice(&h.seq_num());
+    aad[8] = h.content_type.0;
+    aad[9..11].copy_from_slice(&h.version.0.to_be_bytes());
+    let n = u16::try_from(plaintext_len).map_err(|_| Error::RecordOverflow)?;
+    aad[11..].copy_from_slice(&n.to_be_bytes());
+    Ok(aad)
+}
+
+fn nonce(keys: &Ccm8Keys, explicit: &[u8; 8]) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(&keys.salt);
+    n[4..].copy_from_slice(explicit);
+    n
+}
+
+/// Writes the protected record for `plaintext` into `out`; returns its length.
+pub fn seal<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    keys: &Ccm8Keys,
+    content_type: ContentType,
+    epoch: u16,
+    sequence: u64,
+    plaintext: &[u8],
+    out: &mut [u8],
+) -> Result<usize, Error> {
+    let total = OVERHEAD + plaintext.len();
+    let length = u16::try_from(total - HEADER_LEN).map_err(|_| Error::RecordOverflow)?;
+    if out.len() < total {
+        return Err(Error::BufferTooSmall);
+    }
+    let header = RecordHeader {
+        content_type,
+        version: ProtocolVersion::DTLS_1_2,
+        epoch,
+        sequence,
+        length,
+    };
+    let explicit = header.seq_num();
+    let mut w = Writer::new(out);
+    header.write(&mut w)?;
+    w.bytes(&explicit)?;
+    w.bytes(plaintext)?;
+    let aad = additional_data(&header, plaintext.len())?;
+    let body = &mut out
+        [HEADER_LEN + EXPLICIT_NONCE_LEN..HEADER_LEN + EXPLICIT_NONCE_LEN + plaintext.len()];
+    let tag = crypto.aes128_ccm8_seal(&keys.key, &nonce(keys, &explicit), &aad, body)?;
+    out[total - CCM8_TAG_LEN..total].copy_from_slice(&tag);
+    Ok(total)
+}
+
+/// Authenticates and decrypts a record's fragment in place; returns the plaintext, a prefix
+/// of `fragment`'s storage after the explicit nonce. Any failure is [`Error::BadRecordMac`]:
+/// nothing about why leaks to the peer (and the record is dropped, RFC 6347 §4.1.2.7).
+pub fn open<'a, C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    keys: &Ccm8Keys,
+    header: &RecordHeader,
+    fragment: &'a mut [u8],
+) -> Result<&'a [u8], Error> {
+    if fragment.len() < EXPLICIT_NONCE_LEN + CCM8_TAG_LEN {
+        return Err(Error::BadRecordMac);
+    }
+    let (explicit, rest) = fragment.split_at_mut(EXPLICIT_NONCE_LEN);
+    let explicit: [u8; 8] = (&*explicit).try_into().map_err(|_| Error::BadRecordMac)?;
+    let body_len = rest.len() - CCM8_TAG_LEN;
+    let (body, tag) = rest.split_at_mut(body_len);
+    let tag: [u8; CCM8_TAG_LEN] = (&*tag).try_into().map_err(|_| Error::BadRecordMac)?;
+    let aad = additional_data(header, body_len)?;
+    crypto
+        .aes128_ccm8_open(&keys.key, &nonce(keys, &explicit), &aad, body, &tag)
+        .map_err(|_| Error::BadRecordMac)?;
+    Ok(body)
+}
