@@ -45,6 +45,26 @@ pub enum Error {
     BufferTooSmall,
     /// The crypto provider refused an operation.
     Crypto(sigil_crypto::CryptoError),
+    /// The peer's Finished does not match the handshake this side saw.
+    BadFinished,
+    /// The peer did not negotiate the extended master secret (RFC 7627), which Sigil requires.
+    MissingExtendedMasterSecret,
+    /// The peer asked to renegotiate, or did not signal secure renegotiation (RFC 5746).
+    Renegotiation,
+    /// A record or message this state does not expect (names it).
+    UnexpectedMessage(&'static str),
+    /// A handshake message of this type is not expected now.
+    UnexpectedHandshake(u8),
+    /// A field has a value this side must refuse (names it).
+    IllegalParameter(&'static str),
+    /// The server knows no key for the client's PSK identity.
+    UnknownPskIdentity,
+    /// The peer sent this fatal alert (or close_notify).
+    PeerAlert(u8),
+    /// The flight was retransmitted the configured number of times without an answer.
+    HandshakeTimeout,
+    /// Application data before the handshake completed.
+    NotEstablished,
 }
 
 impl Error {
@@ -71,6 +91,16 @@ impl Error {
             Self::SequenceExhausted | Self::BufferTooSmall | Self::Crypto(_) => {
                 AlertDescription::INTERNAL_ERROR
             }
+            Self::BadFinished => AlertDescription::DECRYPT_ERROR,
+            Self::MissingExtendedMasterSecret | Self::Renegotiation => {
+                AlertDescription::HANDSHAKE_FAILURE
+            }
+            Self::UnexpectedMessage(_) | Self::UnexpectedHandshake(_) => {
+                AlertDescription::UNEXPECTED_MESSAGE
+            }
+            Self::IllegalParameter(_) => AlertDescription::ILLEGAL_PARAMETER,
+            Self::UnknownPskIdentity => AlertDescription::UNKNOWN_PSK_IDENTITY,
+            Self::PeerAlert(_) | Self::HandshakeTimeout | Self::NotEstablished => return None,
         })
     }
 }
@@ -111,6 +141,20 @@ impl fmt::Display for Error {
             Self::SequenceExhausted => f.write_str("record sequence numbers exhausted"),
             Self::BufferTooSmall => f.write_str("output buffer too small"),
             Self::Crypto(e) => write!(f, "crypto: {e}"),
+            Self::BadFinished => f.write_str("peer's Finished does not verify"),
+            Self::MissingExtendedMasterSecret => {
+                f.write_str("extended master secret not negotiated")
+            }
+            Self::Renegotiation => {
+                f.write_str("renegotiation requested or not signalled as secure")
+            }
+            Self::UnexpectedMessage(what) => write!(f, "unexpected {what}"),
+            Self::UnexpectedHandshake(t) => write!(f, "unexpected handshake message type {t}"),
+            Self::IllegalParameter(what) => write!(f, "illegal {what}"),
+            Self::UnknownPskIdentity => f.write_str("unknown PSK identity"),
+            Self::PeerAlert(d) => write!(f, "peer sent alert {d}"),
+            Self::HandshakeTimeout => f.write_str("handshake timed out"),
+            Self::NotEstablished => f.write_str("connection not established"),
         }
     }
 }

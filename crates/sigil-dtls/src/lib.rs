@@ -23,6 +23,7 @@
 pub mod handshake;
 pub mod keys;
 pub mod protection;
+pub mod psk;
 pub mod record;
 pub mod wire;
 

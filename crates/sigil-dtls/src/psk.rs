@@ -1,0 +1,1111 @@
+//! The PSK handshake of DTLS 1.2 with TLS_PSK_WITH_AES_128_CCM_8 (RFC 6347, RFC 4279,
+//! RFC 6655), the cipher suite RFC 7252 §9.1.3.1 makes mandatory for CoAP with pre-shared
+//! keys, as a sans-IO connection for both roles.
+//!
+//! The caller feeds datagrams ([`Connection::handle_datagram`]) and time
+//! ([`Connection::handle_timeout`]) and drains datagrams ([`Connection::poll_transmit`]),
+//! received application data ([`Connection::poll_app_data`]) and the next wake-up
+//! ([`Connection::poll_timeout`]). A server answers unknown peers statelessly first
+//! ([`CookieKey::respond`]) and creates a connection only for a ClientHello that carries a
+//! valid cookie.
+//!
+//! The handshake is a chain of states, one per expected message ([`State`]); a transition
+//! checks the message type before anything else, and the established state can only be built
+//! from a [`FinishedVerified`] proof that only the Finished check makes. Extended master secret
+//! (RFC 7627) is required, renegotiation is refused (RFC 5746 `renegotiation_info`, empty).
+
+use crate::handshake::{
+    ClientHello, ClientHelloParams, Extensions, Fragment, HelloVerifyRequest, Reassembler,
+    ServerHello, HEADER_LEN as HS_HEADER_LEN,
+};
+use crate::keys::{self, KeyBlock, Side, MAX_PSK_LEN};
+use crate::protection::{self, Ccm8Keys};
+use crate::record::{Record, RecordHeader, Records, ReplayWindow, HEADER_LEN};
+use crate::wire::{
+    AlertDescription, AlertLevel, CipherSuite, ContentType, ExtensionType, HandshakeType,
+    ProtocolVersion,
+};
+use crate::{Error, Reader, Writer};
+use sigil_crypto::{CryptoProvider, Rng};
+
+/// Largest handshake message this side reassembles.
+pub const MAX_MESSAGE: usize = 512;
+/// Bytes of handshake messages kept for the Finished hash (the first ClientHello and the
+/// HelloVerifyRequest are not part of it, RFC 6347 §4.2.1).
+pub const MAX_TRANSCRIPT: usize = 1024;
+/// Bytes of handshake messages in one flight.
+pub const MAX_FLIGHT: usize = 768;
+/// Datagrams waiting to be sent.
+pub const MAX_QUEUED: usize = 8;
+/// Largest datagram this side builds.
+pub const MAX_DATAGRAM: usize = 1400;
+/// Largest application record payload.
+pub const MAX_APP_DATA: usize = 1024;
+const QUEUE_BYTES: usize = 4096;
+
+/// The extensions both sides send: extended_master_secret (empty) and renegotiation_info
+/// with an empty renegotiated_connection.
+const HELLO_EXTENSIONS: [u8; 9] = [0x00, 0x17, 0x00, 0x00, 0xff, 0x01, 0x00, 0x01, 0x00];
+
+/// Looks up the key for a PSK identity (the server side; RFC 4279 §5.1).
+pub trait PskStore {
+    /// Writes the key for `identity` into `key` and returns its length, or `None`.
+    fn lookup(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize>;
+}
+
+impl<T: PskStore + ?Sized> PskStore for &T {
+    fn lookup(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        (**self).lookup(identity, key)
+    }
+}
+
+/// The client's store: a client knows its one key and looks nothing up.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPskStore;
+
+impl PskStore for NoPskStore {
+    fn lookup(&self, _: &[u8], _: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        None
+    }
+}
+
+/// Timing and size parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Initial retransmission timeout (RFC 6347 §4.2.4.1 suggests 1 s; RFC 7925 §11 allows
+    /// more for constrained links, e.g. the seed's 5 s).
+    pub initial_timeout_ms: u64,
+    /// Largest timeout after doubling (RFC 6347: 60 s).
+    pub max_timeout_ms: u64,
+    /// Give up after this many retransmissions of a flight.
+    pub max_retransmissions: u32,
+    /// Path MTU available to DTLS records (datagram payload size).
+    pub pmtu: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            initial_timeout_ms: 1_000,
+            max_timeout_ms: 60_000,
+            max_retransmissions: 7,
+            pmtu: 1_152,
+        }
+    }
+}
+
+/// The server's stateless cookie secret (RFC 6347 §4.2.1).
+pub struct CookieKey {
+    secret: [u8; 32],
+}
+
+/// What the stateless server does with a datagram from a peer it holds no state for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stateless {
+    /// Send these many bytes (written to the caller's buffer): a HelloVerifyRequest.
+    HelloVerify(usize),
+    /// The ClientHello carries a valid cookie: create a connection with [`Connection::accept`].
+    Accept,
+    /// Not a ClientHello, or a malformed one: drop it (counted by the caller).
+    Drop(Error),
+}
+
+/// Length of the cookies this server hands out.
+pub const COOKIE_LEN: usize = 16;
+
+impl CookieKey {
+    pub fn new(secret: [u8; 32]) -> Self {
+        Self { secret }
+    }
+
+    fn cookie<C: CryptoProvider + ?Sized>(
+        &self,
+        crypto: &C,
+        peer: &[u8],
+        ch: &ClientHello<'_>,
+    ) -> [u8; COOKIE_LEN] {
+        let [a, b, c, d, e] = ch.cookie_input();
+        let mac = crypto.hmac_sha256(&self.secret, &[peer, a, b, c, d, e]);
+        let mut out = [0u8; COOKIE_LEN];
+        out.copy_from_slice(&mac[..COOKIE_LEN]);
+        out
+    }
+
+    /// Looks at the first record of a datagram from an unknown `peer` (its address bytes). A
+    /// ClientHello without a valid cookie gets a HelloVerifyRequest whose cookie is bound to
+    /// the peer and to the ClientHello; nothing is remembered, and the answer is never larger
+    /// than the request (no amplification).
+    pub fn respond<C: CryptoProvider + ?Sized>(
+        &self,
+        crypto: &C,
+        peer: &[u8],
+        datagram: &[u8],
+        out: &mut [u8],
+    ) -> Stateless {
+        let (rec, ch_fragment) = match first_client_hello(datagram) {
+            Ok(x) => x,
+            Err(e) => return Stateless::Drop(e),
+        };
+        let ch = match ClientHello::parse(ch_fragment.body) {
+            Ok(ch) => ch,
+            Err(e) => return Stateless::Drop(e),
+        };
+        let expected = self.cookie(crypto, peer, &ch);
+        if ch.cookie.len() == COOKIE_LEN && constant_time_eq(ch.cookie, &expected) {
+            return Stateless::Accept;
+        }
+        // HelloVerifyRequest: record and message sequence numbers mirror the ClientHello's
+        // (RFC 6347 §4.2.1, §4.2.2), version DTLS 1.0 as the RFC recommends.
+        let mut body = [0u8; 3 + COOKIE_LEN];
+        let mut w = Writer::new(&mut body);
+        let hvr = HelloVerifyRequest {
+            server_version: ProtocolVersion::DTLS_1_0,
+            cookie: &expected,
+        };
+        if hvr.write(&mut w).is_err() {
+            return Stateless::Drop(Error::BufferTooSmall);
+        }
+        let frag = Fragment {
+            msg_type: HandshakeType::HELLO_VERIFY_REQUEST,
+            length: body.len() as u32,
+            message_seq: ch_fragment.message_seq,
+            offset: 0,
+            body: &body,
+        };
+        match plaintext_record(
+            ContentType::HANDSHAKE,
+            rec.header.sequence,
+            |w| frag.write(w),
+            out,
+        ) {
+            Ok(n) if n <= datagram.len() => Stateless::HelloVerify(n),
+            Ok(_) => Stateless::Drop(Error::Decode(
+                "ClientHello shorter than the cookie exchange",
+            )),
+            Err(e) => Stateless::Drop(e),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The first record of `datagram` must be an epoch-0 handshake record holding a whole
+/// ClientHello.
+fn first_client_hello(datagram: &[u8]) -> Result<(Record<'_>, Fragment<'_>), Error> {
+    let (rec, _) = Record::parse(datagram)?;
+    if rec.header.content_type != ContentType::HANDSHAKE || rec.header.epoch != 0 {
+        return Err(Error::Decode(
+            "first record is not a handshake record of epoch 0",
+        ));
+    }
+    let (f, _) = Fragment::parse(rec.fragment)?;
+    if f.msg_type != HandshakeType::CLIENT_HELLO || !f.is_whole() {
+        return Err(Error::Decode("first message is not a whole ClientHello"));
+    }
+    Ok((rec, f))
+}
+
+fn plaintext_record(
+    ct: ContentType,
+    sequence: u64,
+    body: impl FnOnce(&mut Writer<'_>) -> Result<(), Error>,
+    out: &mut [u8],
+) -> Result<usize, Error> {
+    let mut w = Writer::new(out);
+    w.bytes(&[0; HEADER_LEN])?;
+    body(&mut w)?;
+    let n = w.len();
+    let mut hw = Writer::new(&mut out[..HEADER_LEN]);
+    RecordHeader {
+        content_type: ct,
+        version: ProtocolVersion::DTLS_1_2,
+        epoch: 0,
+        sequence,
+        length: u16::try_from(n - HEADER_LEN).map_err(|_| Error::RecordOverflow)?,
+    }
+    .write(&mut hw)?;
+    Ok(n)
+}
+
+/// Proof that the peer's Finished verified. Only [`verify_finished`] makes one.
+pub struct FinishedVerified(());
+
+fn verify_finished<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    master: &[u8; 48],
+    side: Side,
+    transcript_hash: &[u8; 32],
+    body: &[u8],
+) -> Result<FinishedVerified, Error> {
+    let expected = keys::verify_data(crypto, master, side, transcript_hash);
+    if body.len() == expected.len() && constant_time_eq(body, &expected) {
+        Ok(FinishedVerified(()))
+    } else {
+        Err(Error::BadFinished)
+    }
+}
+
+/// Where a connection is in the handshake: one state per expected message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Client: sent a ClientHello, expects HelloVerifyRequest or ServerHello.
+    ExpectServerHello,
+    /// Client: expects ServerKeyExchange (identity hint) or ServerHelloDone.
+    ExpectServerHelloDone,
+    /// Server: expects the client's ClientKeyExchange.
+    ExpectClientKeyExchange,
+    /// Either: expects the peer's ChangeCipherSpec.
+    ExpectChangeCipherSpec,
+    /// Either: expects the peer's Finished (epoch 1).
+    ExpectFinished,
+    /// The handshake is complete: application data flows.
+    Established,
+    /// A fatal error: nothing more is accepted or sent (but the alert).
+    Failed(Error),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Client,
+    Server,
+}
+
+#[derive(Clone, Copy)]
+struct OutMessage {
+    content_type: ContentType,
+    epoch: u16,
+    start: usize,
+    len: usize,
+}
+
+/// A flight: the handshake messages (and ChangeCipherSpec) sent together, kept so the whole
+/// flight can be sent again with fresh record numbers (RFC 6347 §4.2.4).
+struct Flight {
+    buf: [u8; MAX_FLIGHT],
+    used: usize,
+    msgs: [Option<OutMessage>; 4],
+}
+
+impl Flight {
+    const fn new() -> Self {
+        Self {
+            buf: [0; MAX_FLIGHT],
+            used: 0,
+            msgs: [None; 4],
+        }
+    }
+
+    fn clear(&mut self) {
+        self.used = 0;
+        self.msgs = [None; 4];
+    }
+
+    fn push(&mut self, content_type: ContentType, epoch: u16, bytes: &[u8]) -> Result<(), Error> {
+        let slot = self
+            .msgs
+            .iter_mut()
+            .find(|m| m.is_none())
+            .ok_or(Error::BufferTooSmall)?;
+        let end = self.used + bytes.len();
+        if end > MAX_FLIGHT {
+            return Err(Error::BufferTooSmall);
+        }
+        self.buf[self.used..end].copy_from_slice(bytes);
+        *slot = Some(OutMessage {
+            content_type,
+            epoch,
+            start: self.used,
+            len: bytes.len(),
+        });
+        self.used = end;
+        Ok(())
+    }
+}
+
+/// Datagrams waiting to be sent.
+struct Queue {
+    buf: [u8; QUEUE_BYTES],
+    lens: [usize; MAX_QUEUED],
+    n: usize,
+    used: usize,
+}
+
+impl Queue {
+    const fn new() -> Self {
+        Self {
+            buf: [0; QUEUE_BYTES],
+            lens: [0; MAX_QUEUED],
+            n: 0,
+            used: 0,
+        }
+    }
+
+    fn push(&mut self, d: &[u8]) -> Result<(), Error> {
+        if self.n == MAX_QUEUED || self.used + d.len() > QUEUE_BYTES {
+            return Err(Error::BufferTooSmall);
+        }
+        self.buf[self.used..self.used + d.len()].copy_from_slice(d);
+        self.lens[self.n] = d.len();
+        self.n += 1;
+        self.used += d.len();
+        Ok(())
+    }
+
+    fn pop(&mut self, out: &mut [u8]) -> Option<usize> {
+        if self.n == 0 {
+            return None;
+        }
+        let len = self.lens[0];
+        if out.len() < len {
+            return None;
+        }
+        out[..len].copy_from_slice(&self.buf[..len]);
+        self.buf.copy_within(len..self.used, 0);
+        self.lens.copy_within(1..self.n, 0);
+        self.n -= 1;
+        self.used -= len;
+        Some(len)
+    }
+}
+
+/// Keys and sequence state of one epoch in one direction.
+struct Epoch1 {
+    write: Ccm8Keys,
+    read: Ccm8Keys,
+}
+
+/// A DTLS 1.2 PSK connection, client or server. `S` resolves PSK identities on a server.
+pub struct Connection<C, S = NoPskStore> {
+    crypto: C,
+    psks: S,
+    config: Config,
+    role: Role,
+    state: State,
+    client_random: [u8; 32],
+    server_random: [u8; 32],
+    identity: [u8; 128],
+    identity_len: usize,
+    psk: [u8; MAX_PSK_LEN],
+    psk_len: usize,
+    master: [u8; 48],
+    keys: Option<Epoch1>,
+    read_epoch: u16,
+    write_epoch: u16,
+    write_seq: [u64; 2],
+    replay: [ReplayWindow; 2],
+    next_send_msg: u16,
+    next_recv_msg: u16,
+    reassembler: Reassembler<MAX_MESSAGE>,
+    transcript: [u8; MAX_TRANSCRIPT],
+    transcript_len: usize,
+    flight: Flight,
+    /// Whether our last flight is the final one of the handshake (no timer: it is resent
+    /// only when the peer's final flight shows up again).
+    flight_is_final: bool,
+    timer: Option<u64>,
+    timeout_ms: u64,
+    retransmissions: u32,
+    queue: Queue,
+    app: [u8; MAX_APP_DATA],
+    app_len: Option<usize>,
+    /// Records dropped: bad MAC, replays, unknown epochs, malformed.
+    pub dropped: u32,
+}
+
+impl<C: CryptoProvider> Connection<C, NoPskStore> {
+    /// Starts a client handshake with `identity` and `psk`; the first ClientHello is queued.
+    pub fn connect(
+        crypto: C,
+        config: Config,
+        rng: &mut dyn Rng,
+        identity: &[u8],
+        psk: &[u8],
+        now: u64,
+    ) -> Result<Self, Error> {
+        if identity.len() > 128 || psk.is_empty() || psk.len() > MAX_PSK_LEN {
+            return Err(Error::Decode("PSK identity or key length"));
+        }
+        let mut c = Self::blank(crypto, NoPskStore, config, Role::Client);
+        rng.fill(&mut c.client_random)?;
+        c.identity[..identity.len()].copy_from_slice(identity);
+        c.identity_len = identity.len();
+        c.psk[..psk.len()].copy_from_slice(psk);
+        c.psk_len = psk.len();
+        c.send_client_hello(&[], now)?;
+        Ok(c)
+    }
+}
+
+impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
+    /// Creates the server side for a datagram whose ClientHello [`CookieKey::respond`]
+    /// accepted, and queues the server's flight.
+    pub fn accept(
+        crypto: C,
+        config: Config,
+        rng: &mut dyn Rng,
+        psks: S,
+        datagram: &[u8],
+        now: u64,
+    ) -> Result<Self, Error> {
+        let (rec, f) = first_client_hello(datagram)?;
+        let ch = ClientHello::parse(f.body)?;
+        if ch.version != ProtocolVersion::DTLS_1_2 {
+            return Err(Error::UnsupportedVersion(ch.version.0));
+        }
+        if !ch
+            .cipher_suites()
+            .any(|s| s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8)
+        {
+            return Err(Error::NoCommonCipherSuite);
+        }
+        if ch
+            .extensions
+            .get(ExtensionType::EXTENDED_MASTER_SECRET)
+            .is_none()
+        {
+            return Err(Error::MissingExtendedMasterSecret);
+        }
+        check_renegotiation_info(
+            ch.extensions,
+            ch.cipher_suites()
+                .any(|s| s == CipherSuite::TLS_EMPTY_RENEGOTIATION_INFO_SCSV),
+        )?;
+        let mut c = Self::blank(crypto, psks, config, Role::Server);
+        c.client_random = *ch.random;
+        rng.fill(&mut c.server_random)?;
+        c.replay[0].accept(rec.header.sequence);
+        c.write_seq[0] = rec.header.sequence + 1;
+        c.next_recv_msg = f.message_seq + 1;
+        c.next_send_msg = f.message_seq;
+        c.add_transcript(&f)?;
+        // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
+        // against sending one).
+        let mut body = [0u8; 128];
+        let mut w = Writer::new(&mut body);
+        ServerHello {
+            version: ProtocolVersion::DTLS_1_2,
+            random: &c.server_random,
+            session_id: &[],
+            cipher_suite: CipherSuite::TLS_PSK_WITH_AES_128_CCM_8,
+            compression_method: 0,
+            extensions: Extensions::parse(&HELLO_EXTENSIONS)?,
+        }
+        .write(&mut w)?;
+        let n = w.len();
+        c.flight.clear();
+        c.queue_handshake(HandshakeType::SERVER_HELLO, &body[..n])?;
+        c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
+        c.state = State::ExpectClientKeyExchange;
+        c.send_flight(now, false)?;
+        Ok(c)
+    }
+
+    fn blank(crypto: C, psks: S, config: Config, role: Role) -> Self {
+        Self {
+            crypto,
+            psks,
+            config,
+            role,
+            state: if role == Role::Client {
+                State::ExpectServerHello
+            } else {
+                State::ExpectClientKeyExchange
+            },
+            client_random: [0; 32],
+            server_random: [0; 32],
+            identity: [0; 128],
+            identity_len: 0,
+            psk: [0; MAX_PSK_LEN],
+            psk_len: 0,
+            master: [0; 48],
+            keys: None,
+            read_epoch: 0,
+            write_epoch: 0,
+            write_seq: [0; 2],
+            replay: [ReplayWindow::new(); 2],
+            next_send_msg: 0,
+            next_recv_msg: 0,
+            reassembler: Reassembler::new(),
+            transcript: [0; MAX_TRANSCRIPT],
+            transcript_len: 0,
+            flight: Flight::new(),
+            flight_is_final: false,
+            timer: None,
+            timeout_ms: config.initial_timeout_ms,
+            retransmissions: 0,
+            queue: Queue::new(),
+            app: [0; MAX_APP_DATA],
+            app_len: None,
+            dropped: 0,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn is_established(&self) -> bool {
+        self.state == State::Established
+    }
+
+    /// The next datagram to send, if any.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<usize> {
+        self.queue.pop(out)
+    }
+
+    /// When to call [`Connection::handle_timeout`] next (milliseconds, the caller's clock).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.timer
+    }
+
+    /// Received application data, one record at a time.
+    pub fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
+        let n = self.app_len?;
+        if out.len() < n {
+            return None;
+        }
+        out[..n].copy_from_slice(&self.app[..n]);
+        self.app_len = None;
+        Some(n)
+    }
+
+    /// Retransmits the last flight with a doubled timeout (RFC 6347 §4.2.4.1).
+    pub fn handle_timeout(&mut self, now: u64) -> Result<(), Error> {
+        match self.timer {
+            Some(t) if now >= t => {}
+            _ => return Ok(()),
+        }
+        if self.retransmissions >= self.config.max_retransmissions {
+            self.timer = None;
+            return self.fail(Error::HandshakeTimeout);
+        }
+        self.retransmissions += 1;
+        self.timeout_ms = (self.timeout_ms * 2).min(self.config.max_timeout_ms);
+        self.send_flight(now, true)
+    }
+
+    /// Protects `data` as one application-data record and queues it.
+    pub fn send(&mut self, data: &[u8]) -> Result<(), Error> {
+        if self.state != State::Established {
+            return Err(Error::NotEstablished);
+        }
+        let mut out = [0u8; MAX_DATAGRAM];
+        let n = self.protect(ContentType::APPLICATION_DATA, data, &mut out)?;
+        self.queue.push(&out[..n])
+    }
+
+    /// Handles one received datagram. Records that fail checks are dropped (and counted);
+    /// a handshake error queues a fatal alert and fails the connection.
+    pub fn handle_datagram(&mut self, now: u64, datagram: &[u8]) -> Result<(), Error> {
+        if let State::Failed(e) = self.state {
+            return Err(e);
+        }
+        for rec in Records::new(datagram) {
+            let Ok(rec) = rec else {
+                self.dropped += 1;
+                break;
+            };
+            if let Err(e) = self.handle_record(now, &rec) {
+                if e.alert().is_none() {
+                    self.dropped += 1;
+                    continue;
+                }
+                return self.fail(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_record(&mut self, now: u64, rec: &Record<'_>) -> Result<(), Error> {
+        let h = rec.header;
+        if h.version != ProtocolVersion::DTLS_1_2 && h.version != ProtocolVersion::DTLS_1_0 {
+            return Err(Error::BadRecordVersion(h.version.0));
+        }
+        // Only epochs this side holds read keys for: 0, and 1 once the peer's
+        // ChangeCipherSpec arrived. Older and future epochs are dropped (RFC 6347 §4.1).
+        if h.epoch > self.read_epoch || h.epoch > 1 {
+            return Err(Error::UnknownEpoch(h.epoch));
+        }
+        let window = &self.replay[h.epoch as usize];
+        window.check(h.sequence)?;
+        let mut buf = [0u8; MAX_DATAGRAM];
+        let plain: &[u8] = if h.epoch == 0 {
+            rec.fragment
+        } else {
+            let keys = self.keys.as_ref().ok_or(Error::UnknownEpoch(1))?;
+            let frag = buf
+                .get_mut(..rec.fragment.len())
+                .ok_or(Error::RecordOverflow)?;
+            frag.copy_from_slice(rec.fragment);
+            protection::open(&self.crypto, &keys.read, &h, frag)?
+        };
+        // Authenticated (or epoch 0): now the window may move.
+        self.replay[h.epoch as usize].accept(h.sequence);
+        let mut copy = [0u8; MAX_DATAGRAM];
+        copy[..plain.len()].copy_from_slice(plain);
+        let plain = &copy[..plain.len()];
+        match h.content_type {
+            ContentType::HANDSHAKE => {
+                let mut rest = plain;
+                while !rest.is_empty() {
+                    let (f, next) = Fragment::parse(rest)?;
+                    rest = next;
+                    self.handle_fragment(now, h.epoch, &f)?;
+                }
+                Ok(())
+            }
+            ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(h.epoch, plain),
+            ContentType::ALERT => self.handle_alert(plain),
+            ContentType::APPLICATION_DATA => {
+                // Never before the peer's Finished verified, never at epoch 0
+                // (CVE-2020-24585's class).
+                if self.state != State::Established || h.epoch == 0 {
+                    return Err(Error::UnexpectedMessage(
+                        "application data before the handshake completed",
+                    ));
+                }
+                if plain.len() > MAX_APP_DATA {
+                    return Err(Error::RecordOverflow);
+                }
+                if self.app_len.is_none() {
+                    self.app[..plain.len()].copy_from_slice(plain);
+                    self.app_len = Some(plain.len());
+                } else {
+                    self.dropped += 1; // the caller did not drain; datagram semantics
+                }
+                Ok(())
+            }
+            _ => Err(Error::UnexpectedMessage("unknown content type")),
+        }
+    }
+
+    fn handle_alert(&mut self, plain: &[u8]) -> Result<(), Error> {
+        let mut r = Reader::new(plain);
+        let level = AlertLevel(r.u8("alert")?);
+        let desc = AlertDescription(r.u8("alert")?);
+        r.finish("alert")?;
+        if level == AlertLevel::FATAL || desc == AlertDescription::CLOSE_NOTIFY {
+            self.state = State::Failed(Error::PeerAlert(desc.0));
+            self.timer = None;
+        }
+        Ok(())
+    }
+
+    fn handle_ccs(&mut self, epoch: u16, plain: &[u8]) -> Result<(), Error> {
+        if plain != [1] {
+            return Err(Error::Decode("ChangeCipherSpec"));
+        }
+        match self.state {
+            // CCS is only valid where the handshake expects it: an early one (before the keys
+            // exist) is the CVE-2017-7243 class of bug.
+            State::ExpectChangeCipherSpec if epoch == 0 => {
+                self.read_epoch = 1;
+                self.state = State::ExpectFinished;
+                Ok(())
+            }
+            // A retransmitted CCS after the handshake: ignore.
+            State::Established | State::ExpectFinished => Ok(()),
+            _ => Err(Error::UnexpectedMessage("ChangeCipherSpec")),
+        }
+    }
+
+    fn handle_fragment(&mut self, now: u64, epoch: u16, f: &Fragment<'_>) -> Result<(), Error> {
+        if f.message_seq < self.next_recv_msg {
+            // A retransmission of the peer's previous flight: our answer was lost, send our
+            // last flight again (RFC 6347 §4.2.4). For the final flight this is the only
+            // trigger.
+            if self.flight.used > 0 && (self.flight_is_final || self.timer.is_some()) {
+                self.send_flight(now, true)?;
+            }
+            return Ok(());
+        }
+        if f.message_seq > self.next_recv_msg {
+            return Ok(()); // from the future: dropped, the peer retransmits
+        }
+        let mut body = [0u8; MAX_MESSAGE];
+        let len = match self.reassembler.add(f)? {
+            Some(b) => {
+                body[..b.len()].copy_from_slice(b);
+                b.len()
+            }
+            None => return Ok(()),
+        };
+        let whole = Fragment {
+            body: &body[..len],
+            offset: 0,
+            ..*f
+        };
+        self.next_recv_msg += 1;
+        self.handle_message(now, epoch, &whole)
+    }
+
+    fn handle_message(&mut self, now: u64, epoch: u16, m: &Fragment<'_>) -> Result<(), Error> {
+        match (self.state, m.msg_type) {
+            (State::ExpectServerHello, HandshakeType::HELLO_VERIFY_REQUEST) if epoch == 0 => {
+                let hvr = HelloVerifyRequest::parse(m.body)?;
+                let mut cookie = [0u8; 255];
+                cookie[..hvr.cookie.len()].copy_from_slice(hvr.cookie);
+                // The first ClientHello and the HelloVerifyRequest are not in the transcript.
+                self.transcript_len = 0;
+                self.send_client_hello(&cookie[..hvr.cookie.len()], now)
+            }
+            (State::ExpectServerHello, HandshakeType::SERVER_HELLO) if epoch == 0 => {
+                let sh = ServerHello::parse(m.body)?;
+                if sh.version != ProtocolVersion::DTLS_1_2 {
+                    return Err(Error::UnsupportedVersion(sh.version.0));
+                }
+                if sh.cipher_suite != CipherSuite::TLS_PSK_WITH_AES_128_CCM_8
+                    || sh.compression_method != 0
+                {
+                    return Err(Error::IllegalParameter(
+                        "ServerHello cipher suite or compression",
+                    ));
+                }
+                if sh
+                    .extensions
+                    .get(ExtensionType::EXTENDED_MASTER_SECRET)
+                    .is_none()
+                {
+                    return Err(Error::MissingExtendedMasterSecret);
+                }
+                check_renegotiation_info(sh.extensions, false)?;
+                self.server_random = *sh.random;
+                self.add_transcript(m)?;
+                self.stop_timer();
+                self.state = State::ExpectServerHelloDone;
+                Ok(())
+            }
+            (State::ExpectServerHelloDone, HandshakeType::SERVER_KEY_EXCHANGE) => {
+                // psk_identity_hint<0..2^16-1> (RFC 4279 §2); Sigil does not use the hint.
+                let mut r = Reader::new(m.body);
+                r.vec16(0, 0xffff, "ServerKeyExchange identity hint")?;
+                r.finish("ServerKeyExchange")?;
+                self.add_transcript(m)
+            }
+            (State::ExpectServerHelloDone, HandshakeType::SERVER_HELLO_DONE) => {
+                if !m.body.is_empty() {
+                    return Err(Error::Decode("ServerHelloDone"));
+                }
+                self.add_transcript(m)?;
+                self.client_final_flight(now)
+            }
+            (State::ExpectClientKeyExchange, HandshakeType::CLIENT_KEY_EXCHANGE) if epoch == 0 => {
+                self.handle_client_key_exchange(m)
+            }
+            (State::ExpectFinished, HandshakeType::FINISHED) if epoch == 1 => {
+                let hash = self.transcript_hash();
+                let peer = match self.role {
+                    Role::Client => Side::Server,
+                    Role::Server => Side::Client,
+                };
+                let proof = verify_finished(&self.crypto, &self.master, peer, &hash, m.body)?;
+                self.add_transcript(m)?;
+                match self.role {
+                    Role::Client => {
+                        self.stop_timer();
+                        self.flight.clear();
+                        self.established(proof);
+                        Ok(())
+                    }
+                    Role::Server => {
+                        // Flight 6: ChangeCipherSpec, Finished; kept for retransmission when
+                        // the client's final flight shows up again.
+                        self.flight.clear();
+                        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
+                        let vd = keys::verify_data(
+                            &self.crypto,
+                            &self.master,
+                            Side::Server,
+                            &self.transcript_hash(),
+                        );
+                        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
+                        self.flight_is_final = true;
+                        self.send_flight(now, false)?;
+                        self.stop_timer();
+                        self.established(proof);
+                        Ok(())
+                    }
+                }
+            }
+            (_, t) => Err(Error::UnexpectedHandshake(t.0)),
+        }
+    }
+
+    fn established(&mut self, _proof: FinishedVerified) {
+        self.state = State::Established;
+        self.transcript_len = 0;
+    }
+
+    fn handle_client_key_exchange(&mut self, f: &Fragment<'_>) -> Result<(), Error> {
+        let mut r = Reader::new(f.body);
+        let identity = r.vec16(0, 128, "ClientKeyExchange identity")?;
+        r.finish("ClientKeyExchange")?;
+        let mut key = [0u8; MAX_PSK_LEN];
+        let n = self
+            .psks
+            .lookup(identity, &mut key)
+            .ok_or(Error::UnknownPskIdentity)?;
+        self.identity[..identity.len()].copy_from_slice(identity);
+        self.identity_len = identity.len();
+        self.psk[..n].copy_from_slice(&key[..n]);
+        self.psk_len = n;
+        self.add_transcript(f)?;
+        self.derive_keys()?;
+        self.stop_timer();
+        self.state = State::ExpectChangeCipherSpec;
+        Ok(())
+    }
+
+    /// The PSK identity the peer authenticated with (server side), once known.
+    pub fn psk_identity(&self) -> &[u8] {
+        &self.identity[..self.identity_len]
+    }
+
+    fn derive_keys(&mut self) -> Result<(), Error> {
+        let mut pre = [0u8; 4 + 2 * MAX_PSK_LEN];
+        let n = keys::psk_premaster(&self.psk[..self.psk_len], &mut pre)?;
+        let session_hash = self.transcript_hash();
+        self.master = keys::extended_master_secret(&self.crypto, &pre[..n], &session_hash);
+        let KeyBlock { client, server } = keys::key_block_ccm8(
+            &self.crypto,
+            &self.master,
+            &self.client_random,
+            &self.server_random,
+        );
+        self.keys = Some(match self.role {
+            Role::Client => Epoch1 {
+                write: client,
+                read: server,
+            },
+            Role::Server => Epoch1 {
+                write: server,
+                read: client,
+            },
+        });
+        Ok(())
+    }
+
+    fn client_final_flight(&mut self, now: u64) -> Result<(), Error> {
+        // ClientKeyExchange: psk_identity<0..2^16-1>.
+        let mut cke = [0u8; 130];
+        let mut w = Writer::new(&mut cke);
+        w.vec16(&self.identity[..self.identity_len])?;
+        let n = w.len();
+        self.flight.clear();
+        self.queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..n])?;
+        self.derive_keys()?;
+        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
+        let vd = keys::verify_data(
+            &self.crypto,
+            &self.master,
+            Side::Client,
+            &self.transcript_hash(),
+        );
+        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
+        self.state = State::ExpectChangeCipherSpec;
+        self.send_flight(now, false)
+    }
+
+    fn send_client_hello(&mut self, cookie: &[u8], now: u64) -> Result<(), Error> {
+        let mut body = [0u8; 128 + 255];
+        let mut w = Writer::new(&mut body);
+        ClientHelloParams {
+            random: &self.client_random,
+            session_id: &[],
+            cookie,
+            cipher_suites: &[CipherSuite::TLS_PSK_WITH_AES_128_CCM_8],
+            extensions: &HELLO_EXTENSIONS,
+        }
+        .write(&mut w)?;
+        let n = w.len();
+        self.flight.clear();
+        self.queue_handshake(HandshakeType::CLIENT_HELLO, &body[..n])?;
+        self.state = State::ExpectServerHello;
+        self.timeout_ms = self.config.initial_timeout_ms;
+        self.retransmissions = 0;
+        self.send_flight(now, false)
+    }
+
+    /// Adds a handshake message (epoch 0) to the flight and the transcript.
+    fn queue_handshake(&mut self, t: HandshakeType, body: &[u8]) -> Result<(), Error> {
+        self.queue_handshake_epoch(t, body, 0)
+    }
+
+    fn queue_handshake_epoch(
+        &mut self,
+        t: HandshakeType,
+        body: &[u8],
+        epoch: u16,
+    ) -> Result<(), Error> {
+        let f = Fragment {
+            msg_type: t,
+            length: body.len() as u32,
+            message_seq: self.next_send_msg,
+            offset: 0,
+            body,
+        };
+        self.next_send_msg += 1;
+        let mut msg = [0u8; MAX_MESSAGE + HS_HEADER_LEN];
+        let mut w = Writer::new(&mut msg);
+        f.write(&mut w)?;
+        let n = w.len();
+        self.flight.push(ContentType::HANDSHAKE, epoch, &msg[..n])?;
+        self.add_transcript(&f)
+    }
+
+    /// Appends a whole message, as if sent in one fragment (RFC 6347 §4.2.6).
+    fn add_transcript(&mut self, f: &Fragment<'_>) -> Result<(), Error> {
+        let mut w = Writer::new(&mut self.transcript[self.transcript_len..]);
+        Fragment { offset: 0, ..*f }
+            .write(&mut w)
+            .map_err(|_| Error::MessageTooLarge {
+                length: f.length,
+                capacity: MAX_TRANSCRIPT,
+            })?;
+        self.transcript_len += w.len();
+        Ok(())
+    }
+
+    fn transcript_hash(&self) -> [u8; 32] {
+        self.crypto
+            .sha256(&[&self.transcript[..self.transcript_len]])
+    }
+
+    fn stop_timer(&mut self) {
+        self.timer = None;
+        self.retransmissions = 0;
+        self.timeout_ms = self.config.initial_timeout_ms;
+    }
+
+    /// Records the flight's messages into datagrams of at most the PMTU, fragmenting
+    /// handshake messages that do not fit, and queues them. Every transmission uses fresh
+    /// record sequence numbers.
+    fn send_flight(&mut self, now: u64, retransmission: bool) -> Result<(), Error> {
+        let mut dgram = [0u8; MAX_DATAGRAM];
+        let pmtu = self.config.pmtu.min(MAX_DATAGRAM);
+        let mut used = 0;
+        let msgs = self.flight.msgs;
+        for m in msgs.iter().flatten() {
+            let mut bytes = [0u8; MAX_MESSAGE + HS_HEADER_LEN];
+            bytes[..m.len].copy_from_slice(&self.flight.buf[m.start..m.start + m.len]);
+            let bytes = &bytes[..m.len];
+            let overhead = if m.epoch == 0 {
+                HEADER_LEN
+            } else {
+                protection::OVERHEAD
+            };
+            if m.content_type != ContentType::HANDSHAKE {
+                let mut rec = [0u8; 64];
+                let n = self.record(m.content_type, m.epoch, bytes, &mut rec)?;
+                if used + n > pmtu {
+                    self.queue.push(&dgram[..used])?;
+                    used = 0;
+                }
+                dgram[used..used + n].copy_from_slice(&rec[..n]);
+                used += n;
+                continue;
+            }
+            let (f, _) = Fragment::parse(bytes)?;
+            let mut offset = 0usize;
+            loop {
+                let room = pmtu.saturating_sub(used + overhead + HS_HEADER_LEN);
+                if room == 0 || (room < f.body.len() - offset && used > 0) {
+                    if used == 0 {
+                        return Err(Error::BufferTooSmall); // PMTU below one header
+                    }
+                    self.queue.push(&dgram[..used])?;
+                    used = 0;
+                    continue;
+                }
+                let take = room.min(f.body.len() - offset);
+                let part = Fragment {
+                    offset: offset as u32,
+                    body: &f.body[offset..offset + take],
+                    ..f
+                };
+                let mut plain = [0u8; MAX_DATAGRAM];
+                let mut w = Writer::new(&mut plain);
+                part.write(&mut w)?;
+                let pn = w.len();
+                let mut rec = [0u8; MAX_DATAGRAM];
+                let n = self.record(ContentType::HANDSHAKE, m.epoch, &plain[..pn], &mut rec)?;
+                dgram[used..used + n].copy_from_slice(&rec[..n]);
+                used += n;
+                offset += take;
+                if offset >= f.body.len() {
+                    break;
+                }
+            }
+        }
+        if used > 0 {
+            self.queue.push(&dgram[..used])?;
+        }
+        if !self.flight_is_final {
+            self.timer = Some(now + self.timeout_ms);
+        }
+        let _ = retransmission;
+        Ok(())
+    }
+
+    /// One record in `epoch` (0: plaintext; 1: CCM-8) with the next sequence number.
+    fn record(
+        &mut self,
+        ct: ContentType,
+        epoch: u16,
+        plain: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, Error> {
+        let seq = self.write_seq[epoch as usize];
+        if seq > crate::record::MAX_SEQUENCE {
+            return Err(Error::SequenceExhausted);
+        }
+        self.write_seq[epoch as usize] += 1;
+        if epoch == 0 {
+            plaintext_record(ct, seq, |w| w.bytes(plain), out)
+        } else {
+            let keys = self.keys.as_ref().ok_or(Error::NotEstablished)?;
+            self.write_epoch = 1;
+            protection::seal(&self.crypto, &keys.write, ct, 1, seq, plain, out)
+        }
+    }
+
+    fn protect(&mut self, ct: ContentType, plain: &[u8], out: &mut [u8]) -> Result<usize, Error> {
+        self.record(ct, 1, plain, out)
+    }
+
+    /// Fails the connection with a fatal alert (sent in the current write epoch).
+    fn fail(&mut self, e: Error) -> Result<(), Error> {
+        if let State::Failed(_) = self.state {
+            return Err(e);
+        }
+        if let Some(desc) = e.alert() {
+            let alert = [AlertLevel::FATAL.0, desc.0];
+            let mut out = [0u8; 64];
+            let epoch = if self.write_epoch == 1 && self.keys.is_some() {
+                1
+            } else {
+                0
+            };
+            if let Ok(n) = self.record(ContentType::ALERT, epoch, &alert, &mut out) {
+                let _ = self.queue.push(&out[..n]);
+            }
+        }
+        self.state = State::Failed(e);
+        self.timer = None;
+        Err(e)
+    }
+}
+
+/// RFC 5746: the peer must signal secure renegotiation (extension with an empty
+/// renegotiated_connection, or the SCSV in a ClientHello); any non-empty value would be a
+/// renegotiation, which Sigil refuses.
+fn check_renegotiation_info(ext: Extensions<'_>, scsv: bool) -> Result<(), Error> {
+    match ext.get(ExtensionType::RENEGOTIATION_INFO) {
+        Some([0]) => Ok(()),
+        Some(_) => Err(Error::Renegotiation),
+        None if scsv => Ok(()),
+        None => Err(Error::Renegotiation),
+    }
+}

@@ -1,0 +1,352 @@
+//! The PSK handshake between a real client and a real server in memory, with virtual time:
+//! cookie exchange, key agreement, application data both ways, loss and retransmission, and
+//! the refusals the state machine owes.
+
+use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_dtls::psk::{Config, Connection, CookieKey, PskStore, State, Stateless};
+use sigil_dtls::record::Records;
+use sigil_dtls::wire::{AlertDescription, ContentType};
+use sigil_dtls::Error;
+
+struct Counter(u8);
+impl Rng for Counter {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 = self.0.wrapping_add(37);
+            *b = self.0;
+        }
+        Ok(())
+    }
+}
+
+struct Keys;
+impl PskStore for Keys {
+    fn lookup(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
+        (identity == b"sensor-1").then(|| {
+            key[..16].copy_from_slice(b"0123456789abcdef");
+            16
+        })
+    }
+}
+
+const PEER: &[u8] = b"[fe80::1]:5684";
+
+fn drain<C: sigil_crypto::CryptoProvider, S: PskStore>(c: &mut Connection<C, S>) -> Vec<Vec<u8>> {
+    let mut out = vec![];
+    let mut buf = [0u8; 2048];
+    while let Some(n) = c.poll_transmit(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+type Server = Connection<RustCrypto, Keys>;
+
+/// Runs the cookie exchange and returns the client and the server connection.
+fn start(config: Config) -> (Connection<RustCrypto>, Server) {
+    let cookies = CookieKey::new([9; 32]);
+    let mut client = Connection::connect(
+        RustCrypto,
+        config,
+        &mut Counter(1),
+        b"sensor-1",
+        b"0123456789abcdef",
+        0,
+    )
+    .unwrap();
+    let ch1 = drain(&mut client);
+    assert_eq!(ch1.len(), 1);
+    let mut out = [0u8; 256];
+    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, PEER, &ch1[0], &mut out) else {
+        panic!("expected a HelloVerifyRequest");
+    };
+    assert!(n <= ch1[0].len(), "no amplification");
+    client.handle_datagram(1, &out[..n]).unwrap();
+    let ch2 = drain(&mut client);
+    assert_eq!(
+        cookies.respond(&RustCrypto, PEER, &ch2[0], &mut out),
+        Stateless::Accept
+    );
+    // The cookie is bound to the peer's address.
+    assert!(matches!(
+        cookies.respond(&RustCrypto, b"[fe80::2]:5684", &ch2[0], &mut out),
+        Stateless::HelloVerify(_)
+    ));
+    let server =
+        Connection::accept(RustCrypto, config, &mut Counter(200), Keys, &ch2[0], 2).unwrap();
+    (client, server)
+}
+
+/// Delivers everything queued on both sides until both are quiet.
+fn pump(client: &mut Connection<RustCrypto>, server: &mut Server, now: u64) -> usize {
+    let mut bytes = 0;
+    loop {
+        let (a, b) = (drain(client), drain(server));
+        if a.is_empty() && b.is_empty() {
+            return bytes;
+        }
+        for d in a {
+            bytes += d.len();
+            let _ = server.handle_datagram(now, &d);
+        }
+        for d in b {
+            bytes += d.len();
+            let _ = client.handle_datagram(now, &d);
+        }
+    }
+}
+
+#[test]
+fn psk_handshake_completes_and_application_data_flows_both_ways() {
+    let (mut client, mut server) = start(Config::default());
+    let bytes = pump(&mut client, &mut server, 3);
+    assert_eq!(client.state(), State::Established);
+    assert_eq!(server.state(), State::Established);
+    assert_eq!(server.psk_identity(), b"sensor-1");
+    assert!(bytes < 400, "flights 4-6 took {bytes} bytes");
+
+    client.send(b"21.5 Cel").unwrap();
+    let d = drain(&mut client);
+    assert_eq!(d.len(), 1);
+    server.handle_datagram(4, &d[0]).unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(server.poll_app_data(&mut buf), Some(8));
+    assert_eq!(&buf[..8], b"21.5 Cel");
+    // A replayed record is dropped, not delivered twice.
+    server.handle_datagram(5, &d[0]).unwrap();
+    assert_eq!(server.poll_app_data(&mut buf), None);
+    assert_eq!(server.dropped, 1);
+
+    server.send(b"ack").unwrap();
+    for d in drain(&mut server) {
+        client.handle_datagram(6, &d).unwrap();
+    }
+    assert_eq!(client.poll_app_data(&mut buf), Some(3));
+    assert_eq!(client.poll_timeout(), None);
+}
+
+#[test]
+fn lost_final_flight_is_recovered_by_retransmission() {
+    let (mut client, mut server) = start(Config::default());
+    // Flight 4 reaches the client; the client's flight 5 is lost.
+    for d in drain(&mut server) {
+        client.handle_datagram(3, &d).unwrap();
+    }
+    let lost = drain(&mut client);
+    assert!(!lost.is_empty());
+    let t = client
+        .poll_timeout()
+        .expect("client waits for the server's Finished");
+    assert_eq!(t, 3 + 1_000);
+    client.handle_timeout(t).unwrap();
+    // The retransmission uses fresh record sequence numbers.
+    let again = drain(&mut client);
+    assert_ne!(again, lost);
+    for d in &again {
+        server.handle_datagram(t, d).unwrap();
+    }
+    assert_eq!(server.state(), State::Established);
+    // The server's flight 6 is lost too: the client retransmits flight 5 (timeout doubled),
+    // and the server answers the repeated Finished with its last flight (RFC 6347 §4.2.4).
+    drain(&mut server);
+    let t2 = client.poll_timeout().unwrap();
+    assert_eq!(t2, t + 2_000);
+    client.handle_timeout(t2).unwrap();
+    for d in drain(&mut client) {
+        server.handle_datagram(t2, &d).unwrap();
+    }
+    for d in drain(&mut server) {
+        client.handle_datagram(t2, &d).unwrap();
+    }
+    assert_eq!(client.state(), State::Established);
+}
+
+#[test]
+fn a_wrong_key_fails_both_sides_with_an_alert_not_data() {
+    let cookies = CookieKey::new([9; 32]);
+    let mut client = Connection::connect(
+        RustCrypto,
+        Config::default(),
+        &mut Counter(1),
+        b"sensor-1",
+        b"not the right key",
+        0,
+    )
+    .unwrap();
+    let ch1 = drain(&mut client);
+    let mut out = [0u8; 256];
+    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, PEER, &ch1[0], &mut out) else {
+        panic!()
+    };
+    client.handle_datagram(1, &out[..n]).unwrap();
+    let ch2 = drain(&mut client);
+    let mut server = Connection::accept(
+        RustCrypto,
+        Config::default(),
+        &mut Counter(2),
+        Keys,
+        &ch2[0],
+        2,
+    )
+    .unwrap();
+    pump(&mut client, &mut server, 3);
+    // The server cannot authenticate the client's Finished (different keys): the record is
+    // dropped as a bad MAC, so the server never reaches Established...
+    assert_ne!(server.state(), State::Established);
+    assert!(server.dropped > 0);
+    assert_eq!(client.state(), State::ExpectChangeCipherSpec);
+    assert!(client.send(b"x").is_err());
+}
+
+#[test]
+fn unknown_identity_gets_the_unknown_psk_identity_alert() {
+    let cookies = CookieKey::new([9; 32]);
+    let mut client = Connection::connect(
+        RustCrypto,
+        Config::default(),
+        &mut Counter(1),
+        b"intruder",
+        b"whatever-key",
+        0,
+    )
+    .unwrap();
+    let ch1 = drain(&mut client);
+    let mut out = [0u8; 256];
+    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, PEER, &ch1[0], &mut out) else {
+        panic!()
+    };
+    client.handle_datagram(1, &out[..n]).unwrap();
+    let ch2 = drain(&mut client);
+    let mut server = Connection::accept(
+        RustCrypto,
+        Config::default(),
+        &mut Counter(2),
+        Keys,
+        &ch2[0],
+        2,
+    )
+    .unwrap();
+    for d in drain(&mut server) {
+        client.handle_datagram(3, &d).unwrap();
+    }
+    let mut result = Ok(());
+    for d in drain(&mut client) {
+        result = result.and(server.handle_datagram(3, &d));
+    }
+    assert_eq!(result, Err(Error::UnknownPskIdentity));
+    assert_eq!(server.state(), State::Failed(Error::UnknownPskIdentity));
+    let alert = drain(&mut server);
+    let rec = Records::new(&alert[0]).next().unwrap().unwrap();
+    assert_eq!(rec.header.content_type, ContentType::ALERT);
+    assert_eq!(rec.fragment, [2, AlertDescription::UNKNOWN_PSK_IDENTITY.0]);
+    // After a fatal alert nothing more is processed (a bug class found by state fuzzing).
+    assert!(server.handle_datagram(4, &alert[0]).is_err());
+}
+
+#[test]
+fn regression_cve_2017_7243_early_change_cipher_spec_is_fatal() {
+    let (mut client, _server) = start(Config::default());
+    // A ChangeCipherSpec before ServerHello: the client has no keys to switch to.
+    let ccs = [20, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 9, 0, 1, 1];
+    assert_eq!(
+        client.handle_datagram(3, &ccs),
+        Err(Error::UnexpectedMessage("ChangeCipherSpec"))
+    );
+    let alert = drain(&mut client);
+    assert_eq!(
+        alert.last().unwrap()[13..],
+        [2, AlertDescription::UNEXPECTED_MESSAGE.0]
+    );
+}
+
+#[test]
+fn regression_cve_2020_24585_epoch_0_application_data_is_never_delivered() {
+    let (mut client, mut server) = start(Config::default());
+    pump(&mut client, &mut server, 3);
+    let data = [
+        23, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 77, 0, 4, b'e', b'v', b'i', b'l',
+    ];
+    let _ = server.handle_datagram(4, &data);
+    let mut buf = [0u8; 16];
+    assert_eq!(server.poll_app_data(&mut buf), None);
+}
+
+#[test]
+fn regression_cve_2021_42141_far_future_and_unknown_epochs_are_dropped() {
+    let (mut client, mut server) = start(Config::default());
+    pump(&mut client, &mut server, 3);
+    for epoch in [2u16, 7, 0xffff] {
+        let e = epoch.to_be_bytes();
+        let rec = [
+            23, 0xfe, 0xfd, e[0], e[1], 0, 0, 0, 0, 0, 1, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0,
+        ];
+        server.handle_datagram(4, &rec).unwrap();
+    }
+    assert_eq!(server.state(), State::Established);
+    assert_eq!(server.dropped, 3);
+}
+
+#[test]
+fn the_handshake_gives_up_after_the_configured_retransmissions() {
+    let config = Config {
+        max_retransmissions: 2,
+        initial_timeout_ms: 5_000,
+        ..Config::default()
+    };
+    let mut client =
+        Connection::connect(RustCrypto, config, &mut Counter(1), b"id", b"key", 0).unwrap();
+    drain(&mut client);
+    let mut now = 0;
+    let mut waits = vec![];
+    while let Some(t) = client.poll_timeout() {
+        waits.push(t - now);
+        now = t;
+        let _ = client.handle_timeout(now);
+        drain(&mut client);
+    }
+    // The seed's 5 s timer, doubled each time, then the connection fails.
+    assert_eq!(waits, [5_000, 10_000, 20_000]);
+    assert_eq!(client.state(), State::Failed(Error::HandshakeTimeout));
+}
+
+#[test]
+fn psk_handshake_bytes_on_the_wire() {
+    // Every datagram of a complete handshake, both directions, cookie exchange included.
+    let cookies = CookieKey::new([9; 32]);
+    let mut client = Connection::connect(
+        RustCrypto,
+        Config::default(),
+        &mut Counter(1),
+        b"sensor-1",
+        b"0123456789abcdef",
+        0,
+    )
+    .unwrap();
+    let ch1 = drain(&mut client);
+    let mut out = [0u8; 256];
+    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, PEER, &ch1[0], &mut out) else {
+        panic!()
+    };
+    client.handle_datagram(1, &out[..n]).unwrap();
+    let ch2 = drain(&mut client);
+    let mut server = Connection::accept(
+        RustCrypto,
+        Config::default(),
+        &mut Counter(2),
+        Keys,
+        &ch2[0],
+        2,
+    )
+    .unwrap();
+    let rest = pump(&mut client, &mut server, 3);
+    let total = ch1[0].len() + n + ch2[0].len() + rest;
+    assert!(client.is_established() && server.is_established());
+    println!(
+        "PSK-CCM8 handshake: CH {} + HVR {n} + CH {} + flights 4-6 {rest} = {total} bytes",
+        ch1[0].len(),
+        ch2[0].len()
+    );
+    // A count, not a timing: OpenSSL 3.0 needs 674 bytes for the same handshake.
+    assert!(total < 674, "{total} bytes");
+}
