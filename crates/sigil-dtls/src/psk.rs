@@ -408,8 +408,8 @@ pub struct Connection<C, S = NoPskStore> {
     timeout_ms: u64,
     retransmissions: u32,
     queue: Queue,
-    app: [u8; MAX_APP_DATA],
-    app_len: Option<usize>,
+    /// Received application records not yet taken by the caller.
+    app: Queue,
     /// Records dropped: bad MAC, replays, unknown epochs, malformed.
     pub dropped: u32,
 }
@@ -536,8 +536,7 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
             timeout_ms: config.initial_timeout_ms,
             retransmissions: 0,
             queue: Queue::new(),
-            app: [0; MAX_APP_DATA],
-            app_len: None,
+            app: Queue::new(),
             dropped: 0,
         }
     }
@@ -560,15 +559,9 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
         self.timer
     }
 
-    /// Received application data, one record at a time.
+    /// Received application data, one record at a time, in arrival order.
     pub fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
-        let n = self.app_len?;
-        if out.len() < n {
-            return None;
-        }
-        out[..n].copy_from_slice(&self.app[..n]);
-        self.app_len = None;
-        Some(n)
+        self.app.pop(out)
     }
 
     /// Retransmits the last flight with a doubled timeout (RFC 6347 §4.2.4.1).
@@ -669,11 +662,9 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
                 if plain.len() > MAX_APP_DATA {
                     return Err(Error::RecordOverflow);
                 }
-                if self.app_len.is_none() {
-                    self.app[..plain.len()].copy_from_slice(plain);
-                    self.app_len = Some(plain.len());
-                } else {
-                    self.dropped += 1; // the caller did not drain; datagram semantics
+                if self.app.push(plain).is_err() {
+                    // The caller is not draining: drop, as a full socket buffer would.
+                    self.dropped += 1;
                 }
                 Ok(())
             }
