@@ -9,7 +9,9 @@ use sigil_crypto::{
     PublicKey, Rng, RustCrypto, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN,
     CCM_NONCE_LEN,
 };
-use sigil_dtls::psk::{Config, Connection, CookieKey, PskStore, Stateless};
+use sigil_dtls::psk::{Config, Connection, CookieKey, Trust, Stateless, Credentials, NoTrust, ServerCredentials};
+
+const PSK_ONLY: ServerCredentials<'static> = ServerCredentials { psk: true, key: None, require_client_key: false };
 
 /// Test-only: never use outside this fuzz target.
 struct Transparent;
@@ -59,8 +61,8 @@ impl Rng for Fixed {
 }
 
 struct Keys;
-impl PskStore for Keys {
-    fn lookup(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
+impl Trust for Keys {
+    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
         (!identity.is_empty()).then(|| {
             key[..4].copy_from_slice(b"key!");
             4
@@ -83,7 +85,7 @@ fn datagrams(mut data: &[u8]) -> impl Iterator<Item = &[u8]> {
 fuzz_target!(|data: &[u8]| {
     let cookies = CookieKey::new([0; 32]);
     let mut server: Option<Connection<Transparent, Keys>> = None;
-    let mut client = Connection::connect(Transparent, Config::default(), &mut Fixed, b"id", b"key!", 0).unwrap();
+    let mut client = Connection::connect(Transparent, NoTrust, Config::default(), &mut Fixed, Credentials::Psk { identity: b"id", key: b"key!" }, 0).unwrap();
     let mut out = [0u8; 2048];
     for (i, d) in datagrams(data).enumerate() {
         let now = i as u64 * 700;
@@ -95,7 +97,7 @@ fuzz_target!(|data: &[u8]| {
             None => match cookies.respond(&Transparent, b"peer", d, &mut out) {
                 Stateless::HelloVerify(n) => assert!(n <= d.len()),
                 Stateless::Accept => {
-                    server = Connection::accept(Transparent, Config::default(), &mut Fixed, Keys, d, now).ok()
+                    server = Connection::accept(Transparent, Keys, Config::default(), &PSK_ONLY, &mut Fixed, d, now).ok()
                 }
                 Stateless::Drop(_) => {}
             },

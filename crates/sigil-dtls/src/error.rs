@@ -65,6 +65,16 @@ pub enum Error {
     HandshakeTimeout,
     /// Application data before the handshake completed.
     NotEstablished,
+    /// The peer's key is of a kind Sigil does not accept (not P-256 or Ed25519 in canonical
+    /// SubjectPublicKeyInfo form).
+    UnsupportedKey,
+    /// The peer's raw public key is not on the trusted list (its identity is not provisioned).
+    UntrustedKey,
+    /// A handshake signature (ServerKeyExchange, CertificateVerify) does not verify.
+    BadSignature,
+    /// The server asked for a client key this client does not have, or the client sent none
+    /// where one is required.
+    MissingClientKey,
 }
 
 impl Error {
@@ -101,6 +111,10 @@ impl Error {
             Self::IllegalParameter(_) => AlertDescription::ILLEGAL_PARAMETER,
             Self::UnknownPskIdentity => AlertDescription::UNKNOWN_PSK_IDENTITY,
             Self::PeerAlert(_) | Self::HandshakeTimeout | Self::NotEstablished => return None,
+            Self::UnsupportedKey => AlertDescription::UNSUPPORTED_CERTIFICATE,
+            Self::UntrustedKey => AlertDescription::CERTIFICATE_UNKNOWN,
+            Self::BadSignature => AlertDescription::DECRYPT_ERROR,
+            Self::MissingClientKey => AlertDescription::HANDSHAKE_FAILURE,
         })
     }
 }
@@ -155,6 +169,14 @@ impl fmt::Display for Error {
             Self::PeerAlert(d) => write!(f, "peer sent alert {d}"),
             Self::HandshakeTimeout => f.write_str("handshake timed out"),
             Self::NotEstablished => f.write_str("connection not established"),
+            Self::UnsupportedKey => {
+                f.write_str("peer key is not a P-256 or Ed25519 SubjectPublicKeyInfo")
+            }
+            Self::UntrustedKey => f.write_str("peer key's identity is not trusted"),
+            Self::BadSignature => f.write_str("handshake signature does not verify"),
+            Self::MissingClientKey => {
+                f.write_str("client authentication required but no client key")
+            }
         }
     }
 }

@@ -20,11 +20,14 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod connection;
 pub mod handshake;
 pub mod keys;
 pub mod protection;
-pub mod psk;
+/// The connection under its earlier name.
+pub use connection as psk;
 pub mod record;
+pub mod spki;
 pub mod wire;
 
 mod error;

@@ -3,7 +3,15 @@
 //! complete, and no application record may be delivered twice.
 
 use sigil_crypto::{CryptoError, Rng, RustCrypto};
-use sigil_dtls::psk::{Config, Connection, CookieKey, PskStore, Stateless};
+use sigil_dtls::psk::{
+    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, Stateless, Trust,
+};
+
+const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
+    psk: true,
+    key: None,
+    require_client_key: false,
+};
 
 struct Counter(u64);
 impl Rng for Counter {
@@ -20,8 +28,8 @@ impl Rng for Counter {
 }
 
 struct Keys;
-impl PskStore for Keys {
-    fn lookup(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
+impl Trust for Keys {
+    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
         (identity == b"sensor").then(|| {
             key[..16].copy_from_slice(&[7; 16]);
             16
@@ -79,10 +87,13 @@ fn run(seed: u64, one_in: u64, readings: usize) -> Outcome {
     };
     let mut client = Connection::connect(
         RustCrypto,
+        NoTrust,
         config,
         &mut Counter(seed),
-        b"sensor",
-        &[7; 16],
+        Credentials::Psk {
+            identity: b"sensor",
+            key: &[7; 16],
+        },
         0,
     )
     .unwrap();
@@ -151,9 +162,10 @@ fn run(seed: u64, one_in: u64, readings: usize) -> Outcome {
                         Stateless::Accept => {
                             server = Connection::accept(
                                 RustCrypto,
-                                config,
-                                &mut Counter(seed ^ 0xff),
                                 Keys,
+                                config,
+                                &PSK_ONLY,
+                                &mut Counter(seed ^ 0xff),
                                 &d,
                                 now,
                             )

@@ -3,7 +3,15 @@
 //! the refusals the state machine owes.
 
 use sigil_crypto::{CryptoError, Rng, RustCrypto};
-use sigil_dtls::psk::{Config, Connection, CookieKey, PskStore, State, Stateless};
+use sigil_dtls::psk::{
+    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, State, Stateless, Trust,
+};
+
+const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
+    psk: true,
+    key: None,
+    require_client_key: false,
+};
 use sigil_dtls::record::Records;
 use sigil_dtls::wire::{AlertDescription, ContentType};
 use sigil_dtls::Error;
@@ -20,8 +28,8 @@ impl Rng for Counter {
 }
 
 struct Keys;
-impl PskStore for Keys {
-    fn lookup(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
+impl Trust for Keys {
+    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
         (identity == b"sensor-1").then(|| {
             key[..16].copy_from_slice(b"0123456789abcdef");
             16
@@ -31,7 +39,7 @@ impl PskStore for Keys {
 
 const PEER: &[u8] = b"[fe80::1]:5684";
 
-fn drain<C: sigil_crypto::CryptoProvider, S: PskStore>(c: &mut Connection<C, S>) -> Vec<Vec<u8>> {
+fn drain<C: sigil_crypto::CryptoProvider, S: Trust>(c: &mut Connection<C, S>) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = [0u8; 2048];
     while let Some(n) = c.poll_transmit(&mut buf) {
@@ -43,14 +51,17 @@ fn drain<C: sigil_crypto::CryptoProvider, S: PskStore>(c: &mut Connection<C, S>)
 type Server = Connection<RustCrypto, Keys>;
 
 /// Runs the cookie exchange and returns the client and the server connection.
-fn start(config: Config) -> (Connection<RustCrypto>, Server) {
+fn start(config: Config) -> (Connection<RustCrypto, NoTrust>, Server) {
     let cookies = CookieKey::new([9; 32]);
     let mut client = Connection::connect(
         RustCrypto,
+        NoTrust,
         config,
         &mut Counter(1),
-        b"sensor-1",
-        b"0123456789abcdef",
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
@@ -72,13 +83,21 @@ fn start(config: Config) -> (Connection<RustCrypto>, Server) {
         cookies.respond(&RustCrypto, b"[fe80::2]:5684", &ch2[0], &mut out),
         Stateless::HelloVerify(_)
     ));
-    let server =
-        Connection::accept(RustCrypto, config, &mut Counter(200), Keys, &ch2[0], 2).unwrap();
+    let server = Connection::accept(
+        RustCrypto,
+        Keys,
+        config,
+        &PSK_ONLY,
+        &mut Counter(200),
+        &ch2[0],
+        2,
+    )
+    .unwrap();
     (client, server)
 }
 
 /// Delivers everything queued on both sides until both are quiet.
-fn pump(client: &mut Connection<RustCrypto>, server: &mut Server, now: u64) -> usize {
+fn pump(client: &mut Connection<RustCrypto, NoTrust>, server: &mut Server, now: u64) -> usize {
     let mut bytes = 0;
     loop {
         let (a, b) = (drain(client), drain(server));
@@ -166,10 +185,13 @@ fn a_wrong_key_fails_both_sides_with_an_alert_not_data() {
     let cookies = CookieKey::new([9; 32]);
     let mut client = Connection::connect(
         RustCrypto,
+        NoTrust,
         Config::default(),
         &mut Counter(1),
-        b"sensor-1",
-        b"not the right key",
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"not the right key",
+        },
         0,
     )
     .unwrap();
@@ -182,9 +204,10 @@ fn a_wrong_key_fails_both_sides_with_an_alert_not_data() {
     let ch2 = drain(&mut client);
     let mut server = Connection::accept(
         RustCrypto,
-        Config::default(),
-        &mut Counter(2),
         Keys,
+        Config::default(),
+        &PSK_ONLY,
+        &mut Counter(2),
         &ch2[0],
         2,
     )
@@ -203,10 +226,13 @@ fn unknown_identity_gets_the_unknown_psk_identity_alert() {
     let cookies = CookieKey::new([9; 32]);
     let mut client = Connection::connect(
         RustCrypto,
+        NoTrust,
         Config::default(),
         &mut Counter(1),
-        b"intruder",
-        b"whatever-key",
+        Credentials::Psk {
+            identity: b"intruder",
+            key: b"whatever-key",
+        },
         0,
     )
     .unwrap();
@@ -219,9 +245,10 @@ fn unknown_identity_gets_the_unknown_psk_identity_alert() {
     let ch2 = drain(&mut client);
     let mut server = Connection::accept(
         RustCrypto,
-        Config::default(),
-        &mut Counter(2),
         Keys,
+        Config::default(),
+        &PSK_ONLY,
+        &mut Counter(2),
         &ch2[0],
         2,
     )
@@ -294,8 +321,18 @@ fn the_handshake_gives_up_after_the_configured_retransmissions() {
         initial_timeout_ms: 5_000,
         ..Config::default()
     };
-    let mut client =
-        Connection::connect(RustCrypto, config, &mut Counter(1), b"id", b"key", 0).unwrap();
+    let mut client = Connection::connect(
+        RustCrypto,
+        NoTrust,
+        config,
+        &mut Counter(1),
+        Credentials::Psk {
+            identity: b"id",
+            key: b"key",
+        },
+        0,
+    )
+    .unwrap();
     drain(&mut client);
     let mut now = 0;
     let mut waits = vec![];
@@ -316,10 +353,13 @@ fn psk_handshake_bytes_on_the_wire() {
     let cookies = CookieKey::new([9; 32]);
     let mut client = Connection::connect(
         RustCrypto,
+        NoTrust,
         Config::default(),
         &mut Counter(1),
-        b"sensor-1",
-        b"0123456789abcdef",
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
@@ -332,9 +372,10 @@ fn psk_handshake_bytes_on_the_wire() {
     let ch2 = drain(&mut client);
     let mut server = Connection::accept(
         RustCrypto,
-        Config::default(),
-        &mut Counter(2),
         Keys,
+        Config::default(),
+        &PSK_ONLY,
+        &mut Counter(2),
         &ch2[0],
         2,
     )

@@ -1,6 +1,11 @@
-//! The PSK handshake of DTLS 1.2 with TLS_PSK_WITH_AES_128_CCM_8 (RFC 6347, RFC 4279,
-//! RFC 6655), the cipher suite RFC 7252 §9.1.3.1 makes mandatory for CoAP with pre-shared
-//! keys, as a sans-IO connection for both roles.
+//! A DTLS 1.2 connection (RFC 6347) for both roles, sans-IO, with the two cipher suites
+//! RFC 7252 §9.1.3 makes mandatory for CoAP:
+//! - TLS_PSK_WITH_AES_128_CCM_8 (RFC 4279, RFC 6655) with pre-shared keys;
+//! - TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 (RFC 7251, RFC 8422) with raw public keys (RFC 7250):
+//!   P-256 or Ed25519 signature keys, ephemeral P-256 ECDH, server-only or mutual
+//!   authentication. A raw public key is accepted only if [`Trust::trusted_key`] says so, which
+//!   [`PinnedIdentities`] answers with RFC 8387 secure identities: the provisioning list is
+//!   the trust store.
 //!
 //! The caller feeds datagrams ([`Connection::handle_datagram`]) and time
 //! ([`Connection::handle_timeout`]) and drains datagrams ([`Connection::poll_transmit`]),
@@ -21,20 +26,25 @@ use crate::handshake::{
 use crate::keys::{self, KeyBlock, Side, MAX_PSK_LEN};
 use crate::protection::{self, Ccm8Keys};
 use crate::record::{Record, RecordHeader, Records, ReplayWindow, HEADER_LEN};
+use crate::spki;
 use crate::wire::{
     AlertDescription, AlertLevel, CipherSuite, ContentType, ExtensionType, HandshakeType,
-    ProtocolVersion,
+    NamedGroup, ProtocolVersion, SignatureScheme,
 };
 use crate::{Error, Reader, Writer};
-use sigil_crypto::{CryptoProvider, Rng};
+use sigil_crypto::{
+    AgreementAlgorithm, AgreementSecret, CryptoProvider, PublicKey, Rng, SecretKey,
+    SignatureAlgorithm,
+};
+use sigil_identity::Identity;
 
 /// Largest handshake message this side reassembles.
 pub const MAX_MESSAGE: usize = 512;
 /// Bytes of handshake messages kept for the Finished hash (the first ClientHello and the
 /// HelloVerifyRequest are not part of it, RFC 6347 §4.2.1).
-pub const MAX_TRANSCRIPT: usize = 1024;
+pub const MAX_TRANSCRIPT: usize = 2048;
 /// Bytes of handshake messages in one flight.
-pub const MAX_FLIGHT: usize = 768;
+pub const MAX_FLIGHT: usize = 1024;
 /// Datagrams waiting to be sent.
 pub const MAX_QUEUED: usize = 8;
 /// Largest datagram this side builds.
@@ -46,27 +56,79 @@ const QUEUE_BYTES: usize = 4096;
 /// The extensions both sides send: extended_master_secret (empty) and renegotiation_info
 /// with an empty renegotiated_connection.
 const HELLO_EXTENSIONS: [u8; 9] = [0x00, 0x17, 0x00, 0x00, 0xff, 0x01, 0x00, 0x01, 0x00];
+/// RFC 7250 certificate type RawPublicKey.
+const RAW_PUBLIC_KEY: u8 = 2;
+/// ClientCertificateType ecdsa_sign (RFC 8422 §5.5), the only one Sigil requests.
+const ECDSA_SIGN: u8 = 64;
+/// The signature schemes Sigil offers and accepts, in preference order.
+const SCHEMES: [SignatureScheme; 2] = [
+    SignatureScheme::ECDSA_SECP256R1_SHA256,
+    SignatureScheme::ED25519,
+];
 
-/// Looks up the key for a PSK identity (the server side; RFC 4279 §5.1).
-pub trait PskStore {
+/// What this side trusts: pre-shared keys by identity (RFC 4279 §5.1) and peers' raw public
+/// keys. A connection asks it at the moment the peer presents either.
+pub trait Trust {
     /// Writes the key for `identity` into `key` and returns its length, or `None`.
-    fn lookup(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize>;
-}
-
-impl<T: PskStore + ?Sized> PskStore for &T {
-    fn lookup(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
-        (**self).lookup(identity, key)
-    }
-}
-
-/// The client's store: a client knows its one key and looks nothing up.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoPskStore;
-
-impl PskStore for NoPskStore {
-    fn lookup(&self, _: &[u8], _: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        let _ = (identity, key);
         None
     }
+
+    /// Whether the peer's raw public key may authenticate it.
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        let _ = key;
+        false
+    }
+}
+
+impl<T: Trust + ?Sized> Trust for &T {
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        (**self).psk(identity, key)
+    }
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        (**self).trusted_key(key)
+    }
+}
+
+/// Trusts nothing beyond the credentials the client was given (a PSK client needs no store).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoTrust;
+
+impl Trust for NoTrust {}
+
+/// Trusts a raw public key whose RFC 8387 secure identity `I = h(P|O)` (with empty `O`) is on
+/// the list: provisioning feeds identities, and the handshake pins keys to them.
+pub struct PinnedIdentities<'a, C> {
+    pub crypto: C,
+    pub identities: &'a [Identity],
+}
+
+impl<C: CryptoProvider> Trust for PinnedIdentities<'_, C> {
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        Identity::of_key(&self.crypto, key, b"").is_ok_and(|id| self.identities.contains(&id))
+    }
+}
+
+/// What a client authenticates with.
+#[derive(Clone, Copy)]
+pub enum Credentials<'a> {
+    /// TLS_PSK_WITH_AES_128_CCM_8 with this identity and key.
+    Psk { identity: &'a [u8], key: &'a [u8] },
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with a raw public key: `Some(key)` lets the client
+    /// authenticate itself when the server asks; the server's key must be trusted.
+    RawPublicKey(Option<&'a SecretKey>),
+}
+
+/// What a server offers.
+#[derive(Clone, Copy)]
+pub struct ServerCredentials<'a> {
+    /// Accept TLS_PSK_WITH_AES_128_CCM_8 (keys come from [`Trust::psk`]).
+    pub psk: bool,
+    /// Accept TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with this raw public key.
+    pub key: Option<&'a SecretKey>,
+    /// With `key`: require the client's raw public key (CertificateRequest).
+    pub require_client_key: bool,
 }
 
 /// Timing and size parameters.
@@ -252,10 +314,19 @@ fn verify_finished<C: CryptoProvider + ?Sized>(
 pub enum State {
     /// Client: sent a ClientHello, expects HelloVerifyRequest or ServerHello.
     ExpectServerHello,
-    /// Client: expects ServerKeyExchange (identity hint) or ServerHelloDone.
+    /// Client (raw public keys): expects the server's Certificate.
+    ExpectServerCertificate,
+    /// Client (raw public keys): expects the signed ServerKeyExchange.
+    ExpectServerKeyExchange,
+    /// Client: expects CertificateRequest (raw public keys), ServerKeyExchange (PSK identity
+    /// hint) or ServerHelloDone.
     ExpectServerHelloDone,
+    /// Server (mutual authentication): expects the client's Certificate.
+    ExpectClientCertificate,
     /// Server: expects the client's ClientKeyExchange.
     ExpectClientKeyExchange,
+    /// Server (mutual authentication): expects the client's CertificateVerify.
+    ExpectCertificateVerify,
     /// Either: expects the peer's ChangeCipherSpec.
     ExpectChangeCipherSpec,
     /// Either: expects the peer's Finished (epoch 1).
@@ -285,7 +356,7 @@ struct OutMessage {
 struct Flight {
     buf: [u8; MAX_FLIGHT],
     used: usize,
-    msgs: [Option<OutMessage>; 4],
+    msgs: [Option<OutMessage>; 6],
 }
 
 impl Flight {
@@ -293,13 +364,13 @@ impl Flight {
         Self {
             buf: [0; MAX_FLIGHT],
             used: 0,
-            msgs: [None; 4],
+            msgs: [None; 6],
         }
     }
 
     fn clear(&mut self) {
         self.used = 0;
-        self.msgs = [None; 4];
+        self.msgs = [None; 6];
     }
 
     fn push(&mut self, content_type: ContentType, epoch: u16, bytes: &[u8]) -> Result<(), Error> {
@@ -376,19 +447,32 @@ struct Epoch1 {
     read: Ccm8Keys,
 }
 
-/// A DTLS 1.2 PSK connection, client or server. `S` resolves PSK identities on a server.
-pub struct Connection<C, S = NoPskStore> {
+/// A DTLS 1.2 connection, client or server. `T` says what this side trusts.
+pub struct Connection<C, T = NoTrust> {
     crypto: C,
-    psks: S,
+    trust: T,
     config: Config,
     role: Role,
     state: State,
+    suite: CipherSuite,
     client_random: [u8; 32],
     server_random: [u8; 32],
     identity: [u8; 128],
     identity_len: usize,
     psk: [u8; MAX_PSK_LEN],
     psk_len: usize,
+    /// This side's signature key (raw public keys).
+    own_key: Option<SecretKey>,
+    /// The peer's authenticated raw public key.
+    peer_key: Option<PublicKey>,
+    /// Client: the server asked for the client's key. Server: it asks for it.
+    client_auth: bool,
+    /// Client: the server agreed to a raw public key for the client (client_certificate_type).
+    client_rpk: bool,
+    /// This side's ephemeral ECDH secret (server: from its ServerKeyExchange).
+    ephemeral: Option<AgreementSecret>,
+    /// Client: the server's ephemeral point.
+    peer_point: [u8; 65],
     master: [u8; 48],
     keys: Option<Epoch1>,
     read_epoch: u16,
@@ -414,38 +498,50 @@ pub struct Connection<C, S = NoPskStore> {
     pub dropped: u32,
 }
 
-impl<C: CryptoProvider> Connection<C, NoPskStore> {
-    /// Starts a client handshake with `identity` and `psk`; the first ClientHello is queued.
+impl<C: CryptoProvider, T: Trust> Connection<C, T> {
+    /// Starts a client handshake; the first ClientHello is queued. `trust` decides whether
+    /// the server's raw public key is acceptable.
     pub fn connect(
         crypto: C,
+        trust: T,
         config: Config,
         rng: &mut dyn Rng,
-        identity: &[u8],
-        psk: &[u8],
+        credentials: Credentials<'_>,
         now: u64,
     ) -> Result<Self, Error> {
-        if identity.len() > 128 || psk.is_empty() || psk.len() > MAX_PSK_LEN {
-            return Err(Error::Decode("PSK identity or key length"));
+        let mut c = Self::blank(crypto, trust, config, Role::Client);
+        match credentials {
+            Credentials::Psk { identity, key } => {
+                if identity.len() > 128 || key.is_empty() || key.len() > MAX_PSK_LEN {
+                    return Err(Error::Decode("PSK identity or key length"));
+                }
+                c.suite = CipherSuite::TLS_PSK_WITH_AES_128_CCM_8;
+                c.identity[..identity.len()].copy_from_slice(identity);
+                c.identity_len = identity.len();
+                c.psk[..key.len()].copy_from_slice(key);
+                c.psk_len = key.len();
+            }
+            Credentials::RawPublicKey(key) => {
+                c.suite = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8;
+                c.own_key = key.cloned();
+                // The ephemeral ECDH secret for ClientKeyExchange, drawn now while the
+                // caller's RNG is at hand.
+                c.ephemeral = Some(c.crypto.generate_agreement(AgreementAlgorithm::P256, rng)?);
+            }
         }
-        let mut c = Self::blank(crypto, NoPskStore, config, Role::Client);
         rng.fill(&mut c.client_random)?;
-        c.identity[..identity.len()].copy_from_slice(identity);
-        c.identity_len = identity.len();
-        c.psk[..psk.len()].copy_from_slice(psk);
-        c.psk_len = psk.len();
         c.send_client_hello(&[], now)?;
         Ok(c)
     }
-}
 
-impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
     /// Creates the server side for a datagram whose ClientHello [`CookieKey::respond`]
-    /// accepted, and queues the server's flight.
+    /// accepted, picks the suite, and queues the server's flight.
     pub fn accept(
         crypto: C,
+        trust: T,
         config: Config,
+        offer: &ServerCredentials<'_>,
         rng: &mut dyn Rng,
-        psks: S,
         datagram: &[u8],
         now: u64,
     ) -> Result<Self, Error> {
@@ -454,12 +550,6 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
         if ch.version != ProtocolVersion::DTLS_1_2 {
             return Err(Error::UnsupportedVersion(ch.version.0));
         }
-        if !ch
-            .cipher_suites()
-            .any(|s| s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8)
-        {
-            return Err(Error::NoCommonCipherSuite);
-        }
         if ch
             .extensions
             .get(ExtensionType::EXTENDED_MASTER_SECRET)
@@ -467,12 +557,36 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
         {
             return Err(Error::MissingExtendedMasterSecret);
         }
-        check_renegotiation_info(
-            ch.extensions,
-            ch.cipher_suites()
-                .any(|s| s == CipherSuite::TLS_EMPTY_RENEGOTIATION_INFO_SCSV),
-        )?;
-        let mut c = Self::blank(crypto, psks, config, Role::Server);
+        let scsv = ch
+            .cipher_suites()
+            .any(|s| s == CipherSuite::TLS_EMPTY_RENEGOTIATION_INFO_SCSV);
+        check_renegotiation_info(ch.extensions, scsv)?;
+        let rpk_ok = |ext: ExtensionType| {
+            ch.extensions
+                .get(ext)
+                .and_then(|d| d.split_first())
+                .is_some_and(|(n, types)| {
+                    usize::from(*n) == types.len() && types.contains(&RAW_PUBLIC_KEY)
+                })
+        };
+        // The client's preference order decides among the suites this server offers.
+        let suite = ch
+            .cipher_suites()
+            .find(|s| {
+                (*s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 && offer.psk)
+                    || (*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+                        && offer.key.is_some()
+                        && rpk_ok(ExtensionType::SERVER_CERTIFICATE_TYPE)
+                        && offers_p256(&ch)
+                        && offer
+                            .key
+                            .is_some_and(|k| offers_scheme(&ch, scheme_of(k.algorithm())))
+                        && (!offer.require_client_key
+                            || rpk_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE)))
+            })
+            .ok_or(Error::NoCommonCipherSuite)?;
+        let mut c = Self::blank(crypto, trust, config, Role::Server);
+        c.suite = suite;
         c.client_random = *ch.random;
         rng.fill(&mut c.server_random)?;
         c.replay[0].accept(rec.header.sequence);
@@ -480,34 +594,126 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
         c.next_recv_msg = f.message_seq + 1;
         c.next_send_msg = f.message_seq;
         c.add_transcript(&f)?;
-        // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
-        // against sending one).
-        let mut body = [0u8; 128];
-        let mut w = Writer::new(&mut body);
-        ServerHello {
-            version: ProtocolVersion::DTLS_1_2,
-            random: &c.server_random,
-            session_id: &[],
-            cipher_suite: CipherSuite::TLS_PSK_WITH_AES_128_CCM_8,
-            compression_method: 0,
-            extensions: Extensions::parse(&HELLO_EXTENSIONS)?,
-        }
-        .write(&mut w)?;
-        let n = w.len();
         c.flight.clear();
-        c.queue_handshake(HandshakeType::SERVER_HELLO, &body[..n])?;
-        c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
-        c.state = State::ExpectClientKeyExchange;
+        if suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
+            // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
+            // against sending one).
+            c.queue_server_hello(&[])?;
+            c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
+            c.state = State::ExpectClientKeyExchange;
+        } else {
+            let key = offer.key.ok_or(Error::NoCommonCipherSuite)?;
+            c.own_key = Some(key.clone());
+            c.client_auth = offer.require_client_key;
+            // server_certificate_type, ec_point_formats [uncompressed], and with mutual
+            // authentication client_certificate_type (RFC 7250 §4.2: one type each).
+            let mut ext = [0u8; 24];
+            let mut w = Writer::new(&mut ext);
+            w.bytes(&[0x00, 0x14, 0x00, 0x01, RAW_PUBLIC_KEY])?;
+            w.bytes(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
+            if c.client_auth {
+                w.bytes(&[0x00, 0x13, 0x00, 0x01, RAW_PUBLIC_KEY])?;
+            }
+            let n = w.len();
+            c.queue_server_hello(&ext[..n])?;
+            c.queue_own_certificate()?;
+            c.queue_server_key_exchange(rng)?;
+            if c.client_auth {
+                // CertificateRequest: types [ecdsa_sign], schemes, no authorities (RFC 5246
+                // §7.4.4; RFC 8422 §5.5).
+                let mut cr = [0u8; 16];
+                let mut w = Writer::new(&mut cr);
+                w.vec8(&[ECDSA_SIGN])?;
+                w.u16((SCHEMES.len() * 2) as u16)?;
+                for sc in SCHEMES {
+                    w.u16(sc.0)?;
+                }
+                w.u16(0)?;
+                let n = w.len();
+                c.queue_handshake(HandshakeType::CERTIFICATE_REQUEST, &cr[..n])?;
+                c.state = State::ExpectClientCertificate;
+            } else {
+                c.state = State::ExpectClientKeyExchange;
+            }
+            c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
+        }
         c.send_flight(now, false)?;
         Ok(c)
     }
 
-    fn blank(crypto: C, psks: S, config: Config, role: Role) -> Self {
+    fn queue_server_hello(&mut self, suite_extensions: &[u8]) -> Result<(), Error> {
+        let mut ext = [0u8; 64];
+        let mut w = Writer::new(&mut ext);
+        w.bytes(&HELLO_EXTENSIONS)?;
+        w.bytes(suite_extensions)?;
+        let en = w.len();
+        let mut body = [0u8; 160];
+        let mut w = Writer::new(&mut body);
+        ServerHello {
+            version: ProtocolVersion::DTLS_1_2,
+            random: &self.server_random,
+            session_id: &[],
+            cipher_suite: self.suite,
+            compression_method: 0,
+            extensions: Extensions::parse(&ext[..en])?,
+        }
+        .write(&mut w)?;
+        let n = w.len();
+        self.queue_handshake(HandshakeType::SERVER_HELLO, &body[..n])
+    }
+
+    /// Certificate carrying this side's raw public key (RFC 7250 §3: one
+    /// `ASN.1_subjectPublicKeyInfo<1..2^24-1>`).
+    fn queue_own_certificate(&mut self) -> Result<(), Error> {
+        let key = self.own_key.as_ref().ok_or(Error::MissingClientKey)?;
+        let public = self.crypto.public_key(key)?;
+        let mut body = [0u8; 3 + 91];
+        let mut w = Writer::new(&mut body);
+        w.u24(spki::spki_len(&public) as u32)?;
+        spki::write_spki(&public, &mut w)?;
+        let n = w.len();
+        self.queue_handshake(HandshakeType::CERTIFICATE, &body[..n])
+    }
+
+    /// ServerKeyExchange for ECDHE (RFC 8422 §5.4): named curve secp256r1, the ephemeral
+    /// point, and a signature over client_random || server_random || params.
+    fn queue_server_key_exchange(&mut self, rng: &mut dyn Rng) -> Result<(), Error> {
+        let eph = self
+            .crypto
+            .generate_agreement(AgreementAlgorithm::P256, rng)?;
+        let point = self.crypto.agreement_public_key(&eph)?;
+        self.ephemeral = Some(eph);
+        let mut params = [0u8; 4 + 65];
+        params[0] = 3; // named_curve
+        params[1..3].copy_from_slice(&NamedGroup::SECP256R1.0.to_be_bytes());
+        params[3] = 65;
+        params[4..].copy_from_slice(point.as_bytes());
+        let key = self.own_key.as_ref().ok_or(Error::MissingClientKey)?;
+        let mut signed = [0u8; 64 + 69];
+        signed[..32].copy_from_slice(&self.client_random);
+        signed[32..64].copy_from_slice(&self.server_random);
+        signed[64..].copy_from_slice(&params);
+        let mut body = [0u8; 69 + 4 + 72];
+        let mut w = Writer::new(&mut body);
+        w.bytes(&params)?;
+        write_signature(&self.crypto, key, &signed, &mut w)?;
+        let n = w.len();
+        self.queue_handshake(HandshakeType::SERVER_KEY_EXCHANGE, &body[..n])
+    }
+
+    fn blank(crypto: C, trust: T, config: Config, role: Role) -> Self {
         Self {
             crypto,
-            psks,
+            trust,
             config,
             role,
+            suite: CipherSuite::TLS_PSK_WITH_AES_128_CCM_8,
+            own_key: None,
+            peer_key: None,
+            client_auth: false,
+            client_rpk: false,
+            ephemeral: None,
+            peer_point: [0; 65],
             state: if role == Role::Client {
                 State::ExpectServerHello
             } else {
@@ -733,8 +939,12 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
     }
 
     fn handle_message(&mut self, now: u64, epoch: u16, m: &Fragment<'_>) -> Result<(), Error> {
+        // Every handshake message but Finished travels in epoch 0.
+        if epoch != 0 && m.msg_type != HandshakeType::FINISHED {
+            return Err(Error::UnexpectedHandshake(m.msg_type.0));
+        }
         match (self.state, m.msg_type) {
-            (State::ExpectServerHello, HandshakeType::HELLO_VERIFY_REQUEST) if epoch == 0 => {
+            (State::ExpectServerHello, HandshakeType::HELLO_VERIFY_REQUEST) => {
                 let hvr = HelloVerifyRequest::parse(m.body)?;
                 let mut cookie = [0u8; 255];
                 cookie[..hvr.cookie.len()].copy_from_slice(hvr.cookie);
@@ -742,14 +952,12 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
                 self.transcript_len = 0;
                 self.send_client_hello(&cookie[..hvr.cookie.len()], now)
             }
-            (State::ExpectServerHello, HandshakeType::SERVER_HELLO) if epoch == 0 => {
+            (State::ExpectServerHello, HandshakeType::SERVER_HELLO) => {
                 let sh = ServerHello::parse(m.body)?;
                 if sh.version != ProtocolVersion::DTLS_1_2 {
                     return Err(Error::UnsupportedVersion(sh.version.0));
                 }
-                if sh.cipher_suite != CipherSuite::TLS_PSK_WITH_AES_128_CCM_8
-                    || sh.compression_method != 0
-                {
+                if sh.cipher_suite != self.suite || sh.compression_method != 0 {
                     return Err(Error::IllegalParameter(
                         "ServerHello cipher suite or compression",
                     ));
@@ -762,17 +970,83 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
                     return Err(Error::MissingExtendedMasterSecret);
                 }
                 check_renegotiation_info(sh.extensions, false)?;
+                if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+                    && sh.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE)
+                        != Some(&[RAW_PUBLIC_KEY][..])
+                {
+                    return Err(Error::IllegalParameter("server certificate type"));
+                }
+                self.client_rpk = sh.extensions.get(ExtensionType::CLIENT_CERTIFICATE_TYPE)
+                    == Some(&[RAW_PUBLIC_KEY][..]);
                 self.server_random = *sh.random;
                 self.add_transcript(m)?;
                 self.stop_timer();
+                self.state = if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
+                    State::ExpectServerHelloDone
+                } else {
+                    State::ExpectServerCertificate
+                };
+                Ok(())
+            }
+            (State::ExpectServerCertificate, HandshakeType::CERTIFICATE) => {
+                let key = self.peer_certificate(m.body)?;
+                self.peer_key = Some(key);
+                self.add_transcript(m)?;
+                self.state = State::ExpectServerKeyExchange;
+                Ok(())
+            }
+            (State::ExpectServerKeyExchange, HandshakeType::SERVER_KEY_EXCHANGE) => {
+                let mut r = Reader::new(m.body);
+                let params = r.take(4, "ServerKeyExchange params")?;
+                if params[0] != 3
+                    || params[1..3] != NamedGroup::SECP256R1.0.to_be_bytes()
+                    || params[3] != 65
+                {
+                    return Err(Error::IllegalParameter("ServerKeyExchange curve"));
+                }
+                let point = r.take(65, "ServerKeyExchange point")?;
+                let mut signed = [0u8; 64 + 69];
+                signed[..32].copy_from_slice(&self.client_random);
+                signed[32..64].copy_from_slice(&self.server_random);
+                signed[64..68].copy_from_slice(params);
+                signed[68..].copy_from_slice(point);
+                let key = self.peer_key.ok_or(Error::UntrustedKey)?;
+                verify_signature(&self.crypto, &key, &signed, &mut r)?;
+                r.finish("ServerKeyExchange")?;
+                self.peer_point.copy_from_slice(point);
+                self.add_transcript(m)?;
                 self.state = State::ExpectServerHelloDone;
                 Ok(())
             }
-            (State::ExpectServerHelloDone, HandshakeType::SERVER_KEY_EXCHANGE) => {
+            (State::ExpectServerHelloDone, HandshakeType::SERVER_KEY_EXCHANGE)
+                if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 =>
+            {
                 // psk_identity_hint<0..2^16-1> (RFC 4279 §2); Sigil does not use the hint.
                 let mut r = Reader::new(m.body);
                 r.vec16(0, 0xffff, "ServerKeyExchange identity hint")?;
                 r.finish("ServerKeyExchange")?;
+                self.add_transcript(m)
+            }
+            (State::ExpectServerHelloDone, HandshakeType::CERTIFICATE_REQUEST)
+                if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+                    && !self.client_auth =>
+            {
+                let mut r = Reader::new(m.body);
+                let types = r.vec8(1, 255, "CertificateRequest types")?;
+                let schemes = r.vec16(2, 0xfffe, "CertificateRequest schemes")?;
+                r.vec16(0, 0xffff, "CertificateRequest authorities")?;
+                r.finish("CertificateRequest")?;
+                // With a key the server agreed to take as a raw public key, authenticate;
+                // otherwise answer with an empty Certificate and let the server decide
+                // (RFC 5246 §7.4.6).
+                let usable = self.own_key.as_ref().is_some_and(|key| {
+                    let want = scheme_of(key.algorithm()).0.to_be_bytes();
+                    types.contains(&ECDSA_SIGN) && schemes.chunks_exact(2).any(|c| c == want)
+                });
+                if !(usable && self.client_rpk) {
+                    self.own_key = None;
+                }
+                self.client_auth = true;
                 self.add_transcript(m)
             }
             (State::ExpectServerHelloDone, HandshakeType::SERVER_HELLO_DONE) => {
@@ -782,8 +1056,32 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
                 self.add_transcript(m)?;
                 self.client_final_flight(now)
             }
-            (State::ExpectClientKeyExchange, HandshakeType::CLIENT_KEY_EXCHANGE) if epoch == 0 => {
+            (State::ExpectClientCertificate, HandshakeType::CERTIFICATE) => {
+                // An empty Certificate where one is required fails (RFC 5246 §7.4.6).
+                if m.body.len() <= 3 {
+                    return Err(Error::MissingClientKey);
+                }
+                let key = self.peer_certificate(m.body)?;
+                self.peer_key = Some(key);
+                self.add_transcript(m)?;
+                self.state = State::ExpectClientKeyExchange;
+                Ok(())
+            }
+            (State::ExpectClientKeyExchange, HandshakeType::CLIENT_KEY_EXCHANGE) => {
                 self.handle_client_key_exchange(m)
+            }
+            (State::ExpectCertificateVerify, HandshakeType::CERTIFICATE_VERIFY) => {
+                // Signed: every handshake message before this one (RFC 5246 §7.4.8).
+                let key = self.peer_key.ok_or(Error::MissingClientKey)?;
+                let mut r = Reader::new(m.body);
+                let mut signed = [0u8; MAX_TRANSCRIPT];
+                let n = self.transcript_len;
+                signed[..n].copy_from_slice(&self.transcript[..n]);
+                verify_signature(&self.crypto, &key, &signed[..n], &mut r)?;
+                r.finish("CertificateVerify")?;
+                self.add_transcript(m)?;
+                self.state = State::ExpectChangeCipherSpec;
+                Ok(())
             }
             (State::ExpectFinished, HandshakeType::FINISHED) if epoch == 1 => {
                 let hash = self.transcript_hash();
@@ -824,6 +1122,19 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
         }
     }
 
+    /// A Certificate carrying a raw public key: parsed, then checked against [`Trust`].
+    fn peer_certificate(&self, body: &[u8]) -> Result<PublicKey, Error> {
+        let mut r = Reader::new(body);
+        let len = r.u24("Certificate")? as usize;
+        let der = r.take(len, "Certificate")?;
+        r.finish("Certificate")?;
+        let key = spki::parse_spki(der)?;
+        if !self.trust.trusted_key(&key) {
+            return Err(Error::UntrustedKey);
+        }
+        Ok(key)
+    }
+
     fn established(&mut self, _proof: FinishedVerified) {
         self.state = State::Established;
         self.transcript_len = 0;
@@ -831,21 +1142,40 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
 
     fn handle_client_key_exchange(&mut self, f: &Fragment<'_>) -> Result<(), Error> {
         let mut r = Reader::new(f.body);
-        let identity = r.vec16(0, 128, "ClientKeyExchange identity")?;
-        r.finish("ClientKeyExchange")?;
-        let mut key = [0u8; MAX_PSK_LEN];
-        let n = self
-            .psks
-            .lookup(identity, &mut key)
-            .ok_or(Error::UnknownPskIdentity)?;
-        self.identity[..identity.len()].copy_from_slice(identity);
-        self.identity_len = identity.len();
-        self.psk[..n].copy_from_slice(&key[..n]);
-        self.psk_len = n;
+        let premaster_input = if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
+            let identity = r.vec16(0, 128, "ClientKeyExchange identity")?;
+            r.finish("ClientKeyExchange")?;
+            let mut key = [0u8; MAX_PSK_LEN];
+            let n = self
+                .trust
+                .psk(identity, &mut key)
+                .ok_or(Error::UnknownPskIdentity)?;
+            self.identity[..identity.len()].copy_from_slice(identity);
+            self.identity_len = identity.len();
+            self.psk[..n].copy_from_slice(&key[..n]);
+            self.psk_len = n;
+            None
+        } else {
+            let point = r.vec8(1, 255, "ClientKeyExchange point")?;
+            r.finish("ClientKeyExchange")?;
+            let eph = self
+                .ephemeral
+                .take()
+                .ok_or(Error::UnexpectedHandshake(16))?;
+            Some(
+                self.crypto
+                    .agree(&eph, point)
+                    .map_err(|_| Error::IllegalParameter("ClientKeyExchange point"))?,
+            )
+        };
         self.add_transcript(f)?;
-        self.derive_keys()?;
+        self.derive_keys(premaster_input.as_ref())?;
         self.stop_timer();
-        self.state = State::ExpectChangeCipherSpec;
+        self.state = if self.client_auth {
+            State::ExpectCertificateVerify
+        } else {
+            State::ExpectChangeCipherSpec
+        };
         Ok(())
     }
 
@@ -854,9 +1184,22 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
         &self.identity[..self.identity_len]
     }
 
-    fn derive_keys(&mut self) -> Result<(), Error> {
+    /// The peer's raw public key, once authenticated (for authorization by identity).
+    pub fn peer_public_key(&self) -> Option<&PublicKey> {
+        self.peer_key.as_ref()
+    }
+
+    /// Derives the keys from the PSK or the ECDH shared secret, with the extended master
+    /// secret over the transcript through ClientKeyExchange (RFC 7627 §4).
+    fn derive_keys(&mut self, ecdh: Option<&[u8; 32]>) -> Result<(), Error> {
         let mut pre = [0u8; 4 + 2 * MAX_PSK_LEN];
-        let n = keys::psk_premaster(&self.psk[..self.psk_len], &mut pre)?;
+        let n = match ecdh {
+            Some(z) => {
+                pre[..32].copy_from_slice(z);
+                32
+            }
+            None => keys::psk_premaster(&self.psk[..self.psk_len], &mut pre)?,
+        };
         let session_hash = self.transcript_hash();
         self.master = keys::extended_master_secret(&self.crypto, &pre[..n], &session_hash);
         let KeyBlock { client, server } = keys::key_block_ccm8(
@@ -879,14 +1222,50 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
     }
 
     fn client_final_flight(&mut self, now: u64) -> Result<(), Error> {
-        // ClientKeyExchange: psk_identity<0..2^16-1>.
-        let mut cke = [0u8; 130];
-        let mut w = Writer::new(&mut cke);
-        w.vec16(&self.identity[..self.identity_len])?;
-        let n = w.len();
         self.flight.clear();
-        self.queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..n])?;
-        self.derive_keys()?;
+        let ecdh = if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
+            // ClientKeyExchange: psk_identity<0..2^16-1>.
+            let mut cke = [0u8; 130];
+            let mut w = Writer::new(&mut cke);
+            w.vec16(&self.identity[..self.identity_len])?;
+            let n = w.len();
+            self.queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..n])?;
+            None
+        } else {
+            if self.client_auth {
+                if self.own_key.is_some() {
+                    self.queue_own_certificate()?;
+                } else {
+                    self.queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0])?;
+                }
+            }
+            // ClientKeyExchange: our ephemeral point (RFC 8422 §5.7), drawn at connect.
+            let eph = self
+                .ephemeral
+                .take()
+                .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+            let point = self.crypto.agreement_public_key(&eph)?;
+            let z = self
+                .crypto
+                .agree(&eph, &self.peer_point)
+                .map_err(|_| Error::IllegalParameter("ServerKeyExchange point"))?;
+            let mut cke = [0u8; 66];
+            let mut w = Writer::new(&mut cke);
+            w.vec8(point.as_bytes())?;
+            self.queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke)?;
+            Some(z)
+        };
+        self.derive_keys(ecdh.as_ref())?;
+        if let Some(key) = self.own_key.clone().filter(|_| self.client_auth) {
+            let mut signed = [0u8; MAX_TRANSCRIPT];
+            let n = self.transcript_len;
+            signed[..n].copy_from_slice(&self.transcript[..n]);
+            let mut cv = [0u8; 4 + 72];
+            let mut w = Writer::new(&mut cv);
+            write_signature(&self.crypto, &key, &signed[..n], &mut w)?;
+            let cn = w.len();
+            self.queue_handshake(HandshakeType::CERTIFICATE_VERIFY, &cv[..cn])?;
+        }
         self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
         let vd = keys::verify_data(
             &self.crypto,
@@ -900,14 +1279,33 @@ impl<C: CryptoProvider, S: PskStore> Connection<C, S> {
     }
 
     fn send_client_hello(&mut self, cookie: &[u8], now: u64) -> Result<(), Error> {
+        let mut ext = [0u8; 64];
+        let mut w = Writer::new(&mut ext);
+        w.bytes(&HELLO_EXTENSIONS)?;
+        if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 {
+            // supported_groups [secp256r1], ec_point_formats [uncompressed],
+            // signature_algorithms, server_certificate_type [RawPublicKey], and
+            // client_certificate_type [RawPublicKey] when this client has a key.
+            w.bytes(&[0x00, 0x0a, 0x00, 0x04, 0x00, 0x02, 0x00, 0x17])?;
+            w.bytes(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
+            w.bytes(&[0x00, 0x0d, 0x00, 0x06, 0x00, 0x04])?;
+            for sc in SCHEMES {
+                w.u16(sc.0)?;
+            }
+            w.bytes(&[0x00, 0x14, 0x00, 0x02, 0x01, RAW_PUBLIC_KEY])?;
+            if self.own_key.is_some() {
+                w.bytes(&[0x00, 0x13, 0x00, 0x02, 0x01, RAW_PUBLIC_KEY])?;
+            }
+        }
+        let en = w.len();
         let mut body = [0u8; 128 + 255];
         let mut w = Writer::new(&mut body);
         ClientHelloParams {
             random: &self.client_random,
             session_id: &[],
             cookie,
-            cipher_suites: &[CipherSuite::TLS_PSK_WITH_AES_128_CCM_8],
-            extensions: &HELLO_EXTENSIONS,
+            cipher_suites: &[self.suite],
+            extensions: &ext[..en],
         }
         .write(&mut w)?;
         let n = w.len();
@@ -1099,4 +1497,74 @@ fn check_renegotiation_info(ext: Extensions<'_>, scsv: bool) -> Result<(), Error
         None if scsv => Ok(()),
         None => Err(Error::Renegotiation),
     }
+}
+
+fn scheme_of(alg: SignatureAlgorithm) -> SignatureScheme {
+    match alg {
+        SignatureAlgorithm::EcdsaP256 => SignatureScheme::ECDSA_SECP256R1_SHA256,
+        SignatureAlgorithm::Ed25519 => SignatureScheme::ED25519,
+    }
+}
+
+/// Whether the ClientHello allows ECDHE on secp256r1 (absent supported_groups means any,
+/// RFC 8422 §4).
+fn offers_p256(ch: &ClientHello<'_>) -> bool {
+    match ch.extensions.get(ExtensionType::SUPPORTED_GROUPS) {
+        None => true,
+        Some(d) => d.get(2..).is_some_and(|g| {
+            g.chunks_exact(2)
+                .any(|c| c == NamedGroup::SECP256R1.0.to_be_bytes())
+        }),
+    }
+}
+
+/// Whether the ClientHello's signature_algorithms allows `scheme` (absent: SHA-1 defaults,
+/// which Sigil does not use, so only ECDSA with SHA-256 is assumed, RFC 5246 §7.4.1.4.1).
+fn offers_scheme(ch: &ClientHello<'_>, scheme: SignatureScheme) -> bool {
+    match ch.extensions.get(ExtensionType::SIGNATURE_ALGORITHMS) {
+        None => scheme == SignatureScheme::ECDSA_SECP256R1_SHA256,
+        Some(d) => d
+            .get(2..)
+            .is_some_and(|g| g.chunks_exact(2).any(|c| c == scheme.0.to_be_bytes())),
+    }
+}
+
+/// `digitally-signed` (RFC 5246 §4.7): scheme, then the signature (DER for ECDSA, raw for
+/// Ed25519, RFC 8422 §5.4).
+fn write_signature<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    key: &SecretKey,
+    message: &[u8],
+    w: &mut Writer<'_>,
+) -> Result<(), Error> {
+    let sig = crypto.sign(key, message)?;
+    w.u16(scheme_of(key.algorithm()).0)?;
+    match key.algorithm() {
+        SignatureAlgorithm::EcdsaP256 => {
+            let mut der = [0u8; 72];
+            let n = spki::ecdsa_to_der(&sig.0, &mut der)?;
+            w.vec16(&der[..n])
+        }
+        SignatureAlgorithm::Ed25519 => w.vec16(&sig.0),
+    }
+}
+
+fn verify_signature<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    key: &PublicKey,
+    message: &[u8],
+    r: &mut Reader<'_>,
+) -> Result<(), Error> {
+    let scheme = SignatureScheme(r.u16("signature scheme")?);
+    let sig = r.vec16(1, 0xffff, "signature")?;
+    if scheme != scheme_of(key.algorithm()) {
+        return Err(Error::IllegalParameter("signature scheme"));
+    }
+    let raw = match key.algorithm() {
+        SignatureAlgorithm::EcdsaP256 => spki::ecdsa_from_der(sig)?,
+        SignatureAlgorithm::Ed25519 => sig.try_into().map_err(|_| Error::BadSignature)?,
+    };
+    crypto
+        .verify(key, message, &raw)
+        .map_err(|_| Error::BadSignature)
 }

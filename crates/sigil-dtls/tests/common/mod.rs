@@ -1,0 +1,153 @@
+//! Drivers for the interop tests: a sans-IO connection on a real UDP socket, with the
+//! caller's real clock, until a condition holds or ten seconds pass.
+#![allow(dead_code)]
+
+use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_dtls::connection::{Connection, CookieKey, Stateless, Trust};
+use std::io::Read;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+/// Test randomness: a clock-seeded xorshift, so runs differ. Never for production.
+pub struct TestRng(pub u64);
+impl TestRng {
+    pub fn new() -> Self {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        Self(t.as_nanos() as u64 | 1)
+    }
+}
+impl Rng for TestRng {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            *b = self.0 as u8;
+        }
+        Ok(())
+    }
+}
+
+pub fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills a peer process and returns what it printed.
+pub fn kill(mut c: Child) -> String {
+    let _ = c.kill();
+    let mut out = String::new();
+    if let Some(mut s) = c.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    let _ = c.wait();
+    out
+}
+
+fn ms(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+/// Runs a client connection against `port` until it is established, then sends `data` as one
+/// record and keeps serving for a moment; returns the connection and what the server sent.
+pub fn run_client<T: Trust>(
+    mut c: Connection<RustCrypto, T>,
+    port: u16,
+    data: &[u8],
+) -> (Connection<RustCrypto, T>, Vec<u8>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.connect(("127.0.0.1", port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    let mut sent_at = None;
+    let mut received = vec![];
+    while ms(start) < 10_000 {
+        while let Some(n) = c.poll_transmit(&mut buf) {
+            sock.send(&buf[..n]).unwrap();
+        }
+        if c.is_established() && sent_at.is_none() {
+            c.send(data).unwrap();
+            sent_at = Some(ms(start));
+            continue;
+        }
+        if sent_at.is_some_and(|t| ms(start) > t + 500) {
+            break;
+        }
+        if let Ok(n) = sock.recv(&mut buf) {
+            let d = buf[..n].to_vec();
+            let _ = c.handle_datagram(ms(start), &d);
+            while let Some(m) = c.poll_app_data(&mut buf) {
+                received.extend_from_slice(&buf[..m]);
+            }
+        }
+        let _ = c.handle_timeout(ms(start));
+        if matches!(c.state(), sigil_dtls::connection::State::Failed(_)) {
+            break;
+        }
+    }
+    (c, received)
+}
+
+/// Serves one peer on `sock`: stateless cookie exchange, then the connection `accept` makes,
+/// until `want` bytes of application data arrived (or ten seconds passed). `on_established`
+/// runs once, when the handshake completes (e.g. to make the peer send).
+pub fn serve_one<T: Trust>(
+    sock: &UdpSocket,
+    mut accept: impl FnMut(&[u8], u64) -> Connection<RustCrypto, T>,
+    want: usize,
+    mut on_established: impl FnMut(),
+) -> (Option<Connection<RustCrypto, T>>, Vec<u8>) {
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let cookies = CookieKey::new([42; 32]);
+    let start = Instant::now();
+    let mut conn: Option<Connection<RustCrypto, T>> = None;
+    let mut peer: Option<SocketAddr> = None;
+    let (mut buf, mut out) = ([0u8; 4096], [0u8; 4096]);
+    let mut received = vec![];
+    let mut told = false;
+    while ms(start) < 10_000 && received.len() < want {
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let d = buf[..n].to_vec();
+            match conn.as_mut() {
+                None => {
+                    match cookies.respond(&RustCrypto, from.to_string().as_bytes(), &d, &mut out) {
+                        Stateless::HelloVerify(m) => {
+                            sock.send_to(&out[..m], from).unwrap();
+                        }
+                        Stateless::Accept => {
+                            conn = Some(accept(&d, ms(start)));
+                            peer = Some(from);
+                        }
+                        Stateless::Drop(e) => panic!("dropped the peer's hello: {e}"),
+                    }
+                }
+                Some(c) => {
+                    let _ = c.handle_datagram(ms(start), &d);
+                }
+            }
+        }
+        if let (Some(c), Some(p)) = (conn.as_mut(), peer) {
+            let _ = c.handle_timeout(ms(start));
+            while let Some(m) = c.poll_transmit(&mut out) {
+                sock.send_to(&out[..m], p).unwrap();
+            }
+            if c.is_established() && !told {
+                on_established();
+                told = true;
+            }
+            while let Some(m) = c.poll_app_data(&mut out) {
+                received.extend_from_slice(&out[..m]);
+            }
+        }
+    }
+    (conn, received)
+}
