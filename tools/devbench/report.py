@@ -21,6 +21,8 @@ OPS = [
     ("reading_sign_ed25519", "build + sign one SenML reading (Ed25519)"),
     ("reading_sign_p256", "build + sign one SenML reading (P-256)"),
     ("reading_verify_ed25519", "verify one reading end to end (Ed25519)"),
+    ("dtls_psk_client", "DTLS client handshake, PSK-CCM8 (cookie exchange included)"),
+    ("dtls_rpk_client", "DTLS client handshake, ECDHE-ECDSA-CCM8, server raw public key"),
 ]
 VARIANTS = [
     ("m4-rustcrypto", "Cortex-M4, portable"),
@@ -190,6 +192,16 @@ def write(results, out_path):
     for op, label in OPS:
         w(f"| {label} | " + " | ".join(k(b[v][op]["instructions"]) for v, _ in VARIANTS if v in b) + " |")
     w("")
+    if "m4-rustcrypto" in b and "dtls_psk_client" in b["m4-rustcrypto"]:
+        w("The DTLS rows are the client's whole side of a handshake with `sigil-dtls` (cookie "
+          "exchange, key schedule, Finished, record protection; for ECDHE-ECDSA also the "
+          "server key's identity check, the ServerKeyExchange signature check, ephemeral "
+          "key generation and ECDH), replaying server flights recorded from the real server "
+          "(`vectors/dtls-*-server.bin`). Their stack is large: the `Connection` value "
+          "(about 7.7 kB of fixed buffers: transcript, flight, queues, reassembly) is returned "
+          "by value and moved, and the record path keeps datagram-sized buffers on the stack; "
+          "an in-place constructor and shared buffers are the next step for devices.")
+        w("")
     w("The Ed25519 signing figures include deriving the public key from the seed (dalek's "
       "`SigningKey::from_bytes` does a base-point multiplication), because the provider takes "
       "the 32-byte seed: a device that caches the expanded key would sign in about half. "

@@ -29,7 +29,10 @@ from emulator import EmulationError, Image, Machine  # noqa: E402
 from sizes import breakdown  # noqa: E402
 
 FIRMWARE = os.path.join(ROOT, "firmware")
-KAT = json.load(open(os.path.join(ROOT, "vectors", "device-kat.json")))["operations"]
+KAT = {
+    **json.load(open(os.path.join(ROOT, "vectors", "device-kat.json")))["operations"],
+    **json.load(open(os.path.join(ROOT, "vectors", "device-kat-dtls.json")))["operations"],
+}
 
 # (variant, rust target, cargo features, emulated core, extra RUSTFLAGS)
 BENCH_VARIANTS = [

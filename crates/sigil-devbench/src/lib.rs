@@ -339,8 +339,125 @@ pub fn reading_verify_ed25519<C: CryptoProvider + ?Sized>(
 pub const ED25519_PUBLIC_1: [u8; 32] =
     hex32("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
 
+/// The deterministic randomness of the DTLS handshake operations (both ends, so the server's
+/// flights can be recorded on the host and replayed on the device).
+pub struct BenchRng(pub u8);
+
+impl Rng for BenchRng {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 = self.0.wrapping_mul(73).wrapping_add(41);
+            *b = self.0;
+        }
+        Ok(())
+    }
+}
+
+/// The PSK the DTLS handshake operations use.
+pub const DTLS_PSK: [u8; 16] = [7; 16];
+/// The server's flights of a PSK handshake, recorded on the host by `tests/dtls.rs` from the
+/// real `sigil-dtls` server: each datagram prefixed by its 2-byte length.
+pub const DTLS_PSK_SERVER: &[u8] = include_bytes!("../../../vectors/dtls-psk-server.bin");
+/// The same for ECDHE-ECDSA with the server's raw public key (server-only authentication).
+pub const DTLS_RPK_SERVER: &[u8] = include_bytes!("../../../vectors/dtls-rpk-server.bin");
+/// The RPK server's signature key (a P-256 scalar from the RFC 6979 A.2.5 vector).
+pub fn dtls_server_key() -> Result<SecretKey, CryptoError> {
+    SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_SECRET)
+}
+
+/// Splits a recording into its datagrams.
+pub fn datagrams(mut rec: &[u8]) -> impl Iterator<Item = &[u8]> {
+    core::iter::from_fn(move || {
+        let n = usize::from(u16::from_be_bytes([*rec.first()?, *rec.get(1)?]));
+        let d = rec.get(2..2 + n)?;
+        rec = &rec[2 + n..];
+        Some(d)
+    })
+}
+
+/// A complete DTLS client handshake on the device: the client's own work for every flight
+/// (the server's flights are replayed from the recording). Output: SHA-256 over every datagram
+/// the client sent, then 1 if the handshake completed.
+fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::connection::Trust>(
+    c: &C,
+    trust: T,
+    credentials: sigil_dtls::connection::Credentials<'_>,
+    server: &[u8],
+    out: &mut [u8],
+) -> Result<usize, Failure> {
+    use sigil_dtls::connection::{Config, Connection};
+    let mut client = Connection::connect(
+        c,
+        trust,
+        Config::default(),
+        &mut BenchRng(1),
+        credentials,
+        0,
+    )
+    .map_err(|_| Failure::Rejected)?;
+    let mut sent = [0u8; 1536];
+    let mut used = 0;
+    let mut buf = [0u8; 1400];
+    let mut drain = |client: &mut Connection<&C, T>, sent: &mut [u8], used: &mut usize| {
+        while let Some(n) = client.poll_transmit(&mut buf) {
+            if let Some(dst) = sent.get_mut(*used..*used + n) {
+                dst.copy_from_slice(&buf[..n]);
+                *used += n;
+            }
+        }
+    };
+    drain(&mut client, &mut sent, &mut used);
+    for (i, d) in datagrams(server).enumerate() {
+        client
+            .handle_datagram(10 + i as u64, d)
+            .map_err(|_| Failure::Rejected)?;
+        drain(&mut client, &mut sent, &mut used);
+    }
+    let digest = c.sha256(&[&sent[..used]]);
+    put(out, &digest)?;
+    out[32] = u8::from(client.is_established());
+    Ok(33)
+}
+
+/// DTLS 1.2 client handshake with TLS_PSK_WITH_AES_128_CCM_8, cookie exchange included.
+pub fn dtls_psk_client<C: CryptoProvider + ?Sized>(
+    c: &C,
+    out: &mut [u8],
+) -> Result<usize, Failure> {
+    dtls_client(
+        c,
+        sigil_dtls::connection::NoTrust,
+        sigil_dtls::connection::Credentials::Psk {
+            identity: b"sensor",
+            key: &DTLS_PSK,
+        },
+        DTLS_PSK_SERVER,
+        out,
+    )
+}
+
+/// DTLS 1.2 client handshake with TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8: the server's raw
+/// public key verified against its pinned identity, its signature checked, ECDH on P-256.
+pub fn dtls_rpk_client<C: CryptoProvider + ?Sized>(
+    c: &C,
+    out: &mut [u8],
+) -> Result<usize, Failure> {
+    let pk = c.public_key(&dtls_server_key()?)?;
+    let id = [Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?];
+    dtls_client(
+        c,
+        sigil_dtls::connection::PinnedIdentities {
+            crypto: c,
+            identities: &id,
+        },
+        sigil_dtls::connection::Credentials::RawPublicKey(None),
+        DTLS_RPK_SERVER,
+        out,
+    )
+}
+
 /// Every operation, in report order.
-pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; 16] {
+pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; 18] {
     [
         Operation {
             name: "keygen_ed25519",
@@ -405,6 +522,14 @@ pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; 16] {
         Operation {
             name: "identity",
             run: identity::<C>,
+        },
+        Operation {
+            name: "dtls_psk_client",
+            run: dtls_psk_client::<C>,
+        },
+        Operation {
+            name: "dtls_rpk_client",
+            run: dtls_rpk_client::<C>,
         },
     ]
 }

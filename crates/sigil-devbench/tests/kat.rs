@@ -4,13 +4,19 @@
 use sigil_crypto::RustCrypto;
 use sigil_devbench::{operations, MAX_OUTPUT};
 
+/// `device-kat.json` (RFCs and independent implementations) merged with
+/// `device-kat-dtls.json` (the host's run of the DTLS handshakes).
 fn vectors() -> serde_json::Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../vectors/device-kat.json"
-    ))
-    .unwrap();
-    serde_json::from_str(&text).unwrap()
+    let read = |name: &str| -> serde_json::Value {
+        let path = format!("{}/../../vectors/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let mut v = read("device-kat.json");
+    let dtls = read("device-kat-dtls.json");
+    for (k, op) in dtls["operations"].as_object().unwrap() {
+        v["operations"][k] = op.clone();
+    }
+    v
 }
 
 #[test]

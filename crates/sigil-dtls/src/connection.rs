@@ -51,7 +51,10 @@ pub const MAX_QUEUED: usize = 8;
 pub const MAX_DATAGRAM: usize = 1400;
 /// Largest application record payload.
 pub const MAX_APP_DATA: usize = 1024;
-const QUEUE_BYTES: usize = 4096;
+/// Bytes of datagrams waiting to be sent (a flight, or a few application records).
+const SEND_QUEUE_BYTES: usize = 2048;
+/// Bytes of received application records waiting for the caller.
+const RECEIVE_QUEUE_BYTES: usize = MAX_APP_DATA + 512;
 
 /// The extensions both sides send: extended_master_secret (empty) and renegotiation_info
 /// with an empty renegotiated_connection.
@@ -395,18 +398,18 @@ impl Flight {
     }
 }
 
-/// Datagrams waiting to be sent.
-struct Queue {
-    buf: [u8; QUEUE_BYTES],
+/// Datagrams (or application records) waiting to be taken, in `N` bytes.
+struct Queue<const N: usize> {
+    buf: [u8; N],
     lens: [usize; MAX_QUEUED],
     n: usize,
     used: usize,
 }
 
-impl Queue {
+impl<const N: usize> Queue<N> {
     const fn new() -> Self {
         Self {
-            buf: [0; QUEUE_BYTES],
+            buf: [0; N],
             lens: [0; MAX_QUEUED],
             n: 0,
             used: 0,
@@ -414,7 +417,7 @@ impl Queue {
     }
 
     fn push(&mut self, d: &[u8]) -> Result<(), Error> {
-        if self.n == MAX_QUEUED || self.used + d.len() > QUEUE_BYTES {
+        if self.n == MAX_QUEUED || self.used + d.len() > N {
             return Err(Error::BufferTooSmall);
         }
         self.buf[self.used..self.used + d.len()].copy_from_slice(d);
@@ -491,9 +494,9 @@ pub struct Connection<C, T = NoTrust> {
     timer: Option<u64>,
     timeout_ms: u64,
     retransmissions: u32,
-    queue: Queue,
+    queue: Queue<SEND_QUEUE_BYTES>,
     /// Received application records not yet taken by the caller.
-    app: Queue,
+    app: Queue<RECEIVE_QUEUE_BYTES>,
     /// Records dropped: bad MAC, replays, unknown epochs, malformed.
     pub dropped: u32,
 }
@@ -842,9 +845,6 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         };
         // Authenticated (or epoch 0): now the window may move.
         self.replay[h.epoch as usize].accept(h.sequence);
-        let mut copy = [0u8; MAX_DATAGRAM];
-        copy[..plain.len()].copy_from_slice(plain);
-        let plain = &copy[..plain.len()];
         match h.content_type {
             ContentType::HANDSHAKE => {
                 let mut rest = plain;
@@ -1074,10 +1074,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 // Signed: every handshake message before this one (RFC 5246 §7.4.8).
                 let key = self.peer_key.ok_or(Error::MissingClientKey)?;
                 let mut r = Reader::new(m.body);
-                let mut signed = [0u8; MAX_TRANSCRIPT];
-                let n = self.transcript_len;
-                signed[..n].copy_from_slice(&self.transcript[..n]);
-                verify_signature(&self.crypto, &key, &signed[..n], &mut r)?;
+                let signed = &self.transcript[..self.transcript_len];
+                verify_signature(&self.crypto, &key, signed, &mut r)?;
                 r.finish("CertificateVerify")?;
                 self.add_transcript(m)?;
                 self.state = State::ExpectChangeCipherSpec;
@@ -1257,12 +1255,14 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         };
         self.derive_keys(ecdh.as_ref())?;
         if let Some(key) = self.own_key.clone().filter(|_| self.client_auth) {
-            let mut signed = [0u8; MAX_TRANSCRIPT];
-            let n = self.transcript_len;
-            signed[..n].copy_from_slice(&self.transcript[..n]);
             let mut cv = [0u8; 4 + 72];
             let mut w = Writer::new(&mut cv);
-            write_signature(&self.crypto, &key, &signed[..n], &mut w)?;
+            write_signature(
+                &self.crypto,
+                &key,
+                &self.transcript[..self.transcript_len],
+                &mut w,
+            )?;
             let cn = w.len();
             self.queue_handshake(HandshakeType::CERTIFICATE_VERIFY, &cv[..cn])?;
         }
@@ -1414,13 +1414,16 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                     body: &f.body[offset..offset + take],
                     ..f
                 };
-                let mut plain = [0u8; MAX_DATAGRAM];
+                let mut plain = [0u8; MAX_MESSAGE + HS_HEADER_LEN];
                 let mut w = Writer::new(&mut plain);
                 part.write(&mut w)?;
                 let pn = w.len();
-                let mut rec = [0u8; MAX_DATAGRAM];
-                let n = self.record(ContentType::HANDSHAKE, m.epoch, &plain[..pn], &mut rec)?;
-                dgram[used..used + n].copy_from_slice(&rec[..n]);
+                let n = self.record(
+                    ContentType::HANDSHAKE,
+                    m.epoch,
+                    &plain[..pn],
+                    &mut dgram[used..],
+                )?;
                 used += n;
                 offset += take;
                 if offset >= f.body.len() {

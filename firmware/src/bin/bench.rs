@@ -57,6 +57,8 @@ ops! {
     reading_sign_p256 => sigil_op_reading_sign_p256,
     reading_verify_ed25519 => sigil_op_reading_verify_ed25519,
     identity => sigil_op_identity,
+    dtls_psk_client => sigil_op_dtls_psk_client,
+    dtls_rpk_client => sigil_op_dtls_rpk_client,
 }
 
 /// Calibration: `p256-cm4`'s own entry points, called exactly as its published cycle counts

@@ -1,0 +1,168 @@
+//! Records the server's flights that the device-side DTLS handshake operations replay, from
+//! the real `sigil-dtls` server, and the operations' known answers on the host
+//! (`vectors/device-kat-dtls.json`). `SIGIL_WRITE_VECTORS=1` rewrites both after a protocol
+//! change; otherwise the files must match what the code produces now.
+
+use sigil_crypto::{CryptoProvider, RustCrypto};
+use sigil_devbench::{
+    dtls_psk_client, dtls_rpk_client, dtls_server_key, BenchRng, DTLS_PSK, MAX_OUTPUT,
+};
+use sigil_dtls::connection::{
+    Config, Connection, CookieKey, Credentials, NoTrust, PinnedIdentities, ServerCredentials,
+    Stateless, Trust,
+};
+use sigil_identity::Identity;
+
+struct Psk;
+impl Trust for Psk {
+    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
+        (identity == b"sensor").then(|| {
+            key[..16].copy_from_slice(&DTLS_PSK);
+            16
+        })
+    }
+}
+
+fn drain<C: CryptoProvider, T: Trust>(c: &mut Connection<C, T>) -> Vec<Vec<u8>> {
+    let mut out = vec![];
+    let mut buf = [0u8; 2048];
+    while let Some(n) = c.poll_transmit(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+/// Runs the handshake with the real server and returns the server's datagrams, framed.
+fn record<T: Trust, U: Trust>(
+    client: &mut Connection<RustCrypto, T>,
+    server_trust: U,
+    offer: ServerCredentials<'_>,
+) -> Vec<u8> {
+    let cookies = CookieKey::new([9; 32]);
+    let mut framed = vec![];
+    let mut frame = |d: &[u8]| {
+        framed.extend_from_slice(&(d.len() as u16).to_be_bytes());
+        framed.extend_from_slice(d);
+    };
+    let ch1 = drain(client);
+    let mut out = [0u8; 512];
+    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"device", &ch1[0], &mut out)
+    else {
+        panic!()
+    };
+    frame(&out[..n]);
+    client.handle_datagram(10, &out[..n]).unwrap();
+    let ch2 = drain(client);
+    assert_eq!(
+        cookies.respond(&RustCrypto, b"device", &ch2[0], &mut out),
+        Stateless::Accept
+    );
+    let mut server = Connection::accept(
+        RustCrypto,
+        server_trust,
+        Config::default(),
+        &offer,
+        &mut BenchRng(2),
+        &ch2[0],
+        11,
+    )
+    .unwrap();
+    let mut t = 11;
+    loop {
+        let flight = drain(&mut server);
+        if flight.is_empty() {
+            break;
+        }
+        for d in flight {
+            frame(&d);
+            t += 1;
+            client.handle_datagram(t, &d).unwrap();
+        }
+        for d in drain(client) {
+            server.handle_datagram(t, &d).unwrap();
+        }
+    }
+    assert!(client.is_established() && server.is_established());
+    framed
+}
+
+fn check_or_write(path: &str, bytes: &[u8]) {
+    let full = format!("{}/../../vectors/{path}", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var("SIGIL_WRITE_VECTORS").is_ok() {
+        std::fs::write(&full, bytes).unwrap();
+    }
+    assert_eq!(
+        std::fs::read(&full).unwrap(),
+        bytes,
+        "{path} is stale: run with SIGIL_WRITE_VECTORS=1"
+    );
+}
+
+#[test]
+fn recorded_server_flights_and_known_answers_are_current() {
+    let mut psk_client = Connection::connect(
+        RustCrypto,
+        NoTrust,
+        Config::default(),
+        &mut BenchRng(1),
+        Credentials::Psk {
+            identity: b"sensor",
+            key: &DTLS_PSK,
+        },
+        0,
+    )
+    .unwrap();
+    let psk = record(
+        &mut psk_client,
+        Psk,
+        ServerCredentials {
+            psk: true,
+            key: None,
+            require_client_key: false,
+        },
+    );
+    check_or_write("dtls-psk-server.bin", &psk);
+
+    let server_key = dtls_server_key().unwrap();
+    let id = [Identity::of_key(
+        &RustCrypto,
+        &RustCrypto.public_key(&server_key).unwrap(),
+        b"",
+    )
+    .unwrap()];
+    let mut rpk_client = Connection::connect(
+        RustCrypto,
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &id,
+        },
+        Config::default(),
+        &mut BenchRng(1),
+        Credentials::RawPublicKey(None),
+        0,
+    )
+    .unwrap();
+    let rpk = record(
+        &mut rpk_client,
+        NoTrust,
+        ServerCredentials {
+            psk: false,
+            key: Some(&server_key),
+            require_client_key: false,
+        },
+    );
+    check_or_write("dtls-rpk-server.bin", &rpk);
+
+    // The device operations replay those flights: they must complete on the host.
+    let mut out = [0u8; MAX_OUTPUT];
+    let n = dtls_psk_client(&RustCrypto, &mut out).unwrap();
+    assert_eq!(out[n - 1], 1, "PSK handshake completes");
+    let psk_answer = hex::encode(&out[..n]);
+    let n = dtls_rpk_client(&RustCrypto, &mut out).unwrap();
+    assert_eq!(out[n - 1], 1, "RPK handshake completes");
+    let rpk_answer = hex::encode(&out[..n]);
+    let json = format!(
+        "{{\n  \"source\": \"crates/sigil-devbench/tests/dtls.rs: the host's own run of sigil-dtls (the targets must compute the same); the server flights they replay are vectors/dtls-*-server.bin\",\n  \"operations\": {{\n    \"dtls_psk_client\": {{\"output\": \"{psk_answer}\", \"source\": \"host run\"}},\n    \"dtls_rpk_client\": {{\"output\": \"{rpk_answer}\", \"source\": \"host run\"}}\n  }}\n}}\n"
+    );
+    check_or_write("device-kat-dtls.json", json.as_bytes());
+}
