@@ -4,6 +4,7 @@
 mod app;
 mod attacks;
 mod bench;
+mod bench_dtls;
 mod client;
 mod demo;
 mod sensor;
@@ -65,6 +66,14 @@ struct BenchArgs {
 
 #[derive(Subcommand)]
 enum BenchWhat {
+    /// DTLS handshake bytes and datagrams per suite and mode beside OpenSSL 3 measured in the
+    /// same run, record overhead, and server handshakes per core-second.
+    Dtls {
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Bytes on the wire for one signed temperature reading, against the 802.15.4 budget.
     Wire {
         #[arg(long)]
@@ -410,6 +419,15 @@ async fn run(cmd: Command) -> Result<i32> {
             Ok(if ok { 0 } else { 1 })
         }
         Command::Bench(b) => match b.what {
+            BenchWhat::Dtls { runs, json } => {
+                let r = bench_dtls::run(runs)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&r)?);
+                } else {
+                    bench_dtls::print(&r);
+                }
+                Ok(0)
+            }
             BenchWhat::Wire { json } => {
                 let rows = bench::wire()?;
                 if json {
