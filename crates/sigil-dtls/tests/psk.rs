@@ -391,3 +391,39 @@ fn psk_handshake_bytes_on_the_wire() {
     // A count, not a timing: OpenSSL 3.0 needs 674 bytes for the same handshake.
     assert!(total < 674, "{total} bytes");
 }
+
+#[test]
+fn a_cookie_is_bound_to_its_client_hello() {
+    // A valid cookie copied into a ClientHello with other parameters is refused: the server
+    // answers with a fresh HelloVerifyRequest and creates no state.
+    let cookies = CookieKey::new([9; 32]);
+    let mut client = Connection::connect(
+        RustCrypto,
+        NoTrust,
+        Config::default(),
+        &mut Counter(1),
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
+        0,
+    )
+    .unwrap();
+    let ch1 = drain(&mut client);
+    let mut out = [0u8; 256];
+    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, PEER, &ch1[0], &mut out) else {
+        panic!()
+    };
+    client.handle_datagram(1, &out[..n]).unwrap();
+    let mut ch2 = drain(&mut client).remove(0);
+    assert_eq!(
+        cookies.respond(&RustCrypto, PEER, &ch2, &mut out),
+        Stateless::Accept
+    );
+    // Change one byte of the client random (record 13 + handshake 12 + version 2 = offset 27).
+    ch2[27 + 5] ^= 1;
+    assert!(matches!(
+        cookies.respond(&RustCrypto, PEER, &ch2, &mut out),
+        Stateless::HelloVerify(_)
+    ));
+}
