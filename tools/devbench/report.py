@@ -366,6 +366,18 @@ def write(results, out_path):
         w(f"The crypto crates of that image take {cb:,} B of flash (Ed25519, SHA-2, AES-CCM), beside "
           "RFC 8387 Table 9: TinyECC 18 kB, Wiselib 16 kB, relic 29 kB, NaCl Ed25519 17-29 kB.")
         w("")
+    deep = (results["sensor"].get("m4-ed25519-compact") or {}).get("deepest")
+    if deep:
+        w("The deepest stack point of that image, function by function (frames of 100 B or "
+          "more; a frame is everything the function and what the compiler inlined into it keep "
+          "on the stack):")
+        w("")
+        w("| function | frame |")
+        w("|---|---:|")
+        for name, frame in deep:
+            if frame >= 100:
+                w(f"| `{name[:90]}` | {frame:,} B |")
+        w("")
     w("The stack is dominated by the `Device` value itself (about 2.4 kB of fixed buffers: "
       "one 512-byte datagram, the last SenML pack for re-publication, the location) and "
       "its moves in `main`, plus the signature's own frame (Ed25519 sign: the table above). "

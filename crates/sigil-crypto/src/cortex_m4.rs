@@ -10,8 +10,7 @@
 //! Outputs are bit-identical to [`crate::RustCrypto`]: ECDSA nonces are derived with RFC 6979
 //! from the same HMAC-DRBG, so the same known-answer vectors check both backends.
 
-use crate::rustcrypto::{ccm8_open, ccm8_seal, hmac_sha256, p256_scalar, sha256};
-#[cfg(not(feature = "cortex-m4-salty-ed25519"))]
+use crate::rustcrypto::sha256;
 use crate::RustCrypto;
 use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
@@ -102,11 +101,11 @@ fn p256_public(secret: &[u8; 32]) -> Result<[u8; 65], CryptoError> {
 
 impl CryptoProvider for CortexM4 {
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
-        sha256(parts)
+        RustCrypto.sha256(parts)
     }
 
     fn hmac_sha256(&self, key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-        hmac_sha256(key, parts)
+        RustCrypto.hmac_sha256(key, parts)
     }
 
     fn generate(
@@ -114,14 +113,7 @@ impl CryptoProvider for CortexM4 {
         alg: SignatureAlgorithm,
         rng: &mut dyn Rng,
     ) -> Result<SecretKey, CryptoError> {
-        match alg {
-            SignatureAlgorithm::Ed25519 => {
-                let mut seed = zeroize::Zeroizing::new([0u8; 32]);
-                rng.fill(&mut seed[..])?;
-                SecretKey::from_bytes(alg, &seed[..])
-            }
-            SignatureAlgorithm::EcdsaP256 => SecretKey::from_bytes(alg, &p256_scalar(rng)?[..]),
-        }
+        RustCrypto.generate(alg, rng)
     }
 
     fn public_key(&self, key: &SecretKey) -> Result<PublicKey, CryptoError> {
@@ -217,14 +209,7 @@ impl CryptoProvider for CortexM4 {
         alg: AgreementAlgorithm,
         rng: &mut dyn Rng,
     ) -> Result<AgreementSecret, CryptoError> {
-        match alg {
-            AgreementAlgorithm::X25519 => {
-                let mut seed = zeroize::Zeroizing::new([0u8; 32]);
-                rng.fill(&mut seed[..])?;
-                AgreementSecret::from_bytes(alg, &seed[..])
-            }
-            AgreementAlgorithm::P256 => AgreementSecret::from_bytes(alg, &p256_scalar(rng)?[..]),
-        }
+        RustCrypto.generate_agreement(alg, rng)
     }
 
     fn agreement_public_key(
@@ -276,7 +261,7 @@ impl CryptoProvider for CortexM4 {
         aad: &[u8],
         buf: &mut [u8],
     ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
-        ccm8_seal(key, nonce, aad, buf)
+        RustCrypto.aes128_ccm8_seal(key, nonce, aad, buf)
     }
 
     fn aes128_ccm8_open(
@@ -287,6 +272,6 @@ impl CryptoProvider for CortexM4 {
         buf: &mut [u8],
         tag: &[u8; CCM8_TAG_LEN],
     ) -> Result<(), CryptoError> {
-        ccm8_open(key, nonce, aad, buf, tag)
+        RustCrypto.aes128_ccm8_open(key, nonce, aad, buf, tag)
     }
 }
