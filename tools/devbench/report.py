@@ -28,6 +28,7 @@ VARIANTS = [
     ("m4-rustcrypto", "Cortex-M4, portable"),
     ("m4-fast", "Cortex-M4, fast backend"),
     ("m4-salty-ed25519", "Cortex-M4, salty Ed25519"),
+    ("m4-compact", "Cortex-M4, compact SHA-2/AES"),
     ("m0plus-rustcrypto", "Cortex-M0+, portable"),
 ]
 # Public best results to compare with (cycles), and where they come from.

@@ -39,6 +39,7 @@ BENCH_VARIANTS = [
     ("m4-rustcrypto", "thumbv7em-none-eabihf", [], "cortex-m4", ""),
     ("m4-fast", "thumbv7em-none-eabihf", ["fast"], "cortex-m4", ""),
     ("m4-salty-ed25519", "thumbv7em-none-eabihf", ["salty-ed25519"], "cortex-m4", ""),
+    ("m4-compact", "thumbv7em-none-eabihf", ["compact"], "cortex-m4", "--cfg aes_compact"),
     ("m0plus-rustcrypto", "thumbv6m-none-eabi", [], "cortex-m0plus", ""),
 ]
 SENSOR_VARIANTS = [
