@@ -413,10 +413,10 @@ fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::connection::Trust>(
             .map_err(|_| Failure::Rejected)?;
         drain(&mut client, &mut sent, &mut used);
     }
-    let digest = c.sha256(&[&sent[..used]]);
-    put(out, &digest)?;
-    out[32] = u8::from(client.is_established());
-    Ok(33)
+    let mut answer = [0u8; 33];
+    answer[..32].copy_from_slice(&c.sha256(&[&sent[..used]]));
+    answer[32] = u8::from(client.is_established());
+    put(out, &answer)
 }
 
 /// DTLS 1.2 client handshake with TLS_PSK_WITH_AES_128_CCM_8, cookie exchange included.

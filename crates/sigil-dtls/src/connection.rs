@@ -47,6 +47,8 @@ pub const MAX_TRANSCRIPT: usize = 2048;
 pub const MAX_FLIGHT: usize = 1024;
 /// Datagrams waiting to be sent.
 pub const MAX_QUEUED: usize = 8;
+/// HelloVerifyRequests a client answers in one handshake.
+const MAX_HELLO_VERIFY: u8 = 4;
 /// Largest datagram this side builds.
 pub const MAX_DATAGRAM: usize = 1400;
 /// Largest application record payload.
@@ -484,6 +486,8 @@ pub struct Connection<C, T = NoTrust> {
     replay: [ReplayWindow; 2],
     next_send_msg: u16,
     next_recv_msg: u16,
+    /// HelloVerifyRequests answered so far (client).
+    hello_verifies: u8,
     reassembler: Reassembler<MAX_MESSAGE>,
     transcript: [u8; MAX_TRANSCRIPT],
     transcript_len: usize,
@@ -594,7 +598,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         rng.fill(&mut c.server_random)?;
         c.replay[0].accept(rec.header.sequence);
         c.write_seq[0] = rec.header.sequence + 1;
-        c.next_recv_msg = f.message_seq + 1;
+        c.next_recv_msg = next_seq(f.message_seq)?;
         c.next_send_msg = f.message_seq;
         c.add_transcript(&f)?;
         c.flight.clear();
@@ -736,6 +740,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             replay: [ReplayWindow::new(); 2],
             next_send_msg: 0,
             next_recv_msg: 0,
+            hello_verifies: 0,
             reassembler: Reassembler::new(),
             transcript: [0; MAX_TRANSCRIPT],
             transcript_len: 0,
@@ -856,6 +861,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 Ok(())
             }
             ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(h.epoch, plain),
+            // Once the peer's records are protected, an epoch-0 alert is unauthenticated
+            // (anyone can forge it): dropped, so a spoofed datagram cannot end the connection.
+            ContentType::ALERT if h.epoch < self.read_epoch => Err(Error::UnknownEpoch(h.epoch)),
             ContentType::ALERT => self.handle_alert(plain),
             ContentType::APPLICATION_DATA => {
                 // Never before the peer's Finished verified, never at epoch 0
@@ -913,8 +921,20 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             // A retransmission of the peer's previous flight: our answer was lost, send our
             // last flight again (RFC 6347 §4.2.4). For the final flight this is the only
             // trigger.
-            if self.flight.used > 0 && (self.flight_is_final || self.timer.is_some()) {
-                self.send_flight(now, true)?;
+            // The final flight answers only the peer's authenticated (epoch 1) Finished: an
+            // epoch-0 fragment can be forged by anyone and must not make this side send.
+            let trigger = if self.flight_is_final {
+                epoch == 1
+            } else {
+                self.timer.is_some()
+            };
+            if self.flight.used > 0 && trigger {
+                // A full send queue (the caller is not draining) drops the retransmission
+                // rather than failing the connection.
+                match self.send_flight(now, true) {
+                    Err(Error::BufferTooSmall) => self.dropped += 1,
+                    r => r?,
+                }
             }
             return Ok(());
         }
@@ -934,7 +954,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             offset: 0,
             ..*f
         };
-        self.next_recv_msg += 1;
+        self.next_recv_msg = next_seq(self.next_recv_msg)?;
         self.handle_message(now, epoch, &whole)
     }
 
@@ -945,6 +965,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         }
         match (self.state, m.msg_type) {
             (State::ExpectServerHello, HandshakeType::HELLO_VERIFY_REQUEST) => {
+                // A server may ask again (e.g. after rotating its cookie secret), but not
+                // without end.
+                self.hello_verifies += 1;
+                if self.hello_verifies > MAX_HELLO_VERIFY {
+                    return Err(Error::IllegalParameter("repeated HelloVerifyRequest"));
+                }
                 let hvr = HelloVerifyRequest::parse(m.body)?;
                 let mut cookie = [0u8; 255];
                 cookie[..hvr.cookie.len()].copy_from_slice(hvr.cookie);
@@ -1335,7 +1361,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             offset: 0,
             body,
         };
-        self.next_send_msg += 1;
+        self.next_send_msg = next_seq(self.next_send_msg)?;
         let mut msg = [0u8; MAX_MESSAGE + HS_HEADER_LEN];
         let mut w = Writer::new(&mut msg);
         f.write(&mut w)?;
@@ -1570,4 +1596,9 @@ fn verify_signature<C: CryptoProvider + ?Sized>(
     crypto
         .verify(key, message, &raw)
         .map_err(|_| Error::BadSignature)
+}
+
+/// The next handshake message_seq; a handshake never needs 2^16 messages.
+fn next_seq(seq: u16) -> Result<u16, Error> {
+    seq.checked_add(1).ok_or(Error::Decode("message_seq"))
 }

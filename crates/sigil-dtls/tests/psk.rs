@@ -346,3 +346,93 @@ fn a_cookie_is_bound_to_its_client_hello() {
         Stateless::HelloVerify(_)
     ));
 }
+
+#[test]
+fn forged_epoch_0_records_after_the_handshake_change_nothing() {
+    let (mut client, mut server) = start(Config::default());
+    pump(&mut client, &mut server, 3);
+    // An old ClientKeyExchange fragment (message_seq 2) in plaintext: anyone can forge it. It
+    // must not make the server resend its final flight (no reflection) ...
+    let old = [
+        22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 90, 0, 12, 16, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0,
+    ];
+    server.handle_datagram(4, &old).unwrap();
+    assert!(drain(&mut server).is_empty());
+    // ... and a plaintext fatal alert must not end the connection.
+    let alert = [21, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 91, 0, 2, 2, 40];
+    server.handle_datagram(5, &alert).unwrap();
+    assert_eq!(server.state(), State::Established);
+    client.send(b"still here").unwrap();
+    for d in drain(&mut client) {
+        server.handle_datagram(6, &d).unwrap();
+    }
+    let mut buf = [0u8; 32];
+    assert_eq!(server.poll_app_data(&mut buf), Some(10));
+}
+
+#[test]
+fn a_client_answers_a_bounded_number_of_hello_verify_requests() {
+    let mut client = Connection::connect(
+        RustCrypto,
+        NoTrust,
+        Config::default(),
+        &mut Counter(1),
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
+        0,
+    )
+    .unwrap();
+    drain(&mut client);
+    let mut result = Ok(());
+    for seq in 0..10u16 {
+        let s = seq.to_be_bytes();
+        // HelloVerifyRequest, message_seq = seq, cookie "c".
+        let hvr = [
+            22, 0xfe, 0xff, 0, 0, 0, 0, 0, 0, 0, seq as u8, 0, 16, 3, 0, 0, 4, s[0], s[1], 0, 0, 0,
+            0, 0, 4, 0xfe, 0xff, 1, b'c',
+        ];
+        result = client.handle_datagram(1, &hvr);
+        if result.is_err() {
+            break;
+        }
+    }
+    assert_eq!(
+        result,
+        Err(Error::IllegalParameter("repeated HelloVerifyRequest"))
+    );
+}
+
+#[test]
+fn a_client_hello_with_the_last_message_seq_is_refused_not_a_panic() {
+    let mut c2 = Connection::connect(
+        RustCrypto,
+        NoTrust,
+        Config::default(),
+        &mut Counter(1),
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
+        0,
+    )
+    .unwrap();
+    let mut ch = drain(&mut c2).remove(0);
+    // message_seq lives at record header 13 + type 1 + length 3.
+    ch[17] = 0xff;
+    ch[18] = 0xff;
+    assert_eq!(
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &PSK_ONLY,
+            &mut Counter(3),
+            &ch,
+            1
+        )
+        .err(),
+        Some(Error::Decode("message_seq"))
+    );
+}
