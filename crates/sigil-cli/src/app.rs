@@ -14,7 +14,6 @@ use sigil_objects::cose::SeqField;
 use sigil_objects::senml::{self, OwnedValue};
 use sigil_objects::{ReadingFormat, SignedReading};
 use std::collections::HashSet;
-use std::net::SocketAddr;
 
 /// Most readings the application fetches from one topic when asked for all of them.
 pub const MAX_HISTORY: usize = 100_000;
@@ -279,11 +278,11 @@ pub async fn fetch_history(client: &mut CoapClient, href: &str, page: u32) -> Re
 
 /// Looks sensors up, fetches and verifies their readings.
 pub async fn run(
-    server: SocketAddr,
+    transport: crate::transport::Transport,
     trust: Option<&HashSet<Identity>>,
     history: Option<u32>,
 ) -> Result<AppReport> {
-    let mut client = CoapClient::connect(server, TransmissionParameters::default()).await?;
+    let mut client = CoapClient::over(transport, TransmissionParameters::default());
     let lookup = client
         .get("rd-lookup/res", &["rt=sigil.env"])
         .await

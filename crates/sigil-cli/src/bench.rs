@@ -235,7 +235,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
             "bench",
             sigil_server::unix_now(),
         )?;
-        let c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
+        let mut c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
         dev.handle_timeout(0, &mut storage)
             .map_err(|e| anyhow!("{e}"))?;
         let mut buf = [0u8; 2048];
@@ -409,7 +409,7 @@ fn process_cpu_seconds(pid: u32) -> Result<f64> {
 
 /// Waits until a CoAP ping to `addr` is answered.
 async fn wait_ready(addr: std::net::SocketAddr) -> Result<()> {
-    let c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
+    let mut c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
     for _ in 0..200 {
         c.send_raw(&[0x40, 0x00, 0x00, 0x01]).await?;
         if c.recv_raw(Duration::from_millis(100)).await.is_some() {

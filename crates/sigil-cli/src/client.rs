@@ -9,8 +9,8 @@ use sigil_coap::{
     TransmissionParameters,
 };
 use std::net::SocketAddr;
+use crate::transport::{Security, Transport};
 use std::time::{Duration, Instant};
-use tokio::net::UdpSocket;
 
 #[derive(Clone, Debug)]
 pub struct ClientResponse {
@@ -20,7 +20,7 @@ pub struct ClientResponse {
 }
 
 pub struct CoapClient {
-    socket: UdpSocket,
+    transport: Transport,
     server: SocketAddr,
     mid: u16,
     params: TransmissionParameters,
@@ -29,7 +29,6 @@ pub struct CoapClient {
     pub szx: u8,
     /// Largest body accepted through Block2.
     pub max_body: usize,
-    rbuf: Vec<u8>,
 }
 
 /// One request's options.
@@ -43,41 +42,35 @@ pub struct RequestSpec<'a> {
 }
 
 impl CoapClient {
+    /// A plain coap:// client.
     pub async fn connect(server: SocketAddr, params: TransmissionParameters) -> Result<Self> {
-        let bind: SocketAddr = if server.is_ipv6() {
-            "[::]:0".parse()?
-        } else {
-            "0.0.0.0:0".parse()?
-        };
-        let socket = UdpSocket::bind(bind).await?;
-        Ok(Self {
-            socket,
-            server,
+        let t = Transport::open(server, Security::None, Default::default()).await?;
+        Ok(Self::over(t, params))
+    }
+
+    /// A client over an open transport (coaps:// after its handshake). Over DTLS the blocks
+    /// are 512 bytes so every message fits in one record.
+    pub fn over(transport: Transport, params: TransmissionParameters) -> Self {
+        let szx = if transport.is_secure() { 5 } else { 6 };
+        Self {
+            server: transport.server(),
+            transport,
             mid: crate::util::random_u32() as u16,
             params,
             start: Instant::now(),
-            szx: 6,
+            szx,
             max_body: 4 << 20,
-            rbuf: vec![0u8; 65_536],
-        })
+        }
     }
 
     /// Sends raw bytes to the server (for tools that craft their own datagrams).
-    pub async fn send_raw(&self, bytes: &[u8]) -> Result<()> {
-        self.socket.send_to(bytes, self.server).await?;
-        Ok(())
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
+        self.transport.send(bytes).await
     }
 
-    /// Waits up to `wait` for one datagram from the server.
-    pub async fn recv_raw(&self, wait: Duration) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; 65_536];
-        loop {
-            match tokio::time::timeout(wait, self.socket.recv_from(&mut buf)).await {
-                Ok(Ok((n, from))) if from == self.server => return Some(buf[..n].to_vec()),
-                Ok(Ok(_)) => continue,
-                _ => return None,
-            }
-        }
+    /// Waits up to `wait` for one message from the server.
+    pub async fn recv_raw(&mut self, wait: Duration) -> Option<Vec<u8>> {
+        self.transport.recv_timeout(wait).await
     }
 
     pub async fn get(&mut self, path: &str, query: &[&str]) -> Result<ClientResponse> {
@@ -195,13 +188,9 @@ impl CoapClient {
         ));
         let give_up_at =
             now() + self.params.max_transmit_wait_ms() + self.params.exchange_lifetime_ms();
-        self.socket.send_to(&buf, self.server).await?;
-        let mut rbuf = std::mem::take(&mut self.rbuf);
-        let result = self
-            .await_response(&buf, mid, token, &mut retx, give_up_at, &mut rbuf)
-            .await;
-        self.rbuf = rbuf;
-        result
+        self.transport.send(&buf).await?;
+        self.await_response(&buf, mid, token, &mut retx, give_up_at)
+            .await
     }
 
     async fn await_response(
@@ -211,16 +200,15 @@ impl CoapClient {
         token: [u8; 4],
         retx: &mut Option<Retransmission>,
         give_up_at: u64,
-        rbuf: &mut [u8],
     ) -> Result<(ClientResponse, Option<BlockOption>)> {
         let now = || self.start.elapsed().as_millis() as u64;
         loop {
             let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
             let wait = Duration::from_millis(deadline.saturating_sub(now()));
-            match tokio::time::timeout(wait, self.socket.recv_from(rbuf)).await {
+            match tokio::time::timeout(wait, self.transport.recv()).await {
                 Err(_) => match retx.as_mut().map(|r| r.on_timer(now())) {
                     Some(RetransmitDecision::Resend) => {
-                        self.socket.send_to(buf, self.server).await?;
+                        self.transport.send(buf).await?;
                     }
                     Some(RetransmitDecision::Wait) => {}
                     Some(RetransmitDecision::GiveUp) | None => bail!(
@@ -229,12 +217,9 @@ impl CoapClient {
                         self.params.max_retransmit
                     ),
                 },
-                Ok(Err(e)) => bail!("socket error: {e}"),
-                Ok(Ok((len, from))) => {
-                    if from != self.server {
-                        continue;
-                    }
-                    let Ok(msg) = Message::parse(&rbuf[..len]) else {
+                Ok(Err(e)) => bail!("{e}"),
+                Ok(Ok(datagram)) => {
+                    let Ok(msg) = Message::parse(&datagram) else {
                         continue;
                     };
                     match msg.mtype {
@@ -248,11 +233,8 @@ impl CoapClient {
                         }
                         _ if msg.code.is_response() && msg.token == token => {
                             if msg.mtype == MessageType::Confirmable {
-                                self.socket
-                                    .send_to(
-                                        &empty(MessageType::Acknowledgement, msg.message_id),
-                                        self.server,
-                                    )
+                                self.transport
+                                    .send(&empty(MessageType::Acknowledgement, msg.message_id))
                                     .await?;
                             }
                             let block2 = msg.block2().and_then(|r| r.ok());

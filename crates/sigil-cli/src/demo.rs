@@ -172,6 +172,8 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             interval: opts.interval,
             readings: None,
             phase: i as f64 * 0.7,
+            security: crate::transport::Security::None,
+            dtls: Default::default(),
         };
         let (a, r) = (acked.clone(), rejected.clone());
         let stop = stop_rx.clone();
@@ -231,7 +233,13 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
     }
 
     // 5. The application verifies everything end to end, with its own trust list.
-    let app = crate::app::run(addr, Some(&trust), None).await?;
+    let transport = crate::transport::Transport::open(
+        addr,
+        crate::transport::Security::None,
+        Default::default(),
+    )
+    .await?;
+    let app = crate::app::run(transport, Some(&trust), None).await?;
     let verified: HashSet<(String, u64)> = app
         .sensors
         .iter()

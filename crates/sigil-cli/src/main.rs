@@ -9,6 +9,7 @@ mod client;
 mod demo;
 mod sensor;
 mod storage;
+mod transport;
 mod util;
 
 use anyhow::{bail, Context, Result};
@@ -54,6 +55,8 @@ enum Command {
     Demo(DemoArgs),
     /// Verify one signed reading from a file against a key and identity.
     Verify(VerifyArgs),
+    /// One CoAP GET over coap:// or coaps:// (prints the payload).
+    Get(GetArgs),
     /// Measure bytes on the wire and server throughput (docs/benchmarks.md).
     Bench(BenchArgs),
 }
@@ -142,6 +145,169 @@ struct ServerArgs {
     /// An attacker present at installation can then take a device's place (docs/security.md).
     #[arg(long)]
     danger_trust_on_first_use: bool,
+    /// CoAP over DTLS (coaps://) socket.
+    #[arg(long, default_value = "127.0.0.1:5684")]
+    dtls_listen: std::net::SocketAddr,
+    /// Serve plain coap:// only.
+    #[arg(long)]
+    no_dtls: bool,
+    /// Let raw-public-key clients stay anonymous (server-only authentication); they are then
+    /// treated like plain-CoAP clients.
+    #[arg(long)]
+    dtls_anonymous_clients: bool,
+    /// Most DTLS handshakes in progress.
+    #[arg(long, default_value_t = 256)]
+    dtls_max_handshakes: usize,
+    /// Most DTLS sessions (only idle ones are evicted when full).
+    #[arg(long, default_value_t = 4096)]
+    dtls_max_sessions: usize,
+    #[command(flatten)]
+    dtls_timing: DtlsTimingArgs,
+}
+
+/// DTLS retransmission timing (RFC 6347 §4.2.4; RFC 7925 §11 for constrained links).
+#[derive(Args, Clone)]
+struct DtlsTimingArgs {
+    /// Initial DTLS retransmission timeout (RFC 6347: 1 s; constrained links: e.g. 5 s).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    dtls_timeout: Duration,
+    /// Path MTU for DTLS records (handshake messages are fragmented to fit).
+    #[arg(long, default_value_t = 1152)]
+    dtls_mtu: usize,
+}
+
+impl DtlsTimingArgs {
+    fn config(&self) -> Result<sigil_dtls::connection::Config> {
+        if !(128..=1400).contains(&self.dtls_mtu) || self.dtls_timeout.is_zero() {
+            bail!("--dtls-mtu must be 128-1400 and --dtls-timeout above zero");
+        }
+        Ok(sigil_dtls::connection::Config {
+            initial_timeout_ms: self.dtls_timeout.as_millis() as u64,
+            pmtu: self.dtls_mtu,
+            ..Default::default()
+        })
+    }
+}
+
+/// Client credentials for coaps://.
+#[derive(Args, Clone)]
+struct DtlsArgs {
+    /// DTLS mode for a coaps:// server: psk (pre-shared key) or rpk (raw public keys).
+    #[arg(long, value_parser = ["psk", "rpk"])]
+    dtls: Option<String>,
+    /// The pre-shared key in hex (as printed by `sigil provision psk`).
+    #[arg(long)]
+    psk: Option<String>,
+    /// A file holding the pre-shared key in hex.
+    #[arg(long)]
+    psk_file: Option<PathBuf>,
+    /// PSK identity (default: the client's own identity).
+    #[arg(long)]
+    psk_identity: Option<String>,
+    /// rpk: the identity of the server's key, as printed by `sigil server`.
+    #[arg(long)]
+    server_identity: Option<String>,
+    /// rpk: the client's key file (`alg:hex` secret; P-256 made if missing). A sensor uses its
+    /// own device key instead.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    #[command(flatten)]
+    timing: DtlsTimingArgs,
+}
+
+impl DtlsArgs {
+    /// The credentials for `uri`; `own` is the client's identity and key when it has one.
+    fn security(
+        &self,
+        secure: bool,
+        own: Option<(Identity, SecretKey)>,
+    ) -> Result<transport::Security> {
+        use transport::Security;
+        let mode = match (&self.dtls, secure) {
+            (None, false) => return Ok(Security::None),
+            (Some(_), false) => bail!("--dtls needs a coaps:// server URI"),
+            (None, true) => bail!("a coaps:// server needs --dtls psk|rpk"),
+            (Some(m), true) => m.as_str(),
+        };
+        match mode {
+            "psk" => {
+                let hex_text = match (&self.psk, &self.psk_file) {
+                    (Some(h), None) => h.clone(),
+                    (None, Some(f)) => std::fs::read_to_string(f)
+                        .with_context(|| format!("cannot read {}", f.display()))?,
+                    _ => bail!("--dtls psk needs exactly one of --psk or --psk-file"),
+                };
+                let key = hex::decode(hex_text.trim()).context("PSK is not hex")?;
+                if !(16..=64).contains(&key.len()) {
+                    bail!("a PSK has 16 to 64 bytes");
+                }
+                let identity = match (&self.psk_identity, &own) {
+                    (Some(i), _) => i.clone(),
+                    (None, Some((id, _))) => id.to_string(),
+                    (None, None) => bail!("--dtls psk needs --psk-identity"),
+                };
+                Ok(Security::Psk {
+                    identity: identity.into_bytes(),
+                    key,
+                })
+            }
+            _ => {
+                let server = self
+                    .server_identity
+                    .as_deref()
+                    .context("--dtls rpk needs --server-identity (printed by `sigil server`)")?;
+                let server = Identity::parse(server).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let own = match (own, &self.key_file) {
+                    (_, Some(f)) => Some(load_or_make_key(f)?),
+                    (Some((_, k)), None) => Some(k),
+                    (None, None) => None,
+                };
+                Ok(Security::RawPublicKey { own, server })
+            }
+        }
+    }
+}
+
+/// Reads an `alg:hex` secret key file, or makes a P-256 key there (and says its identity).
+fn load_or_make_key(path: &std::path::Path) -> Result<SecretKey> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        let (alg, hex_text) = text
+            .trim()
+            .split_once(':')
+            .context("key file: expected alg:hex")?;
+        let alg = parse_alg(alg).map_err(|e| anyhow::anyhow!(e))?;
+        let bytes = hex::decode(hex_text).context("key file: not hex")?;
+        return SecretKey::from_bytes(alg, &bytes).map_err(|e| anyhow::anyhow!("key file: {e}"));
+    }
+    let key = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut util::OsRng)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = format!("p256:{}\n", hex::encode(key.to_bytes()));
+    {
+        use std::io::Write;
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        o.open(path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let public = RustCrypto.public_key(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let id = Identity::of_key(&RustCrypto, &public, b"").map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "new DTLS client key in {}; its identity (provision it): {id}",
+        path.display()
+    );
+    Ok(key)
+}
+
+#[derive(Args)]
+struct GetArgs {
+    /// coap://host[:port]/path or coaps://host[:port]/path
+    uri: String,
+    #[command(flatten)]
+    dtls: DtlsArgs,
 }
 
 #[derive(Args)]
@@ -186,6 +352,8 @@ struct SensorArgs {
     other: String,
     #[command(flatten)]
     transmission: TransmissionArgs,
+    #[command(flatten)]
+    dtls: DtlsArgs,
 }
 
 /// CoAP transmission parameters (RFC 7252 §4.8).
@@ -230,6 +398,8 @@ struct AppArgs {
     history: Option<u32>,
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    dtls: DtlsArgs,
 }
 
 #[derive(Args)]
@@ -279,6 +449,14 @@ enum ProvisionAction {
     },
     /// Revoke an identity: nothing from it is accepted any more.
     Revoke { identity: String },
+    /// Give an authorized identity a DTLS pre-shared key (coaps:// with --dtls psk); prints
+    /// the key. The PSK identity is the identity's text.
+    Psk {
+        identity: String,
+        /// The key in hex (16-64 bytes); default: 16 random bytes.
+        #[arg(long)]
+        key: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -361,6 +539,14 @@ async fn run(cmd: Command) -> Result<i32> {
             config.service.freshness.max_ahead = a.max_ahead;
             config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
             config.transmission = a.transmission.parameters()?;
+            if !a.no_dtls {
+                let mut d = sigil_server::DtlsConfig::new(a.dtls_listen);
+                d.dtls = a.dtls_timing.config()?;
+                d.require_client_auth = !a.dtls_anonymous_clients;
+                d.max_handshakes = a.dtls_max_handshakes.max(1);
+                d.max_sessions = a.dtls_max_sessions.max(1);
+                config.dtls = Some(d);
+            }
             if a.danger_trust_on_first_use {
                 tracing::warn!(
                     "trust on first use is ON: unknown identities are added at registration"
@@ -369,14 +555,34 @@ async fn run(cmd: Command) -> Result<i32> {
             let stats = sigil_server::Stats::default();
             let server = sigil_server::Server::start(config, stats.clone()).await?;
             println!("sigil server listening on coap://{}", server.local_addr);
+            if let Some(d) = &server.dtls {
+                println!(
+                    "sigil server listening on coaps://{} (DTLS server identity {})",
+                    d.addr, d.identity
+                );
+            }
             tokio::signal::ctrl_c().await?;
             server.shutdown().await;
             eprintln!("{}", serde_json::to_string_pretty(&stats.snapshot())?);
             Ok(0)
         }
         Command::Sensor(a) => run_sensor(a).await,
+        Command::Get(a) => {
+            let uri = transport::parse_uri(&a.uri)?;
+            let security = a.dtls.security(uri.secure, None)?;
+            let t = transport::Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
+            let mut c = client::CoapClient::over(t, sigil_coap::TransmissionParameters::default());
+            let r = c.get(&uri.path, &[]).await?;
+            eprintln!("{}", r.code);
+            use std::io::Write;
+            std::io::stdout().write_all(&r.payload)?;
+            println!();
+            Ok(if r.code.is_success() { 0 } else { 2 })
+        }
         Command::App(a) => {
-            let server = util::parse_coap_uri(&a.server)?;
+            let uri = transport::parse_uri(&a.server)?;
+            let security = a.dtls.security(uri.secure, None)?;
+            let t = transport::Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
             let trust = match &a.trust {
                 Some(p) => Some(app::load_trust(
                     &std::fs::read_to_string(p)
@@ -384,7 +590,7 @@ async fn run(cmd: Command) -> Result<i32> {
                 )?),
                 None => None,
             };
-            let report = app::run(server, trust.as_ref(), a.history).await?;
+            let report = app::run(t, trust.as_ref(), a.history).await?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -552,17 +758,22 @@ async fn run_sensor(a: SensorArgs) -> Result<i32> {
         id.label(),
         device.public_key().algorithm().name()
     );
-    let server = util::parse_coap_uri(&a.server)?;
+    let uri = transport::parse_uri(&a.server)?;
+    let security = a
+        .dtls
+        .security(uri.secure, Some((id, storage_key(&mut storage)?)))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
         let _ = stop_tx.send(true);
     });
     let run = sensor::SensorRun {
-        server,
+        server: uri.addr,
         interval: a.interval,
         readings: a.count,
         phase: f64::from(id.as_bytes()[0]) / 40.0,
+        security,
+        dtls: a.dtls.timing.config()?,
     };
     let report = sensor::run(device, storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "device event")
@@ -576,6 +787,14 @@ async fn run_sensor(a: SensorArgs) -> Result<i32> {
             2
         },
     )
+}
+
+/// The device's own signing key (its DTLS raw public key credential).
+fn storage_key(storage: &mut storage::FileStorage) -> Result<SecretKey> {
+    storage
+        .load_key()
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("no device key")
 }
 
 fn identity_cmd(a: IdentityArgs) -> Result<i32> {
@@ -675,6 +894,25 @@ fn provision_cmd(a: ProvisionArgs) -> Result<i32> {
                     );
                 }
             }
+        }
+        ProvisionAction::Psk { identity, key } => {
+            let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !store.authorized()?.contains_key(&id) {
+                bail!("{id} is not an active identity: add it first");
+            }
+            let key = match key {
+                Some(h) => hex::decode(h.trim()).context("--key is not hex")?,
+                None => {
+                    let mut k = vec![0u8; 16];
+                    getrandom::fill(&mut k).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    k
+                }
+            };
+            if !(16..=64).contains(&key.len()) {
+                bail!("a PSK has 16 to 64 bytes");
+            }
+            store.set_psk(&id, &key, now)?;
+            println!("{}", hex::encode(&key));
         }
         ProvisionAction::Revoke { identity } => {
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;

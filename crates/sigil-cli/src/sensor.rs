@@ -6,9 +6,9 @@ use anyhow::{anyhow, Result};
 use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceStorage, Event, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
+use crate::transport::{Security, Transport};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
 /// What one sensor did.
@@ -25,6 +25,8 @@ pub struct SensorReport {
     pub registrations: u64,
     pub registration_failures: Vec<String>,
     pub retransmissions: u32,
+    /// DTLS handshakes completed (coaps:// only): 1, plus one per reconnect.
+    pub dtls_handshakes: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -35,6 +37,9 @@ pub struct SensorRun {
     pub readings: Option<u64>,
     /// Phase of the synthetic signal, so sensors differ.
     pub phase: f64,
+    /// coaps:// credentials, or plain CoAP.
+    pub security: Security,
+    pub dtls: sigil_dtls::connection::Config,
 }
 
 /// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which
@@ -54,18 +59,17 @@ pub async fn run<S: DeviceStorage>(
     mut stop: watch::Receiver<bool>,
     mut on_event: impl FnMut(&Event),
 ) -> Result<SensorReport> {
-    let bind: SocketAddr = if run.server.is_ipv6() {
-        "[::1]:0".parse()?
-    } else {
-        "127.0.0.1:0".parse()?
-    };
-    let socket = UdpSocket::bind(bind).await?;
+    let mut transport = Transport::open(run.server, run.security.clone(), run.dtls).await?;
     let start = Instant::now();
     let mut report = SensorReport {
         identity: device.identity().to_string(),
         ..Default::default()
     };
     let mut buf = vec![0u8; 2048];
+    let mut reconnect = false;
+    // Retransmissions since the server last said anything: over DTLS, two in a row mean the
+    // session is probably gone (the server restarted), so the sensor handshakes again.
+    let mut retx_seen = 0u32;
     let mut next_reading = 0u64;
     let mut published = 0u64;
     let mut settled = 0u64;
@@ -97,8 +101,24 @@ pub async fn run<S: DeviceStorage>(
             published += 1;
             next_reading = now + run.interval.as_millis() as u64;
         }
+        if transport.is_secure() && device.stats.retransmissions >= retx_seen + 2 {
+            retx_seen = device.stats.retransmissions;
+            reconnect = true;
+        }
+        if reconnect {
+            // The server lost or ended the DTLS session (restart, eviction, fatal alert): a
+            // new handshake, retried with the DTLS timers until the server answers.
+            reconnect = false;
+            if let Err(e) = transport.handshake().await {
+                tracing::warn!(error = %e, "DTLS reconnect failed");
+                reconnect = true;
+            }
+        }
         while let Some(n) = device.poll_transmit(&mut buf) {
-            socket.send_to(&buf[..n], run.server).await?;
+            if let Err(e) = transport.send(&buf[..n]).await {
+                tracing::debug!(error = %e, "send failed");
+                reconnect = transport.is_secure();
+            }
         }
         while let Some(ev) = device.poll_event() {
             on_event(&ev);
@@ -108,7 +128,10 @@ pub async fn run<S: DeviceStorage>(
                         PublishOutcome::Acknowledged => report.acknowledged.push(seq),
                         PublishOutcome::Sent => report.sent_non_confirmable += 1,
                         PublishOutcome::Rejected(c) => report.rejected.push((seq, c.to_string())),
-                        PublishOutcome::TimedOut => report.timed_out.push(seq),
+                        PublishOutcome::TimedOut => {
+                            report.timed_out.push(seq);
+                            reconnect = transport.is_secure();
+                        }
                         // Published again under a new number once re-registered.
                         PublishOutcome::Reset => continue,
                     }
@@ -134,11 +157,16 @@ pub async fn run<S: DeviceStorage>(
         }
         let sleep = Duration::from_millis(wake.saturating_sub(now).max(1));
         tokio::select! {
-            r = socket.recv_from(&mut buf) => {
-                if let Ok((n, from)) = r {
-                    if from == run.server {
+            r = transport.recv() => {
+                match r {
+                    Ok(m) => {
+                        retx_seen = device.stats.retransmissions;
                         let now = now_ms(start);
-                        device.handle_datagram(now, &mut storage, &buf[..n]).map_err(|e| anyhow!("device: {e}"))?;
+                        device.handle_datagram(now, &mut storage, &m).map_err(|e| anyhow!("device: {e}"))?;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "receive failed");
+                        reconnect = transport.is_secure();
                     }
                 }
             }
@@ -147,5 +175,6 @@ pub async fn run<S: DeviceStorage>(
         }
     }
     report.retransmissions = device.stats.retransmissions;
+    report.dtls_handshakes = transport.handshakes;
     Ok(report)
 }

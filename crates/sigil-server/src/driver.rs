@@ -7,11 +7,15 @@
 //! the hot path has no hand-offs between tasks or threads. Every table here has a cap: the
 //! dedup cache, the Block1 reassembly buffers, the batch.
 
-use crate::service::{Reply, Request, Response, Service, ServiceConfig};
+use crate::secure::{DtlsConfig, SecureLayer, SharedTrust};
+use crate::service::{PeerAuth, Reply, Request, Response, Service, ServiceConfig};
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
 use sigil_coap::message::{empty, option};
 use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
+use crate::secure::OsRng;
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_identity::Identity;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +41,8 @@ pub struct ServerConfig {
     pub block2_szx: u8,
     /// Kernel receive buffer (SO_RCVBUF) in bytes, so bursts queue instead of being dropped.
     pub receive_buffer: usize,
+    /// CoAP over DTLS (coaps://) on a second socket, if set.
+    pub dtls: Option<DtlsConfig>,
 }
 
 impl ServerConfig {
@@ -53,13 +59,24 @@ impl ServerConfig {
             max_assemblies_per_peer: 4,
             block2_szx: 6,
             receive_buffer: 8 << 20,
+            dtls: None,
         }
     }
+}
+
+/// The coaps:// side of a running server.
+#[derive(Clone, Debug)]
+pub struct DtlsEndpoint {
+    pub addr: SocketAddr,
+    /// The server's raw public key, and its identity `h(P)` that clients pin.
+    pub key: PublicKey,
+    pub identity: Identity,
 }
 
 /// A running server.
 pub struct ServerHandle {
     pub local_addr: SocketAddr,
+    pub dtls: Option<DtlsEndpoint>,
     pub stats: Stats,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -80,13 +97,60 @@ pub struct Server;
 /// A received datagram and its sender.
 type Datagram = (SocketAddr, Vec<u8>);
 
+/// Where a CoAP message came from: the plain socket, or a DTLS session (coaps://).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub secure: bool,
+}
+
+impl Endpoint {
+    pub fn plain(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            secure: false,
+        }
+    }
+}
+
+/// A CoAP message as received, with the identity its DTLS session authenticated.
+#[derive(Clone, Debug)]
+pub struct Inbound {
+    pub from: Endpoint,
+    pub auth: Option<PeerAuth>,
+    pub bytes: Vec<u8>,
+}
+
 impl Server {
     /// Opens the database, binds the socket and starts serving.
     pub async fn start(config: ServerConfig, stats: Stats) -> Result<ServerHandle, StartError> {
         let store = Store::open(&config.database)?;
+        let secure = match &config.dtls {
+            Some(dc) => {
+                let key = server_key(&store)?;
+                let dsock = bind_udp(dc.listen, config.receive_buffer)?;
+                let mut secret = [0u8; 32];
+                getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
+                let layer =
+                    SecureLayer::new(dc.clone(), key, secret, SharedTrust::default(), stats.clone());
+                Some((dsock, layer))
+            }
+            None => None,
+        };
         let service = Service::new(store, config.service.clone(), stats.clone())?;
         let socket = bind_udp(config.listen, config.receive_buffer)?;
         let local_addr = socket.local_addr()?;
+        let mut dtls = None;
+        if let Some((dsock, layer)) = &secure {
+            let key = layer.public_key().map_err(|e| std::io::Error::other(e.to_string()))?;
+            let identity = Identity::of_key(&RustCrypto, &key, b"")
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            dtls = Some(DtlsEndpoint {
+                addr: dsock.local_addr()?,
+                key,
+                identity,
+            });
+        }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let thread_stop = stop.clone();
         let thread_stats = stats.clone();
@@ -94,11 +158,12 @@ impl Server {
             .name("sigil-service".into())
             .spawn(move || {
                 let mut core = Dispatcher::new(config, service, thread_stats);
-                core.run(socket, thread_stop);
+                core.run(socket, secure, thread_stop);
             })?;
         tracing::info!(addr = %local_addr, "sigil server listening");
         Ok(ServerHandle {
             local_addr,
+            dtls,
             stats,
             stop,
             thread: Some(thread),
@@ -128,7 +193,7 @@ struct Assembly {
 
 /// A request waiting for its batch, with what is needed to answer it.
 struct Pending {
-    peer: SocketAddr,
+    from: Endpoint,
     mtype: MessageType,
     mid: u16,
     token: Vec<u8>,
@@ -145,9 +210,9 @@ pub struct Dispatcher {
     config: ServerConfig,
     service: Service,
     stats: Stats,
-    dedup: HashMap<(SocketAddr, u16), DedupEntry>,
-    dedup_order: VecDeque<((SocketAddr, u16), Instant)>,
-    assemblies: HashMap<(SocketAddr, String), Assembly>,
+    dedup: HashMap<(Endpoint, u16), DedupEntry>,
+    dedup_order: VecDeque<((Endpoint, u16), Instant)>,
+    assemblies: HashMap<(Endpoint, String), Assembly>,
 }
 
 impl Dispatcher {
@@ -162,46 +227,100 @@ impl Dispatcher {
         }
     }
 
-    /// The datagram loop: block for the first datagram (waking every 200 ms for timers and
-    /// shutdown), drain whatever else is queued without blocking, handle it all as one batch,
-    /// send the answers. No thread hand-offs on the hot path.
-    fn run(&mut self, socket: std::net::UdpSocket, stop: Arc<std::sync::atomic::AtomicBool>) {
+    /// The datagram loop: wait until a socket is readable or a DTLS timer is due (waking
+    /// every 200 ms for expiry and shutdown), drain whatever is queued on both sockets (up to
+    /// `batch_max` each), handle it all as one batch, send the answers. One thread, no
+    /// hand-offs on the hot path.
+    fn run(
+        &mut self,
+        socket: std::net::UdpSocket,
+        mut secure: Option<(std::net::UdpSocket, SecureLayer)>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let start = Instant::now();
+        let clock = || start.elapsed().as_millis() as u64;
         let mut buf = vec![0u8; 65_536];
-        let mut batch: Vec<Datagram> = Vec::with_capacity(self.config.batch_max);
+        let _ = socket.set_nonblocking(true);
+        if let Some((s, _)) = &secure {
+            let _ = s.set_nonblocking(true);
+        }
         loop {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
             }
-            match socket.recv_from(&mut buf) {
-                Ok((n, peer)) => batch.push((peer, buf[..n].to_vec())),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    self.expire();
-                    continue;
-                }
-                Err(e) => {
-                    // ICMP errors surface here on some platforms; keep serving.
-                    tracing::debug!(error = %e, "recv error");
-                    continue;
-                }
+            let mut wait = 200u64;
+            if let Some(t) = secure.as_ref().and_then(|(_, l)| l.poll_timeout()) {
+                wait = wait.min(t.saturating_sub(clock()));
             }
-            if socket.set_nonblocking(true).is_ok() {
+            let (plain_ready, secure_ready) =
+                wait_readable(&socket, secure.as_ref().map(|(s, _)| s), wait);
+            let mut batch: Vec<Inbound> = Vec::new();
+            let mut dtls_out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+            if plain_ready {
                 while batch.len() < self.config.batch_max {
                     match socket.recv_from(&mut buf) {
-                        Ok((n, peer)) => batch.push((peer, buf[..n].to_vec())),
-                        Err(_) => break,
+                        Ok((n, peer)) => batch.push(Inbound {
+                            from: Endpoint::plain(peer),
+                            auth: None,
+                            bytes: buf[..n].to_vec(),
+                        }),
+                        // WouldBlock ends the drain; ICMP errors surface here on some
+                        // platforms: keep serving.
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => tracing::debug!(error = %e, "recv error"),
                     }
                 }
-                let _ = socket.set_nonblocking(false);
             }
-            for (peer, bytes) in self.handle(std::mem::take(&mut batch)) {
-                if let Err(e) = socket.send_to(&bytes, peer) {
-                    tracing::debug!(error = %e, %peer, "send failed");
-                    self.count("server.send_failed");
+            if let Some((dsock, layer)) = &mut secure {
+                if let Some(c) = self.service.changed_credentials() {
+                    layer.trust().replace(c);
+                }
+                if secure_ready {
+                    for _ in 0..self.config.batch_max {
+                        match dsock.recv_from(&mut buf) {
+                            Ok((n, peer)) => {
+                                for d in layer.handle_datagram(clock(), peer, &buf[..n], &mut dtls_out)
+                                {
+                                    batch.push(Inbound {
+                                        from: Endpoint {
+                                            addr: d.peer,
+                                            secure: true,
+                                        },
+                                        auth: d.auth,
+                                        bytes: d.message,
+                                    });
+                                }
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(e) => tracing::debug!(error = %e, "recv error (coaps)"),
+                        }
+                    }
+                }
+            }
+            let replies = if batch.is_empty() {
+                self.expire();
+                Vec::new()
+            } else {
+                self.handle_inbound_at(batch, crate::unix_now())
+            };
+            for (to, bytes) in replies {
+                match &mut secure {
+                    Some((_, layer)) if to.secure => layer.send(to.addr, &bytes, &mut dtls_out),
+                    _ => {
+                        if let Err(e) = socket.send_to(&bytes, to.addr) {
+                            tracing::debug!(error = %e, peer = %to.addr, "send failed");
+                            self.count("server.send_failed");
+                        }
+                    }
+                }
+            }
+            if let Some((dsock, layer)) = &mut secure {
+                layer.handle_timeout(clock(), &mut dtls_out);
+                for (peer, bytes) in dtls_out {
+                    if let Err(e) = dsock.send_to(&bytes, peer) {
+                        tracing::debug!(error = %e, %peer, "send failed (coaps)");
+                        self.count("server.send_failed");
+                    }
                 }
             }
         }
@@ -234,6 +353,23 @@ impl Dispatcher {
 
     /// [`Dispatcher::handle`] with the wall-clock time (Unix seconds) given by the caller.
     pub fn handle_at(&mut self, batch: Vec<Datagram>, now: i64) -> Vec<(SocketAddr, Vec<u8>)> {
+        let batch = batch
+            .into_iter()
+            .map(|(addr, bytes)| Inbound {
+                from: Endpoint::plain(addr),
+                auth: None,
+                bytes,
+            })
+            .collect();
+        self.handle_inbound_at(batch, now)
+            .into_iter()
+            .map(|(e, b)| (e.addr, b))
+            .collect()
+    }
+
+    /// Handles a batch of CoAP messages from plain and secure endpoints; the answers go back
+    /// to the endpoint each request came from.
+    pub fn handle_inbound_at(&mut self, batch: Vec<Inbound>, now: i64) -> Vec<(Endpoint, Vec<u8>)> {
         let mut out = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
         for d in &batch {
@@ -251,38 +387,46 @@ impl Dispatcher {
         let replies = self.service.handle_batch(&requests, now);
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
-                Reply::Response(r) => encode_response(&p, r, self.config.block2_szx),
+                Reply::Response(r) => encode_response(&p, r, self.szx_for(p.from)),
                 Reply::Reset => Some(empty(MessageType::Reset, p.mid).to_vec()),
                 Reply::Nothing => None,
             };
             if p.mtype == MessageType::Confirmable {
-                if let Some(e) = self.dedup.get_mut(&(p.peer, p.mid)) {
+                if let Some(e) = self.dedup.get_mut(&(p.from, p.mid)) {
                     e.response = bytes.clone();
                 }
             }
             if let Some(b) = bytes {
-                out.push((p.peer, b));
+                out.push((p.from, b));
             }
         }
         self.expire();
         out
     }
 
+    /// Block2 size for an endpoint: over DTLS at most 512-byte blocks, so a response fits in
+    /// one record.
+    fn szx_for(&self, from: Endpoint) -> u8 {
+        if from.secure {
+            self.config.block2_szx.min(5)
+        } else {
+            self.config.block2_szx
+        }
+    }
+
     /// Parses, deduplicates and reassembles one datagram. Returns a request for the service,
     /// or answers it directly (into `out`).
-    fn intake(&mut self, d: &Datagram, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> Option<Pending> {
-        let (peer, bytes) = d;
-        let d = Incoming { peer: *peer, bytes };
+    fn intake(&mut self, d: &Inbound, out: &mut Vec<(Endpoint, Vec<u8>)>) -> Option<Pending> {
         let msg = match Message::parse(&d.bytes) {
             Ok(m) => m,
             Err(e) => {
                 self.count("coap.malformed");
-                tracing::debug!(peer = %d.peer, error = %e, "malformed datagram");
+                tracing::debug!(peer = %d.from.addr, error = %e, "malformed datagram");
                 // RFC 7252 §4.2: a Confirmable message with a format error is rejected with
                 // Reset if its header could be read.
                 if d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1 && (d.bytes[0] >> 4) & 3 == 0 {
                     out.push((
-                        d.peer,
+                        d.from,
                         empty(
                             MessageType::Reset,
                             u16::from_be_bytes([d.bytes[2], d.bytes[3]]),
@@ -305,24 +449,24 @@ impl Dispatcher {
             // CoAP ping (§4.3): answer Reset.
             if msg.mtype == MessageType::Confirmable {
                 self.count("coap.ping");
-                out.push((d.peer, empty(MessageType::Reset, msg.message_id).to_vec()));
+                out.push((d.from, empty(MessageType::Reset, msg.message_id).to_vec()));
             }
             return None;
         }
         if !msg.code.is_request() {
             self.count("coap.unexpected_response");
             if msg.mtype == MessageType::Confirmable {
-                out.push((d.peer, empty(MessageType::Reset, msg.message_id).to_vec()));
+                out.push((d.from, empty(MessageType::Reset, msg.message_id).to_vec()));
             }
             return None;
         }
         // Deduplication (§4.5): a retransmitted Confirmable request gets the same answer.
         if msg.mtype == MessageType::Confirmable {
-            let key = (d.peer, msg.message_id);
+            let key = (d.from, msg.message_id);
             if let Some(e) = self.dedup.get(&key) {
                 self.count("coap.duplicate");
                 if let Some(r) = &e.response {
-                    out.push((d.peer, r.clone()));
+                    out.push((d.from, r.clone()));
                 }
                 return None;
             }
@@ -340,7 +484,7 @@ impl Dispatcher {
             }
         }
         let mut reply_now = |core: &mut Self, code: Code, text: &str| {
-            core.answer_directly(d.peer, &msg, None, code, text, "coap.rejected_request", out);
+            core.answer_directly(d.from, &msg, None, code, text, "coap.rejected_request", out);
         };
         if let Some(n) = msg.unknown_critical_option() {
             reply_now(
@@ -377,9 +521,9 @@ impl Dispatcher {
                 return None;
             }
             Some(Ok(b1)) => {
-                let key = (d.peer, format!("{}?{}", path.join("/"), query.join("&")));
+                let key = (d.from, format!("{}?{}", path.join("/"), query.join("&")));
                 if b1.num == 0 {
-                    let per_peer = self.assemblies.keys().filter(|(p, _)| *p == d.peer).count();
+                    let per_peer = self.assemblies.keys().filter(|(p, _)| *p == d.from).count();
                     if per_peer >= self.config.max_assemblies_per_peer
                         || self.assemblies.len() >= self.config.max_assemblies
                     {
@@ -430,7 +574,7 @@ impl Dispatcher {
                 if b1.more {
                     // RFC 7959 §2.3: acknowledge the block with 2.31 Continue.
                     self.answer_directly(
-                        d.peer,
+                        d.from,
                         &msg,
                         Some(b1),
                         Code::CONTINUE,
@@ -450,14 +594,14 @@ impl Dispatcher {
             None => {}
         }
         Some(Pending {
-            peer: d.peer,
+            from: d.from,
             mtype: msg.mtype,
             mid: msg.message_id,
             token: msg.token.to_vec(),
             block2,
             block1: block1_echo,
             request: Request {
-                peer: d.peer,
+                peer: d.from.addr,
                 message_id: (msg.mtype == MessageType::Confirmable).then_some(msg.message_id),
                 code: msg.code,
                 path: path.into_iter().map(str::to_string).collect(),
@@ -465,9 +609,63 @@ impl Dispatcher {
                 content_format: msg.content_format().map(|c| c.0),
                 accept: msg.accept().map(|c| c.0),
                 payload,
+                auth: d.auth.clone(),
             },
         })
     }
+}
+
+/// The server's long-term DTLS key (P-256, the curve every DTLS peer supports), made at first
+/// start and kept in the database so clients can pin its identity.
+fn server_key(store: &Store) -> Result<SecretKey, StartError> {
+    const NAME: &str = "dtls";
+    let (alg, secret) = match store.server_key(NAME)? {
+        Some(k) => k,
+        None => {
+            let key = RustCrypto
+                .generate(SignatureAlgorithm::EcdsaP256, &mut OsRng)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            store.put_server_key(NAME, SignatureAlgorithm::EcdsaP256.cose(), &key.to_bytes())?
+        }
+    };
+    let alg = SignatureAlgorithm::from_cose(alg).ok_or(StoreError::Corrupt {
+        table: "server_key",
+        what: "alg".into(),
+    })?;
+    SecretKey::from_bytes(alg, &secret).map_err(|_| {
+        StartError::Store(StoreError::Corrupt {
+            table: "server_key",
+            what: "secret".into(),
+        })
+    })
+}
+
+/// Waits up to `wait_ms` until one of the sockets is readable; says which.
+fn wait_readable(
+    plain: &std::net::UdpSocket,
+    secure: Option<&std::net::UdpSocket>,
+    wait_ms: u64,
+) -> (bool, bool) {
+    use std::os::fd::AsRawFd;
+    let mut fds = [
+        libc::pollfd {
+            fd: plain.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: secure.map_or(-1, |s| s.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let n = secure.map_or(1, |_| 2);
+    // SAFETY: `fds` is a valid array of `n` pollfd structures for the duration of the call.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, wait_ms.min(1000) as i32) };
+    if r <= 0 {
+        return (false, false);
+    }
+    (fds[0].revents != 0, n == 2 && fds[1].revents != 0)
 }
 
 /// Binds the server socket with a large receive buffer (the kernel may cap it), blocking with a
@@ -488,41 +686,36 @@ fn bind_udp(addr: SocketAddr, rcvbuf: usize) -> std::io::Result<std::net::UdpSoc
     Ok(socket)
 }
 
-struct Incoming<'a> {
-    peer: SocketAddr,
-    bytes: &'a [u8],
-}
-
 impl Dispatcher {
     /// Answers a request without the service (a CoAP-level refusal, or 2.31 Continue), and
     /// remembers the answer for retransmissions of the same message.
     #[allow(clippy::too_many_arguments)]
     fn answer_directly(
         &mut self,
-        peer: SocketAddr,
+        peer: Endpoint,
         msg: &Message<'_>,
         block1: Option<BlockOption>,
         code: Code,
         text: &str,
         counter: &str,
-        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+        out: &mut Vec<(Endpoint, Vec<u8>)>,
     ) {
         self.count(counter);
         let p = Pending {
-            peer,
+            from: peer,
             mtype: msg.mtype,
             mid: msg.message_id,
             token: msg.token.to_vec(),
             block2: None,
             block1,
-            request: empty_request(peer),
+            request: empty_request(peer.addr),
         };
         let response = Response {
             code,
             payload: text.as_bytes().to_vec(),
             ..Default::default()
         };
-        if let Some(b) = encode_response(&p, response, self.config.block2_szx) {
+        if let Some(b) = encode_response(&p, response, self.szx_for(peer)) {
             if let Some(e) = self.dedup.get_mut(&(peer, msg.message_id)) {
                 e.response = Some(b.clone());
             }
@@ -541,6 +734,7 @@ fn empty_request(peer: SocketAddr) -> Request {
         content_format: None,
         accept: None,
         payload: vec![],
+        auth: None,
     }
 }
 
@@ -562,13 +756,13 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8) -> Option<Vec<u8>>
             None => {
                 // Block past the end: 4.02 (RFC 7959 §2.2), answered without Block2.
                 let plain = Pending {
-                    peer: p.peer,
+                    from: p.from,
                     mtype: p.mtype,
                     mid: p.mid,
                     token: p.token.clone(),
                     block2: None,
                     block1: None,
-                    request: empty_request(p.peer),
+                    request: empty_request(p.from.addr),
                 };
                 let refusal = Response {
                     code: Code::BAD_OPTION,

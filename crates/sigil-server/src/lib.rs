@@ -6,16 +6,21 @@
 //!   readings and freshness state.
 //! - [`service`]: the request handling of the RD and the broker, synchronous and
 //!   transport-free: CoAP requests in, CoAP responses out, one database transaction per batch.
-//! - [`driver`]: the tokio UDP driver: deduplication, block-wise transfer, batching.
+//! - [`driver`]: the UDP driver: deduplication, block-wise transfer, batching; coap:// and
+//!   coaps:// sockets served by one thread.
+//! - [`secure`]: CoAP over DTLS: the capped handshake and session tables around
+//!   `sigil-dtls`, and the authenticated identity each request carries.
 //! - [`stats`]: counters of accepted and rejected messages by reason.
 
 pub mod driver;
 pub mod provision;
+pub mod secure;
 pub mod service;
 pub mod stats;
 pub mod store;
 
-pub use driver::{Dispatcher, Server, ServerConfig, ServerHandle};
+pub use driver::{Dispatcher, DtlsEndpoint, Endpoint, Inbound, Server, ServerConfig, ServerHandle};
+pub use secure::DtlsConfig;
 pub use stats::Stats;
 pub use store::{Store, StoreError};
 

@@ -131,13 +131,16 @@ mod tests {
         assert_eq!((a, d), (1, 1));
         let id = Identity::parse("06af05053d7deaac9aef246d4b188825").unwrap();
         assert!(store.authorized().unwrap().contains_key(&id));
+        store.set_psk(&id, &[7; 16], 1).unwrap();
+        assert_eq!(store.psks().unwrap().get(&id), Some(&vec![7u8; 16]));
         assert!(store.revoke_identity(&id, 2).unwrap());
+        assert!(store.psks().unwrap().is_empty(), "a revoked identity keeps no PSK");
         assert!(!store.revoke_identity(&id, 3).unwrap());
         assert!(!store.authorized().unwrap().contains_key(&id));
         assert!(store
             .add_identity(&id, IdentityKind::Device, "", 4)
             .unwrap());
         assert!(store.authorized().unwrap().contains_key(&id));
-        assert_eq!(store.schema_version().unwrap(), 1);
+        assert_eq!(store.schema_version().unwrap(), 2);
     }
 }

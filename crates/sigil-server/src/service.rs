@@ -61,6 +61,14 @@ impl Default for ServiceConfig {
     }
 }
 
+/// What DTLS trusts, taken from the authorized list: identities (raw public keys are pinned to
+/// them) and the pre-shared keys provisioned for some of them.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub authorized: std::collections::HashSet<Identity>,
+    pub psks: HashMap<Identity, Vec<u8>>,
+}
+
 /// A CoAP request after parsing and block-wise reassembly.
 #[derive(Clone, Debug)]
 pub struct Request {
@@ -74,6 +82,35 @@ pub struct Request {
     pub content_format: Option<u16>,
     pub accept: Option<u16>,
     pub payload: Vec<u8>,
+    /// The peer the transport authenticated (coaps://), `None` over plain CoAP.
+    pub auth: Option<PeerAuth>,
+}
+
+/// Who a DTLS session authenticated. Over coaps:// the RD and broker accept registrations,
+/// updates, removals and publications only for the authenticated identity's own entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerAuth {
+    /// The pre-shared key provisioned for this identity.
+    Psk(Identity),
+    /// A raw public key whose identity `h(P)` is on the authorized list.
+    RawPublicKey { identity: Identity, key: PublicKey },
+}
+
+impl PeerAuth {
+    pub fn identity(&self) -> &Identity {
+        match self {
+            Self::Psk(id) | Self::RawPublicKey { identity: id, .. } => id,
+        }
+    }
+
+    /// Whether this peer may act for the registration of `ep` with `key`: a PSK names the
+    /// identity; a raw public key must be the registered key itself.
+    pub fn speaks_for(&self, ep: &Identity, key: &PublicKey) -> bool {
+        match self {
+            Self::Psk(id) => id == ep,
+            Self::RawPublicKey { key: k, .. } => k == key,
+        }
+    }
 }
 
 impl Request {
@@ -157,6 +194,9 @@ pub struct Service {
     store: Store,
     state: State,
     data_version: i64,
+    /// Bumped whenever the authorized list may have changed; see [`Service::changed_credentials`].
+    generation: u64,
+    generation_seen: u64,
     stats: Stats,
     local: BTreeMap<&'static str, u64>,
 }
@@ -216,6 +256,8 @@ impl Service {
         }
         Ok(Self {
             data_version: store.data_version()?,
+            generation: 1,
+            generation_seen: 0,
             store,
             state,
             stats,
@@ -234,9 +276,34 @@ impl Service {
                 if let Ok(a) = self.store.authorized() {
                     self.state.authorized = a;
                     self.data_version = v;
+                    self.generation += 1;
                 }
             }
         }
+    }
+
+    /// The DTLS credentials (active identities and their pre-shared keys) if they may have
+    /// changed since the last call, e.g. after `sigil provision` committed.
+    pub fn changed_credentials(&mut self) -> Option<Credentials> {
+        self.refresh_authorized();
+        if self.generation == self.generation_seen {
+            return None;
+        }
+        let psks = match self.store.psks() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read pre-shared keys");
+                return None;
+            }
+        };
+        self.generation_seen = self.generation;
+        Some(Credentials {
+            authorized: self.state.authorized.keys().copied().collect(),
+            psks: psks
+                .into_iter()
+                .filter(|(id, _)| self.state.authorized.contains_key(id))
+                .collect(),
+        })
     }
 
     /// Handles a batch; returns one reply per request, in order.
@@ -288,6 +355,7 @@ impl Service {
                 }
                 for id in new_authorized {
                     st.authorized.insert(id, IdentityKind::Device);
+                    self.generation += 1;
                 }
                 replies.extend(out);
             }
@@ -587,6 +655,7 @@ impl Ctx<'_> {
             "bad_key" => "register.rejected.bad_key",
             "bad_group" => "register.rejected.bad_group",
             "identity_mismatch" => "register.rejected.identity_mismatch",
+            "dtls_identity_mismatch" => "register.rejected.dtls_identity_mismatch",
             "unauthorized_identity" => "register.rejected.unauthorized_identity",
             "bad_resync_signature" => "register.rejected.bad_resync_signature",
             "unsupported_content_format" => "register.rejected.unsupported_content_format",
@@ -666,6 +735,9 @@ impl Ctx<'_> {
         };
         if device_id != ep {
             return Ok(self.reject_registration("identity_mismatch", Code::FORBIDDEN, req));
+        }
+        if req.auth.as_ref().is_some_and(|a| !a.speaks_for(&ep, &key)) {
+            return Ok(self.reject_registration("dtls_identity_mismatch", Code::FORBIDDEN, req));
         }
         let authorized_by = if self.is_authorized(&ep) {
             ep
@@ -766,6 +838,9 @@ impl Ctx<'_> {
         if !self.is_authorized(&e.reg.authorized_by) {
             return Ok(self.reject_registration("unauthorized_identity", Code::FORBIDDEN, req));
         }
+        if req.auth.as_ref().is_some_and(|a| !a.speaks_for(&e.reg.ep, &e.reg.key)) {
+            return Ok(self.reject_registration("dtls_identity_mismatch", Code::FORBIDDEN, req));
+        }
         if let Some(reply) = self.resync(b, req, &e.reg.ep, &e.reg.key)? {
             return Ok(reply);
         }
@@ -793,12 +868,20 @@ impl Ctx<'_> {
         Ok(respond(Code::CHANGED))
     }
 
-    /// Removal needs a signed announcement (`sq`, `ss`) so nobody else can remove a device.
+    /// Removal needs a signed announcement (`sq`, `ss`) so nobody else can remove a device,
+    /// or a DTLS session authenticated as the device itself.
     fn remove(&mut self, b: &Batch<'_>, req: &Request, id: &str) -> Result<Reply, StoreError> {
         let Some(e) = self.live_entry(id) else {
             return Ok(respond(Code::NOT_FOUND));
         };
-        if req.query("ss").is_none() {
+        let by_session = match &req.auth {
+            Some(a) if !a.speaks_for(&e.reg.ep, &e.reg.key) => {
+                return Ok(self.reject_registration("dtls_identity_mismatch", Code::FORBIDDEN, req));
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if req.query("ss").is_none() && !by_session {
             self.count("register.rejected.unsigned_removal");
             return Ok(diagnostic(
                 Code::UNAUTHORIZED,
@@ -934,6 +1017,7 @@ impl Ctx<'_> {
             ),
             "unauthorized_identity" => ("publish.rejected.unauthorized_identity", Code::FORBIDDEN),
             "kid_mismatch" => ("publish.rejected.kid_mismatch", Code::FORBIDDEN),
+            "dtls_identity_mismatch" => ("publish.rejected.dtls_identity_mismatch", Code::FORBIDDEN),
             "bad_signature" => ("publish.rejected.bad_signature", Code::UNAUTHORIZED),
             "algorithm_mismatch" => ("publish.rejected.algorithm_mismatch", Code::UNAUTHORIZED),
             "sequence_mismatch" => ("publish.rejected.sequence_mismatch", Code::UNAUTHORIZED),
@@ -975,6 +1059,9 @@ impl Ctx<'_> {
         };
         if !self.is_authorized(&entry.reg.authorized_by) {
             return Ok(self.reject_publication("unauthorized_identity", req));
+        }
+        if req.auth.as_ref().is_some_and(|a| !a.speaks_for(&entry.reg.ep, &entry.reg.key)) {
+            return Ok(self.reject_publication("dtls_identity_mismatch", req));
         }
         let mut checked = checked;
         let highest = self.highest(&checked.ep);

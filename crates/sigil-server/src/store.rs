@@ -67,6 +67,17 @@ const MIGRATIONS: &[&str] = &[
         highest    INTEGER NOT NULL,
         updated_at INTEGER NOT NULL
     );",
+    // 2: DTLS (coaps://): pre-shared keys of provisioned identities, and the server's own key.
+    "CREATE TABLE dtls_psk (
+        identity TEXT PRIMARY KEY CHECK (length(identity) = 32),
+        psk      BLOB NOT NULL CHECK (length(psk) BETWEEN 16 AND 64),
+        added_at INTEGER NOT NULL
+    );
+    CREATE TABLE server_key (
+        name   TEXT PRIMARY KEY,
+        alg    INTEGER NOT NULL,
+        secret BLOB NOT NULL
+    );",
 ];
 
 /// Kinds of entries on the authorized list.
@@ -300,6 +311,64 @@ impl Store {
             .filter(|r| r.revoked_at.is_none())
             .filter_map(|r| Some((Identity::parse(&r.identity).ok()?, r.kind)))
             .collect())
+    }
+
+    // ---- DTLS credentials ----
+
+    /// Sets (or replaces) the DTLS pre-shared key of a provisioned identity. The PSK identity
+    /// a client presents is the identity's text form (RFC 4279 §5.1).
+    pub fn set_psk(&self, id: &Identity, psk: &[u8], now: i64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO dtls_psk (identity, psk, added_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (identity) DO UPDATE SET psk = excluded.psk, added_at = excluded.added_at",
+            params![id.to_string(), psk, now],
+        )?;
+        Ok(())
+    }
+
+    /// Pre-shared keys of active identities only: revoking an identity revokes its PSK.
+    pub fn psks(&self) -> Result<HashMap<Identity, Vec<u8>>, StoreError> {
+        let mut st = self.conn.prepare(
+            "SELECT p.identity, p.psk FROM dtls_psk p JOIN identities i ON i.identity = p.identity
+             WHERE i.revoked_at IS NULL",
+        )?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        let mut out = HashMap::new();
+        for r in rows {
+            let (id, psk) = r?;
+            let id = Identity::parse(&id).map_err(|_| StoreError::Corrupt {
+                table: "dtls_psk",
+                what: id.clone(),
+            })?;
+            out.insert(id, psk);
+        }
+        Ok(out)
+    }
+
+    /// The server's long-term DTLS key (`alg` as COSE number, secret bytes), if one was made.
+    pub fn server_key(&self, name: &str) -> Result<Option<(i64, Vec<u8>)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT alg, secret FROM server_key WHERE name = ?1")?;
+        let mut rows = st.query_map(params![name], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.next().transpose()?)
+    }
+
+    /// Stores the server's key unless one exists; returns the one that is stored.
+    pub fn put_server_key(
+        &self,
+        name: &str,
+        alg: i64,
+        secret: &[u8],
+    ) -> Result<(i64, Vec<u8>), StoreError> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO server_key (name, alg, secret) VALUES (?1, ?2, ?3)",
+            params![name, alg, secret],
+        )?;
+        self.server_key(name)?.ok_or(StoreError::Corrupt {
+            table: "server_key",
+            what: name.to_string(),
+        })
     }
 
     // ---- registrations ----

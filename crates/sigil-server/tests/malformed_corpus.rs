@@ -88,6 +88,7 @@ fn the_service_answers_every_corpus_file_as_a_publication_and_a_registration() {
                 content_format: cf,
                 accept: None,
                 payload: data.clone(),
+                auth: None,
             };
             let replies = svc.handle_batch(&[req], 1_700_000_000);
             assert_eq!(replies.len(), 1);

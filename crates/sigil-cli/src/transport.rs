@@ -1,0 +1,297 @@
+//! How the command-line clients reach the server: plain UDP (coap://) or a DTLS 1.2 session
+//! (coaps://, RFC 7252 §9) driven from the sans-IO `sigil-dtls` connection.
+
+use anyhow::{anyhow, bail, Context, Result};
+use sigil_crypto::{PublicKey, RustCrypto, SecretKey};
+use sigil_dtls::connection::{Config, Connection, Credentials, Trust, MAX_DATAGRAM};
+use sigil_identity::Identity;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+/// How a client authenticates over coaps://.
+#[derive(Clone, Debug)]
+pub enum Security {
+    /// Plain CoAP.
+    None,
+    /// TLS_PSK_WITH_AES_128_CCM_8: the PSK identity is the client's secure identity.
+    Psk { identity: Vec<u8>, key: Vec<u8> },
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with raw public keys: the server's key must hash to
+    /// `server` (its RFC 8387 identity); `own` authenticates the client.
+    RawPublicKey {
+        own: Option<SecretKey>,
+        server: Identity,
+    },
+}
+
+impl Security {
+    pub fn is_secure(&self) -> bool {
+        !matches!(self, Self::None)
+    }
+}
+
+/// Trusts exactly the server's pinned identity.
+struct PinnedServer(Option<Identity>);
+
+impl Trust for PinnedServer {
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        self.0
+            .is_some_and(|id| Identity::of_key(&RustCrypto, key, b"").is_ok_and(|k| k == id))
+    }
+}
+
+type Session = Connection<RustCrypto, PinnedServer>;
+
+/// A socket to one server, plain or protected.
+pub struct Transport {
+    socket: UdpSocket,
+    server: SocketAddr,
+    security: Security,
+    config: Config,
+    session: Option<Box<Session>>,
+    start: Instant,
+    inbox: VecDeque<Vec<u8>>,
+    buf: Vec<u8>,
+    /// Completed DTLS handshakes (1 after `open`, more after reconnects).
+    pub handshakes: u32,
+}
+
+impl Transport {
+    /// Binds a socket and, for coaps://, completes the DTLS handshake (retransmitting with
+    /// the configured timers) before returning.
+    pub async fn open(server: SocketAddr, security: Security, config: Config) -> Result<Self> {
+        let bind: SocketAddr = if server.is_ipv6() {
+            "[::]:0".parse()?
+        } else {
+            "0.0.0.0:0".parse()?
+        };
+        let socket = UdpSocket::bind(bind).await?;
+        let mut t = Self {
+            socket,
+            server,
+            security,
+            config,
+            session: None,
+            start: Instant::now(),
+            inbox: VecDeque::new(),
+            buf: vec![0u8; 65_536],
+            handshakes: 0,
+        };
+        if t.security.is_secure() {
+            t.handshake().await?;
+        }
+        Ok(t)
+    }
+
+    pub fn is_secure(&self) -> bool {
+        self.security.is_secure()
+    }
+
+    pub fn server(&self) -> SocketAddr {
+        self.server
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// (Re-)establishes the DTLS session: a new handshake from the same socket.
+    pub async fn handshake(&mut self) -> Result<()> {
+        let (identity, key);
+        let credentials = match &self.security {
+            Security::None => return Ok(()),
+            Security::Psk { identity: i, key: k } => {
+                identity = i.clone();
+                key = k.clone();
+                Credentials::Psk {
+                    identity: &identity,
+                    key: &key,
+                }
+            }
+            Security::RawPublicKey { own, .. } => Credentials::RawPublicKey(own.as_ref()),
+        };
+        let pinned = match &self.security {
+            Security::RawPublicKey { server, .. } => Some(*server),
+            _ => None,
+        };
+        let mut conn = Box::new(
+            Connection::connect(
+                RustCrypto,
+                PinnedServer(pinned),
+                self.config,
+                &mut crate::util::OsRng,
+                credentials,
+                self.now(),
+            )
+            .map_err(|e| anyhow!("DTLS: {e}"))?,
+        );
+        self.inbox.clear();
+        loop {
+            self.flush(&mut conn).await?;
+            if conn.is_established() {
+                break;
+            }
+            let now = self.now();
+            let wake = conn.poll_timeout().unwrap_or(now + 1000);
+            let wait = Duration::from_millis(wake.saturating_sub(now).max(1));
+            match tokio::time::timeout(wait, self.socket.recv_from(&mut self.buf)).await {
+                Err(_) => conn
+                    .handle_timeout(self.now())
+                    .map_err(|e| anyhow!("DTLS handshake with {}: {e}", self.server))?,
+                Ok(r) => {
+                    let (n, from) = r.context("socket")?;
+                    if from == self.server {
+                        let now = self.now();
+                        conn.handle_datagram(now, &self.buf[..n])
+                            .map_err(|e| anyhow!("DTLS handshake with {}: {e}", self.server))?;
+                    }
+                }
+            }
+        }
+        self.drain(&mut conn);
+        self.flush(&mut conn).await?;
+        self.session = Some(conn);
+        self.handshakes += 1;
+        tracing::debug!(server = %self.server, "DTLS session established");
+        Ok(())
+    }
+
+    async fn flush(&mut self, conn: &mut Session) -> Result<()> {
+        let mut out = [0u8; MAX_DATAGRAM];
+        while let Some(n) = conn.poll_transmit(&mut out) {
+            self.socket.send_to(&out[..n], self.server).await?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, conn: &mut Session) {
+        let mut out = [0u8; MAX_DATAGRAM];
+        while let Some(n) = conn.poll_app_data(&mut out) {
+            self.inbox.push_back(out[..n].to_vec());
+        }
+    }
+
+    /// Sends one CoAP message.
+    pub async fn send(&mut self, message: &[u8]) -> Result<()> {
+        if !self.security.is_secure() {
+            self.socket.send_to(message, self.server).await?;
+            return Ok(());
+        }
+        let mut conn = self
+            .session
+            .take()
+            .ok_or_else(|| anyhow!("DTLS session lost"))?;
+        let r = conn.send(message).map_err(|e| anyhow!("DTLS: {e}"));
+        let f = self.flush(&mut conn).await;
+        self.session = Some(conn);
+        r.and(f)
+    }
+
+    /// The next CoAP message from the server. Cancel-safe: a message is either returned or
+    /// kept for the next call.
+    pub async fn recv(&mut self) -> Result<Vec<u8>> {
+        loop {
+            if let Some(m) = self.inbox.pop_front() {
+                return Ok(m);
+            }
+            let (n, from) = self.socket.recv_from(&mut self.buf).await?;
+            if from != self.server {
+                continue;
+            }
+            if !self.security.is_secure() {
+                return Ok(self.buf[..n].to_vec());
+            }
+            let Some(mut conn) = self.session.take() else {
+                bail!("DTLS session lost");
+            };
+            let now = self.now();
+            let r = conn.handle_datagram(now, &self.buf[..n]);
+            self.drain(&mut conn);
+            if let Err(e) = r {
+                // The session failed (e.g. the server sent a fatal alert): reconnecting is the
+                // caller's decision.
+                let mut out = [0u8; MAX_DATAGRAM];
+                while let Some(n) = conn.poll_transmit(&mut out) {
+                    let _ = self.socket.try_send_to(&out[..n], self.server);
+                }
+                bail!("DTLS session with {} ended: {e}", self.server);
+            }
+            let mut out = [0u8; MAX_DATAGRAM];
+            while let Some(n) = conn.poll_transmit(&mut out) {
+                let _ = self.socket.try_send_to(&out[..n], self.server);
+            }
+            self.session = Some(conn);
+        }
+    }
+
+    /// Waits up to `wait` for one message.
+    pub async fn recv_timeout(&mut self, wait: Duration) -> Option<Vec<u8>> {
+        tokio::time::timeout(wait, self.recv()).await.ok()?.ok()
+    }
+}
+
+/// The parts of a `coap://` or `coaps://` URI this tool uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerUri {
+    pub addr: SocketAddr,
+    pub secure: bool,
+    /// The Uri-Path, without the leading `/` (empty for the root).
+    pub path: String,
+}
+
+/// Parses `coap://host[:port][/path]`, `coaps://host[:port][/path]` (port 5683 / 5684), or a
+/// bare `host:port`.
+pub fn parse_uri(uri: &str) -> Result<ServerUri> {
+    let (secure, rest) = if let Some(r) = uri.strip_prefix("coaps://") {
+        (true, r)
+    } else if let Some(r) = uri.strip_prefix("coap://") {
+        (false, r)
+    } else if uri.contains("://") {
+        bail!("only coap:// and coaps:// URIs are supported: {uri}");
+    } else {
+        (false, uri)
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let default_port = if secure { 5684 } else { 5683 };
+    let with_port = if authority.starts_with('[') {
+        if authority.contains("]:") {
+            authority.to_string()
+        } else {
+            format!("{authority}:{default_port}")
+        }
+    } else if authority.matches(':').count() == 1 {
+        authority.to_string()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    use std::net::ToSocketAddrs;
+    let addr = with_port
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {uri}"))?
+        .next()
+        .with_context(|| format!("no address for {uri}"))?;
+    Ok(ServerUri {
+        addr,
+        secure,
+        path: path.trim_end_matches('/').to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris() {
+        let u = parse_uri("coaps://127.0.0.1").unwrap();
+        assert_eq!((u.addr.port(), u.secure), (5684, true));
+        let u = parse_uri("coap://127.0.0.1/rd-lookup/res").unwrap();
+        assert_eq!((u.addr.port(), u.secure, u.path.as_str()), (5683, false, "rd-lookup/res"));
+        let u = parse_uri("coaps://[::1]:6000/").unwrap();
+        assert_eq!((u.addr.port(), u.secure, u.path.as_str()), (6000, true, ""));
+        assert_eq!(parse_uri("127.0.0.1:7").unwrap().addr.port(), 7);
+        assert!(parse_uri("coap://[::1]").unwrap().addr.is_ipv6());
+        assert!(parse_uri("http://x").is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! CoAP over DTLS (coaps://, RFC 7252 §9): the server's table of DTLS peers around the sans-IO
+//! [`sigil_dtls::connection::Connection`].
+//!
+//! Transport-free like [`crate::driver::Dispatcher`]: datagrams and the caller's clock in,
+//! datagrams and authenticated CoAP messages out. A peer without state gets only the
+//! stateless cookie exchange (no memory, no amplification); a ClientHello with a valid cookie
+//! takes a slot in the handshake table; a completed handshake moves to the session table and
+//! its identity goes with every request it carries ([`PeerAuth`]).
+//!
+//! Both tables are capped. When one is full, only stale entries are evicted (a handshake
+//! older than `handshake_timeout`, a session idle longer than `session_idle`); a live session
+//! is never pushed out by newcomers, so a flood of ClientHellos cannot cut off devices that
+//! are already connected. A ClientHello from the address of an established session (a device
+//! that rebooted) starts a new handshake beside it, and replaces the session only once the
+//! new handshake completes (RFC 6347 §4.2.8).
+
+use crate::service::{Credentials, PeerAuth};
+use crate::stats::Stats;
+use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
+use sigil_dtls::connection::{
+    Config, Connection, CookieKey, ServerCredentials, Stateless, Trust, MAX_DATAGRAM,
+};
+use sigil_dtls::keys::MAX_PSK_LEN;
+use sigil_identity::Identity;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Largest CoAP message carried in one record (the DTLS layer's application-data cap); the
+/// dispatcher uses 512-byte blocks over DTLS so responses fit.
+pub const MAX_COAP_OVER_DTLS: usize = sigil_dtls::connection::MAX_APP_DATA;
+
+/// DTLS settings of the server.
+#[derive(Clone, Debug)]
+pub struct DtlsConfig {
+    /// The coaps:// socket (RFC 7252: port 5684).
+    pub listen: SocketAddr,
+    pub dtls: Config,
+    /// Accept TLS_PSK_WITH_AES_128_CCM_8 with keys provisioned per identity.
+    pub psk: bool,
+    /// Accept TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with raw public keys.
+    pub rpk: bool,
+    /// With raw public keys: require the client's key (mutual authentication). Without it a
+    /// client may stay anonymous and is treated like a plain-CoAP client.
+    pub require_client_auth: bool,
+    /// Most handshakes in progress (all peers).
+    pub max_handshakes: usize,
+    /// Most established sessions.
+    pub max_sessions: usize,
+    /// A handshake older than this is stale (evictable).
+    pub handshake_timeout: Duration,
+    /// A session without traffic for this long is stale (evictable).
+    pub session_idle: Duration,
+}
+
+impl DtlsConfig {
+    pub fn new(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            dtls: Config::default(),
+            psk: true,
+            rpk: true,
+            require_client_auth: true,
+            max_handshakes: 256,
+            max_sessions: 4096,
+            handshake_timeout: Duration::from_secs(30),
+            session_idle: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What DTLS trusts, shared by every connection and refreshed from the authorized list.
+#[derive(Clone, Default)]
+pub struct SharedTrust(Arc<RwLock<Credentials>>);
+
+impl SharedTrust {
+    pub fn replace(&self, c: Credentials) {
+        if let Ok(mut g) = self.0.write() {
+            *g = c;
+        }
+    }
+
+    fn identity_of_key(key: &PublicKey) -> Option<Identity> {
+        Identity::of_key(&RustCrypto, key, b"").ok()
+    }
+}
+
+impl Trust for SharedTrust {
+    /// The PSK identity is the text form of a provisioned identity (any label form).
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        let id = Identity::parse(std::str::from_utf8(identity).ok()?).ok()?;
+        let g = self.0.read().ok()?;
+        let psk = g.psks.get(&id)?;
+        key.get_mut(..psk.len())?.copy_from_slice(psk);
+        Some(psk.len())
+    }
+
+    /// A raw public key is trusted when its identity `h(P)` is on the authorized list.
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        let Some(id) = Self::identity_of_key(key) else {
+            return false;
+        };
+        self.0.read().is_ok_and(|g| g.authorized.contains(&id))
+    }
+}
+
+/// The operating system's CSPRNG.
+pub(crate) struct OsRng;
+
+impl Rng for OsRng {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        getrandom::fill(buf).map_err(|_| CryptoError::Rng)
+    }
+}
+
+type Conn = Connection<RustCrypto, SharedTrust>;
+
+struct Peer {
+    conn: Box<Conn>,
+    /// The caller's clock (ms) at creation and at the last authenticated datagram.
+    created: u64,
+    last_seen: u64,
+    auth: Option<PeerAuth>,
+}
+
+/// An authenticated CoAP message from a session.
+pub struct Delivered {
+    pub peer: SocketAddr,
+    pub auth: Option<PeerAuth>,
+    pub message: Vec<u8>,
+}
+
+/// The server's DTLS peers.
+pub struct SecureLayer {
+    config: DtlsConfig,
+    key: SecretKey,
+    cookie: CookieKey,
+    trust: SharedTrust,
+    handshakes: HashMap<SocketAddr, Peer>,
+    sessions: HashMap<SocketAddr, Peer>,
+    stats: Stats,
+    buf: Vec<u8>,
+}
+
+impl SecureLayer {
+    /// `key` is the server's raw public key credential; `cookie_secret` keys the stateless
+    /// cookies (random per process).
+    pub fn new(
+        config: DtlsConfig,
+        key: SecretKey,
+        cookie_secret: [u8; 32],
+        trust: SharedTrust,
+        stats: Stats,
+    ) -> Self {
+        Self {
+            config,
+            key,
+            cookie: CookieKey::new(cookie_secret),
+            trust,
+            handshakes: HashMap::new(),
+            sessions: HashMap::new(),
+            stats,
+            buf: vec![0u8; MAX_DATAGRAM],
+        }
+    }
+
+    /// The server's public key (clients pin its identity).
+    pub fn public_key(&self) -> Result<PublicKey, CryptoError> {
+        RustCrypto.public_key(&self.key)
+    }
+
+    pub fn trust(&self) -> &SharedTrust {
+        &self.trust
+    }
+
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn handshakes(&self) -> usize {
+        self.handshakes.len()
+    }
+
+    /// The authenticated identity of an established session.
+    pub fn session_auth(&self, peer: &SocketAddr) -> Option<&PeerAuth> {
+        self.sessions.get(peer)?.auth.as_ref()
+    }
+
+    fn count(&self, key: &str) {
+        self.stats.incr(key);
+    }
+
+    /// Handles one datagram from `peer` at `now` (ms). Datagrams to send go to `out`;
+    /// returns the CoAP messages it carried, with the session's identity.
+    pub fn handle_datagram(
+        &mut self,
+        now: u64,
+        peer: SocketAddr,
+        datagram: &[u8],
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<Delivered> {
+        self.count("dtls.received");
+        if let Some(mut p) = self.handshakes.remove(&peer) {
+            let r = p.conn.handle_datagram(now, datagram);
+            self.flush(peer, &mut p, out);
+            match r {
+                Err(e) => {
+                    self.count("dtls.handshake_failed");
+                    tracing::debug!(%peer, error = %e, "DTLS handshake failed");
+                    return Vec::new();
+                }
+                Ok(()) if p.conn.is_established() => return self.established(now, peer, p),
+                Ok(()) => {
+                    self.handshakes.insert(peer, p);
+                    return Vec::new();
+                }
+            }
+        }
+        if is_client_hello(datagram) {
+            self.new_handshake(now, peer, datagram, out);
+            return Vec::new();
+        }
+        let Some(mut p) = self.sessions.remove(&peer) else {
+            self.count("dtls.no_session");
+            return Vec::new();
+        };
+        let before = p.conn.dropped;
+        let r = p.conn.handle_datagram(now, datagram);
+        self.flush(peer, &mut p, out);
+        if let Err(e) = r {
+            self.count("dtls.session_closed");
+            tracing::debug!(%peer, error = %e, "DTLS session ended");
+            return Vec::new();
+        }
+        if p.conn.dropped != before {
+            self.count("dtls.records_dropped");
+        }
+        let delivered = self.drain(peer, &mut p);
+        if !delivered.is_empty() {
+            p.last_seen = now;
+        }
+        self.sessions.insert(peer, p);
+        delivered
+    }
+
+    /// Protects one CoAP message for an established session.
+    pub fn send(&mut self, peer: SocketAddr, message: &[u8], out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+        let Some(mut p) = self.sessions.remove(&peer) else {
+            self.count("dtls.send_without_session");
+            return;
+        };
+        if let Err(e) = p.conn.send(message) {
+            self.count("dtls.send_failed");
+            tracing::debug!(%peer, error = %e, "cannot protect response");
+        }
+        self.flush(peer, &mut p, out);
+        self.sessions.insert(peer, p);
+    }
+
+    /// Retransmissions and expiry; call at [`SecureLayer::poll_timeout`] or sooner.
+    pub fn handle_timeout(&mut self, now: u64, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+        let due: Vec<SocketAddr> = self
+            .handshakes
+            .iter()
+            .chain(self.sessions.iter())
+            .filter(|(_, p)| p.conn.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(a, _)| *a)
+            .collect();
+        for peer in due {
+            for established in [false, true] {
+                let table = if established {
+                    &mut self.sessions
+                } else {
+                    &mut self.handshakes
+                };
+                let Some(mut p) = table.remove(&peer) else {
+                    continue;
+                };
+                let r = p.conn.handle_timeout(now);
+                self.flush(peer, &mut p, out);
+                match r {
+                    Ok(()) => {
+                        let table = if established {
+                            &mut self.sessions
+                        } else {
+                            &mut self.handshakes
+                        };
+                        table.insert(peer, p);
+                    }
+                    Err(_) => self.count("dtls.handshake_timeout"),
+                }
+            }
+        }
+        let stale = self.config.handshake_timeout.as_millis() as u64;
+        let before = self.handshakes.len();
+        self.handshakes
+            .retain(|_, p| now.saturating_sub(p.created) < stale);
+        for _ in self.handshakes.len()..before {
+            self.count("dtls.handshake_expired");
+        }
+    }
+
+    /// The earliest retransmission timer, if any.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.handshakes
+            .values()
+            .chain(self.sessions.values())
+            .filter_map(|p| p.conn.poll_timeout())
+            .min()
+    }
+
+    fn flush(&mut self, peer: SocketAddr, p: &mut Peer, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+        while let Some(n) = p.conn.poll_transmit(&mut self.buf) {
+            out.push((peer, self.buf[..n].to_vec()));
+        }
+    }
+
+    fn drain(&mut self, peer: SocketAddr, p: &mut Peer) -> Vec<Delivered> {
+        let mut v = Vec::new();
+        while let Some(n) = p.conn.poll_app_data(&mut self.buf) {
+            self.count("dtls.app_records");
+            v.push(Delivered {
+                peer,
+                auth: p.auth.clone(),
+                message: self.buf[..n].to_vec(),
+            });
+        }
+        v
+    }
+
+    /// A ClientHello: the stateless cookie exchange, then (cookie valid, room in the tables)
+    /// a handshake slot.
+    fn new_handshake(
+        &mut self,
+        now: u64,
+        peer: SocketAddr,
+        datagram: &[u8],
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        let addr = peer_bytes(&peer);
+        match self
+            .cookie
+            .respond(&RustCrypto, &addr, datagram, &mut self.buf)
+        {
+            Stateless::HelloVerify(n) => {
+                self.count("dtls.hello_verify");
+                out.push((peer, self.buf[..n].to_vec()));
+                return;
+            }
+            Stateless::Drop(e) => {
+                self.count("dtls.bad_client_hello");
+                tracing::debug!(%peer, error = %e, "ClientHello dropped");
+                return;
+            }
+            Stateless::Accept => {}
+        }
+        if !self.make_room(now) {
+            self.count("dtls.refused_tables_full");
+            return;
+        }
+        let offer = ServerCredentials {
+            psk: self.config.psk,
+            key: self.config.rpk.then_some(&self.key),
+            require_client_key: self.config.require_client_auth,
+        };
+        match Connection::accept(
+            RustCrypto,
+            self.trust.clone(),
+            self.config.dtls,
+            &offer,
+            &mut OsRng,
+            datagram,
+            now,
+        ) {
+            Ok(conn) => {
+                let mut p = Peer {
+                    conn: Box::new(conn),
+                    created: now,
+                    last_seen: now,
+                    auth: None,
+                };
+                self.count("dtls.handshake_started");
+                self.flush(peer, &mut p, out);
+                self.handshakes.insert(peer, p);
+            }
+            Err(e) => {
+                self.count("dtls.handshake_failed");
+                tracing::debug!(%peer, error = %e, "ClientHello refused");
+            }
+        }
+    }
+
+    /// Room for one more handshake (which may become a session): evicts stale entries only.
+    fn make_room(&mut self, now: u64) -> bool {
+        let stale_hs = self.config.handshake_timeout.as_millis() as u64;
+        if self.handshakes.len() >= self.config.max_handshakes {
+            self.handshakes
+                .retain(|_, p| now.saturating_sub(p.created) < stale_hs);
+        }
+        if self.sessions.len() + self.handshakes.len() >= self.config.max_sessions {
+            let idle = self.config.session_idle.as_millis() as u64;
+            let before = self.sessions.len();
+            self.sessions
+                .retain(|_, p| now.saturating_sub(p.last_seen) < idle);
+            for _ in self.sessions.len()..before {
+                self.count("dtls.session_evicted_idle");
+            }
+        }
+        self.handshakes.len() < self.config.max_handshakes
+            && self.sessions.len() + self.handshakes.len() < self.config.max_sessions
+    }
+
+    fn established(&mut self, now: u64, peer: SocketAddr, mut p: Peer) -> Vec<Delivered> {
+        p.auth = if let Some(key) = p.conn.peer_public_key() {
+            SharedTrust::identity_of_key(key).map(|identity| PeerAuth::RawPublicKey {
+                identity,
+                key: key.clone(),
+            })
+        } else {
+            std::str::from_utf8(p.conn.psk_identity())
+                .ok()
+                .and_then(|t| Identity::parse(t).ok())
+                .map(PeerAuth::Psk)
+        };
+        self.count("dtls.handshake_completed");
+        tracing::debug!(%peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
+        p.last_seen = now;
+        let delivered = self.drain(peer, &mut p);
+        if self.sessions.insert(peer, p).is_some() {
+            self.count("dtls.session_replaced");
+        }
+        delivered
+    }
+
+    /// Identities with a session (for tests and status).
+    pub fn authenticated(&self) -> HashSet<Identity> {
+        self.sessions
+            .values()
+            .filter_map(|p| p.auth.as_ref().map(|a| *a.identity()))
+            .collect()
+    }
+}
+
+/// Whether the datagram starts with an epoch-0 handshake record holding a ClientHello.
+fn is_client_hello(d: &[u8]) -> bool {
+    d.len() > 13 && d[0] == 22 && d[3] == 0 && d[4] == 0 && d[13] == 1
+}
+
+/// The address bytes the cookie is bound to.
+fn peer_bytes(peer: &SocketAddr) -> Vec<u8> {
+    let mut v = match peer.ip() {
+        std::net::IpAddr::V4(a) => a.octets().to_vec(),
+        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    v.extend_from_slice(&peer.port().to_be_bytes());
+    v
+}
