@@ -67,9 +67,18 @@ class Server:
     def __init__(self, tmp_path):
         self.db = str(tmp_path / "sigil.db")
         self.port = free_port()
+        self.dport = free_port()
         self.uri = f"coap://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}", "--db", self.db],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.coaps = f"coaps://127.0.0.1:{self.dport}"
+        self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}",
+                                      "--dtls-listen", f"127.0.0.1:{self.dport}", "--db", self.db],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        # "sigil server listening on coaps://ADDR (DTLS server identity ID)"
+        self.identity = None
+        for _ in range(2):
+            line = self.proc.stdout.readline()
+            if "DTLS server identity" in line:
+                self.identity = line.rsplit(" ", 1)[1].strip(" )\n")
         wait_ready(self.port)
 
     def provision(self, identity: str, group=False):

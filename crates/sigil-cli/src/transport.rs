@@ -132,6 +132,9 @@ impl Transport {
             if conn.is_established() {
                 break;
             }
+            if let Some(e) = conn.failure() {
+                bail!("DTLS handshake with {}: {e}", self.server);
+            }
             let now = self.now();
             let wake = conn.poll_timeout().unwrap_or(now + 1000);
             let wait = Duration::from_millis(wake.saturating_sub(now).max(1));
@@ -206,7 +209,9 @@ impl Transport {
                 bail!("DTLS session lost");
             };
             let now = self.now();
-            let r = conn.handle_datagram(now, &self.buf[..n]);
+            let r = conn
+                .handle_datagram(now, &self.buf[..n])
+                .and_then(|()| conn.failure().map_or(Ok(()), Err));
             self.drain(&mut conn);
             if let Err(e) = r {
                 // The session failed (e.g. the server sent a fatal alert): reconnecting is the

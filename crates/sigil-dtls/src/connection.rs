@@ -258,6 +258,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The fatal alert a stateless server sends when [`Connection::accept`] refuses a ClientHello
+/// (e.g. no suite in common): an epoch-0 alert record, so the client stops at once instead of
+/// retransmitting. `None` for errors that get no alert (a malformed datagram is dropped).
+pub fn refusal(error: &Error, client_hello: &[u8], out: &mut [u8]) -> Option<usize> {
+    let desc = error.alert()?;
+    let (rec, _) = Record::parse(client_hello).ok()?;
+    plaintext_record(
+        ContentType::ALERT,
+        rec.header.sequence,
+        |w| w.bytes(&[AlertLevel::FATAL.0, desc.0]),
+        out,
+    )
+    .ok()
+}
+
 /// The first record of `datagram` must be an epoch-0 handshake record holding a whole
 /// ClientHello.
 fn first_client_hello(datagram: &[u8]) -> Result<(Record<'_>, Fragment<'_>), Error> {
@@ -761,6 +776,15 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
 
     pub fn is_established(&self) -> bool {
         self.state == State::Established
+    }
+
+    /// Why the connection ended (our error or the peer's fatal alert / close_notify), if it
+    /// did. A received alert is not an error of `handle_datagram`; callers check here.
+    pub fn failure(&self) -> Option<Error> {
+        match self.state {
+            State::Failed(e) => Some(e),
+            _ => None,
+        }
     }
 
     /// The next datagram to send, if any.

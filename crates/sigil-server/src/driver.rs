@@ -254,69 +254,28 @@ impl Dispatcher {
             }
             let (plain_ready, secure_ready) =
                 wait_readable(&socket, secure.as_ref().map(|(s, _)| s), wait);
-            let mut batch: Vec<Inbound> = Vec::new();
-            let mut dtls_out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+            let mut plain: Vec<Datagram> = Vec::new();
             if plain_ready {
-                while batch.len() < self.config.batch_max {
-                    match socket.recv_from(&mut buf) {
-                        Ok((n, peer)) => batch.push(Inbound {
-                            from: Endpoint::plain(peer),
-                            auth: None,
-                            bytes: buf[..n].to_vec(),
-                        }),
-                        // WouldBlock ends the drain; ICMP errors surface here on some
-                        // platforms: keep serving.
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) => tracing::debug!(error = %e, "recv error"),
+                drain(&socket, &mut buf, self.config.batch_max, &mut plain);
+            }
+            if !plain.is_empty() {
+                for (peer, bytes) in self.handle(plain) {
+                    if let Err(e) = socket.send_to(&bytes, peer) {
+                        tracing::debug!(error = %e, %peer, "send failed");
+                        self.count("server.send_failed");
                     }
                 }
-            }
-            if let Some((dsock, layer)) = &mut secure {
-                if let Some(c) = self.service.changed_credentials() {
-                    layer.trust().replace(c);
-                }
-                if secure_ready {
-                    for _ in 0..self.config.batch_max {
-                        match dsock.recv_from(&mut buf) {
-                            Ok((n, peer)) => {
-                                for d in layer.handle_datagram(clock(), peer, &buf[..n], &mut dtls_out)
-                                {
-                                    batch.push(Inbound {
-                                        from: Endpoint {
-                                            addr: d.peer,
-                                            secure: true,
-                                        },
-                                        auth: d.auth,
-                                        bytes: d.message,
-                                    });
-                                }
-                            }
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                            Err(e) => tracing::debug!(error = %e, "recv error (coaps)"),
-                        }
-                    }
-                }
-            }
-            let replies = if batch.is_empty() {
-                self.expire();
-                Vec::new()
             } else {
-                self.handle_inbound_at(batch, crate::unix_now())
-            };
-            for (to, bytes) in replies {
-                match &mut secure {
-                    Some((_, layer)) if to.secure => layer.send(to.addr, &bytes, &mut dtls_out),
-                    _ => {
-                        if let Err(e) = socket.send_to(&bytes, to.addr) {
-                            tracing::debug!(error = %e, peer = %to.addr, "send failed");
-                            self.count("server.send_failed");
-                        }
-                    }
-                }
+                self.expire();
             }
             if let Some((dsock, layer)) = &mut secure {
-                layer.handle_timeout(clock(), &mut dtls_out);
-                for (peer, bytes) in dtls_out {
+                let mut datagrams: Vec<Datagram> = Vec::new();
+                if secure_ready {
+                    drain(dsock, &mut buf, self.config.batch_max, &mut datagrams);
+                }
+                for (peer, bytes) in
+                    self.handle_secure_at(layer, datagrams, clock(), crate::unix_now())
+                {
                     if let Err(e) = dsock.send_to(&bytes, peer) {
                         tracing::debug!(error = %e, %peer, "send failed (coaps)");
                         self.count("server.send_failed");
@@ -324,6 +283,44 @@ impl Dispatcher {
                 }
             }
         }
+    }
+
+    /// The coaps:// path for a batch of datagrams at `now_ms` (the DTLS clock) and `now`
+    /// (Unix seconds): refreshes what DTLS trusts from the authorized list, runs the DTLS
+    /// peers, hands the CoAP messages they carried (with their identities) to the service as
+    /// one batch, protects the answers, and runs due retransmission timers. Returns the
+    /// datagrams to send.
+    pub fn handle_secure_at(
+        &mut self,
+        layer: &mut SecureLayer,
+        datagrams: Vec<Datagram>,
+        now_ms: u64,
+        now: i64,
+    ) -> Vec<Datagram> {
+        if let Some(c) = self.service.changed_credentials() {
+            layer.trust().replace(c);
+        }
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        for (peer, bytes) in datagrams {
+            for d in layer.handle_datagram(now_ms, peer, &bytes, &mut out) {
+                batch.push(Inbound {
+                    from: Endpoint {
+                        addr: d.peer,
+                        secure: true,
+                    },
+                    auth: d.auth,
+                    bytes: d.message,
+                });
+            }
+        }
+        if !batch.is_empty() {
+            for (to, bytes) in self.handle_inbound_at(batch, now) {
+                layer.send(to.addr, &bytes, &mut out);
+            }
+        }
+        layer.handle_timeout(now_ms, &mut out);
+        out
     }
 
     fn expire(&mut self) {
@@ -638,6 +635,24 @@ fn server_key(store: &Store) -> Result<SecretKey, StartError> {
             what: "secret".into(),
         })
     })
+}
+
+/// Reads what is queued on a non-blocking socket, up to `max` datagrams.
+fn drain(socket: &std::net::UdpSocket, buf: &mut [u8], max: usize, into: &mut Vec<Datagram>) {
+    while into.len() < max {
+        match socket.recv_from(buf) {
+            Ok((n, peer)) => into.push((peer, buf[..n].to_vec())),
+            // WouldBlock ends the drain; ICMP errors surface here on some platforms: keep
+            // serving.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                tracing::debug!(error = %e, "recv error");
+                if e.kind() != std::io::ErrorKind::ConnectionRefused {
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Waits up to `wait_ms` until one of the sockets is readable; says which.

@@ -202,7 +202,10 @@ impl SecureLayer {
     ) -> Vec<Delivered> {
         self.count("dtls.received");
         if let Some(mut p) = self.handshakes.remove(&peer) {
-            let r = p.conn.handle_datagram(now, datagram);
+            let r = p
+                .conn
+                .handle_datagram(now, datagram)
+                .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
             self.flush(peer, &mut p, out);
             match r {
                 Err(e) => {
@@ -226,7 +229,10 @@ impl SecureLayer {
             return Vec::new();
         };
         let before = p.conn.dropped;
-        let r = p.conn.handle_datagram(now, datagram);
+        let r = p
+            .conn
+            .handle_datagram(now, datagram)
+            .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
         self.flush(peer, &mut p, out);
         if let Err(e) = r {
             self.count("dtls.session_closed");
@@ -387,6 +393,9 @@ impl SecureLayer {
             Err(e) => {
                 self.count("dtls.handshake_failed");
                 tracing::debug!(%peer, error = %e, "ClientHello refused");
+                if let Some(n) = sigil_dtls::connection::refusal(&e, datagram, &mut self.buf) {
+                    out.push((peer, self.buf[..n].to_vec()));
+                }
             }
         }
     }

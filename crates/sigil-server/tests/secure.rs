@@ -1,0 +1,521 @@
+//! coaps:// in memory: real `sigil-dtls` clients (and the real device state machine above
+//! them) against the server's DTLS layer, dispatcher and service, with virtual time.
+//! Authorization by the DTLS-authenticated identity, and the capped tables under floods.
+
+use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_dtls::connection::{Config, Connection, Credentials, Trust};
+use sigil_identity::Identity;
+use sigil_objects::senml::{Record, Value};
+use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+struct Seeded(u64);
+impl Rng for Seeded {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *b = (self.0 >> 33) as u8;
+        }
+        Ok(())
+    }
+}
+
+const NOW: i64 = 1_700_000_000;
+
+struct Server {
+    d: Dispatcher,
+    layer: SecureLayer,
+    stats: Stats,
+    _dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+}
+
+impl Server {
+    fn new(tune: impl FnOnce(&mut DtlsConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
+        tune(&mut dc);
+        let svc = sigil_server::service::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+            .unwrap();
+        let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
+        Self {
+            d: Dispatcher::new(config, svc, stats.clone()),
+            layer,
+            stats,
+            _dir: dir,
+            db,
+        }
+    }
+
+    fn provision(&self, id: &Identity, psk: Option<&[u8]>) {
+        let s = Store::open(&self.db).unwrap();
+        s.add_identity(id, IdentityKind::Device, "", NOW).unwrap();
+        if let Some(k) = psk {
+            s.set_psk(id, k, NOW).unwrap();
+        }
+    }
+
+    fn handle(&mut self, now_ms: u64, datagrams: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d
+            .handle_secure_at(&mut self.layer, datagrams, now_ms, NOW + (now_ms / 1000) as i64)
+    }
+
+    fn count(&self, key: &str) -> u64 {
+        self.stats.snapshot().get(key).copied().unwrap_or(0)
+    }
+}
+
+/// Trusts the server's key whatever it is (these tests are about the server's side).
+struct AnyServer;
+impl Trust for AnyServer {
+    fn trusted_key(&self, _: &PublicKey) -> bool {
+        true
+    }
+}
+
+/// A DTLS client at `addr`, optionally with a device above it.
+struct Client {
+    addr: SocketAddr,
+    conn: Connection<RustCrypto, AnyServer>,
+    device: Option<(Device<RustCrypto>, MemoryStorage)>,
+    inbox: Vec<Vec<u8>>,
+    events: Vec<Event>,
+    /// CoAP messages the device sent.
+    sent: Vec<Vec<u8>>,
+}
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, (port >> 8) as u8, port as u8], 40000 + port))
+}
+
+impl Client {
+    fn new(port: u16, creds: Credentials<'_>, seed: u64, now: u64) -> Self {
+        let conn = Connection::connect(
+            RustCrypto,
+            AnyServer,
+            Config::default(),
+            &mut Seeded(seed),
+            creds,
+            now,
+        )
+        .unwrap();
+        Self {
+            addr: addr(port),
+            conn,
+            device: None,
+            inbox: vec![],
+            events: vec![],
+            sent: vec![],
+        }
+    }
+
+    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        if let Some((dev, st)) = &mut self.device {
+            dev.handle_timeout(now, st).unwrap();
+            let mut buf = [0u8; 2048];
+            while let Some(n) = dev.poll_transmit(&mut buf) {
+                if self.conn.is_established() {
+                    self.conn.send(&buf[..n]).unwrap();
+                    self.sent.push(buf[..n].to_vec());
+                }
+            }
+            while let Some(e) = dev.poll_event() {
+                self.events.push(e);
+            }
+        }
+        let _ = self.conn.handle_timeout(now);
+        let mut out = vec![];
+        let mut buf = [0u8; 1500];
+        while let Some(n) = self.conn.poll_transmit(&mut buf) {
+            out.push((self.addr, buf[..n].to_vec()));
+        }
+        out
+    }
+
+    fn incoming(&mut self, now: u64, datagram: &[u8]) {
+        let _ = self.conn.handle_datagram(now, datagram);
+        let mut buf = [0u8; 2048];
+        while let Some(n) = self.conn.poll_app_data(&mut buf) {
+            match &mut self.device {
+                Some((dev, st)) => dev.handle_datagram(now, st, &buf[..n]).unwrap(),
+                None => self.inbox.push(buf[..n].to_vec()),
+            }
+        }
+    }
+}
+
+/// Runs clients and the server for `for_ms` of virtual time in 10 ms steps.
+fn run(s: &mut Server, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
+    let until = *now + for_ms;
+    while *now < until {
+        loop {
+            let mut sent = vec![];
+            for c in clients.iter_mut() {
+                sent.extend(c.outgoing(*now));
+            }
+            let replies = s.handle(*now, sent.clone());
+            for (to, bytes) in &replies {
+                if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
+                    c.incoming(*now, bytes);
+                }
+            }
+            if sent.is_empty() && replies.is_empty() {
+                break;
+            }
+        }
+        *now += 10;
+    }
+}
+
+fn device(seed: u64, alg: SignatureAlgorithm) -> (Device<RustCrypto>, MemoryStorage) {
+    let mut storage = MemoryStorage::default();
+    let config = DeviceConfig {
+        algorithm: alg,
+        ..Default::default()
+    };
+    let d = Device::boot(RustCrypto, config, &mut storage, &mut Seeded(seed), &[], &[]).unwrap();
+    (d, storage)
+}
+
+fn publish(c: &mut Client, now: u64) {
+    let (dev, st) = c.device.as_mut().unwrap();
+    let r = [Record {
+        name: Some("t"),
+        unit: Some("Cel"),
+        value: Some(Value::Number(21.5)),
+        ..Default::default()
+    }];
+    dev.publish(now, st, &r, Some(NOW as u64)).unwrap();
+}
+
+fn acked(c: &Client) -> usize {
+    c.events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Published {
+                    outcome: PublishOutcome::Acknowledged,
+                    ..
+                }
+            )
+        })
+        .count()
+}
+
+fn coap_get(path: &str, mid: u16) -> Vec<u8> {
+    let mut buf = [0u8; 128];
+    let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
+    b.uri_path(path).unwrap();
+    let n = b.finish_with_payload(&[]).unwrap();
+    buf[..n].to_vec()
+}
+
+#[test]
+fn psk_device_registers_and_publishes_over_coaps() {
+    let mut s = Server::new(|_| {});
+    let (dev, st) = device(1, SignatureAlgorithm::Ed25519);
+    let id = *dev.identity();
+    s.provision(&id, Some(&[9; 16]));
+    let ident = id.to_string();
+    let mut now = 0;
+    let mut c = Client::new(1, Credentials::Psk { identity: ident.as_bytes(), key: &[9; 16] }, 5, now);
+    c.device = Some((dev, st));
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    assert!(c.conn.is_established());
+    assert!(c.device.as_ref().unwrap().0.can_publish(), "registered over coaps://");
+    for _ in 0..3 {
+        publish(&mut c, now);
+        run(&mut s, &mut [&mut c], &mut now, 500);
+    }
+    assert_eq!(acked(&c), 3);
+    assert_eq!(s.count("publish.accepted"), 3);
+    assert_eq!(s.count("dtls.handshake_completed"), 1);
+    assert!(s.layer.authenticated().contains(&id));
+}
+
+#[test]
+fn rpk_device_pinned_to_its_identity_registers_and_publishes() {
+    let mut s = Server::new(|_| {});
+    let (dev, st) = device(2, SignatureAlgorithm::EcdsaP256);
+    let id = *dev.identity();
+    s.provision(&id, None);
+    let key = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &st_key(&st)).unwrap();
+    let mut now = 0;
+    let mut c = Client::new(2, Credentials::RawPublicKey(Some(&key)), 6, now);
+    c.device = Some((dev, st));
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    assert!(c.conn.is_established());
+    publish(&mut c, now);
+    run(&mut s, &mut [&mut c], &mut now, 500);
+    assert_eq!(acked(&c), 1);
+    assert_eq!(s.count("publish.accepted"), 1);
+}
+
+fn st_key(st: &MemoryStorage) -> Vec<u8> {
+    use sigil_device::DeviceStorage;
+    let mut st = st.clone();
+    st.load_key().unwrap().unwrap().to_bytes().to_vec()
+}
+
+#[test]
+fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
+    let mut s = Server::new(|_| {});
+    // The victim device and an attacker that holds a valid PSK for its own identity.
+    let (victim, vst) = device(3, SignatureAlgorithm::Ed25519);
+    let (attacker, _) = device(4, SignatureAlgorithm::Ed25519);
+    s.provision(victim.identity(), Some(&[1; 16]));
+    s.provision(attacker.identity(), Some(&[2; 16]));
+    let mut now = 0;
+    // The victim registers and publishes over its own session.
+    let vid = victim.identity().to_string();
+    let mut v = Client::new(3, Credentials::Psk { identity: vid.as_bytes(), key: &[1; 16] }, 7, now);
+    v.device = Some((victim, vst));
+    run(&mut s, &mut [&mut v], &mut now, 3_000);
+    publish(&mut v, now);
+    run(&mut s, &mut [&mut v], &mut now, 500);
+    assert_eq!(acked(&v), 1);
+    // The attacker, authenticated as itself, replays the victim's registration and a fresh
+    // copy of its signed reading over its own session: both refused by identity.
+    let aid = attacker.identity().to_string();
+    let mut a = Client::new(4, Credentials::Psk { identity: aid.as_bytes(), key: &[2; 16] }, 8, now);
+    run(&mut s, &mut [&mut a], &mut now, 2_000);
+    assert!(a.conn.is_established());
+    let (vdev, _) = device(3, SignatureAlgorithm::Ed25519);
+    let mut reg = Vec::new();
+    {
+        // Build the victim's registration as the victim's own state machine would.
+        let mut st = MemoryStorage::default();
+        let mut d = Device::boot(RustCrypto, DeviceConfig::default(), &mut st, &mut Seeded(3), &[], &[]).unwrap();
+        assert_eq!(d.identity(), vdev.identity());
+        d.handle_timeout(0, &mut st).unwrap();
+        let mut buf = [0u8; 2048];
+        while let Some(n) = d.poll_transmit(&mut buf) {
+            reg.push(buf[..n].to_vec());
+        }
+    }
+    assert!(!reg.is_empty());
+    for m in &reg {
+        a.conn.send(m).unwrap();
+    }
+    run(&mut s, &mut [&mut a], &mut now, 500);
+    assert_eq!(s.count("register.rejected.dtls_identity_mismatch"), 1, "{:?}", s.stats.snapshot());
+    let answer = Message::parse(a.inbox.last().unwrap()).unwrap();
+    assert_eq!(answer.code, Code::FORBIDDEN);
+    let publication = v.sent.last().unwrap().clone();
+    assert_eq!(Message::parse(&publication).unwrap().code, Code::PUT);
+    a.conn.send(&publication).unwrap();
+    run(&mut s, &mut [&mut a], &mut now, 500);
+    assert_eq!(s.count("publish.rejected.dtls_identity_mismatch"), 1);
+    assert_eq!(Message::parse(a.inbox.last().unwrap()).unwrap().code, Code::FORBIDDEN);
+    // Reads stay open to any authenticated peer.
+    a.conn.send(&coap_get(".well-known/core", 77)).unwrap();
+    run(&mut s, &mut [&mut a], &mut now, 200);
+    assert_eq!(Message::parse(a.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+}
+
+#[test]
+fn unknown_psk_and_unpinned_keys_get_no_session() {
+    let mut s = Server::new(|_| {});
+    let mut now = 0;
+    let mut c = Client::new(5, Credentials::Psk { identity: b"06af05053d7deaac9aef246d4b188825", key: &[3; 16] }, 9, now);
+    run(&mut s, &mut [&mut c], &mut now, 2_000);
+    assert!(!c.conn.is_established());
+    let stranger = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(10)).unwrap();
+    let mut r = Client::new(6, Credentials::RawPublicKey(Some(&stranger)), 11, now);
+    run(&mut s, &mut [&mut r], &mut now, 2_000);
+    assert!(!r.conn.is_established());
+    // Server-only authentication is refused too while client keys are required.
+    let mut anon = Client::new(7, Credentials::RawPublicKey(None), 12, now);
+    run(&mut s, &mut [&mut anon], &mut now, 2_000);
+    assert!(!anon.conn.is_established());
+    // Each learns it from a fatal alert at once instead of retransmitting into silence.
+    for x in [&c, &r, &anon] {
+        assert!(x.conn.failure().is_some(), "{:?}", x.conn.state());
+    }
+    assert_eq!(s.layer.sessions(), 0);
+    assert!(s.count("dtls.handshake_failed") >= 3, "{:?}", s.stats.snapshot());
+}
+
+#[test]
+fn a_revoked_identity_loses_its_psk_at_the_next_handshake() {
+    let mut s = Server::new(|_| {});
+    let (dev, _) = device(12, SignatureAlgorithm::Ed25519);
+    let id = *dev.identity();
+    s.provision(&id, Some(&[4; 16]));
+    let text = id.to_string();
+    let mut now = 0;
+    let mut c = Client::new(8, Credentials::Psk { identity: text.as_bytes(), key: &[4; 16] }, 13, now);
+    run(&mut s, &mut [&mut c], &mut now, 2_000);
+    assert!(c.conn.is_established());
+    Store::open(&s.db).unwrap().revoke_identity(&id, NOW).unwrap();
+    let mut again = Client::new(9, Credentials::Psk { identity: text.as_bytes(), key: &[4; 16] }, 14, now);
+    run(&mut s, &mut [&mut again], &mut now, 2_000);
+    assert!(!again.conn.is_established());
+}
+
+/// Builds a ClientHello datagram as a real client would send it first (no cookie).
+fn first_client_hello(seed: u64) -> Vec<u8> {
+    let mut c = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config::default(),
+        &mut Seeded(seed),
+        Credentials::Psk { identity: b"x", key: &[1; 16] },
+        0,
+    )
+    .unwrap();
+    let mut buf = [0u8; 1500];
+    let n = c.poll_transmit(&mut buf).unwrap();
+    buf[..n].to_vec()
+}
+
+#[test]
+fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions() {
+    let mut s = Server::new(|c| {
+        c.max_handshakes = 16;
+        c.max_sessions = 64;
+        c.handshake_timeout = Duration::from_secs(10);
+    });
+    let (dev, _) = device(20, SignatureAlgorithm::Ed25519);
+    s.provision(dev.identity(), Some(&[5; 16]));
+    let text = dev.identity().to_string();
+    let mut now = 0;
+    let mut good = Client::new(20, Credentials::Psk { identity: text.as_bytes(), key: &[5; 16] }, 21, now);
+    run(&mut s, &mut [&mut good], &mut now, 2_000);
+    assert!(good.conn.is_established());
+
+    // 1) 10,000 cookieless ClientHellos from spoofed addresses: only HelloVerifyRequests, no
+    // larger than what came in, and no state.
+    let hello = first_client_hello(30);
+    let mut answered = 0;
+    for i in 0..10_000u32 {
+        let from = SocketAddr::from(([192, 0, (i >> 8) as u8, i as u8], 1000 + (i % 50000) as u16));
+        for (to, bytes) in s.handle(now, vec![(from, hello.clone())]) {
+            assert_eq!(to, from);
+            assert!(bytes.len() <= hello.len(), "no amplification");
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 10_000);
+    assert_eq!(s.layer.handshakes(), 0);
+
+    // 2) Clients that complete the cookie exchange but never finish: the handshake table
+    // stops at its cap, the rest are refused and counted.
+    let mut stuck: Vec<Client> = (0..40)
+        .map(|i| Client::new(100 + i, Credentials::Psk { identity: b"nobody", key: &[1; 16] }, 200 + u64::from(i), now))
+        .collect();
+    for c in &mut stuck {
+        // ClientHello → HelloVerifyRequest → ClientHello with cookie; then silence.
+        for _ in 0..2 {
+            let out = c.outgoing(now);
+            for (to, b) in s.handle(now, out) {
+                assert_eq!(to, c.addr);
+                c.incoming(now, &b);
+            }
+        }
+    }
+    assert_eq!(s.layer.handshakes(), 16);
+    assert_eq!(s.count("dtls.refused_tables_full"), 24);
+
+    // 3) Meanwhile the established session is served.
+    good.conn.send(&coap_get(".well-known/core", 1)).unwrap();
+    run(&mut s, &mut [&mut good], &mut now, 100);
+    assert_eq!(Message::parse(good.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+
+    // 4) Once the stuck handshakes are stale, a new device gets a slot.
+    now += 11_000;
+    let (dev2, _) = device(22, SignatureAlgorithm::Ed25519);
+    s.provision(dev2.identity(), Some(&[6; 16]));
+    let t2 = dev2.identity().to_string();
+    let mut late = Client::new(21, Credentials::Psk { identity: t2.as_bytes(), key: &[6; 16] }, 23, now);
+    run(&mut s, &mut [&mut late], &mut now, 2_000);
+    assert!(late.conn.is_established());
+}
+
+#[test]
+fn a_full_session_table_evicts_only_idle_sessions() {
+    let mut s = Server::new(|c| {
+        c.max_sessions = 3;
+        c.session_idle = Duration::from_secs(60);
+    });
+    let mut now = 0;
+    let mut clients = vec![];
+    for i in 0..4u16 {
+        let (dev, _) = device(40 + u64::from(i), SignatureAlgorithm::Ed25519);
+        s.provision(dev.identity(), Some(&[i as u8 + 1; 16]));
+        clients.push((dev.identity().to_string(), [i as u8 + 1; 16]));
+    }
+    let mut live: Vec<Client> = clients[..3]
+        .iter()
+        .enumerate()
+        .map(|(i, (id, k))| Client::new(50 + i as u16, Credentials::Psk { identity: id.as_bytes(), key: k }, 60 + i as u64, 0))
+        .collect();
+    for c in &mut live {
+        run(&mut s, &mut [c], &mut now, 1_000);
+        assert!(c.conn.is_established());
+    }
+    // The table is full of live sessions: a fourth device is refused.
+    let (id4, k4) = &clients[3];
+    let mut fourth = Client::new(53, Credentials::Psk { identity: id4.as_bytes(), key: k4 }, 70, now);
+    run(&mut s, &mut [&mut fourth], &mut now, 1_000);
+    assert!(!fourth.conn.is_established());
+    assert_eq!(s.layer.sessions(), 3);
+    // Two sessions stay busy; one goes idle past the limit and is the only one evicted.
+    for _ in 0..7 {
+        now += 10_000;
+        for c in &mut live[..2] {
+            c.conn.send(&coap_get(".well-known/core", now as u16)).unwrap();
+            run(&mut s, &mut [c], &mut now, 20);
+        }
+    }
+    let mut fifth = Client::new(54, Credentials::Psk { identity: id4.as_bytes(), key: k4 }, 71, now);
+    run(&mut s, &mut [&mut fifth], &mut now, 1_000);
+    assert!(fifth.conn.is_established());
+    assert_eq!(s.count("dtls.session_evicted_idle"), 1);
+    for c in &mut live[..2] {
+        c.conn.send(&coap_get(".well-known/core", 9)).unwrap();
+        run(&mut s, &mut [c], &mut now, 20);
+        assert_eq!(Message::parse(c.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    }
+}
+
+#[test]
+fn a_rebooted_client_replaces_its_session_after_a_new_handshake() {
+    let mut s = Server::new(|_| {});
+    let (dev, _) = device(80, SignatureAlgorithm::Ed25519);
+    s.provision(dev.identity(), Some(&[8; 16]));
+    let text = dev.identity().to_string();
+    let mut now = 0;
+    let mut c = Client::new(80, Credentials::Psk { identity: text.as_bytes(), key: &[8; 16] }, 81, now);
+    run(&mut s, &mut [&mut c], &mut now, 1_000);
+    assert!(c.conn.is_established());
+    // Same address, new connection state (the device rebooted).
+    let mut c2 = Client::new(80, Credentials::Psk { identity: text.as_bytes(), key: &[8; 16] }, 82, now);
+    run(&mut s, &mut [&mut c2], &mut now, 1_000);
+    assert!(c2.conn.is_established());
+    assert_eq!(s.layer.sessions(), 1);
+    assert_eq!(s.count("dtls.session_replaced"), 1);
+    c2.conn.send(&coap_get(".well-known/core", 3)).unwrap();
+    run(&mut s, &mut [&mut c2], &mut now, 100);
+    assert_eq!(Message::parse(c2.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+}
