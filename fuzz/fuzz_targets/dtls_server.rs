@@ -11,7 +11,7 @@ use sigil_crypto::{
 };
 use sigil_dtls::psk::{Config, Connection, CookieKey, Trust, Stateless, Credentials, NoTrust, ServerCredentials};
 
-const PSK_ONLY: ServerCredentials<'static> = ServerCredentials { psk: true, key: None, require_client_key: false };
+const PSK_ONLY: ServerCredentials<'static> = ServerCredentials { psk: true, key: None, require_client_key: false, ..ServerCredentials::NONE };
 
 /// Test-only: never use outside this fuzz target.
 struct Transparent;

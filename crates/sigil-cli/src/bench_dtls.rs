@@ -159,11 +159,13 @@ impl Modes {
             psk: true,
             key: None,
             require_client_key: false,
+            ..ServerCredentials::NONE
         };
         let rpk = ServerCredentials {
             psk: false,
             key: Some(&self.server_key),
             require_client_key: false,
+            ..ServerCredentials::NONE
         };
         let mutual = ServerCredentials {
             require_client_key: true,

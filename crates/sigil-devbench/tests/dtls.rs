@@ -119,6 +119,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
             psk: true,
             key: None,
             require_client_key: false,
+            ..ServerCredentials::NONE
         },
     );
     check_or_write("dtls-psk-server.bin", &psk);
@@ -149,6 +150,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
             psk: false,
             key: Some(&server_key),
             require_client_key: false,
+            ..ServerCredentials::NONE
         },
     );
     check_or_write("dtls-rpk-server.bin", &rpk);

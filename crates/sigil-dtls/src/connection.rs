@@ -38,13 +38,30 @@ use sigil_crypto::{
 };
 use sigil_identity::Identity;
 
-/// Largest handshake message this side reassembles.
+/// Largest handshake message this side reassembles (certificate chains need more room, so
+/// the `x509` feature raises it).
+#[cfg(not(feature = "x509"))]
 pub const MAX_MESSAGE: usize = 512;
+#[cfg(feature = "x509")]
+pub const MAX_MESSAGE: usize = 1536;
 /// Bytes of handshake messages kept for the Finished hash (the first ClientHello and the
 /// HelloVerifyRequest are not part of it, RFC 6347 §4.2.1).
+#[cfg(not(feature = "x509"))]
 pub const MAX_TRANSCRIPT: usize = 2048;
+#[cfg(feature = "x509")]
+pub const MAX_TRANSCRIPT: usize = 4096;
 /// Bytes of handshake messages in one flight.
+#[cfg(not(feature = "x509"))]
 pub const MAX_FLIGHT: usize = 1024;
+#[cfg(feature = "x509")]
+pub const MAX_FLIGHT: usize = 2048;
+/// Bytes of this side's own certificate chain in Certificate-message form.
+#[cfg(feature = "x509")]
+pub const MAX_CHAIN: usize = 1200;
+#[cfg(not(feature = "x509"))]
+const MAX_CHAIN: usize = 0;
+/// certificate_type X509 (RFC 7250 §3).
+const X509: u8 = 0;
 /// Datagrams waiting to be sent.
 pub const MAX_QUEUED: usize = 8;
 /// HelloVerifyRequests a client answers in one handshake.
@@ -54,7 +71,7 @@ pub const MAX_DATAGRAM: usize = 1400;
 /// Largest application record payload.
 pub const MAX_APP_DATA: usize = 1024;
 /// Bytes of datagrams waiting to be sent (a flight, or a few application records).
-const SEND_QUEUE_BYTES: usize = 2048;
+const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 1024;
 /// Bytes of received application records waiting for the caller.
 const RECEIVE_QUEUE_BYTES: usize = MAX_APP_DATA + 512;
 
@@ -85,6 +102,13 @@ pub trait Trust {
         let _ = key;
         false
     }
+
+    /// Validates the peer's X.509 chain (leaf first) and returns the leaf's key; see
+    /// [`X509Anchors`].
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+        let _ = chain;
+        Err(Error::UnknownCa)
+    }
 }
 
 impl<T: Trust + ?Sized> Trust for &T {
@@ -93,6 +117,31 @@ impl<T: Trust + ?Sized> Trust for &T {
     }
     fn trusted_key(&self, key: &PublicKey) -> bool {
         (**self).trusted_key(key)
+    }
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+        (**self).certificate_chain(chain)
+    }
+}
+
+/// Trusts X.509 chains that lead to one of `anchors` (DER certificates) at the caller's Unix
+/// time `now` (RFC 7925 §4.4.2; the time comes from the caller, so the library reads no
+/// clock). Raw public keys are checked by `rpk`.
+pub struct X509Anchors<'a, C, R = NoTrust> {
+    pub crypto: C,
+    pub anchors: &'a [&'a [u8]],
+    pub now: u64,
+    pub rpk: R,
+}
+
+impl<C: CryptoProvider, R: Trust> Trust for X509Anchors<'_, C, R> {
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        self.rpk.psk(identity, key)
+    }
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        self.rpk.trusted_key(key)
+    }
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+        crate::x509::verify_chain(&self.crypto, chain, self.anchors, self.now)
     }
 }
 
@@ -123,6 +172,11 @@ pub enum Credentials<'a> {
     /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with a raw public key: `Some(key)` lets the client
     /// authenticate itself when the server asks; the server's key must be trusted.
     RawPublicKey(Option<&'a SecretKey>),
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with X.509 certificates: the server's chain must
+    /// lead to a trust anchor ([`Trust::certificate_chain`]); `Some((chain, key))` (leaf
+    /// first, DER) authenticates the client when the server asks.
+    #[cfg(feature = "x509")]
+    Certificate(Option<(&'a [&'a [u8]], &'a SecretKey)>),
 }
 
 /// What a server offers.
@@ -132,8 +186,23 @@ pub struct ServerCredentials<'a> {
     pub psk: bool,
     /// Accept TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with this raw public key.
     pub key: Option<&'a SecretKey>,
-    /// With `key`: require the client's raw public key (CertificateRequest).
+    /// With `key`: require the client's raw public key or certificate (CertificateRequest).
     pub require_client_key: bool,
+    /// With `key`: its X.509 chain (leaf first, DER), offered to clients that do not ask for
+    /// a raw public key.
+    #[cfg(feature = "x509")]
+    pub chain: Option<&'a [&'a [u8]]>,
+}
+
+impl ServerCredentials<'_> {
+    /// Nothing offered; fill in with struct update syntax.
+    pub const NONE: ServerCredentials<'static> = ServerCredentials {
+        psk: false,
+        key: None,
+        require_client_key: false,
+        #[cfg(feature = "x509")]
+        chain: None,
+    };
 }
 
 /// Timing and size parameters.
@@ -489,6 +558,12 @@ pub struct Connection<C, T = NoTrust> {
     client_auth: bool,
     /// Client: the server agreed to a raw public key for the client (client_certificate_type).
     client_rpk: bool,
+    /// The server's (resp. the client's) Certificate carries an X.509 chain, not a raw key.
+    server_x509: bool,
+    client_x509: bool,
+    /// This side's chain as the Certificate message carries it (`certificate_list`).
+    own_chain: [u8; MAX_CHAIN],
+    own_chain_len: usize,
     /// This side's ephemeral ECDH secret (server: from its ServerKeyExchange).
     ephemeral: Option<AgreementSecret>,
     /// Client: the server's ephemeral point.
@@ -550,6 +625,17 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 // caller's RNG is at hand.
                 c.ephemeral = Some(c.crypto.generate_agreement(AgreementAlgorithm::P256, rng)?);
             }
+            #[cfg(feature = "x509")]
+            Credentials::Certificate(own) => {
+                c.suite = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8;
+                c.server_x509 = true;
+                c.client_x509 = true;
+                if let Some((chain, key)) = own {
+                    c.set_own_chain(chain)?;
+                    c.own_key = Some(key.clone());
+                }
+                c.ephemeral = Some(c.crypto.generate_agreement(AgreementAlgorithm::P256, rng)?);
+            }
         }
         rng.fill(&mut c.client_random)?;
         c.send_client_hello(&[], now)?;
@@ -591,6 +677,24 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                     usize::from(*n) == types.len() && types.contains(&RAW_PUBLIC_KEY)
                 })
         };
+        // X.509 is the default certificate type: a client that sends no certificate-type
+        // extension, or lists X509 in it, takes certificates (RFC 7250 §4.1).
+        let x509_ok = |ext: ExtensionType| match ch.extensions.get(ext) {
+            None => true,
+            Some(d) => d
+                .split_first()
+                .is_some_and(|(n, types)| usize::from(*n) == types.len() && types.contains(&X509)),
+        };
+        #[cfg(feature = "x509")]
+        let have_chain = offer.chain.is_some();
+        #[cfg(not(feature = "x509"))]
+        let have_chain = false;
+        // Raw public keys when the client asks for them, else the chain if there is one.
+        let server_rpk = rpk_ok(ExtensionType::SERVER_CERTIFICATE_TYPE);
+        let server_x509 = !server_rpk && have_chain && x509_ok(ExtensionType::SERVER_CERTIFICATE_TYPE);
+        let client_rpk = rpk_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
+        // Client certificates only on a server configured with certificates itself.
+        let client_x509 = !client_rpk && have_chain && x509_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
         // The client's preference order decides among the suites this server offers.
         let suite = ch
             .cipher_suites()
@@ -598,13 +702,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 (*s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 && offer.psk)
                     || (*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
                         && offer.key.is_some()
-                        && rpk_ok(ExtensionType::SERVER_CERTIFICATE_TYPE)
+                        && (server_rpk || server_x509)
                         && offers_p256(&ch)
                         && offer
                             .key
                             .is_some_and(|k| offers_scheme(&ch, scheme_of(k.algorithm())))
-                        && (!offer.require_client_key
-                            || rpk_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE)))
+                        && (!offer.require_client_key || client_rpk || client_x509))
             })
             .ok_or(Error::NoCommonCipherSuite)?;
         let mut c = Self::blank(crypto, trust, config, Role::Server);
@@ -627,14 +730,25 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             let key = offer.key.ok_or(Error::NoCommonCipherSuite)?;
             c.own_key = Some(key.clone());
             c.client_auth = offer.require_client_key;
+            c.server_x509 = server_x509;
+            c.client_x509 = c.client_auth && !client_rpk;
+            #[cfg(feature = "x509")]
+            if let Some(chain) = offer.chain.filter(|_| server_x509) {
+                c.set_own_chain(chain)?;
+            }
             // server_certificate_type, ec_point_formats [uncompressed], and with mutual
-            // authentication client_certificate_type (RFC 7250 §4.2: one type each).
+            // authentication client_certificate_type (RFC 7250 §4.2: one type each, and only
+            // in answer to the client's extension).
             let mut ext = [0u8; 24];
             let mut w = Writer::new(&mut ext);
-            w.bytes(&[0x00, 0x14, 0x00, 0x01, RAW_PUBLIC_KEY])?;
+            if ch.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE).is_some() {
+                let t = if server_x509 { X509 } else { RAW_PUBLIC_KEY };
+                w.bytes(&[0x00, 0x14, 0x00, 0x01, t])?;
+            }
             w.bytes(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
-            if c.client_auth {
-                w.bytes(&[0x00, 0x13, 0x00, 0x01, RAW_PUBLIC_KEY])?;
+            if c.client_auth && ch.extensions.get(ExtensionType::CLIENT_CERTIFICATE_TYPE).is_some() {
+                let t = if c.client_x509 { X509 } else { RAW_PUBLIC_KEY };
+                w.bytes(&[0x00, 0x13, 0x00, 0x01, t])?;
             }
             let n = w.len();
             c.queue_server_hello(&ext[..n])?;
@@ -687,6 +801,18 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// Certificate carrying this side's raw public key (RFC 7250 §3: one
     /// `ASN.1_subjectPublicKeyInfo<1..2^24-1>`).
     fn queue_own_certificate(&mut self) -> Result<(), Error> {
+        let ours_x509 = match self.role {
+            Role::Client => self.client_x509,
+            Role::Server => self.server_x509,
+        };
+        if ours_x509 {
+            // certificate_list as stored by set_own_chain.
+            let mut body = [0u8; 3 + MAX_CHAIN];
+            let n = self.own_chain_len;
+            body[..3].copy_from_slice(&(n as u32).to_be_bytes()[1..]);
+            body[3..3 + n].copy_from_slice(&self.own_chain[..n]);
+            return self.queue_handshake(HandshakeType::CERTIFICATE, &body[..3 + n]);
+        }
         let key = self.own_key.as_ref().ok_or(Error::MissingClientKey)?;
         let public = self.crypto.public_key(key)?;
         let mut body = [0u8; 3 + 91];
@@ -695,6 +821,18 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         spki::write_spki(&public, &mut w)?;
         let n = w.len();
         self.queue_handshake(HandshakeType::CERTIFICATE, &body[..n])
+    }
+
+    /// Keeps this side's chain (leaf first) as `ASN.1Cert` entries of a certificate_list.
+    #[cfg(feature = "x509")]
+    fn set_own_chain(&mut self, chain: &[&[u8]]) -> Result<(), Error> {
+        let mut w = Writer::new(&mut self.own_chain);
+        for cert in chain {
+            w.u24(cert.len() as u32).map_err(|_| Error::BufferTooSmall)?;
+            w.bytes(cert).map_err(|_| Error::BufferTooSmall)?;
+        }
+        self.own_chain_len = w.len();
+        Ok(())
     }
 
     /// ServerKeyExchange for ECDHE (RFC 8422 §5.4): named curve secp256r1, the ephemeral
@@ -734,6 +872,10 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             peer_key: None,
             client_auth: false,
             client_rpk: false,
+            server_x509: false,
+            client_x509: false,
+            own_chain: [0; MAX_CHAIN],
+            own_chain_len: 0,
             ephemeral: None,
             peer_point: [0; 65],
             state: if role == Role::Client {
@@ -1020,11 +1162,16 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                     return Err(Error::MissingExtendedMasterSecret);
                 }
                 check_renegotiation_info(sh.extensions, false)?;
-                if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
-                    && sh.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE)
-                        != Some(&[RAW_PUBLIC_KEY][..])
-                {
-                    return Err(Error::IllegalParameter("server certificate type"));
+                let server_type = sh.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE);
+                if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 {
+                    let ok = if self.server_x509 {
+                        server_type.is_none() || server_type == Some(&[X509][..])
+                    } else {
+                        server_type == Some(&[RAW_PUBLIC_KEY][..])
+                    };
+                    if !ok {
+                        return Err(Error::IllegalParameter("server certificate type"));
+                    }
                 }
                 self.client_rpk = sh.extensions.get(ExtensionType::CLIENT_CERTIFICATE_TYPE)
                     == Some(&[RAW_PUBLIC_KEY][..]);
@@ -1039,7 +1186,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 Ok(())
             }
             (State::ExpectServerCertificate, HandshakeType::CERTIFICATE) => {
-                let key = self.peer_certificate(m.body)?;
+                let key = self.peer_certificate(m.body, self.server_x509)?;
                 self.peer_key = Some(key);
                 self.add_transcript(m)?;
                 self.state = State::ExpectServerKeyExchange;
@@ -1093,7 +1240,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                     let want = scheme_of(key.algorithm()).0.to_be_bytes();
                     types.contains(&ECDSA_SIGN) && schemes.chunks_exact(2).any(|c| c == want)
                 });
-                if !(usable && self.client_rpk) {
+                let agreed = if self.client_x509 {
+                    self.own_chain_len > 0
+                } else {
+                    self.client_rpk
+                };
+                if !(usable && agreed) {
                     self.own_key = None;
                 }
                 self.client_auth = true;
@@ -1111,7 +1263,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 if m.body.len() <= 3 {
                     return Err(Error::MissingClientKey);
                 }
-                let key = self.peer_certificate(m.body)?;
+                let key = self.peer_certificate(m.body, self.client_x509)?;
                 self.peer_key = Some(key);
                 self.add_transcript(m)?;
                 self.state = State::ExpectClientKeyExchange;
@@ -1170,8 +1322,26 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         }
     }
 
-    /// A Certificate carrying a raw public key: parsed, then checked against [`Trust`].
-    fn peer_certificate(&self, body: &[u8]) -> Result<PublicKey, Error> {
+    /// A Certificate carrying a raw public key or an X.509 chain: parsed, then checked
+    /// against [`Trust`].
+    fn peer_certificate(&self, body: &[u8], x509: bool) -> Result<PublicKey, Error> {
+        if x509 {
+            let mut r = Reader::new(body);
+            let len = r.u24("Certificate")? as usize;
+            let mut list = Reader::new(r.take(len, "certificate_list")?);
+            r.finish("Certificate")?;
+            let mut chain: [&[u8]; crate::x509::MAX_DEPTH + 1] = [&[]; crate::x509::MAX_DEPTH + 1];
+            let mut n = 0;
+            while !list.is_empty() {
+                if n == chain.len() {
+                    return Err(Error::BadCertificate("chain too long"));
+                }
+                let l = list.u24("ASN.1Cert")? as usize;
+                chain[n] = list.take(l, "ASN.1Cert")?;
+                n += 1;
+            }
+            return self.trust.certificate_chain(&chain[..n]);
+        }
         let mut r = Reader::new(body);
         let len = r.u24("Certificate")? as usize;
         let der = r.take(len, "Certificate")?;
@@ -1342,9 +1512,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             for sc in SCHEMES {
                 w.u16(sc.0)?;
             }
-            w.bytes(&[0x00, 0x14, 0x00, 0x02, 0x01, RAW_PUBLIC_KEY])?;
-            if self.own_key.is_some() {
-                w.bytes(&[0x00, 0x13, 0x00, 0x02, 0x01, RAW_PUBLIC_KEY])?;
+            // With certificates, the default type X.509 needs no extension.
+            if !self.server_x509 {
+                w.bytes(&[0x00, 0x14, 0x00, 0x02, 0x01, RAW_PUBLIC_KEY])?;
+                if self.own_key.is_some() {
+                    w.bytes(&[0x00, 0x13, 0x00, 0x02, 0x01, RAW_PUBLIC_KEY])?;
+                }
             }
         }
         let en = w.len();

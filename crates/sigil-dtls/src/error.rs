@@ -75,6 +75,14 @@ pub enum Error {
     /// The server asked for a client key this client does not have, or the client sent none
     /// where one is required.
     MissingClientKey,
+    /// A certificate is malformed or breaks the profile (names what).
+    BadCertificate(&'static str),
+    /// A certificate of a kind Sigil does not accept (version, algorithm, critical extension).
+    UnsupportedCertificate,
+    /// A certificate on the path is not yet or no longer valid at the caller's time.
+    CertificateExpired,
+    /// The path does not lead to a configured trust anchor.
+    UnknownCa,
 }
 
 impl Error {
@@ -115,6 +123,10 @@ impl Error {
             Self::UntrustedKey => AlertDescription::CERTIFICATE_UNKNOWN,
             Self::BadSignature => AlertDescription::DECRYPT_ERROR,
             Self::MissingClientKey => AlertDescription::HANDSHAKE_FAILURE,
+            Self::BadCertificate(_) => AlertDescription::BAD_CERTIFICATE,
+            Self::UnsupportedCertificate => AlertDescription::UNSUPPORTED_CERTIFICATE,
+            Self::CertificateExpired => AlertDescription::CERTIFICATE_EXPIRED,
+            Self::UnknownCa => AlertDescription::UNKNOWN_CA,
         })
     }
 }
@@ -177,6 +189,10 @@ impl fmt::Display for Error {
             Self::MissingClientKey => {
                 f.write_str("client authentication required but no client key")
             }
+            Self::BadCertificate(what) => write!(f, "bad certificate: {what}"),
+            Self::UnsupportedCertificate => f.write_str("unsupported certificate"),
+            Self::CertificateExpired => f.write_str("certificate not valid at this time"),
+            Self::UnknownCa => f.write_str("certificate path does not reach a trust anchor"),
         }
     }
 }

@@ -29,6 +29,7 @@ pub use connection as psk;
 pub mod record;
 pub mod spki;
 pub mod wire;
+pub mod x509;
 
 mod error;
 pub use error::Error;

@@ -198,6 +198,7 @@ fn gnutls_cli_psk_against_our_server() {
         psk: true,
         key: None,
         require_client_key: false,
+        ..ServerCredentials::NONE
     };
     let (conn, got) = serve_one(
         &sock,
@@ -290,6 +291,7 @@ fn gnutls_cli_rpk_against_our_server_server_only_and_mutual() {
             psk: false,
             key: Some(&server_key),
             require_client_key: mutual,
+            ..ServerCredentials::NONE
         };
         let (conn, got) = serve_one(
             &sock,

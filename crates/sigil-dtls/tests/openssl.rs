@@ -101,6 +101,7 @@ fn openssl_s_client_against_our_psk_server() {
         psk: true,
         key: None,
         require_client_key: false,
+        ..ServerCredentials::NONE
     };
     let (conn, received) = serve_one(
         &sock,

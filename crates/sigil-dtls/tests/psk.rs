@@ -11,6 +11,7 @@ const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
     psk: true,
     key: None,
     require_client_key: false,
+    ..ServerCredentials::NONE
 };
 use sigil_dtls::record::Records;
 use sigil_dtls::wire::{AlertDescription, ContentType};

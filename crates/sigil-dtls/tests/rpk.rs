@@ -83,6 +83,7 @@ fn start<'a>(
             psk: false,
             key: Some(server_key),
             require_client_key: mutual,
+            ..ServerCredentials::NONE
         },
         &mut Counter(90),
         &ch2[0],

@@ -369,6 +369,7 @@ impl SecureLayer {
             psk: self.config.psk,
             key: self.config.rpk.then_some(&self.key),
             require_client_key: self.config.require_client_auth,
+            ..ServerCredentials::NONE
         };
         match Connection::accept(
             RustCrypto,

@@ -1,0 +1,371 @@
+//! X.509 certificates as the RFC 7925 §4.4 profile uses them: DER parsing of the fields a
+//! DTLS peer needs (RFC 5280 §4.1) and path validation to a configured trust anchor.
+//!
+//! Accepted: v3 certificates signed with ecdsa-with-SHA256 (P-256) or Ed25519, holding a
+//! P-256 or Ed25519 key; validity checked against the caller's clock; issuers must be CAs
+//! (basicConstraints cA); unknown critical extensions refused. Names are compared as DER bytes
+//! (RFC 5280 §7.1 allows it for identically encoded names). Not supported, plainly:
+//! revocation (CRL/OCSP), name constraints, policies, RSA.
+
+use crate::{spki, Error};
+use sigil_crypto::{CryptoProvider, PublicKey, SignatureAlgorithm};
+
+/// Longest chain accepted (leaf, intermediates), not counting the anchor.
+pub const MAX_DEPTH: usize = 4;
+
+/// ecdsa-with-SHA256 (RFC 5758 §3.2).
+const ECDSA_SHA256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+/// id-Ed25519 (RFC 8410 §3).
+const ED25519: &[u8] = &[0x06, 0x03, 0x2b, 0x65, 0x70];
+/// id-ce-basicConstraints, id-ce-keyUsage, and the other extensions Sigil understands.
+const BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
+const KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
+/// subjectKeyIdentifier, authorityKeyIdentifier, extKeyUsage, subjectAltName: informational.
+const KNOWN: [&[u8]; 4] = [
+    &[0x55, 0x1d, 0x0e],
+    &[0x55, 0x1d, 0x23],
+    &[0x55, 0x1d, 0x25],
+    &[0x55, 0x1d, 0x11],
+];
+
+/// The parts of a certificate path validation needs.
+#[derive(Clone, Copy, Debug)]
+pub struct Certificate<'a> {
+    /// The signed bytes (the whole `tbsCertificate` TLV).
+    pub tbs: &'a [u8],
+    pub issuer: &'a [u8],
+    pub subject: &'a [u8],
+    /// Validity as Unix seconds.
+    pub not_before: u64,
+    pub not_after: u64,
+    pub key: PublicKey,
+    pub is_ca: bool,
+    /// keyUsage bits (bit 0 = digitalSignature, 5 = keyCertSign) if the extension is present.
+    pub key_usage: Option<u16>,
+    pub signature_algorithm: SignatureAlgorithm,
+    /// The signature as the BIT STRING holds it (DER `ECDSA-Sig-Value`, or 64 bytes Ed25519).
+    pub signature: &'a [u8],
+}
+
+fn bad(what: &'static str) -> Error {
+    Error::BadCertificate(what)
+}
+
+/// One DER TLV: (tag, value, rest). Definite lengths up to 3 bytes, minimal encoding.
+fn tlv<'a>(buf: &'a [u8], what: &'static str) -> Result<(u8, &'a [u8], &'a [u8], &'a [u8]), Error> {
+    let (&tag, rest) = buf.split_first().ok_or(bad(what))?;
+    let (&first, rest) = rest.split_first().ok_or(bad(what))?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 3 || rest.len() < n || rest[0] == 0 {
+            return Err(bad(what));
+        }
+        let len = rest[..n].iter().fold(0usize, |a, b| (a << 8) | usize::from(*b));
+        if len < 0x80 {
+            return Err(bad(what));
+        }
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return Err(bad(what));
+    }
+    let whole_len = buf.len() - rest.len() + len;
+    Ok((tag, &rest[..len], &rest[len..], &buf[..whole_len]))
+}
+
+fn expect<'a>(buf: &'a [u8], tag: u8, what: &'static str) -> Result<(&'a [u8], &'a [u8]), Error> {
+    let (t, v, rest, _) = tlv(buf, what)?;
+    if t != tag {
+        return Err(bad(what));
+    }
+    Ok((v, rest))
+}
+
+fn algorithm(seq_value: &[u8]) -> Result<SignatureAlgorithm, Error> {
+    // AlgorithmIdentifier: the OID alone (no NULL parameters for either algorithm).
+    if seq_value == ECDSA_SHA256 {
+        Ok(SignatureAlgorithm::EcdsaP256)
+    } else if seq_value == ED25519 {
+        Ok(SignatureAlgorithm::Ed25519)
+    } else {
+        Err(Error::UnsupportedCertificate)
+    }
+}
+
+/// Parses a DER certificate.
+pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
+    let (cert, rest) = expect(der, 0x30, "Certificate")?;
+    if !rest.is_empty() {
+        return Err(bad("trailing bytes after Certificate"));
+    }
+    let (_, tbs_value, after_tbs, tbs) = tlv(cert, "tbsCertificate")?;
+    if tbs[0] != 0x30 {
+        return Err(bad("tbsCertificate"));
+    }
+    let (outer_alg, after_alg) = expect(after_tbs, 0x30, "signatureAlgorithm")?;
+    let (sig_bits, end) = expect(after_alg, 0x03, "signatureValue")?;
+    if !end.is_empty() {
+        return Err(bad("Certificate fields"));
+    }
+    let signature_algorithm = algorithm(outer_alg)?;
+    let signature = match sig_bits.split_first() {
+        Some((0, s)) => s,
+        _ => return Err(bad("signatureValue")),
+    };
+
+    // tbsCertificate
+    let (version, r) = expect(tbs_value, 0xa0, "version (v3 required)")?;
+    if version != [0x02, 0x01, 0x02] {
+        return Err(Error::UnsupportedCertificate);
+    }
+    let (_serial, r) = expect(r, 0x02, "serialNumber")?;
+    let (inner_alg, r) = expect(r, 0x30, "signature")?;
+    if algorithm(inner_alg)? != signature_algorithm {
+        return Err(bad("signature algorithms differ"));
+    }
+    let (_, _, r, issuer) = tlv(r, "issuer")?;
+    let (validity, r) = expect(r, 0x30, "validity")?;
+    let (nb_tag, nb, v) = {
+        let (t, v, rest, _) = tlv(validity, "notBefore")?;
+        (t, v, rest)
+    };
+    let (na_tag, na, v) = {
+        let (t, val, rest, _) = tlv(v, "notAfter")?;
+        (t, val, rest)
+    };
+    if !v.is_empty() {
+        return Err(bad("validity"));
+    }
+    let not_before = time(nb_tag, nb)?;
+    let not_after = time(na_tag, na)?;
+    let (_, _, r, subject) = tlv(r, "subject")?;
+    if issuer[0] != 0x30 || subject[0] != 0x30 {
+        return Err(bad("Name"));
+    }
+    let (_, _, mut r, spki_der) = tlv(r, "subjectPublicKeyInfo")?;
+    let key = spki::parse_spki(spki_der).map_err(|_| Error::UnsupportedCertificate)?;
+    let mut is_ca = false;
+    let mut key_usage = None;
+    // Optional issuerUniqueID [1], subjectUniqueID [2], extensions [3].
+    while !r.is_empty() {
+        let (tag, value, rest, _) = tlv(r, "tbsCertificate trailer")?;
+        r = rest;
+        match tag {
+            0x81 | 0x82 => continue,
+            0xa3 => {
+                let (mut exts, end) = expect(value, 0x30, "extensions")?;
+                if !end.is_empty() {
+                    return Err(bad("extensions"));
+                }
+                while !exts.is_empty() {
+                    let (ext, rest) = expect(exts, 0x30, "Extension")?;
+                    exts = rest;
+                    let (oid, mut e) = expect(ext, 0x06, "extnID")?;
+                    let mut critical = false;
+                    if e.first() == Some(&0x01) {
+                        let (b, rest) = expect(e, 0x01, "critical")?;
+                        critical = b == [0xff];
+                        e = rest;
+                    }
+                    let (octets, end) = expect(e, 0x04, "extnValue")?;
+                    if !end.is_empty() {
+                        return Err(bad("Extension"));
+                    }
+                    if oid == BASIC_CONSTRAINTS {
+                        let (bc, end) = expect(octets, 0x30, "basicConstraints")?;
+                        if !end.is_empty() {
+                            return Err(bad("basicConstraints"));
+                        }
+                        if bc.first() == Some(&0x01) {
+                            let (b, _) = expect(bc, 0x01, "cA")?;
+                            is_ca = b == [0xff];
+                        }
+                    } else if oid == KEY_USAGE {
+                        let (bits, end) = expect(octets, 0x03, "keyUsage")?;
+                        if !end.is_empty() || bits.len() < 2 || bits.len() > 3 {
+                            return Err(bad("keyUsage"));
+                        }
+                        // Bit 0 is the most significant bit of the first content byte.
+                        let mut v = u16::from(bits[1]) << 8;
+                        if bits.len() == 3 {
+                            v |= u16::from(bits[2]);
+                        }
+                        key_usage = Some(v.reverse_bits());
+                    } else if critical && !KNOWN.contains(&oid) {
+                        return Err(Error::UnsupportedCertificate);
+                    }
+                }
+            }
+            _ => return Err(bad("tbsCertificate field")),
+        }
+    }
+    Ok(Certificate {
+        tbs,
+        issuer,
+        subject,
+        not_before,
+        not_after,
+        key,
+        is_ca,
+        key_usage,
+        signature_algorithm,
+        signature,
+    })
+}
+
+/// UTCTime (YYMMDDHHMMSSZ, RFC 5280 §4.1.2.5.1) or GeneralizedTime (YYYYMMDDHHMMSSZ) to Unix
+/// seconds.
+fn time(tag: u8, v: &[u8]) -> Result<u64, Error> {
+    let digits = |s: &[u8]| -> Result<u64, Error> {
+        s.iter().try_fold(0u64, |a, d| {
+            if d.is_ascii_digit() {
+                Ok(a * 10 + u64::from(d - b'0'))
+            } else {
+                Err(bad("Time"))
+            }
+        })
+    };
+    let (year, rest) = match (tag, v.len()) {
+        (0x17, 13) => {
+            let yy = digits(&v[..2])?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &v[2..])
+        }
+        (0x18, 15) => (digits(&v[..4])?, &v[4..]),
+        _ => return Err(bad("Time")),
+    };
+    if rest[10] != b'Z' {
+        return Err(bad("Time"));
+    }
+    let (mo, d, h, mi, s) = (
+        digits(&rest[0..2])?,
+        digits(&rest[2..4])?,
+        digits(&rest[4..6])?,
+        digits(&rest[6..8])?,
+        digits(&rest[8..10])?,
+    );
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return Err(bad("Time"));
+    }
+    if year < 1970 {
+        return Ok(0);
+    }
+    // Days from civil (proleptic Gregorian), as in Howard Hinnant's algorithm.
+    let (y, m) = if mo <= 2 { (year - 1, mo + 9) } else { (year, mo - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Ok(days * 86_400 + h * 3600 + mi * 60 + s)
+}
+
+/// Verifies `cert`'s signature with `issuer_key`.
+fn signed_by<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    cert: &Certificate<'_>,
+    issuer_key: &PublicKey,
+) -> Result<(), Error> {
+    if issuer_key.algorithm() != cert.signature_algorithm {
+        return Err(Error::BadSignature);
+    }
+    let raw;
+    let sig: &[u8] = match cert.signature_algorithm {
+        SignatureAlgorithm::EcdsaP256 => {
+            raw = spki::ecdsa_from_der(cert.signature)?;
+            &raw
+        }
+        SignatureAlgorithm::Ed25519 => cert.signature,
+    };
+    crypto
+        .verify(issuer_key, cert.tbs, sig)
+        .map_err(|_| Error::BadSignature)
+}
+
+fn current(cert: &Certificate<'_>, now: u64) -> Result<(), Error> {
+    if now < cert.not_before || now > cert.not_after {
+        return Err(Error::CertificateExpired);
+    }
+    Ok(())
+}
+
+/// Validates `chain` (leaf first, as the Certificate message orders it) to one of `anchors`
+/// (DER certificates, trusted as configured) at Unix time `now`; returns the leaf's key.
+/// The anchor may or may not be the chain's last element.
+pub fn verify_chain<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    chain: &[&[u8]],
+    anchors: &[&[u8]],
+    now: u64,
+) -> Result<PublicKey, Error> {
+    if chain.is_empty() {
+        return Err(Error::MissingClientKey);
+    }
+    if chain.len() > MAX_DEPTH + 1 {
+        return Err(bad("chain too long"));
+    }
+    let leaf = parse(chain[0])?;
+    if leaf.key_usage.is_some_and(|u| u & 1 == 0) {
+        return Err(bad("leaf keyUsage lacks digitalSignature"));
+    }
+    let mut cert = leaf;
+    let mut cert_der = chain[0];
+    for depth in 0..=MAX_DEPTH {
+        current(&cert, now)?;
+        // A certificate that is itself an anchor ends the path.
+        if anchors.contains(&cert_der) {
+            return Ok(leaf.key);
+        }
+        for a in anchors {
+            let anchor = parse(a)?;
+            if anchor.subject == cert.issuer && signed_by(crypto, &cert, &anchor.key).is_ok() {
+                current(&anchor, now)?;
+                return Ok(leaf.key);
+            }
+        }
+        // Up one level inside the chain the peer sent.
+        let Some(next) = chain[1..]
+            .iter()
+            .find(|d| parse(d).is_ok_and(|c| c.subject == cert.issuer))
+        else {
+            return Err(Error::UnknownCa);
+        };
+        let issuer = parse(next)?;
+        if !issuer.is_ca || issuer.key_usage.is_some_and(|u| u & (1 << 5) == 0) {
+            return Err(bad("issuer is not a CA"));
+        }
+        signed_by(crypto, &cert, &issuer.key)?;
+        if depth == MAX_DEPTH {
+            break;
+        }
+        cert = issuer;
+        cert_der = next;
+    }
+    Err(bad("chain too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times() {
+        assert_eq!(time(0x17, b"700101000000Z").unwrap(), 0);
+        assert_eq!(time(0x17, b"000229120000Z").unwrap(), 951_825_600);
+        assert_eq!(time(0x18, b"20380119031408Z").unwrap(), 2_147_483_648);
+        assert_eq!(time(0x18, b"99991231235959Z").unwrap(), 253_402_300_799);
+        assert!(time(0x17, b"701301000000Z").is_err());
+        assert!(time(0x17, b"7001010000000").is_err());
+        assert!(time(0x18, b"700101000000Z").is_err());
+    }
+
+    #[test]
+    fn tlv_lengths_are_minimal() {
+        assert!(tlv(&[0x30, 0x81, 0x05, 1, 2, 3, 4, 5], "x").is_err());
+        assert!(tlv(&[0x30, 0x82, 0x00, 0x80], "x").is_err());
+        assert!(tlv(&[0x30, 0x05, 1], "x").is_err());
+        let (t, v, rest, whole) = tlv(&[0x02, 0x01, 0x07, 0xff], "x").unwrap();
+        assert_eq!((t, v, rest, whole), (2, &[7u8][..], &[0xffu8][..], &[2u8, 1, 7][..]));
+    }
+}
