@@ -126,3 +126,177 @@ fn openssl_s_client_against_our_psk_server() {
     assert_eq!(c.psk_identity(), b"Client_identity");
     assert_eq!(received, b"hello from openssl\n");
 }
+
+// ---- TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with X.509 (test PKI from vectors/gen_x509.py) ----
+
+use sigil_crypto::{SecretKey, SignatureAlgorithm};
+use sigil_dtls::connection::X509Anchors;
+
+fn pki(name: &str) -> String {
+    format!("{}/tests/data/x509/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn der(name: &str) -> Vec<u8> {
+    std::fs::read(pki(name)).unwrap()
+}
+
+fn secret(name: &str) -> SecretKey {
+    let h = std::fs::read_to_string(pki(&format!("{name}.key"))).unwrap();
+    SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex::decode(h.trim()).unwrap()).unwrap()
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn anchors(root: &[u8]) -> X509Anchors<'_, RustCrypto> {
+    // Leak the one-element list: the tests run once per process.
+    let list: &'static [&'static [u8]] = Box::leak(Box::new([&*Box::leak(root.to_vec().into_boxed_slice())]));
+    X509Anchors {
+        crypto: RustCrypto,
+        anchors: list,
+        now: unix_now(),
+        rpk: NoTrust,
+    }
+}
+
+/// Our client against `openssl s_server` with a certificate chain; `mutual` makes s_server
+/// demand and verify our client chain; `mtu` shrinks both sides' datagrams so every flight
+/// with a certificate is fragmented.
+fn our_x509_client_against_s_server(mutual: bool, mtu: Option<usize>) {
+    let port = free_port();
+    let mut args: Vec<String> = [
+        "s_server", "-dtls1_2", "-accept", &format!("127.0.0.1:{port}"),
+        "-cert", &pki("server.pem"), "-key", &pki("server.key.pem"), "-cert_chain", &pki("intermediate.pem"),
+        "-cipher", "ECDHE-ECDSA-AES128-CCM8", "-naccept", "1", "-quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if mutual {
+        args.extend(["-Verify", "2", "-CAfile", &pki("root.pem"), "-verify_return_error"].map(String::from));
+    }
+    if let Some(m) = mtu {
+        args.extend(["-mtu".to_string(), m.to_string()]);
+    }
+    let server = Command::new("openssl")
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl is installed by scripts/install-test-deps");
+    std::thread::sleep(Duration::from_millis(400));
+    let root = der("root.der");
+    let (client_der, inter_der, ck) = (der("client.der"), der("intermediate.der"), secret("client"));
+    let chain: [&[u8]; 2] = [&client_der, &inter_der];
+    let mut config = Config::default();
+    if let Some(m) = mtu {
+        config.pmtu = m;
+    }
+    let c = Connection::connect(
+        RustCrypto,
+        anchors(&root),
+        config,
+        &mut TestRng::new(),
+        Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
+        0,
+    )
+    .unwrap();
+    let (c, _) = run_client(c, port, b"hello over x509\n");
+    assert!(c.is_established(), "state {:?}", c.state());
+    let leaf = sigil_dtls::x509::parse(&der("server.der")).unwrap().key;
+    assert_eq!(c.peer_public_key(), Some(&leaf));
+    let out = kill(server);
+    assert!(out.contains("hello over x509"), "s_server printed: {out:?}");
+}
+
+#[test]
+fn our_x509_client_against_openssl_server_only() {
+    our_x509_client_against_s_server(false, None);
+}
+
+#[test]
+fn our_x509_client_against_openssl_mutual() {
+    our_x509_client_against_s_server(true, None);
+}
+
+#[test]
+fn our_x509_client_against_openssl_mutual_small_mtu() {
+    our_x509_client_against_s_server(true, Some(256));
+}
+
+/// `openssl s_client` with certificates against our server (chain to the test root), with
+/// and without client certificates, optionally at a small MTU.
+fn s_client_against_our_x509_server(mutual: bool, mtu: Option<usize>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let mut args: Vec<String> = [
+        "s_client", "-dtls1_2", "-connect", &format!("127.0.0.1:{port}"),
+        "-CAfile", &pki("root.pem"), "-verify_return_error", "-cipher", "ECDHE-ECDSA-AES128-CCM8", "-quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if mutual {
+        args.extend(["-cert", &pki("client.pem"), "-key", &pki("client.key.pem"), "-cert_chain", &pki("intermediate.pem")].map(String::from));
+    }
+    if let Some(m) = mtu {
+        args.extend(["-mtu".to_string(), m.to_string()]);
+    }
+    let mut client = Command::new("openssl")
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl is installed by scripts/install-test-deps");
+    let mut stdin = client.stdin.take().unwrap();
+    let root = der("root.der");
+    let (server_der, inter_der, sk) = (der("server.der"), der("intermediate.der"), secret("server"));
+    let chain: [&[u8]; 2] = [&server_der, &inter_der];
+    let offer = ServerCredentials {
+        key: Some(&sk),
+        chain: Some(&chain),
+        require_client_key: mutual,
+        ..ServerCredentials::NONE
+    };
+    let mut config = Config::default();
+    if let Some(m) = mtu {
+        config.pmtu = m;
+    }
+    let (conn, received) = serve_one(
+        &sock,
+        |d, now| {
+            Connection::accept(RustCrypto, anchors(&root), config, &offer, &mut TestRng::new(), d, now).unwrap()
+        },
+        17,
+        || stdin.write_all(b"hello from client\n").unwrap(),
+    );
+    kill(client);
+    let c = conn.expect("a ClientHello with a valid cookie arrived");
+    assert!(c.is_established(), "state {:?}", c.state());
+    assert_eq!(received, b"hello from client\n");
+    if mutual {
+        let leaf = sigil_dtls::x509::parse(&der("client.der")).unwrap().key;
+        assert_eq!(c.peer_public_key(), Some(&leaf));
+    }
+}
+
+#[test]
+fn openssl_s_client_against_our_x509_server_only() {
+    s_client_against_our_x509_server(false, None);
+}
+
+#[test]
+fn openssl_s_client_against_our_x509_server_mutual() {
+    s_client_against_our_x509_server(true, None);
+}
+
+#[test]
+fn openssl_s_client_against_our_x509_server_mutual_small_mtu() {
+    s_client_against_our_x509_server(true, Some(256));
+}
