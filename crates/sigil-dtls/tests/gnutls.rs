@@ -1,10 +1,11 @@
 //! Interop with GnuTLS 3.7 (`gnutls-serv` / `gnutls-cli`, Debian's gnutls-bin), an
 //! implementation nobody here wrote: PSK-CCM8 and ECDHE-ECDSA-CCM8 with raw public keys
-//! (RFC 7250), server-only and mutual, both directions, over real UDP on loopback.
+//! (RFC 7250) and with X.509 certificates, server-only and mutual, both directions, over real
+//! UDP on loopback.
 
 mod common;
 
-use common::{free_port, kill, run_client, serve_one, TestRng};
+use common::{anchors, der, free_port, kill, pki, run_client, secret, serve_one, TestRng};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_dtls::connection::{
     Config, Connection, Credentials, PinnedIdentities, ServerCredentials, Trust,
@@ -20,6 +21,9 @@ const PSK: &[u8] = b"0123456789abcdef";
 const PSK_PRIORITY: &str =
     "NONE:+VERS-DTLS1.2:+AES-128-CCM-8:+AEAD:+PSK:+COMP-NULL:+SIGN-ALL:+GROUP-ALL";
 const RPK_PRIORITY: &str = "NORMAL:-CIPHER-ALL:+AES-128-CCM-8:-KX-ALL:+ECDHE-ECDSA:-VERS-ALL:+VERS-DTLS1.2:+CTYPE-CLI-RAWPK:+CTYPE-SRV-RAWPK";
+
+const X509_PRIORITY: &str =
+    "NORMAL:-CIPHER-ALL:+AES-128-CCM-8:-KX-ALL:+ECDHE-ECDSA:-VERS-ALL:+VERS-DTLS1.2";
 
 fn workdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sigil-gnutls-{name}-{}", std::process::id()));
@@ -318,5 +322,75 @@ fn gnutls_cli_rpk_against_our_server_server_only_and_mutual() {
         assert!(c.is_established(), "mutual={mutual}: state {:?}", c.state());
         assert_eq!(got, b"from cli!\n", "mutual={mutual}");
         assert_eq!(c.peer_public_key(), mutual.then_some(&client_pk));
+    }
+}
+
+#[test]
+fn our_x509_client_against_gnutls_serv_server_only_and_mutual() {
+    let root = der("root.der");
+    let (client_der, inter_der, ck) = (der("client.der"), der("intermediate.der"), secret("client"));
+    let chain: [&[u8]; 2] = [&client_der, &inter_der];
+    for mutual in [false, true] {
+        let port = free_port();
+        let (certs, key, ca) = (pki("server-chain.pem"), pki("server.key.pem"), pki("root.pem"));
+        let mut args = vec![
+            "--priority", X509_PRIORITY, "--x509certfile", &certs, "--x509keyfile", &key,
+            "--x509cafile", &ca,
+        ];
+        if mutual {
+            args.extend(["--require-client-cert", "--verify-client-cert"]);
+        }
+        let server = gnutls_serv(port, &args);
+        let c = Connection::connect(
+            RustCrypto,
+            anchors(&root),
+            Config::default(),
+            &mut TestRng::new(),
+            Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
+            0,
+        )
+        .unwrap();
+        let (c, echoed) = run_client(c, port, b"x509 reading\n");
+        kill(server);
+        assert!(c.is_established(), "mutual={mutual}: state {:?}", c.state());
+        assert_eq!(echoed, b"x509 reading\n", "mutual={mutual}");
+    }
+}
+
+#[test]
+fn gnutls_cli_x509_against_our_server_server_only_and_mutual() {
+    let root = der("root.der");
+    let (server_der, inter_der, sk) = (der("server.der"), der("intermediate.der"), secret("server"));
+    let chain: [&[u8]; 2] = [&server_der, &inter_der];
+    for mutual in [false, true] {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = sock.local_addr().unwrap().port();
+        let (ca, certs, key) = (pki("root.pem"), pki("client-chain.pem"), pki("client.key.pem"));
+        let mut args = vec!["--priority", X509_PRIORITY, "--x509cafile", &ca, "--verify-hostname", "sigil-server"];
+        if mutual {
+            args.extend(["--x509certfile", &certs, "--x509keyfile", &key]);
+        }
+        let mut cli = gnutls_cli(port, &args);
+        let mut stdin = cli.stdin.take().unwrap();
+        let offer = ServerCredentials {
+            key: Some(&sk),
+            chain: Some(&chain),
+            require_client_key: mutual,
+            ..ServerCredentials::NONE
+        };
+        let (conn, got) = serve_one(
+            &sock,
+            |d, now| {
+                Connection::accept(RustCrypto, anchors(&root), Config::default(), &offer, &mut TestRng::new(), d, now)
+                    .unwrap()
+            },
+            10,
+            || stdin.write_all(b"from cli!\n").unwrap(),
+        );
+        kill(cli);
+        let c = conn.expect("a ClientHello with a valid cookie arrived");
+        assert!(c.is_established(), "mutual={mutual}: state {:?}", c.state());
+        assert_eq!(got, b"from cli!\n", "mutual={mutual}");
+        assert_eq!(c.peer_public_key().is_some(), mutual);
     }
 }

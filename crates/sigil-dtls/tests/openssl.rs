@@ -129,39 +129,7 @@ fn openssl_s_client_against_our_psk_server() {
 
 // ---- TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with X.509 (test PKI from vectors/gen_x509.py) ----
 
-use sigil_crypto::{SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::X509Anchors;
-
-fn pki(name: &str) -> String {
-    format!("{}/tests/data/x509/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn der(name: &str) -> Vec<u8> {
-    std::fs::read(pki(name)).unwrap()
-}
-
-fn secret(name: &str) -> SecretKey {
-    let h = std::fs::read_to_string(pki(&format!("{name}.key"))).unwrap();
-    SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex::decode(h.trim()).unwrap()).unwrap()
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn anchors(root: &[u8]) -> X509Anchors<'_, RustCrypto> {
-    // Leak the one-element list: the tests run once per process.
-    let list: &'static [&'static [u8]] = Box::leak(Box::new([&*Box::leak(root.to_vec().into_boxed_slice())]));
-    X509Anchors {
-        crypto: RustCrypto,
-        anchors: list,
-        now: unix_now(),
-        rpk: NoTrust,
-    }
-}
+use common::{anchors, der, pki, secret};
 
 /// Our client against `openssl s_server` with a certificate chain; `mutual` makes s_server
 /// demand and verify our client chain; `mtu` shrinks both sides' datagrams so every flight

@@ -151,3 +151,37 @@ pub fn serve_one<T: Trust>(
     }
     (conn, received)
 }
+
+/// A file of the test PKI (vectors/gen_x509.py).
+pub fn pki(name: &str) -> String {
+    format!("{}/tests/data/x509/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn der(name: &str) -> Vec<u8> {
+    std::fs::read(pki(name)).unwrap()
+}
+
+/// A test PKI private key (raw P-256 scalar in hex).
+pub fn secret(name: &str) -> sigil_crypto::SecretKey {
+    let h = std::fs::read_to_string(pki(&format!("{name}.key"))).unwrap();
+    sigil_crypto::SecretKey::from_bytes(
+        sigil_crypto::SignatureAlgorithm::EcdsaP256,
+        &hex::decode(h.trim()).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Trusts chains to `root` at the current time (the tests' own clock, passed in).
+pub fn anchors(root: &[u8]) -> sigil_dtls::connection::X509Anchors<'static, RustCrypto> {
+    let cert: &'static [u8] = Box::leak(root.to_vec().into_boxed_slice());
+    let list: &'static [&'static [u8]] = Box::leak(Box::new([cert]));
+    sigil_dtls::connection::X509Anchors {
+        crypto: RustCrypto,
+        anchors: list,
+        now: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+        rpk: sigil_dtls::connection::NoTrust,
+    }
+}
