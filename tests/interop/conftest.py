@@ -64,14 +64,14 @@ def wait_ready(port: int):
 
 
 class Server:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, *extra):
         self.db = str(tmp_path / "sigil.db")
         self.port = free_port()
         self.dport = free_port()
         self.uri = f"coap://127.0.0.1:{self.port}"
         self.coaps = f"coaps://127.0.0.1:{self.dport}"
         self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}",
-                                      "--dtls-listen", f"127.0.0.1:{self.dport}", "--db", self.db],
+                                      "--dtls-listen", f"127.0.0.1:{self.dport}", "--db", self.db, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         # "sigil server listening on coaps://ADDR (DTLS server identity ID)"
         self.identity = None

@@ -118,3 +118,90 @@ def test_sigil_client_rpk_against_libcoap_server(libcoap_server, tmp_path):
     out = sigil_get(f"coaps://127.0.0.1:{port + 1}/", "--dtls", "rpk", "--server-identity", "0" * 32,
                     "--key-file", str(key_file), "--dtls-timeout", "200ms")
     assert out.returncode != 0
+
+
+# ---- X.509 (--dtls cert): a CA certifies each device's own key; provisioning still decides ----
+
+import datetime
+import json
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.x509.oid import NameOID
+
+from conftest import Server
+
+
+def _name(cn):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def issue(public_key, cn, ca_key, ca_name, is_ca=False):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_name).public_key(public_key)
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=is_ca, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+
+
+def pem(path, *items):
+    with open(path, "wb") as f:
+        for it in items:
+            if isinstance(it, x509.Certificate):
+                f.write(it.public_bytes(serialization.Encoding.PEM))
+            else:
+                f.write(it.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()))
+    return str(path)
+
+
+def test_sensor_and_app_with_certificates(tmp_path):
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = issue(ca_key.public_key(), "Sigil operator CA", ca_key, _name("Sigil operator CA"), is_ca=True)
+    ca_pem = pem(tmp_path / "ca.pem", ca)
+    srv_key = ec.generate_private_key(ec.SECP256R1())
+    srv_chain = pem(tmp_path / "server.pem", issue(srv_key.public_key(), "sigil-server", ca_key, ca.subject))
+    srv_key_pem = pem(tmp_path / "server.key.pem", srv_key)
+    server = Server(tmp_path, "--dtls-cert", srv_chain, "--dtls-cert-key", srv_key_pem, "--dtls-client-ca", ca_pem)
+    try:
+        # The device makes its own key; the operator's CA certifies that key.
+        state = str(tmp_path / "dev")
+        lines = sigil("sensor", "--state", state, "--alg", "p256", "--print-identity").stdout.split()
+        ident, alg_hex = lines[0], lines[3]
+        assert alg_hex.startswith("p256:")
+        dev_pub = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), bytes.fromhex(alg_hex[5:]))
+        dev_cert = pem(tmp_path / "dev.pem", issue(dev_pub, "sensor", ca_key, ca.subject))
+        run = lambda: sigil("sensor", "--state", state, "--server", server.coaps, "--dtls", "cert", "--cert", dev_cert,
+                            "--ca", ca_pem, "--count", "2", "--interval", "100ms", "--dtls-timeout", "300ms", check=False)
+        # Certified but not provisioned: no session.
+        assert run().returncode != 0
+        server.provision(ident)
+        time.sleep(0.3)
+        r = run()
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert '"rejected": []' in r.stdout and '"acknowledged": [' in r.stdout
+        # The application with its own certified key verifies the readings end to end.
+        app_key = ec.generate_private_key(ec.SECP256R1())
+        app_cert = pem(tmp_path / "app.pem", issue(app_key.public_key(), "app", ca_key, ca.subject))
+        app_key_pem = pem(tmp_path / "app.key.pem", app_key)
+        point = app_key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+        server.provision(identity_of("p256", point))
+        time.sleep(0.3)
+        out = sigil("app", "--server", server.coaps, "--dtls", "cert", "--cert", app_cert, "--cert-key", app_key_pem,
+                    "--ca", ca_pem, "--json")
+        report = json.loads(out.stdout)
+        assert [(x["verified"], x["failed"]) for x in report["sensors"]] == [(2, 0)], out.stdout
+        # A device certified by another CA is refused even though its identity is provisioned.
+        rogue_ca_key = ec.generate_private_key(ec.SECP256R1())
+        rogue = pem(tmp_path / "rogue.pem", issue(dev_pub, "sensor", rogue_ca_key, _name("Rogue CA")))
+        r = sigil("sensor", "--state", state, "--server", server.coaps, "--dtls", "cert", "--cert", rogue,
+                  "--ca", ca_pem, "--count", "1", "--dtls-timeout", "300ms", check=False)
+        assert r.returncode != 0
+        # The server's chain must lead to the client's anchor: a client trusting only the rogue CA refuses it.
+        rogue_ca = issue(rogue_ca_key.public_key(), "Rogue CA", rogue_ca_key, _name("Rogue CA"), is_ca=True)
+        r = sigil("get", f"{server.coaps}/.well-known/core", "--dtls", "cert", "--ca", pem(tmp_path / "rca.pem", rogue_ca),
+                  "--dtls-timeout", "300ms", check=False)
+        assert r.returncode != 0
+    finally:
+        server.stop()

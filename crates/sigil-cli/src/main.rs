@@ -161,6 +161,17 @@ struct ServerArgs {
     /// Most DTLS sessions (only idle ones are evicted when full).
     #[arg(long, default_value_t = 4096)]
     dtls_max_sessions: usize,
+    /// X.509: the server's certificate chain (PEM, leaf first) for clients that use
+    /// certificates (`--dtls cert`).
+    #[arg(long, requires = "dtls_cert_key")]
+    dtls_cert: Option<PathBuf>,
+    /// X.509: the P-256 private key of --dtls-cert (PEM).
+    #[arg(long, requires = "dtls_cert")]
+    dtls_cert_key: Option<PathBuf>,
+    /// X.509: trust anchors (PEM) for client certificates; the certified key's identity must
+    /// also be on the authorized list.
+    #[arg(long)]
+    dtls_client_ca: Option<PathBuf>,
     #[command(flatten)]
     dtls_timing: DtlsTimingArgs,
 }
@@ -192,9 +203,20 @@ impl DtlsTimingArgs {
 /// Client credentials for coaps://.
 #[derive(Args, Clone)]
 struct DtlsArgs {
-    /// DTLS mode for a coaps:// server: psk (pre-shared key) or rpk (raw public keys).
-    #[arg(long, value_parser = ["psk", "rpk"])]
+    /// DTLS mode for a coaps:// server: psk (pre-shared key), rpk (raw public keys) or cert
+    /// (X.509 certificates).
+    #[arg(long, value_parser = ["psk", "rpk", "cert"])]
     dtls: Option<String>,
+    /// cert: this client's certificate chain (PEM, leaf first). A sensor's certificate must
+    /// certify its own device key.
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// cert: the private key of --cert (PEM; not for sensors, which use their device key).
+    #[arg(long)]
+    cert_key: Option<PathBuf>,
+    /// cert: trust anchors (PEM) for the server's certificate.
+    #[arg(long)]
+    ca: Option<PathBuf>,
     /// The pre-shared key in hex (as printed by `sigil provision psk`).
     #[arg(long)]
     psk: Option<String>,
@@ -226,7 +248,7 @@ impl DtlsArgs {
         let mode = match (&self.dtls, secure) {
             (None, false) => return Ok(Security::None),
             (Some(_), false) => bail!("--dtls needs a coaps:// server URI"),
-            (None, true) => bail!("a coaps:// server needs --dtls psk|rpk"),
+            (None, true) => bail!("a coaps:// server needs --dtls psk|rpk|cert"),
             (Some(m), true) => m.as_str(),
         };
         match mode {
@@ -251,6 +273,28 @@ impl DtlsArgs {
                     key,
                 })
             }
+            "cert" => {
+                let ca = self.ca.as_ref().context("--dtls cert needs --ca (trust anchors, PEM)")?;
+                let anchors = read_certs(ca)?;
+                let own = match (&self.cert, &self.cert_key, own) {
+                    (None, _, _) => None,
+                    (Some(c), Some(k), _) => Some((read_certs(c)?, read_key(k)?)),
+                    (Some(c), None, Some((_, device_key))) => {
+                        let chain = read_certs(c)?;
+                        let leaf = sigil_dtls::x509::parse(&chain[0])
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
+                        let public = RustCrypto
+                            .public_key(&device_key)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                        if leaf.key != public {
+                            bail!("{}: the certificate is not for this device's key", c.display());
+                        }
+                        Some((chain, device_key))
+                    }
+                    (Some(_), None, None) => bail!("--cert needs --cert-key"),
+                };
+                Ok(Security::Certificate { own, anchors })
+            }
             _ => {
                 let server = self
                     .server_identity
@@ -266,6 +310,22 @@ impl DtlsArgs {
             }
         }
     }
+}
+
+/// The certificates of a PEM file, in order (at least one).
+fn read_certs(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let certs = sigil_server::pem::blocks(&text, "CERTIFICATE").map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no CERTIFICATE block", path.display());
+    }
+    Ok(certs)
+}
+
+/// A P-256 private key from a PEM file.
+fn read_key(path: &std::path::Path) -> Result<SecretKey> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    sigil_server::pem::p256_key(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Reads an `alg:hex` secret key file, or makes a P-256 key there (and says its identity).
@@ -545,6 +605,19 @@ async fn run(cmd: Command) -> Result<i32> {
                 d.require_client_auth = !a.dtls_anonymous_clients;
                 d.max_handshakes = a.dtls_max_handshakes.max(1);
                 d.max_sessions = a.dtls_max_sessions.max(1);
+                if let (Some(c), Some(k)) = (&a.dtls_cert, &a.dtls_cert_key) {
+                    d.certificate_chain = read_certs(c)?;
+                    let key = read_key(k)?;
+                    let leaf = sigil_dtls::x509::parse(&d.certificate_chain[0])
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
+                    if leaf.key != RustCrypto.public_key(&key).map_err(|e| anyhow::anyhow!("{e}"))? {
+                        bail!("--dtls-cert-key does not match the leaf of --dtls-cert");
+                    }
+                    d.certificate_key = Some(key);
+                }
+                if let Some(ca) = &a.dtls_client_ca {
+                    d.client_anchors = read_certs(ca)?;
+                }
                 config.dtls = Some(d);
             }
             if a.danger_trust_on_first_use {
@@ -750,7 +823,14 @@ async fn run_sensor(a: SensorArgs) -> Result<i32> {
     .map_err(|e| anyhow::anyhow!("boot: {e}"))?;
     let id = *device.identity();
     if a.print_identity {
-        println!("{id}\n{}\n{}", id.label(), id.short_label());
+        let public = device.public_key();
+        println!(
+            "{id}\n{}\n{}\n{}:{}",
+            id.label(),
+            id.short_label(),
+            public.algorithm().name(),
+            hex::encode(public.as_bytes())
+        );
         return Ok(0);
     }
     eprintln!(

@@ -23,6 +23,12 @@ pub enum Security {
         own: Option<SecretKey>,
         server: Identity,
     },
+    /// The same suite with X.509: the server's chain must lead to one of `anchors` (DER);
+    /// `own` is the client's chain (leaf first, DER) and the key it certifies.
+    Certificate {
+        own: Option<(Vec<Vec<u8>>, SecretKey)>,
+        anchors: Vec<Vec<u8>>,
+    },
 }
 
 impl Security {
@@ -31,13 +37,19 @@ impl Security {
     }
 }
 
-/// Trusts exactly the server's pinned identity.
-struct PinnedServer(Option<Identity>);
+/// Trusts exactly the server's pinned identity (raw public keys), or chains to the anchors
+/// at the current time (X.509).
+struct PinnedServer(Option<Identity>, Vec<Vec<u8>>);
 
 impl Trust for PinnedServer {
     fn trusted_key(&self, key: &PublicKey) -> bool {
         self.0
             .is_some_and(|id| Identity::of_key(&RustCrypto, key, b"").is_ok_and(|k| k == id))
+    }
+
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
+        let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
+        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now(), )
     }
 }
 
@@ -99,6 +111,10 @@ impl Transport {
     /// (Re-)establishes the DTLS session: a new handshake from the same socket.
     pub async fn handshake(&mut self) -> Result<()> {
         let (identity, key);
+        let chain: Vec<&[u8]> = match &self.security {
+            Security::Certificate { own: Some((c, _)), .. } => c.iter().map(Vec::as_slice).collect(),
+            _ => Vec::new(),
+        };
         let credentials = match &self.security {
             Security::None => return Ok(()),
             Security::Psk { identity: i, key: k } => {
@@ -110,15 +126,22 @@ impl Transport {
                 }
             }
             Security::RawPublicKey { own, .. } => Credentials::RawPublicKey(own.as_ref()),
+            Security::Certificate { own, .. } => {
+                Credentials::Certificate(own.as_ref().map(|(_, k)| (&chain[..], k)))
+            }
         };
         let pinned = match &self.security {
             Security::RawPublicKey { server, .. } => Some(*server),
             _ => None,
         };
+        let anchors = match &self.security {
+            Security::Certificate { anchors, .. } => anchors.clone(),
+            _ => Vec::new(),
+        };
         let mut conn = Box::new(
             Connection::connect(
                 RustCrypto,
-                PinnedServer(pinned),
+                PinnedServer(pinned, anchors),
                 self.config,
                 &mut crate::util::OsRng,
                 credentials,

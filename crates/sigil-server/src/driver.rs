@@ -127,12 +127,15 @@ impl Server {
         let store = Store::open(&config.database)?;
         let secure = match &config.dtls {
             Some(dc) => {
-                let key = server_key(&store)?;
+                let key = match &dc.certificate_key {
+                    Some(k) => k.clone(),
+                    None => server_key(&store)?,
+                };
                 let dsock = bind_udp(dc.listen, config.receive_buffer)?;
                 let mut secret = [0u8; 32];
                 getrandom::fill(&mut secret).map_err(|e| std::io::Error::other(e.to_string()))?;
-                let layer =
-                    SecureLayer::new(dc.clone(), key, secret, SharedTrust::default(), stats.clone());
+                let trust = SharedTrust::with_anchors(dc.client_anchors.clone());
+                let layer = SecureLayer::new(dc.clone(), key, secret, trust, stats.clone());
                 Some((dsock, layer))
             }
             None => None,

@@ -52,6 +52,14 @@ pub struct DtlsConfig {
     pub handshake_timeout: Duration,
     /// A session without traffic for this long is stale (evictable).
     pub session_idle: Duration,
+    /// X.509 (RFC 7925 §4.4): the server's chain (leaf first, DER) for its key; clients that
+    /// do not ask for a raw public key get it.
+    pub certificate_chain: Vec<Vec<u8>>,
+    /// Trust anchors (DER) for client certificates. A client certificate must lead to one
+    /// of them and its key's identity `h(P)` must be on the authorized list.
+    pub client_anchors: Vec<Vec<u8>>,
+    /// The key `certificate_chain` certifies (replaces the server's stored raw key).
+    pub certificate_key: Option<SecretKey>,
 }
 
 impl DtlsConfig {
@@ -66,15 +74,23 @@ impl DtlsConfig {
             max_sessions: 4096,
             handshake_timeout: Duration::from_secs(30),
             session_idle: Duration::from_secs(3600),
+            certificate_chain: Vec::new(),
+            client_anchors: Vec::new(),
+            certificate_key: None,
         }
     }
 }
 
 /// What DTLS trusts, shared by every connection and refreshed from the authorized list.
 #[derive(Clone, Default)]
-pub struct SharedTrust(Arc<RwLock<Credentials>>);
+pub struct SharedTrust(Arc<RwLock<Credentials>>, Arc<Vec<Vec<u8>>>);
 
 impl SharedTrust {
+    /// With trust anchors for client certificates.
+    pub fn with_anchors(anchors: Vec<Vec<u8>>) -> Self {
+        Self(Arc::default(), Arc::new(anchors))
+    }
+
     pub fn replace(&self, c: Credentials) {
         if let Ok(mut g) = self.0.write() {
             *g = c;
@@ -102,6 +118,19 @@ impl Trust for SharedTrust {
             return false;
         };
         self.0.read().is_ok_and(|g| g.authorized.contains(&id))
+    }
+
+    /// A certificate chain must reach a configured anchor at the current time, and the
+    /// certified key must be one the authorized list trusts: the CA vouches for the key,
+    /// provisioning still decides who may connect.
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
+        let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
+        let now = crate::unix_now().max(0) as u64;
+        let key = sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, now)?;
+        if !self.trusted_key(&key) {
+            return Err(sigil_dtls::Error::UntrustedKey);
+        }
+        Ok(key)
     }
 }
 
@@ -365,10 +394,12 @@ impl SecureLayer {
             self.count("dtls.refused_tables_full");
             return;
         }
+        let chain: Vec<&[u8]> = self.config.certificate_chain.iter().map(Vec::as_slice).collect();
         let offer = ServerCredentials {
             psk: self.config.psk,
-            key: self.config.rpk.then_some(&self.key),
+            key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
             require_client_key: self.config.require_client_auth,
+            chain: (!chain.is_empty()).then_some(&chain[..]),
             ..ServerCredentials::NONE
         };
         match Connection::accept(
