@@ -35,22 +35,24 @@ def scandium(cp, *args):
     return subprocess.run(["java", "-cp", cp, "SigilClient", *args], capture_output=True, text=True, timeout=60)
 
 
-def test_scandium_client_psk(server, classpath):
+@pytest.mark.parametrize("mode", ["psk", "ecdhe-psk"])
+def test_scandium_client_psk(server, classpath, mode):
     ident = "00112233445566778899aabbccddeeff"
     server.provision(ident)
     sigil("provision", "--db", server.db, "psk", ident, "--key", KEY)
-    out = scandium(classpath, "psk", f"{server.coaps}/.well-known/core", ident, KEY)
+    out = scandium(classpath, mode, f"{server.coaps}/.well-known/core", ident, KEY)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert "CODE 2.05" in lines
     body = bytes.fromhex(lines[lines.index("CODE 2.05") + 1]).decode()
     assert '</rd>;rt="core.rd";ct=40' in body
     # The wrong key: no session, no answer.
-    bad = scandium(classpath, "psk", f"{server.coaps}/.well-known/core", ident, b"0123456789abcdef".hex())
+    bad = scandium(classpath, mode, f"{server.coaps}/.well-known/core", ident, b"0123456789abcdef".hex())
     assert bad.returncode != 0
 
 
-def test_scandium_client_raw_public_key(server, classpath, tmp_path):
+@pytest.mark.parametrize("mode", ["rpk", "rpk-gcm"])
+def test_scandium_client_raw_public_key(server, classpath, tmp_path, mode):
     key = ec.generate_private_key(ec.SECP256R1())
     priv = tmp_path / "k.der"
     pub = tmp_path / "p.der"
@@ -61,10 +63,10 @@ def test_scandium_client_raw_public_key(server, classpath, tmp_path):
     point = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
     uri = f"{server.coaps}/.well-known/core"
     # Not on the authorized list: refused.
-    out = scandium(classpath, "rpk", uri, str(priv), str(pub))
+    out = scandium(classpath, mode, uri, str(priv), str(pub))
     assert out.returncode != 0, out.stdout
     server.provision(identity_of("p256", point))
     time.sleep(0.3)
-    out = scandium(classpath, "rpk", uri, str(priv), str(pub))
+    out = scandium(classpath, mode, uri, str(priv), str(pub))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "CODE 2.05" in out.stdout

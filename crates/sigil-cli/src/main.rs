@@ -185,6 +185,9 @@ struct DtlsTimingArgs {
     /// Path MTU for DTLS records (handshake messages are fragmented to fit).
     #[arg(long, default_value_t = 1152)]
     dtls_mtu: usize,
+    /// With rpk or cert: offer AES-128-GCM instead of CCM-8 (for comparison).
+    #[arg(long)]
+    dtls_gcm: bool,
 }
 
 impl DtlsTimingArgs {
@@ -195,6 +198,7 @@ impl DtlsTimingArgs {
         Ok(sigil_dtls::connection::Config {
             initial_timeout_ms: self.dtls_timeout.as_millis() as u64,
             pmtu: self.dtls_mtu,
+            gcm: self.dtls_gcm,
             ..Default::default()
         })
     }
@@ -203,9 +207,9 @@ impl DtlsTimingArgs {
 /// Client credentials for coaps://.
 #[derive(Args, Clone)]
 struct DtlsArgs {
-    /// DTLS mode for a coaps:// server: psk (pre-shared key), rpk (raw public keys) or cert
-    /// (X.509 certificates).
-    #[arg(long, value_parser = ["psk", "rpk", "cert"])]
+    /// DTLS mode for a coaps:// server: psk (pre-shared key), ecdhe-psk (pre-shared key with
+    /// forward secrecy), rpk (raw public keys) or cert (X.509 certificates).
+    #[arg(long, value_parser = ["psk", "ecdhe-psk", "rpk", "cert"])]
     dtls: Option<String>,
     /// cert: this client's certificate chain (PEM, leaf first). A sensor's certificate must
     /// certify its own device key.
@@ -248,11 +252,11 @@ impl DtlsArgs {
         let mode = match (&self.dtls, secure) {
             (None, false) => return Ok(Security::None),
             (Some(_), false) => bail!("--dtls needs a coaps:// server URI"),
-            (None, true) => bail!("a coaps:// server needs --dtls psk|rpk|cert"),
+            (None, true) => bail!("a coaps:// server needs --dtls psk|ecdhe-psk|rpk|cert"),
             (Some(m), true) => m.as_str(),
         };
         match mode {
-            "psk" => {
+            "psk" | "ecdhe-psk" => {
                 let hex_text = match (&self.psk, &self.psk_file) {
                     (Some(h), None) => h.clone(),
                     (None, Some(f)) => std::fs::read_to_string(f)
@@ -271,6 +275,7 @@ impl DtlsArgs {
                 Ok(Security::Psk {
                     identity: identity.into_bytes(),
                     key,
+                    ecdhe: mode == "ecdhe-psk",
                 })
             }
             "cert" => {

@@ -15,8 +15,13 @@ use tokio::net::UdpSocket;
 pub enum Security {
     /// Plain CoAP.
     None,
-    /// TLS_PSK_WITH_AES_128_CCM_8: the PSK identity is the client's secure identity.
-    Psk { identity: Vec<u8>, key: Vec<u8> },
+    /// TLS_PSK_WITH_AES_128_CCM_8 (or, with `ecdhe`, TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256
+    /// for forward secrecy): the PSK identity is the client's secure identity.
+    Psk {
+        identity: Vec<u8>,
+        key: Vec<u8>,
+        ecdhe: bool,
+    },
     /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with raw public keys: the server's key must hash to
     /// `server` (its RFC 8387 identity); `own` authenticates the client.
     RawPublicKey {
@@ -117,12 +122,23 @@ impl Transport {
         };
         let credentials = match &self.security {
             Security::None => return Ok(()),
-            Security::Psk { identity: i, key: k } => {
+            Security::Psk {
+                identity: i,
+                key: k,
+                ecdhe,
+            } => {
                 identity = i.clone();
                 key = k.clone();
-                Credentials::Psk {
-                    identity: &identity,
-                    key: &key,
+                if *ecdhe {
+                    Credentials::EcdhePsk {
+                        identity: &identity,
+                        key: &key,
+                    }
+                } else {
+                    Credentials::Psk {
+                        identity: &identity,
+                        key: &key,
+                    }
                 }
             }
             Security::RawPublicKey { own, .. } => Credentials::RawPublicKey(own.as_ref()),

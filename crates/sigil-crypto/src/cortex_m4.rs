@@ -274,4 +274,25 @@ impl CryptoProvider for CortexM4 {
     ) -> Result<(), CryptoError> {
         RustCrypto.aes128_ccm8_open(key, nonce, aad, buf, tag)
     }
+
+    fn aes128_gcm_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; crate::GCM_TAG_LEN], CryptoError> {
+        RustCrypto.aes128_gcm_seal(key, nonce, aad, buf)
+    }
+
+    fn aes128_gcm_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; crate::GCM_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        RustCrypto.aes128_gcm_open(key, nonce, aad, buf, tag)
+    }
 }

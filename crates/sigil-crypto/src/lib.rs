@@ -29,6 +29,8 @@ pub use agreement::{
 pub const CCM_NONCE_LEN: usize = 12;
 /// Length of the AES-128-CCM-8 authentication tag (RFC 6655 §3).
 pub const CCM8_TAG_LEN: usize = 8;
+/// AES-GCM tag length (RFC 5288).
+pub const GCM_TAG_LEN: usize = 16;
 
 use core::fmt;
 use zeroize::Zeroize;
@@ -330,6 +332,32 @@ pub trait CryptoProvider {
         buf: &mut [u8],
         tag: &[u8; CCM8_TAG_LEN],
     ) -> Result<(), CryptoError>;
+
+    /// AES-128-GCM (RFC 5288) with a 12-byte nonce: encrypts `buf` in place and returns the
+    /// 16-byte tag. Providers without it answer [`CryptoError::Unsupported`].
+    fn aes128_gcm_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; GCM_TAG_LEN], CryptoError> {
+        let _ = (key, nonce, aad, buf);
+        Err(CryptoError::Unsupported)
+    }
+
+    /// Checks `tag` and decrypts `buf` in place (AES-128-GCM).
+    fn aes128_gcm_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; GCM_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        let _ = (key, nonce, aad, buf, tag);
+        Err(CryptoError::Unsupported)
+    }
 }
 
 impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
@@ -389,6 +417,25 @@ impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
         tag: &[u8; CCM8_TAG_LEN],
     ) -> Result<(), CryptoError> {
         (**self).aes128_ccm8_open(key, nonce, aad, buf, tag)
+    }
+    fn aes128_gcm_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; GCM_TAG_LEN], CryptoError> {
+        (**self).aes128_gcm_seal(key, nonce, aad, buf)
+    }
+    fn aes128_gcm_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; GCM_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        (**self).aes128_gcm_open(key, nonce, aad, buf, tag)
     }
 }
 

@@ -5,7 +5,7 @@
 //! uses; a disabled algorithm answers [`CryptoError::Unsupported`]. `p256` does not build for
 //! 16-bit targets (AVR), `rustcrypto-ed25519` does.
 
-use crate::{
+use crate::{GCM_TAG_LEN, 
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
     PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
 };
@@ -50,6 +50,32 @@ pub(crate) fn ccm8_open(
     tag: &[u8; CCM8_TAG_LEN],
 ) -> Result<(), CryptoError> {
     let cipher = Aes128Ccm8::new(key.into());
+    cipher
+        .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into())
+        .map_err(|_| CryptoError::BadTag)
+}
+
+pub(crate) fn gcm_seal(
+    key: &[u8; 16],
+    nonce: &[u8; CCM_NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+) -> Result<[u8; GCM_TAG_LEN], CryptoError> {
+    let cipher = aes_gcm::Aes128Gcm::new(key.into());
+    let tag = cipher
+        .encrypt_in_place_detached(nonce.into(), aad, buf)
+        .map_err(|_| CryptoError::Unsupported)?;
+    Ok(tag.into())
+}
+
+pub(crate) fn gcm_open(
+    key: &[u8; 16],
+    nonce: &[u8; CCM_NONCE_LEN],
+    aad: &[u8],
+    buf: &mut [u8],
+    tag: &[u8; GCM_TAG_LEN],
+) -> Result<(), CryptoError> {
+    let cipher = aes_gcm::Aes128Gcm::new(key.into());
     cipher
         .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into())
         .map_err(|_| CryptoError::BadTag)
@@ -277,5 +303,26 @@ impl CryptoProvider for RustCrypto {
         tag: &[u8; CCM8_TAG_LEN],
     ) -> Result<(), CryptoError> {
         ccm8_open(key, nonce, aad, buf, tag)
+    }
+
+    fn aes128_gcm_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; GCM_TAG_LEN], CryptoError> {
+        gcm_seal(key, nonce, aad, buf)
+    }
+
+    fn aes128_gcm_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; GCM_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        gcm_open(key, nonce, aad, buf, tag)
     }
 }

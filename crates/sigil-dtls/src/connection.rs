@@ -169,6 +169,10 @@ impl<C: CryptoProvider> Trust for PinnedIdentities<'_, C> {
 pub enum Credentials<'a> {
     /// TLS_PSK_WITH_AES_128_CCM_8 with this identity and key.
     Psk { identity: &'a [u8], key: &'a [u8] },
+    /// TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (RFC 8442): the PSK authenticates an
+    /// ephemeral ECDH exchange, so recorded traffic stays secret if the PSK leaks later.
+    #[cfg(feature = "ecdhe-psk")]
+    EcdhePsk { identity: &'a [u8], key: &'a [u8] },
     /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with a raw public key: `Some(key)` lets the client
     /// authenticate itself when the server asks; the server's key must be trusted.
     RawPublicKey(Option<&'a SecretKey>),
@@ -182,7 +186,8 @@ pub enum Credentials<'a> {
 /// What a server offers.
 #[derive(Clone, Copy)]
 pub struct ServerCredentials<'a> {
-    /// Accept TLS_PSK_WITH_AES_128_CCM_8 (keys come from [`Trust::psk`]).
+    /// Accept TLS_PSK_WITH_AES_128_CCM_8 and, with the `ecdhe-psk` feature,
+    /// TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (keys come from [`Trust::psk`]).
     pub psk: bool,
     /// Accept TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with this raw public key.
     pub key: Option<&'a SecretKey>,
@@ -217,6 +222,10 @@ pub struct Config {
     pub max_retransmissions: u32,
     /// Path MTU available to DTLS records (datagram payload size).
     pub pmtu: usize,
+    /// An ECDHE-ECDSA client offers TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 instead of the
+    /// CCM-8 suite (for comparison: 8 more bytes per record). Servers accept either.
+    #[cfg(feature = "gcm")]
+    pub gcm: bool,
 }
 
 impl Default for Config {
@@ -226,6 +235,8 @@ impl Default for Config {
             max_timeout_ms: 60_000,
             max_retransmissions: 7,
             pmtu: 1_152,
+            #[cfg(feature = "gcm")]
+            gcm: false,
         }
     }
 }
@@ -378,6 +389,43 @@ fn plaintext_record(
     }
     .write(&mut hw)?;
     Ok(n)
+}
+
+/// How a suite authenticates and agrees on keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kx {
+    /// Pre-shared key only (RFC 4279).
+    Psk,
+    /// Ephemeral ECDH authenticated by a pre-shared key (RFC 5489, RFC 8442).
+    EcdhePsk,
+    /// Ephemeral ECDH signed with ECDSA/EdDSA keys (RFC 8422).
+    EcdheEcdsa,
+}
+
+fn kx_of(s: CipherSuite) -> Kx {
+    match s {
+        CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 => Kx::Psk,
+        CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 => Kx::EcdhePsk,
+        _ => Kx::EcdheEcdsa,
+    }
+}
+
+fn aead_of(s: CipherSuite) -> protection::Aead {
+    if s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 {
+        protection::Aead::Gcm
+    } else {
+        protection::Aead::Ccm8
+    }
+}
+
+/// The ECDHE-ECDSA suite a client offers for `config`.
+fn ecdsa_suite(config: &Config) -> CipherSuite {
+    #[cfg(feature = "gcm")]
+    if config.gcm {
+        return CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
+    }
+    let _ = config;
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
 }
 
 /// Proof that the peer's Finished verified. Only [`verify_finished`] makes one.
@@ -609,17 +657,17 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let mut c = Self::blank(crypto, trust, config, Role::Client);
         match credentials {
             Credentials::Psk { identity, key } => {
-                if identity.len() > 128 || key.is_empty() || key.len() > MAX_PSK_LEN {
-                    return Err(Error::Decode("PSK identity or key length"));
-                }
+                c.set_psk(identity, key)?;
                 c.suite = CipherSuite::TLS_PSK_WITH_AES_128_CCM_8;
-                c.identity[..identity.len()].copy_from_slice(identity);
-                c.identity_len = identity.len();
-                c.psk[..key.len()].copy_from_slice(key);
-                c.psk_len = key.len();
+            }
+            #[cfg(feature = "ecdhe-psk")]
+            Credentials::EcdhePsk { identity, key } => {
+                c.set_psk(identity, key)?;
+                c.suite = CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256;
+                c.ephemeral = Some(c.crypto.generate_agreement(AgreementAlgorithm::P256, rng)?);
             }
             Credentials::RawPublicKey(key) => {
-                c.suite = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8;
+                c.suite = ecdsa_suite(&config);
                 c.own_key = key.cloned();
                 // The ephemeral ECDH secret for ClientKeyExchange, drawn now while the
                 // caller's RNG is at hand.
@@ -627,7 +675,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             }
             #[cfg(feature = "x509")]
             Credentials::Certificate(own) => {
-                c.suite = CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8;
+                c.suite = ecdsa_suite(&config);
                 c.server_x509 = true;
                 c.client_x509 = true;
                 if let Some((chain, key)) = own {
@@ -640,6 +688,17 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         rng.fill(&mut c.client_random)?;
         c.send_client_hello(&[], now)?;
         Ok(c)
+    }
+
+    fn set_psk(&mut self, identity: &[u8], key: &[u8]) -> Result<(), Error> {
+        if identity.len() > 128 || key.is_empty() || key.len() > MAX_PSK_LEN {
+            return Err(Error::Decode("PSK identity or key length"));
+        }
+        self.identity[..identity.len()].copy_from_slice(identity);
+        self.identity_len = identity.len();
+        self.psk[..key.len()].copy_from_slice(key);
+        self.psk_len = key.len();
+        Ok(())
     }
 
     /// Creates the server side for a datagram whose ClientHello [`CookieKey::respond`]
@@ -700,7 +759,13 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             .cipher_suites()
             .find(|s| {
                 (*s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 && offer.psk)
-                    || (*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+                    || (cfg!(feature = "ecdhe-psk")
+                        && *s == CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256
+                        && offer.psk
+                        && offers_p256(&ch))
+                    || ((*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+                        || (cfg!(feature = "gcm")
+                            && *s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256))
                         && offer.key.is_some()
                         && (server_rpk || server_x509)
                         && offers_p256(&ch)
@@ -720,10 +785,20 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         c.next_send_msg = f.message_seq;
         c.add_transcript(&f)?;
         c.flight.clear();
-        if suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
+        if kx_of(suite) == Kx::Psk {
             // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
             // against sending one).
             c.queue_server_hello(&[])?;
+            c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
+            c.state = State::ExpectClientKeyExchange;
+        } else if kx_of(suite) == Kx::EcdhePsk {
+            // ServerHello (ec_point_formats), ServerKeyExchange (empty hint, the ephemeral
+            // point, no signature: RFC 5489 §2), ServerHelloDone.
+            c.queue_server_hello(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
+            let params = c.ephemeral_params(rng)?;
+            let mut ske = [0u8; 2 + 69];
+            ske[2..].copy_from_slice(&params);
+            c.queue_handshake(HandshakeType::SERVER_KEY_EXCHANGE, &ske)?;
             c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
             c.state = State::ExpectClientKeyExchange;
         } else {
@@ -823,6 +898,22 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         self.queue_handshake(HandshakeType::CERTIFICATE, &body[..n])
     }
 
+    /// A fresh ephemeral P-256 secret (kept for the ClientKeyExchange) and its ServerECDHParams:
+    /// named_curve secp256r1 and the uncompressed point (RFC 8422 §5.4).
+    fn ephemeral_params(&mut self, rng: &mut dyn Rng) -> Result<[u8; 4 + 65], Error> {
+        let eph = self
+            .crypto
+            .generate_agreement(AgreementAlgorithm::P256, rng)?;
+        let point = self.crypto.agreement_public_key(&eph)?;
+        self.ephemeral = Some(eph);
+        let mut params = [0u8; 4 + 65];
+        params[0] = 3; // named_curve
+        params[1..3].copy_from_slice(&NamedGroup::SECP256R1.0.to_be_bytes());
+        params[3] = 65;
+        params[4..].copy_from_slice(point.as_bytes());
+        Ok(params)
+    }
+
     /// Keeps this side's chain (leaf first) as `ASN.1Cert` entries of a certificate_list.
     #[cfg(feature = "x509")]
     fn set_own_chain(&mut self, chain: &[&[u8]]) -> Result<(), Error> {
@@ -838,16 +929,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// ServerKeyExchange for ECDHE (RFC 8422 §5.4): named curve secp256r1, the ephemeral
     /// point, and a signature over client_random || server_random || params.
     fn queue_server_key_exchange(&mut self, rng: &mut dyn Rng) -> Result<(), Error> {
-        let eph = self
-            .crypto
-            .generate_agreement(AgreementAlgorithm::P256, rng)?;
-        let point = self.crypto.agreement_public_key(&eph)?;
-        self.ephemeral = Some(eph);
-        let mut params = [0u8; 4 + 65];
-        params[0] = 3; // named_curve
-        params[1..3].copy_from_slice(&NamedGroup::SECP256R1.0.to_be_bytes());
-        params[3] = 65;
-        params[4..].copy_from_slice(point.as_bytes());
+        let params = self.ephemeral_params(rng)?;
         let key = self.own_key.as_ref().ok_or(Error::MissingClientKey)?;
         let mut signed = [0u8; 64 + 69];
         signed[..32].copy_from_slice(&self.client_random);
@@ -1163,7 +1245,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 }
                 check_renegotiation_info(sh.extensions, false)?;
                 let server_type = sh.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE);
-                if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 {
+                if kx_of(self.suite) == Kx::EcdheEcdsa {
                     let ok = if self.server_x509 {
                         server_type.is_none() || server_type == Some(&[X509][..])
                     } else {
@@ -1178,10 +1260,10 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 self.server_random = *sh.random;
                 self.add_transcript(m)?;
                 self.stop_timer();
-                self.state = if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
-                    State::ExpectServerHelloDone
-                } else {
-                    State::ExpectServerCertificate
+                self.state = match kx_of(self.suite) {
+                    Kx::Psk => State::ExpectServerHelloDone,
+                    Kx::EcdhePsk => State::ExpectServerKeyExchange,
+                    Kx::EcdheEcdsa => State::ExpectServerCertificate,
                 };
                 Ok(())
             }
@@ -1194,6 +1276,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             }
             (State::ExpectServerKeyExchange, HandshakeType::SERVER_KEY_EXCHANGE) => {
                 let mut r = Reader::new(m.body);
+                let ecdhe_psk = kx_of(self.suite) == Kx::EcdhePsk;
+                if ecdhe_psk {
+                    // psk_identity_hint<0..2^16-1> first (RFC 5489 §2); not used.
+                    r.vec16(0, 0xffff, "ServerKeyExchange identity hint")?;
+                }
                 let params = r.take(4, "ServerKeyExchange params")?;
                 if params[0] != 3
                     || params[1..3] != NamedGroup::SECP256R1.0.to_be_bytes()
@@ -1207,8 +1294,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 signed[32..64].copy_from_slice(&self.server_random);
                 signed[64..68].copy_from_slice(params);
                 signed[68..].copy_from_slice(point);
-                let key = self.peer_key.ok_or(Error::UntrustedKey)?;
-                verify_signature(&self.crypto, &key, &signed, &mut r)?;
+                if !ecdhe_psk {
+                    // Unsigned with ECDHE-PSK: the PSK authenticates the exchange through the
+                    // Finished messages.
+                    let key = self.peer_key.ok_or(Error::UntrustedKey)?;
+                    verify_signature(&self.crypto, &key, &signed, &mut r)?;
+                }
                 r.finish("ServerKeyExchange")?;
                 self.peer_point.copy_from_slice(point);
                 self.add_transcript(m)?;
@@ -1216,7 +1307,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 Ok(())
             }
             (State::ExpectServerHelloDone, HandshakeType::SERVER_KEY_EXCHANGE)
-                if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 =>
+                if kx_of(self.suite) == Kx::Psk =>
             {
                 // psk_identity_hint<0..2^16-1> (RFC 4279 §2); Sigil does not use the hint.
                 let mut r = Reader::new(m.body);
@@ -1225,8 +1316,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 self.add_transcript(m)
             }
             (State::ExpectServerHelloDone, HandshakeType::CERTIFICATE_REQUEST)
-                if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
-                    && !self.client_auth =>
+                if kx_of(self.suite) == Kx::EcdheEcdsa && !self.client_auth =>
             {
                 let mut r = Reader::new(m.body);
                 let types = r.vec8(1, 255, "CertificateRequest types")?;
@@ -1360,8 +1450,14 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
 
     fn handle_client_key_exchange(&mut self, f: &Fragment<'_>) -> Result<(), Error> {
         let mut r = Reader::new(f.body);
-        let premaster_input = if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
+        let kx = kx_of(self.suite);
+        let premaster_input = if kx == Kx::Psk || kx == Kx::EcdhePsk {
             let identity = r.vec16(0, 128, "ClientKeyExchange identity")?;
+            let point = if kx == Kx::EcdhePsk {
+                Some(r.vec8(1, 255, "ClientKeyExchange point")?)
+            } else {
+                None
+            };
             r.finish("ClientKeyExchange")?;
             let mut key = [0u8; MAX_PSK_LEN];
             let n = self
@@ -1372,7 +1468,20 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             self.identity_len = identity.len();
             self.psk[..n].copy_from_slice(&key[..n]);
             self.psk_len = n;
-            None
+            match point {
+                None => None,
+                Some(point) => {
+                    let eph = self
+                        .ephemeral
+                        .take()
+                        .ok_or(Error::UnexpectedHandshake(16))?;
+                    Some(
+                        self.crypto
+                            .agree(&eph, point)
+                            .map_err(|_| Error::IllegalParameter("ClientKeyExchange point"))?,
+                    )
+                }
+            }
         } else {
             let point = r.vec8(1, 255, "ClientKeyExchange point")?;
             r.finish("ClientKeyExchange")?;
@@ -1411,17 +1520,27 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// secret over the transcript through ClientKeyExchange (RFC 7627 §4).
     fn derive_keys(&mut self, ecdh: Option<&[u8; 32]>) -> Result<(), Error> {
         let mut pre = [0u8; 4 + 2 * MAX_PSK_LEN];
-        let n = match ecdh {
-            Some(z) => {
+        let psk = &self.psk[..self.psk_len];
+        let n = match (kx_of(self.suite), ecdh) {
+            (Kx::EcdheEcdsa, Some(z)) => {
                 pre[..32].copy_from_slice(z);
                 32
             }
-            None => keys::psk_premaster(&self.psk[..self.psk_len], &mut pre)?,
+            // RFC 5489 §2: other_secret<0..2^16-1> = Z, then psk<0..2^16-1>.
+            (Kx::EcdhePsk, Some(z)) => {
+                let mut w = Writer::new(&mut pre);
+                w.vec16(z)?;
+                w.vec16(psk)?;
+                w.len()
+            }
+            (Kx::Psk, None) => keys::psk_premaster(psk, &mut pre)?,
+            _ => return Err(Error::UnexpectedHandshake(16)),
         };
         let session_hash = self.transcript_hash();
         self.master = keys::extended_master_secret(&self.crypto, &pre[..n], &session_hash);
-        let KeyBlock { client, server } = keys::key_block_ccm8(
+        let KeyBlock { client, server } = keys::key_block(
             &self.crypto,
+            aead_of(self.suite),
             &self.master,
             &self.client_random,
             &self.server_random,
@@ -1441,14 +1560,29 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
 
     fn client_final_flight(&mut self, now: u64) -> Result<(), Error> {
         self.flight.clear();
-        let ecdh = if self.suite == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 {
-            // ClientKeyExchange: psk_identity<0..2^16-1>.
-            let mut cke = [0u8; 130];
+        let kx = kx_of(self.suite);
+        let ecdh = if kx == Kx::Psk || kx == Kx::EcdhePsk {
+            // ClientKeyExchange: psk_identity<0..2^16-1>, and with ECDHE-PSK our ephemeral
+            // point (RFC 5489 §2).
+            let mut cke = [0u8; 130 + 66];
             let mut w = Writer::new(&mut cke);
             w.vec16(&self.identity[..self.identity_len])?;
+            let mut z = None;
+            if kx == Kx::EcdhePsk {
+                let eph = self
+                    .ephemeral
+                    .take()
+                    .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+                w.vec8(self.crypto.agreement_public_key(&eph)?.as_bytes())?;
+                z = Some(
+                    self.crypto
+                        .agree(&eph, &self.peer_point)
+                        .map_err(|_| Error::IllegalParameter("ServerKeyExchange point"))?,
+                );
+            }
             let n = w.len();
             self.queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..n])?;
-            None
+            z
         } else {
             if self.client_auth {
                 if self.own_key.is_some() {
@@ -1502,7 +1636,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let mut ext = [0u8; 64];
         let mut w = Writer::new(&mut ext);
         w.bytes(&HELLO_EXTENSIONS)?;
-        if self.suite == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 {
+        if kx_of(self.suite) == Kx::EcdhePsk {
+            // supported_groups [secp256r1], ec_point_formats [uncompressed].
+            w.bytes(&[0x00, 0x0a, 0x00, 0x04, 0x00, 0x02, 0x00, 0x17])?;
+            w.bytes(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
+        }
+        if kx_of(self.suite) == Kx::EcdheEcdsa {
             // supported_groups [secp256r1], ec_point_formats [uncompressed],
             // signature_algorithms, server_certificate_type [RawPublicKey], and
             // client_certificate_type [RawPublicKey] when this client has a key.
@@ -1606,7 +1745,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             let overhead = if m.epoch == 0 {
                 HEADER_LEN
             } else {
-                protection::OVERHEAD
+                aead_of(self.suite).overhead()
             };
             if m.content_type != ContentType::HANDSHAKE {
                 let mut rec = [0u8; 64];

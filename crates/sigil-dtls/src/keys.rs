@@ -1,7 +1,7 @@
 //! The TLS 1.2 key schedule with SHA-256 (RFC 5246 §5, §6.3, §7.4.9, §8.1), the PSK premaster
 //! secret (RFC 4279 §2) and the extended master secret (RFC 7627 §4).
 
-use crate::protection::Ccm8Keys;
+use crate::protection::{Aead, RecordKeys};
 use crate::Error;
 use sigil_crypto::CryptoProvider;
 
@@ -89,15 +89,26 @@ pub fn extended_master_secret<C: CryptoProvider + ?Sized>(
     ms
 }
 
-/// Both directions' keys for an AES-128-CCM-8 suite: the key block of RFC 5246 §6.3 with no
-/// MAC keys, 16-byte write keys and 4-byte implicit nonces (RFC 6655 §3).
+/// Both directions' keys for an AES-128 AEAD suite: the key block of RFC 5246 §6.3 with no
+/// MAC keys, 16-byte write keys and 4-byte implicit nonces (RFC 6655 §3, RFC 5288 §3).
 pub struct KeyBlock {
-    pub client: Ccm8Keys,
-    pub server: Ccm8Keys,
+    pub client: RecordKeys,
+    pub server: RecordKeys,
 }
 
+/// The CCM-8 key block (see [`key_block`]).
 pub fn key_block_ccm8<C: CryptoProvider + ?Sized>(
     crypto: &C,
+    master: &[u8; MASTER_SECRET_LEN],
+    client_random: &[u8; 32],
+    server_random: &[u8; 32],
+) -> KeyBlock {
+    key_block(crypto, Aead::Ccm8, master, client_random, server_random)
+}
+
+pub fn key_block<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    aead: Aead,
     master: &[u8; MASTER_SECRET_LEN],
     client_random: &[u8; 32],
     server_random: &[u8; 32],
@@ -111,11 +122,13 @@ pub fn key_block_ccm8<C: CryptoProvider + ?Sized>(
         &mut kb,
     );
     let mut block = KeyBlock {
-        client: Ccm8Keys {
+        client: RecordKeys {
+            aead,
             key: [0; 16],
             salt: [0; 4],
         },
-        server: Ccm8Keys {
+        server: RecordKeys {
+            aead,
             key: [0; 16],
             salt: [0; 4],
         },

@@ -1,6 +1,7 @@
-//! AES-128-CCM-8 record protection (RFC 6655 §3 with RFC 6347 §4.1.2.1).
+//! AEAD record protection (RFC 6347 §4.1.2.1): AES-128-CCM-8 (RFC 6655 §3) and AES-128-GCM
+//! (RFC 5288 §3).
 //!
-//! GenericAEADCipher: `nonce_explicit (8) || ciphertext || tag (8)`. The nonce is the 4-byte
+//! GenericAEADCipher: `nonce_explicit (8) || ciphertext || tag (8 for CCM-8, 16 for GCM)`. The nonce is the 4-byte
 //! implicit salt from the key block followed by the explicit part, which Sigil sets to the
 //! record's `epoch || sequence_number` (unique per key, as RFC 6655 §3 requires). The additional
 //! data is `epoch || sequence_number || type || version || plaintext length`.
@@ -8,23 +9,48 @@
 use crate::record::{RecordHeader, HEADER_LEN};
 use crate::wire::{ContentType, ProtocolVersion};
 use crate::{Error, Writer};
-use sigil_crypto::{CryptoProvider, CCM8_TAG_LEN};
+use sigil_crypto::{CryptoProvider, CCM8_TAG_LEN, GCM_TAG_LEN};
 
 /// Length of the explicit nonce carried in each record.
 pub const EXPLICIT_NONCE_LEN: usize = 8;
-/// Bytes a protected record adds to its plaintext: header, explicit nonce, tag.
+/// Bytes a CCM-8 protected record adds to its plaintext: header, explicit nonce, tag.
 pub const OVERHEAD: usize = HEADER_LEN + EXPLICIT_NONCE_LEN + CCM8_TAG_LEN;
 
-/// One direction's keys: the write key and the implicit part of the nonce.
+/// The AEAD of a suite. Both use a 16-byte key and a 4-byte implicit nonce part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Aead {
+    Ccm8,
+    Gcm,
+}
+
+impl Aead {
+    pub const fn tag_len(self) -> usize {
+        match self {
+            Self::Ccm8 => CCM8_TAG_LEN,
+            Self::Gcm => GCM_TAG_LEN,
+        }
+    }
+
+    /// Bytes a protected record adds to its plaintext.
+    pub const fn overhead(self) -> usize {
+        HEADER_LEN + EXPLICIT_NONCE_LEN + self.tag_len()
+    }
+}
+
+/// One direction's keys: the AEAD, the write key and the implicit part of the nonce.
 #[derive(Clone)]
-pub struct Ccm8Keys {
+pub struct RecordKeys {
+    pub aead: Aead,
     pub key: [u8; 16],
     pub salt: [u8; 4],
 }
 
-impl core::fmt::Debug for Ccm8Keys {
+/// The CCM-8 suites' keys (the name the record tests use).
+pub type Ccm8Keys = RecordKeys;
+
+impl core::fmt::Debug for RecordKeys {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str("Ccm8Keys(<redacted>)")
+        write!(f, "RecordKeys({:?}, <redacted>)", self.aead)
     }
 }
 
@@ -38,7 +64,7 @@ fn additional_data(h: &RecordHeader, plaintext_len: usize) -> Result<[u8; 13], E
     Ok(aad)
 }
 
-fn nonce(keys: &Ccm8Keys, explicit: &[u8; 8]) -> [u8; 12] {
+fn nonce(keys: &RecordKeys, explicit: &[u8; 8]) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[..4].copy_from_slice(&keys.salt);
     n[4..].copy_from_slice(explicit);
@@ -48,14 +74,15 @@ fn nonce(keys: &Ccm8Keys, explicit: &[u8; 8]) -> [u8; 12] {
 /// Writes the protected record for `plaintext` into `out`; returns its length.
 pub fn seal<C: CryptoProvider + ?Sized>(
     crypto: &C,
-    keys: &Ccm8Keys,
+    keys: &RecordKeys,
     content_type: ContentType,
     epoch: u16,
     sequence: u64,
     plaintext: &[u8],
     out: &mut [u8],
 ) -> Result<usize, Error> {
-    let total = OVERHEAD + plaintext.len();
+    let tag_len = keys.aead.tag_len();
+    let total = keys.aead.overhead() + plaintext.len();
     let length = u16::try_from(total - HEADER_LEN).map_err(|_| Error::RecordOverflow)?;
     if out.len() < total {
         return Err(Error::BufferTooSmall);
@@ -75,8 +102,17 @@ pub fn seal<C: CryptoProvider + ?Sized>(
     let aad = additional_data(&header, plaintext.len())?;
     let body = &mut out
         [HEADER_LEN + EXPLICIT_NONCE_LEN..HEADER_LEN + EXPLICIT_NONCE_LEN + plaintext.len()];
-    let tag = crypto.aes128_ccm8_seal(&keys.key, &nonce(keys, &explicit), &aad, body)?;
-    out[total - CCM8_TAG_LEN..total].copy_from_slice(&tag);
+    let n = nonce(keys, &explicit);
+    match keys.aead {
+        Aead::Ccm8 => {
+            let tag = crypto.aes128_ccm8_seal(&keys.key, &n, &aad, body)?;
+            out[total - tag_len..total].copy_from_slice(&tag);
+        }
+        Aead::Gcm => {
+            let tag = crypto.aes128_gcm_seal(&keys.key, &n, &aad, body)?;
+            out[total - tag_len..total].copy_from_slice(&tag);
+        }
+    }
     Ok(total)
 }
 
@@ -85,21 +121,30 @@ pub fn seal<C: CryptoProvider + ?Sized>(
 /// nothing about why leaks to the peer (and the record is dropped, RFC 6347 §4.1.2.7).
 pub fn open<'a, C: CryptoProvider + ?Sized>(
     crypto: &C,
-    keys: &Ccm8Keys,
+    keys: &RecordKeys,
     header: &RecordHeader,
     fragment: &'a mut [u8],
 ) -> Result<&'a [u8], Error> {
-    if fragment.len() < EXPLICIT_NONCE_LEN + CCM8_TAG_LEN {
+    let tag_len = keys.aead.tag_len();
+    if fragment.len() < EXPLICIT_NONCE_LEN + tag_len {
         return Err(Error::BadRecordMac);
     }
     let (explicit, rest) = fragment.split_at_mut(EXPLICIT_NONCE_LEN);
     let explicit: [u8; 8] = (&*explicit).try_into().map_err(|_| Error::BadRecordMac)?;
-    let body_len = rest.len() - CCM8_TAG_LEN;
+    let body_len = rest.len() - tag_len;
     let (body, tag) = rest.split_at_mut(body_len);
-    let tag: [u8; CCM8_TAG_LEN] = (&*tag).try_into().map_err(|_| Error::BadRecordMac)?;
     let aad = additional_data(header, body_len)?;
-    crypto
-        .aes128_ccm8_open(&keys.key, &nonce(keys, &explicit), &aad, body, &tag)
-        .map_err(|_| Error::BadRecordMac)?;
+    let n = nonce(keys, &explicit);
+    let r = match keys.aead {
+        Aead::Ccm8 => {
+            let tag: [u8; CCM8_TAG_LEN] = (&*tag).try_into().map_err(|_| Error::BadRecordMac)?;
+            crypto.aes128_ccm8_open(&keys.key, &n, &aad, body, &tag)
+        }
+        Aead::Gcm => {
+            let tag: [u8; GCM_TAG_LEN] = (&*tag).try_into().map_err(|_| Error::BadRecordMac)?;
+            crypto.aes128_gcm_open(&keys.key, &n, &aad, body, &tag)
+        }
+    };
+    r.map_err(|_| Error::BadRecordMac)?;
     Ok(body)
 }

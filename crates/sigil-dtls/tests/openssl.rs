@@ -135,11 +135,16 @@ use common::{anchors, der, pki, secret};
 /// demand and verify our client chain; `mtu` shrinks both sides' datagrams so every flight
 /// with a certificate is fragmented.
 fn our_x509_client_against_s_server(mutual: bool, mtu: Option<usize>) {
+    our_x509_client_against_s_server_with(mutual, mtu, false)
+}
+
+fn our_x509_client_against_s_server_with(mutual: bool, mtu: Option<usize>, gcm: bool) {
     let port = free_port();
     let mut args: Vec<String> = [
         "s_server", "-dtls1_2", "-accept", &format!("127.0.0.1:{port}"),
         "-cert", &pki("server.pem"), "-key", &pki("server.key.pem"), "-cert_chain", &pki("intermediate.pem"),
-        "-cipher", "ECDHE-ECDSA-AES128-CCM8", "-naccept", "1", "-quiet",
+        "-cipher", if gcm { "ECDHE-ECDSA-AES128-GCM-SHA256" } else { "ECDHE-ECDSA-AES128-CCM8" },
+        "-naccept", "1", "-quiet",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -161,7 +166,7 @@ fn our_x509_client_against_s_server(mutual: bool, mtu: Option<usize>) {
     let root = der("root.der");
     let (client_der, inter_der, ck) = (der("client.der"), der("intermediate.der"), secret("client"));
     let chain: [&[u8]; 2] = [&client_der, &inter_der];
-    let mut config = Config::default();
+    let mut config = Config { gcm, ..Config::default() };
     if let Some(m) = mtu {
         config.pmtu = m;
     }
@@ -193,6 +198,11 @@ fn our_x509_client_against_openssl_mutual() {
 }
 
 #[test]
+fn our_x509_gcm_client_against_openssl_mutual() {
+    our_x509_client_against_s_server_with(true, None, true);
+}
+
+#[test]
 fn our_x509_client_against_openssl_mutual_small_mtu() {
     our_x509_client_against_s_server(true, Some(256));
 }
@@ -200,11 +210,15 @@ fn our_x509_client_against_openssl_mutual_small_mtu() {
 /// `openssl s_client` with certificates against our server (chain to the test root), with
 /// and without client certificates, optionally at a small MTU.
 fn s_client_against_our_x509_server(mutual: bool, mtu: Option<usize>) {
+    s_client_against_our_x509_server_with(mutual, mtu, "ECDHE-ECDSA-AES128-CCM8")
+}
+
+fn s_client_against_our_x509_server_with(mutual: bool, mtu: Option<usize>, cipher: &str) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = sock.local_addr().unwrap().port();
     let mut args: Vec<String> = [
         "s_client", "-dtls1_2", "-connect", &format!("127.0.0.1:{port}"),
-        "-CAfile", &pki("root.pem"), "-verify_return_error", "-cipher", "ECDHE-ECDSA-AES128-CCM8", "-quiet",
+        "-CAfile", &pki("root.pem"), "-verify_return_error", "-cipher", cipher, "-quiet",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -267,4 +281,9 @@ fn openssl_s_client_against_our_x509_server_mutual() {
 #[test]
 fn openssl_s_client_against_our_x509_server_mutual_small_mtu() {
     s_client_against_our_x509_server(true, Some(256));
+}
+
+#[test]
+fn openssl_s_client_gcm_against_our_x509_server() {
+    s_client_against_our_x509_server_with(true, None, "ECDHE-ECDSA-AES128-GCM-SHA256");
 }

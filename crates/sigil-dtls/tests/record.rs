@@ -112,6 +112,7 @@ fn replay_window_moves_only_when_told_the_record_authenticated() {
 
 fn keys(b: u8) -> Ccm8Keys {
     Ccm8Keys {
+        aead: protection::Aead::Ccm8,
         key: [b; 16],
         salt: [b ^ 0x5a; 4],
     }

@@ -2,6 +2,8 @@
 // pre-shared key or a raw public key, printing the response code and the payload in hex.
 //
 //   java SigilClient psk <uri> <identity> <key-hex>
+//   java SigilClient ecdhe-psk <uri> <identity> <key-hex>
+//   java SigilClient rpk-gcm <uri> <pkcs8-private-key.der> <spki-public-key.der>
 //   java SigilClient rpk <uri> <pkcs8-private-key.der> <spki-public-key.der>
 
 import java.nio.file.Files;
@@ -35,19 +37,23 @@ public class SigilClient {
 
     public static void main(String[] args) throws Exception {
         if (args.length != 4) {
-            System.err.println("usage: psk <uri> <identity> <key-hex> | rpk <uri> <pkcs8.der> <spki.der>");
+            System.err.println("usage: psk|ecdhe-psk <uri> <identity> <key-hex> | rpk|rpk-gcm <uri> <pkcs8.der> <spki.der>");
             System.exit(64);
         }
         Configuration config = Configuration.createStandardWithoutFile();
         config.set(DtlsConfig.DTLS_ROLE, DtlsConfig.DtlsRole.CLIENT_ONLY);
         config.set(CoapConfig.MAX_RESOURCE_BODY_SIZE, 65536);
         DtlsConnectorConfig.Builder b;
-        if (args[0].equals("psk")) {
-            config.set(DtlsConfig.DTLS_CIPHER_SUITES, List.of(CipherSuite.TLS_PSK_WITH_AES_128_CCM_8));
+        if (args[0].equals("psk") || args[0].equals("ecdhe-psk")) {
+            config.set(DtlsConfig.DTLS_CIPHER_SUITES, List.of(args[0].equals("psk")
+                    ? CipherSuite.TLS_PSK_WITH_AES_128_CCM_8
+                    : CipherSuite.TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256));
             b = DtlsConnectorConfig.builder(config);
             b.setAdvancedPskStore(new AdvancedSinglePskStore(args[2], HexFormat.of().parseHex(args[3])));
         } else {
-            config.set(DtlsConfig.DTLS_CIPHER_SUITES, List.of(CipherSuite.TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8));
+            config.set(DtlsConfig.DTLS_CIPHER_SUITES, List.of(args[0].equals("rpk-gcm")
+                    ? CipherSuite.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                    : CipherSuite.TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8));
             b = DtlsConnectorConfig.builder(config);
             KeyFactory kf = KeyFactory.getInstance("EC");
             PrivateKey priv = kf.generatePrivate(new PKCS8EncodedKeySpec(Files.readAllBytes(Path.of(args[2]))));
