@@ -70,3 +70,34 @@ def test_scandium_client_raw_public_key(server, classpath, tmp_path, mode):
     out = scandium(classpath, mode, uri, str(priv), str(pub))
     assert out.returncode == 0, out.stdout + out.stderr
     assert "CODE 2.05" in out.stdout
+
+
+@pytest.mark.parametrize("cid_len", [0, 6])
+def test_scandium_client_with_connection_ids(tmp_path, classpath, cid_len):
+    """RFC 9146 with Scandium: with cid=0 the client puts the server's ID in its records, with
+    cid=6 the server also puts the client's ID in its own. The server counts the sessions that
+    negotiated an ID (printed on SIGINT), so a silent fallback to plain records fails."""
+    import json
+    import signal
+
+    from conftest import free_port, wait_ready, SIGIL
+    db = str(tmp_path / "s.db")
+    port, dport = free_port(), free_port()
+    proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{port}", "--dtls-listen", f"127.0.0.1:{dport}",
+                             "--db", db], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(port)
+        ident = "00112233445566778899aabbccddeeff"
+        sigil("provision", "--db", db, "add", ident)
+        sigil("provision", "--db", db, "psk", ident, "--key", KEY)
+        time.sleep(0.3)
+        for _ in range(2):
+            out = scandium(classpath, "psk", f"coaps://127.0.0.1:{dport}/.well-known/core", ident, KEY, f"cid={cid_len}")
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "CODE 2.05" in out.stdout
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    stats = json.loads(err[err.index("{"):])
+    assert stats.get("dtls.connection_id") == 2, stats
+    assert stats.get("dtls.handshake_completed") == 2, stats

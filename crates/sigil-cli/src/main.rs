@@ -188,6 +188,9 @@ struct DtlsTimingArgs {
     /// With rpk or cert: offer AES-128-GCM instead of CCM-8 (for comparison).
     #[arg(long)]
     dtls_gcm: bool,
+    /// Ask for an RFC 9146 connection ID, so the session survives an address change.
+    #[arg(long)]
+    dtls_connection_id: bool,
 }
 
 impl DtlsTimingArgs {
@@ -199,6 +202,7 @@ impl DtlsTimingArgs {
             initial_timeout_ms: self.dtls_timeout.as_millis() as u64,
             pmtu: self.dtls_mtu,
             gcm: self.dtls_gcm,
+            connection_id: self.dtls_connection_id,
             ..Default::default()
         })
     }

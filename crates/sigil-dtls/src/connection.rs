@@ -60,6 +60,8 @@ pub const MAX_FLIGHT: usize = 2048;
 pub const MAX_CHAIN: usize = 1200;
 #[cfg(not(feature = "x509"))]
 const MAX_CHAIN: usize = 0;
+/// Longest connection ID accepted (RFC 9146 allows 255; Sigil's server uses 8).
+pub const MAX_CID: usize = 16;
 /// certificate_type X509 (RFC 7250 §3).
 const X509: u8 = 0;
 /// Datagrams waiting to be sent.
@@ -197,6 +199,9 @@ pub struct ServerCredentials<'a> {
     /// a raw public key.
     #[cfg(feature = "x509")]
     pub chain: Option<&'a [&'a [u8]]>,
+    /// The connection ID this server wants in the client's records (RFC 9146), unique among
+    /// its sessions; used when the client offers the extension. Empty: none.
+    pub connection_id: &'a [u8],
 }
 
 impl ServerCredentials<'_> {
@@ -207,6 +212,7 @@ impl ServerCredentials<'_> {
         require_client_key: false,
         #[cfg(feature = "x509")]
         chain: None,
+        connection_id: &[],
     };
 }
 
@@ -226,6 +232,10 @@ pub struct Config {
     /// CCM-8 suite (for comparison: 8 more bytes per record). Servers accept either.
     #[cfg(feature = "gcm")]
     pub gcm: bool,
+    /// A client offers the connection_id extension (RFC 9146) with an empty ID of its own:
+    /// the server's ID then goes into every protected record the client sends, so the
+    /// server keeps the session when the client's address changes.
+    pub connection_id: bool,
 }
 
 impl Default for Config {
@@ -237,6 +247,7 @@ impl Default for Config {
             pmtu: 1_152,
             #[cfg(feature = "gcm")]
             gcm: false,
+            connection_id: false,
         }
     }
 }
@@ -612,6 +623,12 @@ pub struct Connection<C, T = NoTrust> {
     /// This side's chain as the Certificate message carries it (`certificate_list`).
     own_chain: [u8; MAX_CHAIN],
     own_chain_len: usize,
+    /// RFC 9146: the connection ID the peer puts in records it sends us, and the one we put
+    /// in records we send it (empty: plain records in that direction).
+    own_cid: [u8; MAX_CID],
+    own_cid_len: usize,
+    peer_cid: [u8; MAX_CID],
+    peer_cid_len: usize,
     /// This side's ephemeral ECDH secret (server: from its ServerKeyExchange).
     ephemeral: Option<AgreementSecret>,
     /// Client: the server's ephemeral point.
@@ -785,16 +802,37 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         c.next_send_msg = f.message_seq;
         c.add_transcript(&f)?;
         c.flight.clear();
+        // connection_id (RFC 9146 §3): the client's ID goes into our records, ours into its.
+        let mut cid_ext = [0u8; 4 + 1 + MAX_CID];
+        let mut cid_ext_len = 0;
+        if let Some(d) = ch.extensions.get(ExtensionType::CONNECTION_ID) {
+            let mut r = Reader::new(d);
+            let theirs = r.vec8(0, MAX_CID, "connection_id")?;
+            r.finish("connection_id")?;
+            if !offer.connection_id.is_empty() && offer.connection_id.len() <= MAX_CID {
+                c.peer_cid[..theirs.len()].copy_from_slice(theirs);
+                c.peer_cid_len = theirs.len();
+                let ours = offer.connection_id;
+                c.own_cid[..ours.len()].copy_from_slice(ours);
+                c.own_cid_len = ours.len();
+                let mut w = Writer::new(&mut cid_ext);
+                w.u16(ExtensionType::CONNECTION_ID.0)?;
+                w.u16((ours.len() + 1) as u16)?;
+                w.vec8(ours)?;
+                cid_ext_len = w.len();
+            }
+        }
+        let cid_ext = &cid_ext[..cid_ext_len];
         if kx_of(suite) == Kx::Psk {
             // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
             // against sending one).
-            c.queue_server_hello(&[])?;
+            c.queue_server_hello(&[], cid_ext)?;
             c.queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
             c.state = State::ExpectClientKeyExchange;
         } else if kx_of(suite) == Kx::EcdhePsk {
             // ServerHello (ec_point_formats), ServerKeyExchange (empty hint, the ephemeral
             // point, no signature: RFC 5489 §2), ServerHelloDone.
-            c.queue_server_hello(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
+            c.queue_server_hello(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00], cid_ext)?;
             let params = c.ephemeral_params(rng)?;
             let mut ske = [0u8; 2 + 69];
             ske[2..].copy_from_slice(&params);
@@ -826,7 +864,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 w.bytes(&[0x00, 0x13, 0x00, 0x01, t])?;
             }
             let n = w.len();
-            c.queue_server_hello(&ext[..n])?;
+            c.queue_server_hello(&ext[..n], cid_ext)?;
             c.queue_own_certificate()?;
             c.queue_server_key_exchange(rng)?;
             if c.client_auth {
@@ -852,13 +890,14 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         Ok(c)
     }
 
-    fn queue_server_hello(&mut self, suite_extensions: &[u8]) -> Result<(), Error> {
-        let mut ext = [0u8; 64];
+    fn queue_server_hello(&mut self, suite_extensions: &[u8], cid_ext: &[u8]) -> Result<(), Error> {
+        let mut ext = [0u8; 64 + 4 + 1 + MAX_CID];
         let mut w = Writer::new(&mut ext);
         w.bytes(&HELLO_EXTENSIONS)?;
         w.bytes(suite_extensions)?;
+        w.bytes(cid_ext)?;
         let en = w.len();
-        let mut body = [0u8; 160];
+        let mut body = [0u8; 160 + 4 + 1 + MAX_CID];
         let mut w = Writer::new(&mut body);
         ServerHello {
             version: ProtocolVersion::DTLS_1_2,
@@ -958,6 +997,10 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             client_x509: false,
             own_chain: [0; MAX_CHAIN],
             own_chain_len: 0,
+            own_cid: [0; MAX_CID],
+            own_cid_len: 0,
+            peer_cid: [0; MAX_CID],
+            peer_cid_len: 0,
             ephemeral: None,
             peer_point: [0; 65],
             state: if role == Role::Client {
@@ -1057,7 +1100,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         if let State::Failed(e) = self.state {
             return Err(e);
         }
-        for rec in Records::new(datagram) {
+        for rec in Records::with_cid(datagram, self.own_cid_len) {
             let Ok(rec) = rec else {
                 self.dropped += 1;
                 break;
@@ -1086,6 +1129,17 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let window = &self.replay[h.epoch as usize];
         window.check(h.sequence)?;
         let mut buf = [0u8; MAX_DATAGRAM];
+        // With a connection ID of ours, protected records must carry it (RFC 9146 §4); without
+        // one, no record may.
+        let cid_record = h.content_type == ContentType::TLS12_CID;
+        if cid_record != (h.epoch > 0 && self.own_cid_len > 0) {
+            // Unauthenticated, so dropped like a record that fails its MAC.
+            return Err(Error::BadRecordMac);
+        }
+        if cid_record && rec.cid != &self.own_cid[..self.own_cid_len] {
+            return Err(Error::BadRecordMac);
+        }
+        let mut h = h;
         let plain: &[u8] = if h.epoch == 0 {
             rec.fragment
         } else {
@@ -1094,7 +1148,13 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 .get_mut(..rec.fragment.len())
                 .ok_or(Error::RecordOverflow)?;
             frag.copy_from_slice(rec.fragment);
-            protection::open(&self.crypto, &keys.read, &h, frag)?
+            if cid_record {
+                let (real, plain) = protection::open_cid(&self.crypto, &keys.read, &h, rec.cid, frag)?;
+                h.content_type = real;
+                plain
+            } else {
+                protection::open(&self.crypto, &keys.read, &h, frag)?
+            }
         };
         // Authenticated (or epoch 0): now the window may move.
         self.replay[h.epoch as usize].accept(h.sequence);
@@ -1257,6 +1317,16 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 }
                 self.client_rpk = sh.extensions.get(ExtensionType::CLIENT_CERTIFICATE_TYPE)
                     == Some(&[RAW_PUBLIC_KEY][..]);
+                if let Some(d) = sh.extensions.get(ExtensionType::CONNECTION_ID) {
+                    if !self.config.connection_id {
+                        return Err(Error::IllegalParameter("unrequested connection_id"));
+                    }
+                    let mut r = Reader::new(d);
+                    let theirs = r.vec8(0, MAX_CID, "connection_id")?;
+                    r.finish("connection_id")?;
+                    self.peer_cid[..theirs.len()].copy_from_slice(theirs);
+                    self.peer_cid_len = theirs.len();
+                }
                 self.server_random = *sh.random;
                 self.add_transcript(m)?;
                 self.stop_timer();
@@ -1511,6 +1581,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         &self.identity[..self.identity_len]
     }
 
+    /// The connection ID the peer puts in its records to us (RFC 9146), if negotiated.
+    pub fn connection_id(&self) -> &[u8] {
+        &self.own_cid[..self.own_cid_len]
+    }
+
     /// The peer's raw public key, once authenticated (for authorization by identity).
     pub fn peer_public_key(&self) -> Option<&PublicKey> {
         self.peer_key.as_ref()
@@ -1659,6 +1734,10 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 }
             }
         }
+        if self.config.connection_id {
+            // connection_id with an empty ID: "send me plain records, I will use yours".
+            w.bytes(&[0x00, 0x36, 0x00, 0x01, 0x00])?;
+        }
         let en = w.len();
         let mut body = [0u8; 128 + 255];
         let mut w = Writer::new(&mut body);
@@ -1746,6 +1825,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 HEADER_LEN
             } else {
                 aead_of(self.suite).overhead()
+                    + if self.peer_cid_len > 0 { self.peer_cid_len + 1 } else { 0 }
             };
             if m.content_type != ContentType::HANDSHAKE {
                 let mut rec = [0u8; 64];
@@ -1821,6 +1901,10 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         } else {
             let keys = self.keys.as_ref().ok_or(Error::NotEstablished)?;
             self.write_epoch = 1;
+            if self.peer_cid_len > 0 {
+                let cid = &self.peer_cid[..self.peer_cid_len];
+                return protection::seal_cid(&self.crypto, &keys.write, ct, 1, seq, cid, plain, out);
+            }
             protection::seal(&self.crypto, &keys.write, ct, 1, seq, plain, out)
         }
     }

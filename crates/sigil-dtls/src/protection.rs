@@ -148,3 +148,118 @@ pub fn open<'a, C: CryptoProvider + ?Sized>(
     r.map_err(|_| Error::BadRecordMac)?;
     Ok(body)
 }
+
+/// RFC 9146 §5 additional data of a `tls12_cid` record.
+fn cid_additional_data(
+    h: &RecordHeader,
+    cid: &[u8],
+    inner_len: usize,
+    out: &mut [u8; 8 + 3 + 10 + 255 + 2],
+) -> Result<usize, Error> {
+    let mut w = Writer::new(out);
+    w.bytes(&[0xff; 8])?;
+    w.u8(ContentType::TLS12_CID.0)?;
+    w.u8(u8::try_from(cid.len()).map_err(|_| Error::IllegalParameter("connection ID"))?)?;
+    w.u8(ContentType::TLS12_CID.0)?;
+    w.u16(h.version.0)?;
+    w.u16(h.epoch)?;
+    w.u48(h.sequence)?;
+    w.bytes(cid)?;
+    w.u16(u16::try_from(inner_len).map_err(|_| Error::RecordOverflow)?)?;
+    Ok(w.len())
+}
+
+/// Writes a `tls12_cid` record (RFC 9146 §4): the header names the connection ID `cid`, the
+/// encrypted `DTLSInnerPlaintext` is `plaintext || real content type` (no padding).
+#[allow(clippy::too_many_arguments)]
+pub fn seal_cid<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    keys: &RecordKeys,
+    content_type: ContentType,
+    epoch: u16,
+    sequence: u64,
+    cid: &[u8],
+    plaintext: &[u8],
+    out: &mut [u8],
+) -> Result<usize, Error> {
+    let tag_len = keys.aead.tag_len();
+    let inner_len = plaintext.len() + 1;
+    let head = HEADER_LEN + cid.len();
+    let total = head + EXPLICIT_NONCE_LEN + inner_len + tag_len;
+    if out.len() < total {
+        return Err(Error::BufferTooSmall);
+    }
+    let length = u16::try_from(EXPLICIT_NONCE_LEN + inner_len + tag_len)
+        .map_err(|_| Error::RecordOverflow)?;
+    let header = RecordHeader {
+        content_type: ContentType::TLS12_CID,
+        version: ProtocolVersion::DTLS_1_2,
+        epoch,
+        sequence,
+        length,
+    };
+    let explicit = header.seq_num();
+    let mut w = Writer::new(out);
+    w.u8(ContentType::TLS12_CID.0)?;
+    w.u16(header.version.0)?;
+    w.u16(epoch)?;
+    w.u48(sequence)?;
+    w.bytes(cid)?;
+    w.u16(length)?;
+    w.bytes(&explicit)?;
+    w.bytes(plaintext)?;
+    w.u8(content_type.0)?;
+    let mut aad = [0u8; 8 + 3 + 10 + 255 + 2];
+    let an = cid_additional_data(&header, cid, inner_len, &mut aad)?;
+    let start = head + EXPLICIT_NONCE_LEN;
+    let body = &mut out[start..start + inner_len];
+    let n = nonce(keys, &explicit);
+    match keys.aead {
+        Aead::Ccm8 => {
+            let tag = crypto.aes128_ccm8_seal(&keys.key, &n, &aad[..an], body)?;
+            out[total - tag_len..total].copy_from_slice(&tag);
+        }
+        Aead::Gcm => {
+            let tag = crypto.aes128_gcm_seal(&keys.key, &n, &aad[..an], body)?;
+            out[total - tag_len..total].copy_from_slice(&tag);
+        }
+    }
+    Ok(total)
+}
+
+/// Authenticates and decrypts a `tls12_cid` record's fragment in place; returns the real
+/// content type and the plaintext. Failures are [`Error::BadRecordMac`].
+pub fn open_cid<'a, C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    keys: &RecordKeys,
+    header: &RecordHeader,
+    cid: &[u8],
+    fragment: &'a mut [u8],
+) -> Result<(ContentType, &'a [u8]), Error> {
+    let tag_len = keys.aead.tag_len();
+    if fragment.len() < EXPLICIT_NONCE_LEN + tag_len + 1 {
+        return Err(Error::BadRecordMac);
+    }
+    let (explicit, rest) = fragment.split_at_mut(EXPLICIT_NONCE_LEN);
+    let explicit: [u8; 8] = (&*explicit).try_into().map_err(|_| Error::BadRecordMac)?;
+    let inner_len = rest.len() - tag_len;
+    let (body, tag) = rest.split_at_mut(inner_len);
+    let mut aad = [0u8; 8 + 3 + 10 + 255 + 2];
+    let an = cid_additional_data(header, cid, inner_len, &mut aad)?;
+    let n = nonce(keys, &explicit);
+    let r = match keys.aead {
+        Aead::Ccm8 => {
+            let tag: [u8; CCM8_TAG_LEN] = (&*tag).try_into().map_err(|_| Error::BadRecordMac)?;
+            crypto.aes128_ccm8_open(&keys.key, &n, &aad[..an], body, &tag)
+        }
+        Aead::Gcm => {
+            let tag: [u8; GCM_TAG_LEN] = (&*tag).try_into().map_err(|_| Error::BadRecordMac)?;
+            crypto.aes128_gcm_open(&keys.key, &n, &aad[..an], body, &tag)
+        }
+    };
+    r.map_err(|_| Error::BadRecordMac)?;
+    // DTLSInnerPlaintext: content, real type, zero padding (RFC 9146 §4).
+    let end = body.iter().rposition(|b| *b != 0).ok_or(Error::UnexpectedMessage("empty DTLSInnerPlaintext"))?;
+    let real = ContentType(body[end]);
+    Ok((real, &body[..end]))
+}

@@ -42,6 +42,8 @@ impl RecordHeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Record<'a> {
     pub header: RecordHeader,
+    /// The connection ID of a `tls12_cid` record (RFC 9146 §4), empty otherwise.
+    pub cid: &'a [u8],
     pub fragment: &'a [u8],
 }
 
@@ -52,11 +54,22 @@ impl<'a> Record<'a> {
     /// ClientHello record, RFC 6347 §4.2.1), the length against the datagram and
     /// [`MAX_FRAGMENT`]. Records with a connection ID (content type 25) are not parsed here.
     pub fn parse(buf: &'a [u8]) -> Result<(Self, &'a [u8]), Error> {
+        Self::parse_with_cid(buf, 0)
+    }
+
+    /// Parses a record where `tls12_cid` records carry a `cid_len`-byte connection ID (the
+    /// length this side chose for the IDs it receives; RFC 9146 §4).
+    pub fn parse_with_cid(buf: &'a [u8], cid_len: usize) -> Result<(Self, &'a [u8]), Error> {
         let mut r = Reader::new(buf);
         let content_type = ContentType(r.u8("record header")?);
         let version = ProtocolVersion(r.u16("record header")?);
         let epoch = r.u16("record header")?;
         let sequence = r.u48("record header")?;
+        let cid = if content_type == ContentType::TLS12_CID {
+            r.take(cid_len, "record connection ID")?
+        } else {
+            &[]
+        };
         let length = r.u16("record header")?;
         if version != ProtocolVersion::DTLS_1_2 && version != ProtocolVersion::DTLS_1_0 {
             return Err(Error::BadRecordVersion(version.0));
@@ -74,6 +87,7 @@ impl<'a> Record<'a> {
                     sequence,
                     length,
                 },
+                cid,
                 fragment,
             },
             r.rest(),
@@ -85,13 +99,20 @@ impl<'a> Record<'a> {
 /// After the first malformed record the rest of the datagram is unusable and iteration stops.
 pub struct Records<'a> {
     rest: &'a [u8],
+    cid_len: usize,
     failed: bool,
 }
 
 impl<'a> Records<'a> {
     pub fn new(datagram: &'a [u8]) -> Self {
+        Self::with_cid(datagram, 0)
+    }
+
+    /// Records of a datagram whose `tls12_cid` records carry `cid_len`-byte IDs.
+    pub fn with_cid(datagram: &'a [u8], cid_len: usize) -> Self {
         Self {
             rest: datagram,
+            cid_len,
             failed: false,
         }
     }
@@ -104,7 +125,7 @@ impl<'a> Iterator for Records<'a> {
         if self.rest.is_empty() || self.failed {
             return None;
         }
-        match Record::parse(self.rest) {
+        match Record::parse_with_cid(self.rest, self.cid_len) {
             Ok((rec, rest)) => {
                 self.rest = rest;
                 Some(Ok(rec))

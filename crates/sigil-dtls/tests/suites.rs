@@ -229,3 +229,78 @@ fn a_psk_only_server_refuses_a_client_offering_only_ecdhe_psk_without_p256() {
     assert!(s.is_none());
     assert_eq!(errors, vec![Error::NoCommonCipherSuite]);
 }
+
+#[test]
+fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
+    let config = Config { connection_id: true, ..Config::default() };
+    let mut c = Connection::connect(
+        RustCrypto,
+        Keys,
+        config,
+        &mut Counter(11),
+        Credentials::Psk { identity: b"sensor-1", key: b"0123456789abcdef" },
+        0,
+    )
+    .unwrap();
+    let cid = [0xc1, 0xd0, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05];
+    let offer = ServerCredentials { psk: true, connection_id: &cid, ..ServerCredentials::NONE };
+    let (s, errors, seen) = run(&mut c, |d| {
+        Connection::accept(RustCrypto, Keys, Config::default(), &offer, &mut Counter(12), d, 2)
+    });
+    let mut s = s.unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(c.is_established() && s.is_established());
+    assert_eq!(s.connection_id(), &cid);
+    // The client's Finished went out as a tls12_cid record naming the server's ID.
+    let cid_records: Vec<_> = seen
+        .iter()
+        .flat_map(|d| sigil_dtls::record::Records::with_cid(d, cid.len()))
+        .filter_map(Result::ok)
+        .filter(|r| r.header.content_type == ContentType::TLS12_CID)
+        .map(|r| r.cid.to_vec())
+        .collect();
+    assert_eq!(cid_records, vec![cid.to_vec()], "exactly the client's Finished");
+    // Application data: 8 + 1 more bytes than without the ID.
+    let n = exchange(&mut c, &mut s, b"reading");
+    assert_eq!(n - b"reading".len(), 13 + 8 + 8 + cid.len() + 1);
+    // The same record with the ID flipped, or re-framed without the ID, is dropped.
+    c.send(b"again").unwrap();
+    let rec = drain(&mut c).remove(0);
+    let mut other = rec.clone();
+    other[11] ^= 0xff;
+    let before = s.dropped;
+    s.handle_datagram(5, &other).unwrap();
+    let mut plain = rec[..11].to_vec();
+    plain[0] = ContentType::APPLICATION_DATA.0;
+    plain.extend_from_slice(&rec[19..]);
+    s.handle_datagram(5, &plain).unwrap();
+    assert_eq!(s.dropped, before + 2);
+    let mut buf = [0u8; 64];
+    assert_eq!(s.poll_app_data(&mut buf), None);
+    s.handle_datagram(5, &rec).unwrap();
+    assert_eq!(s.poll_app_data(&mut buf), Some(5));
+    assert!(s.is_established());
+}
+
+#[test]
+fn without_an_offer_from_the_server_no_connection_id_is_used() {
+    let config = Config { connection_id: true, ..Config::default() };
+    let mut c = Connection::connect(
+        RustCrypto,
+        Keys,
+        config,
+        &mut Counter(13),
+        Credentials::Psk { identity: b"sensor-1", key: b"0123456789abcdef" },
+        0,
+    )
+    .unwrap();
+    let (s, errors, seen) = run(&mut c, |d| {
+        Connection::accept(RustCrypto, Keys, Config::default(), &PSK_OFFER, &mut Counter(14), d, 2)
+    });
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(s.unwrap().connection_id().is_empty());
+    assert!(seen
+        .iter()
+        .flat_map(|d| sigil_dtls::record::Records::new(d))
+        .all(|r| r.unwrap().header.content_type != ContentType::TLS12_CID));
+}

@@ -31,6 +31,9 @@ use std::time::Duration;
 /// dispatcher uses 512-byte blocks over DTLS so responses fit.
 pub const MAX_COAP_OVER_DTLS: usize = sigil_dtls::connection::MAX_APP_DATA;
 
+/// Length of the connection IDs the server hands out (RFC 9146): 8 random bytes.
+pub const CID_LEN: usize = 8;
+
 /// DTLS settings of the server.
 #[derive(Clone, Debug)]
 pub struct DtlsConfig {
@@ -147,6 +150,8 @@ type Conn = Connection<RustCrypto, SharedTrust>;
 
 struct Peer {
     conn: Box<Conn>,
+    /// The connection ID this server gave the peer (RFC 9146), if the peer took one.
+    cid: Option<[u8; CID_LEN]>,
     /// The caller's clock (ms) at creation and at the last authenticated datagram.
     created: u64,
     last_seen: u64,
@@ -168,6 +173,8 @@ pub struct SecureLayer {
     trust: SharedTrust,
     handshakes: HashMap<SocketAddr, Peer>,
     sessions: HashMap<SocketAddr, Peer>,
+    /// Sessions by connection ID, to follow a client whose address changed.
+    by_cid: HashMap<[u8; CID_LEN], SocketAddr>,
     stats: Stats,
     buf: Vec<u8>,
 }
@@ -189,6 +196,7 @@ impl SecureLayer {
             trust,
             handshakes: HashMap::new(),
             sessions: HashMap::new(),
+            by_cid: HashMap::new(),
             stats,
             buf: vec![0u8; MAX_DATAGRAM],
         }
@@ -253,9 +261,15 @@ impl SecureLayer {
             self.new_handshake(now, peer, datagram, out);
             return Vec::new();
         }
-        let Some(mut p) = self.sessions.remove(&peer) else {
-            self.count("dtls.no_session");
-            return Vec::new();
+        let (mut p, moved_from) = match self.sessions.remove(&peer) {
+            Some(p) => (p, None),
+            None => match self.session_by_cid(datagram) {
+                Some((old, p)) => (p, Some(old)),
+                None => {
+                    self.count("dtls.no_session");
+                    return Vec::new();
+                }
+            },
         };
         let before = p.conn.dropped;
         let r = p
@@ -264,19 +278,79 @@ impl SecureLayer {
             .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
         self.flush(peer, &mut p, out);
         if let Err(e) = r {
+            self.forget_cid(&p);
             self.count("dtls.session_closed");
             tracing::debug!(%peer, error = %e, "DTLS session ended");
             return Vec::new();
         }
-        if p.conn.dropped != before {
+        let authenticated = p.conn.dropped == before;
+        if !authenticated {
             self.count("dtls.records_dropped");
         }
-        let delivered = self.drain(peer, &mut p);
+        // A record from a new address moves the session only once it authenticated under
+        // the session's keys and passed its replay window (RFC 9146 §6).
+        let at = match moved_from {
+            Some(old) if !authenticated => old,
+            Some(_) => {
+                self.count("dtls.address_changed");
+                tracing::debug!(%peer, "DTLS session followed its connection ID to a new address");
+                peer
+            }
+            None => peer,
+        };
+        let delivered = if at == peer { self.drain(peer, &mut p) } else { Vec::new() };
         if !delivered.is_empty() {
             p.last_seen = now;
         }
-        self.sessions.insert(peer, p);
+        if let Some(cid) = p.cid {
+            self.by_cid.insert(cid, at);
+        }
+        if let Some(replaced) = self.sessions.insert(at, p) {
+            // The new address had a session of its own (another client behind a rebinding
+            // NAT): that one ends.
+            self.forget_cid(&replaced);
+        }
         delivered
+    }
+
+    /// The session a `tls12_cid` datagram from an unknown address names, taken out of the
+    /// table (with its old address).
+    fn session_by_cid(&mut self, datagram: &[u8]) -> Option<(SocketAddr, Peer)> {
+        if datagram.first() != Some(&25) || datagram.len() < 11 + CID_LEN + 2 {
+            return None;
+        }
+        let cid: [u8; CID_LEN] = datagram[11..11 + CID_LEN].try_into().ok()?;
+        let old = *self.by_cid.get(&cid)?;
+        match self.sessions.remove(&old) {
+            Some(p) if p.cid == Some(cid) => Some((old, p)),
+            Some(p) => {
+                self.sessions.insert(old, p);
+                self.by_cid.remove(&cid);
+                None
+            }
+            None => {
+                self.by_cid.remove(&cid);
+                None
+            }
+        }
+    }
+
+    fn forget_cid(&mut self, p: &Peer) {
+        if let Some(cid) = p.cid {
+            self.by_cid.remove(&cid);
+        }
+    }
+
+    /// A connection ID no session holds.
+    fn fresh_cid(&self) -> Option<[u8; CID_LEN]> {
+        for _ in 0..8 {
+            let mut cid = [0u8; CID_LEN];
+            OsRng.fill(&mut cid).ok()?;
+            if !self.by_cid.contains_key(&cid) {
+                return Some(cid);
+            }
+        }
+        None
     }
 
     /// Protects one CoAP message for an established session.
@@ -395,7 +469,9 @@ impl SecureLayer {
             return;
         }
         let chain: Vec<&[u8]> = self.config.certificate_chain.iter().map(Vec::as_slice).collect();
+        let cid = self.fresh_cid();
         let offer = ServerCredentials {
+            connection_id: cid.as_ref().map_or(&[][..], |c| &c[..]),
             psk: self.config.psk,
             key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
             require_client_key: self.config.require_client_auth,
@@ -412,7 +488,12 @@ impl SecureLayer {
             now,
         ) {
             Ok(conn) => {
+                let took_cid = !conn.connection_id().is_empty();
+                if took_cid {
+                    self.count("dtls.connection_id");
+                }
                 let mut p = Peer {
+                    cid: cid.filter(|_| took_cid),
                     conn: Box::new(conn),
                     created: now,
                     last_seen: now,
@@ -447,6 +528,9 @@ impl SecureLayer {
             for _ in self.sessions.len()..before {
                 self.count("dtls.session_evicted_idle");
             }
+            let sessions = &self.sessions;
+            self.by_cid
+                .retain(|cid, addr| sessions.get(addr).is_some_and(|p| p.cid == Some(*cid)));
         }
         self.handshakes.len() < self.config.max_handshakes
             && self.sessions.len() + self.handshakes.len() < self.config.max_sessions
@@ -468,8 +552,12 @@ impl SecureLayer {
         tracing::debug!(%peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
         p.last_seen = now;
         let delivered = self.drain(peer, &mut p);
-        if self.sessions.insert(peer, p).is_some() {
+        if let Some(cid) = p.cid {
+            self.by_cid.insert(cid, peer);
+        }
+        if let Some(old) = self.sessions.insert(peer, p) {
             self.count("dtls.session_replaced");
+            self.forget_cid(&old);
         }
         delivered
     }

@@ -519,3 +519,61 @@ fn a_rebooted_client_replaces_its_session_after_a_new_handshake() {
     run(&mut s, &mut [&mut c2], &mut now, 100);
     assert_eq!(Message::parse(c2.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
 }
+
+#[test]
+fn a_connection_id_keeps_the_session_across_an_address_change() {
+    let mut s = Server::new(|_| {});
+    let (dev, _) = device(90, SignatureAlgorithm::Ed25519);
+    s.provision(dev.identity(), Some(&[9; 16]));
+    let text = dev.identity().to_string();
+    let mut now = 0;
+    let config = Config { connection_id: true, ..Config::default() };
+    let conn = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        config,
+        &mut Seeded(91),
+        Credentials::Psk { identity: text.as_bytes(), key: &[9; 16] },
+        now,
+    )
+    .unwrap();
+    let mut c = Client::new(90, Credentials::Psk { identity: b"x", key: &[1; 16] }, 1, now);
+    c.conn = conn;
+    run(&mut s, &mut [&mut c], &mut now, 1_000);
+    assert!(c.conn.is_established());
+    // The device wakes up behind a new address (NAT rebinding, new 6LoWPAN route).
+    let old = c.addr;
+    c.addr = addr(91);
+    c.conn.send(&coap_get(".well-known/core", 5)).unwrap();
+    let first = c.outgoing(now);
+    let captured = first[0].1.clone();
+    run_with(&mut s, &mut c, &mut now, first);
+    assert_eq!(Message::parse(c.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    assert_eq!(s.count("dtls.address_changed"), 1);
+    assert_eq!(s.layer.sessions(), 1);
+    assert!(s.layer.session_auth(&c.addr).is_some() && s.layer.session_auth(&old).is_none());
+    // An attacker replaying that record from a third address does not move the session.
+    let replies = s.handle(now, vec![(addr(92), captured)]);
+    assert!(replies.is_empty());
+    assert_eq!(s.count("dtls.address_changed"), 1);
+    assert!(s.layer.session_auth(&c.addr).is_some());
+    // A record naming an unknown connection ID is dropped and counted.
+    let mut forged = c.outgoing(now);
+    assert!(forged.is_empty());
+    c.conn.send(&coap_get(".well-known/core", 6)).unwrap();
+    forged = c.outgoing(now);
+    forged[0].1[11] ^= 0xff;
+    forged[0].0 = addr(93);
+    let before = s.count("dtls.no_session");
+    assert!(s.handle(now, forged).is_empty());
+    assert_eq!(s.count("dtls.no_session"), before + 1);
+}
+
+/// Delivers `sent` (already taken from the client) and runs until quiet.
+fn run_with(s: &mut Server, c: &mut Client, now: &mut u64, sent: Vec<(SocketAddr, Vec<u8>)>) {
+    for (to, bytes) in s.handle(*now, sent) {
+        assert_eq!(to, c.addr, "answers go to the new address");
+        c.incoming(*now, &bytes);
+    }
+    run(s, &mut [c], now, 100);
+}

@@ -4,6 +4,7 @@
 //   java SigilClient psk <uri> <identity> <key-hex>
 //   java SigilClient ecdhe-psk <uri> <identity> <key-hex>
 //   java SigilClient rpk-gcm <uri> <pkcs8-private-key.der> <spki-public-key.der>
+// An optional fifth argument cid=N asks for RFC 9146 connection IDs.
 //   java SigilClient rpk <uri> <pkcs8-private-key.der> <spki-public-key.der>
 
 import java.nio.file.Files;
@@ -36,13 +37,17 @@ public class SigilClient {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 4) {
+        if (args.length != 4 && args.length != 5) {
             System.err.println("usage: psk|ecdhe-psk <uri> <identity> <key-hex> | rpk|rpk-gcm <uri> <pkcs8.der> <spki.der>");
             System.exit(64);
         }
         Configuration config = Configuration.createStandardWithoutFile();
         config.set(DtlsConfig.DTLS_ROLE, DtlsConfig.DtlsRole.CLIENT_ONLY);
         config.set(CoapConfig.MAX_RESOURCE_BODY_SIZE, 65536);
+        if (args.length == 5 && args[4].startsWith("cid=")) {
+            // RFC 9146 connection ID of this length for records to us (0: use the server's only).
+            config.set(DtlsConfig.DTLS_CONNECTION_ID_LENGTH, Integer.parseInt(args[4].substring(4)));
+        }
         DtlsConnectorConfig.Builder b;
         if (args[0].equals("psk") || args[0].equals("ecdhe-psk")) {
             config.set(DtlsConfig.DTLS_CIPHER_SUITES, List.of(args[0].equals("psk")
