@@ -336,6 +336,7 @@ pub async fn run(
             readings,
         });
     }
+    client.close().await;
     Ok(report)
 }
 

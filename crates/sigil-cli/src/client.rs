@@ -63,6 +63,11 @@ impl CoapClient {
         }
     }
 
+    /// Ends a coaps:// session (close_notify); nothing for coap://.
+    pub async fn close(&mut self) {
+        self.transport.close().await;
+    }
+
     /// Sends raw bytes to the server (for tools that craft their own datagrams).
     pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
         self.transport.send(bytes).await

@@ -655,6 +655,7 @@ async fn run(cmd: Command) -> Result<i32> {
             let t = transport::Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
             let mut c = client::CoapClient::over(t, sigil_coap::TransmissionParameters::default());
             let r = c.get(&uri.path, &[]).await?;
+            c.close().await;
             eprintln!("{}", r.code);
             use std::io::Write;
             std::io::stdout().write_all(&r.payload)?;

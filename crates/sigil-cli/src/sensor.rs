@@ -27,6 +27,8 @@ pub struct SensorReport {
     pub retransmissions: u32,
     /// DTLS handshakes completed (coaps:// only): 1, plus one per reconnect.
     pub dtls_handshakes: u32,
+    /// Of those, abbreviated handshakes that resumed the previous session.
+    pub dtls_resumed: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -174,7 +176,9 @@ pub async fn run<S: DeviceStorage>(
             _ = stop.changed(), if !stopped => {}
         }
     }
+    transport.close().await;
     report.retransmissions = device.stats.retransmissions;
     report.dtls_handshakes = transport.handshakes;
+    report.dtls_resumed = transport.resumed;
     Ok(report)
 }

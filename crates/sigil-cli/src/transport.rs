@@ -72,6 +72,10 @@ pub struct Transport {
     buf: Vec<u8>,
     /// Completed DTLS handshakes (1 after `open`, more after reconnects).
     pub handshakes: u32,
+    /// Of those, abbreviated ones that resumed the previous session.
+    pub resumed: u32,
+    /// The session of the last handshake, offered for resumption on reconnect.
+    resumable: Option<sigil_dtls::connection::Session>,
 }
 
 impl Transport {
@@ -94,6 +98,8 @@ impl Transport {
             inbox: VecDeque::new(),
             buf: vec![0u8; 65_536],
             handshakes: 0,
+            resumed: 0,
+            resumable: None,
         };
         if t.security.is_secure() {
             t.handshake().await?;
@@ -154,17 +160,14 @@ impl Transport {
             Security::Certificate { anchors, .. } => anchors.clone(),
             _ => Vec::new(),
         };
-        let mut conn = Box::new(
-            Connection::connect(
-                RustCrypto,
-                PinnedServer(pinned, anchors),
-                self.config,
-                &mut crate::util::OsRng,
-                credentials,
-                self.now(),
-            )
-            .map_err(|e| anyhow!("DTLS: {e}"))?,
-        );
+        let trust = PinnedServer(pinned, anchors);
+        let now = self.now();
+        let rng = &mut crate::util::OsRng;
+        let conn = match &self.resumable {
+            Some(s) => Connection::resume(RustCrypto, trust, self.config, rng, credentials, s, now),
+            None => Connection::connect(RustCrypto, trust, self.config, rng, credentials, now),
+        };
+        let mut conn = Box::new(conn.map_err(|e| anyhow!("DTLS: {e}"))?);
         self.inbox.clear();
         loop {
             self.flush(&mut conn).await?;
@@ -193,6 +196,10 @@ impl Transport {
         }
         self.drain(&mut conn);
         self.flush(&mut conn).await?;
+        if conn.resumed() {
+            self.resumed += 1;
+        }
+        self.resumable = conn.session();
         self.session = Some(conn);
         self.handshakes += 1;
         tracing::debug!(server = %self.server, "DTLS session established");
@@ -266,6 +273,15 @@ impl Transport {
                 let _ = self.socket.try_send_to(&out[..n], self.server);
             }
             self.session = Some(conn);
+        }
+    }
+
+    /// Ends the DTLS session with close_notify, so the server frees it at once.
+    pub async fn close(&mut self) {
+        if let Some(mut conn) = self.session.take() {
+            if conn.close().is_ok() {
+                let _ = self.flush(&mut conn).await;
+            }
         }
     }
 

@@ -202,6 +202,12 @@ pub struct ServerCredentials<'a> {
     /// The connection ID this server wants in the client's records (RFC 9146), unique among
     /// its sessions; used when the client offers the extension. Empty: none.
     pub connection_id: &'a [u8],
+    /// Give each full handshake a session ID so the client may resume it later.
+    pub issue_session_ids: bool,
+    /// The cached session the ClientHello asks for ([`requested_session`]), if the caller
+    /// has it: the handshake is then abbreviated, after the peer's credentials are checked
+    /// against [`Trust`] again.
+    pub resume: Option<&'a Session>,
 }
 
 impl ServerCredentials<'_> {
@@ -213,6 +219,8 @@ impl ServerCredentials<'_> {
         #[cfg(feature = "x509")]
         chain: None,
         connection_id: &[],
+        issue_session_ids: false,
+        resume: None,
     };
 }
 
@@ -400,6 +408,32 @@ fn plaintext_record(
     }
     .write(&mut hw)?;
     Ok(n)
+}
+
+/// What a full handshake leaves for an abbreviated one (RFC 5246 §7.3; RFC 7627 §5.3: the
+/// master secret is an extended one). Keep it as secret as a key.
+#[derive(Clone)]
+pub struct Session {
+    pub id: [u8; 32],
+    pub suite: CipherSuite,
+    pub master: [u8; 48],
+    /// What the peer authenticated with: its PSK identity, or its public key.
+    pub psk_identity: [u8; 128],
+    pub psk_identity_len: usize,
+    pub peer_key: Option<PublicKey>,
+}
+
+impl core::fmt::Debug for Session {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Session({:?}, <secret>)", self.suite)
+    }
+}
+
+/// The session ID a ClientHello datagram asks to resume (for the server's cache lookup).
+pub fn requested_session(datagram: &[u8]) -> Option<[u8; 32]> {
+    let (_, f) = first_client_hello(datagram).ok()?;
+    let ch = ClientHello::parse(f.body).ok()?;
+    ch.session_id.try_into().ok()
 }
 
 /// How a suite authenticates and agrees on keys.
@@ -629,6 +663,11 @@ pub struct Connection<C, T = NoTrust> {
     own_cid_len: usize,
     peer_cid: [u8; MAX_CID],
     peer_cid_len: usize,
+    /// The session ID of this handshake (empty: not resumable), and whether it is an
+    /// abbreviated one (client: asked to resume; then whether the server agreed).
+    session_id: [u8; 32],
+    session_id_len: usize,
+    resuming: bool,
     /// This side's ephemeral ECDH secret (server: from its ServerKeyExchange).
     ephemeral: Option<AgreementSecret>,
     /// Client: the server's ephemeral point.
@@ -707,6 +746,58 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         Ok(c)
     }
 
+    /// Like [`Connection::connect`], asking to resume `session` (abbreviated handshake: no
+    /// key exchange, no signatures). If the server no longer has it, the handshake falls back
+    /// to a full one with `credentials`.
+    pub fn resume(
+        crypto: C,
+        trust: T,
+        config: Config,
+        rng: &mut dyn Rng,
+        credentials: Credentials<'_>,
+        session: &Session,
+        now: u64,
+    ) -> Result<Self, Error> {
+        let mut c = Self::connect(crypto, trust, config, rng, credentials, now)?;
+        if session.suite != c.suite {
+            return Ok(c);
+        }
+        c.session_id = session.id;
+        c.session_id_len = 32;
+        c.master = session.master;
+        c.peer_key = session.peer_key;
+        c.resuming = true;
+        // Replace the queued ClientHello with one naming the session.
+        c.queue = Queue::new();
+        c.transcript_len = 0;
+        c.next_send_msg = 0;
+        c.write_seq[0] = 0;
+        c.send_client_hello(&[], now)?;
+        Ok(c)
+    }
+
+    /// Whether this connection was an abbreviated handshake that resumed a session.
+    pub fn resumed(&self) -> bool {
+        self.resuming && self.is_established()
+    }
+
+    /// The session a later handshake may resume, once established with a session ID.
+    pub fn session(&self) -> Option<Session> {
+        if !self.is_established() || self.session_id_len != 32 {
+            return None;
+        }
+        let mut psk_identity = [0u8; 128];
+        psk_identity[..self.identity_len].copy_from_slice(&self.identity[..self.identity_len]);
+        Some(Session {
+            id: self.session_id,
+            suite: self.suite,
+            master: self.master,
+            psk_identity,
+            psk_identity_len: self.identity_len,
+            peer_key: self.peer_key,
+        })
+    }
+
     fn set_psk(&mut self, identity: &[u8], key: &[u8]) -> Result<(), Error> {
         if identity.len() > 128 || key.is_empty() || key.len() > MAX_PSK_LEN {
             return Err(Error::Decode("PSK identity or key length"));
@@ -771,6 +862,26 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let client_rpk = rpk_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
         // Client certificates only on a server configured with certificates itself.
         let client_x509 = !client_rpk && have_chain && x509_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
+        // Resumption (RFC 5246 §7.3): the cached session the client names, if its peer is
+        // still trusted and the client still offers its suite.
+        let resume = offer.resume.filter(|sess| {
+            ch.session_id == sess.id
+                && ch.cipher_suites().any(|s| s == sess.suite)
+                && match kx_of(sess.suite) {
+                    Kx::Psk | Kx::EcdhePsk => {
+                        let mut k = [0u8; MAX_PSK_LEN];
+                        trust
+                            .psk(&sess.psk_identity[..sess.psk_identity_len], &mut k)
+                            .is_some()
+                    }
+                    // A client key must still be trusted as a key: a session from a certificate
+                    // whose key `Trust` does not know otherwise takes a full handshake.
+                    Kx::EcdheEcdsa => match &sess.peer_key {
+                        Some(key) => trust.trusted_key(key),
+                        None => !offer.require_client_key,
+                    },
+                }
+        });
         // The client's preference order decides among the suites this server offers.
         let suite = ch
             .cipher_suites()
@@ -791,7 +902,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                             .is_some_and(|k| offers_scheme(&ch, scheme_of(k.algorithm())))
                         && (!offer.require_client_key || client_rpk || client_x509))
             })
+            .or(resume.map(|sess| sess.suite))
             .ok_or(Error::NoCommonCipherSuite)?;
+        let suite = resume.map_or(suite, |sess| sess.suite);
         let mut c = Self::blank(crypto, trust, config, Role::Server);
         c.suite = suite;
         c.client_random = *ch.random;
@@ -823,6 +936,35 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             }
         }
         let cid_ext = &cid_ext[..cid_ext_len];
+        if let Some(sess) = resume {
+            // Abbreviated handshake: ServerHello naming the session, ChangeCipherSpec,
+            // Finished; the client's ChangeCipherSpec and Finished end it.
+            c.session_id = sess.id;
+            c.session_id_len = 32;
+            c.resuming = true;
+            c.master = sess.master;
+            c.peer_key = sess.peer_key;
+            c.identity[..sess.psk_identity_len]
+                .copy_from_slice(&sess.psk_identity[..sess.psk_identity_len]);
+            c.identity_len = sess.psk_identity_len;
+            let points: &[u8] = if kx_of(suite) == Kx::Psk {
+                &[]
+            } else {
+                &[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00]
+            };
+            c.queue_server_hello(points, cid_ext)?;
+            c.install_keys();
+            c.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
+            let vd = keys::verify_data(&c.crypto, &c.master, Side::Server, &c.transcript_hash());
+            c.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
+            c.state = State::ExpectChangeCipherSpec;
+            c.send_flight(now, false)?;
+            return Ok(c);
+        }
+        if offer.issue_session_ids {
+            rng.fill(&mut c.session_id)?;
+            c.session_id_len = 32;
+        }
         if kx_of(suite) == Kx::Psk {
             // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
             // against sending one).
@@ -902,7 +1044,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         ServerHello {
             version: ProtocolVersion::DTLS_1_2,
             random: &self.server_random,
-            session_id: &[],
+            session_id: &self.session_id[..self.session_id_len],
             cipher_suite: self.suite,
             compression_method: 0,
             extensions: Extensions::parse(&ext[..en])?,
@@ -1001,6 +1143,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             own_cid_len: 0,
             peer_cid: [0; MAX_CID],
             peer_cid_len: 0,
+            session_id: [0; 32],
+            session_id_len: 0,
+            resuming: false,
             ephemeral: None,
             peer_point: [0; 65],
             state: if role == Role::Client {
@@ -1052,6 +1197,25 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             State::Failed(e) => Some(e),
             _ => None,
         }
+    }
+
+    /// Ends an established connection with a close_notify alert (RFC 5246 §7.2.1), queued
+    /// for sending; afterwards the connection sends and accepts nothing.
+    pub fn close(&mut self) -> Result<(), Error> {
+        if self.state != State::Established {
+            return Err(Error::NotEstablished);
+        }
+        let mut out = [0u8; 64];
+        let n = self.record(
+            ContentType::ALERT,
+            1,
+            &[AlertLevel::WARNING.0, AlertDescription::CLOSE_NOTIFY.0],
+            &mut out,
+        )?;
+        self.queue.push(&out[..n])?;
+        self.state = State::Failed(Error::PeerAlert(AlertDescription::CLOSE_NOTIFY.0));
+        self.timer = None;
+        Ok(())
     }
 
     /// The next datagram to send, if any.
@@ -1304,8 +1468,21 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                     return Err(Error::MissingExtendedMasterSecret);
                 }
                 check_renegotiation_info(sh.extensions, false)?;
+                let resumed = self.resuming
+                    && self.session_id_len == 32
+                    && sh.session_id == &self.session_id[..];
+                if !resumed {
+                    // A full handshake: whatever was cached is not used.
+                    self.resuming = false;
+                    self.peer_key = None;
+                    self.session_id_len = 0;
+                    if let Ok(id) = <[u8; 32]>::try_from(sh.session_id) {
+                        self.session_id = id;
+                        self.session_id_len = 32;
+                    }
+                }
                 let server_type = sh.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE);
-                if kx_of(self.suite) == Kx::EcdheEcdsa {
+                if kx_of(self.suite) == Kx::EcdheEcdsa && !resumed {
                     let ok = if self.server_x509 {
                         server_type.is_none() || server_type == Some(&[X509][..])
                     } else {
@@ -1330,6 +1507,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 self.server_random = *sh.random;
                 self.add_transcript(m)?;
                 self.stop_timer();
+                if resumed {
+                    self.install_keys();
+                    self.state = State::ExpectChangeCipherSpec;
+                    return Ok(());
+                }
                 self.state = match kx_of(self.suite) {
                     Kx::Psk => State::ExpectServerHelloDone,
                     Kx::EcdhePsk => State::ExpectServerKeyExchange,
@@ -1452,6 +1634,29 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 let proof = verify_finished(&self.crypto, &self.master, peer, &hash, m.body)?;
                 self.add_transcript(m)?;
                 match self.role {
+                    Role::Client if self.resuming => {
+                        // Abbreviated: our ChangeCipherSpec and Finished are the final flight.
+                        self.flight.clear();
+                        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
+                        let vd = keys::verify_data(
+                            &self.crypto,
+                            &self.master,
+                            Side::Client,
+                            &self.transcript_hash(),
+                        );
+                        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
+                        self.flight_is_final = true;
+                        self.send_flight(now, false)?;
+                        self.stop_timer();
+                        self.established(proof);
+                        Ok(())
+                    }
+                    Role::Server if self.resuming => {
+                        self.stop_timer();
+                        self.flight.clear();
+                        self.established(proof);
+                        Ok(())
+                    }
                     Role::Client => {
                         self.stop_timer();
                         self.flight.clear();
@@ -1613,6 +1818,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         };
         let session_hash = self.transcript_hash();
         self.master = keys::extended_master_secret(&self.crypto, &pre[..n], &session_hash);
+        self.install_keys();
+        Ok(())
+    }
+
+    /// The key block from the master secret and this handshake's randoms.
+    fn install_keys(&mut self) {
         let KeyBlock { client, server } = keys::key_block(
             &self.crypto,
             aead_of(self.suite),
@@ -1630,7 +1841,6 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 read: client,
             },
         });
-        Ok(())
     }
 
     fn client_final_flight(&mut self, now: u64) -> Result<(), Error> {
@@ -1739,11 +1949,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             w.bytes(&[0x00, 0x36, 0x00, 0x01, 0x00])?;
         }
         let en = w.len();
-        let mut body = [0u8; 128 + 255];
+        let mut body = [0u8; 128 + 255 + 40];
         let mut w = Writer::new(&mut body);
         ClientHelloParams {
             random: &self.client_random,
-            session_id: &[],
+            session_id: &self.session_id[..self.session_id_len],
             cookie,
             cipher_suites: &[self.suite],
             extensions: &ext[..en],

@@ -287,3 +287,85 @@ fn openssl_s_client_against_our_x509_server_mutual_small_mtu() {
 fn openssl_s_client_gcm_against_our_x509_server() {
     s_client_against_our_x509_server_with(true, None, "ECDHE-ECDSA-AES128-GCM-SHA256");
 }
+
+// ---- session resumption (abbreviated handshake) ----
+
+#[test]
+fn our_client_resumes_a_session_with_openssl_s_server() {
+    let port = free_port();
+    let server = Command::new("openssl")
+        .args(["s_server", "-dtls1_2", "-accept", &format!("127.0.0.1:{port}"), "-nocert"])
+        .args(["-psk", PSK_HEX, "-cipher", "PSK-AES128-CCM8", "-naccept", "2", "-quiet"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl is installed by scripts/install-test-deps");
+    std::thread::sleep(Duration::from_millis(400));
+    let creds = Credentials::Psk { identity: b"Client_identity", key: PSK };
+    let c = Connection::connect(RustCrypto, NoTrust, Config::default(), &mut TestRng::new(), creds, 0).unwrap();
+    // close_notify at the end, so s_server takes the next connection.
+    let (c, _, session) = common::run_client_with(c, port, b"first\n", true);
+    assert!(!c.resumed());
+    let session = session.expect("OpenSSL issues a session ID");
+    std::thread::sleep(Duration::from_millis(200));
+    let c = Connection::resume(RustCrypto, NoTrust, Config::default(), &mut TestRng::new(), creds, &session, 0).unwrap();
+    let (c, _) = run_client(c, port, b"resumed\n");
+    let out = kill(server);
+    assert!(c.resumed(), "state {:?}", c.state());
+    assert!(out.contains("first") && out.contains("resumed"), "s_server printed: {out:?}");
+}
+
+#[test]
+fn openssl_s_client_resumes_a_session_with_our_server() {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let sess_file = std::env::temp_dir().join(format!("sigil-ossl-sess-{}", std::process::id()));
+    let mut cache: Option<sigil_dtls::connection::Session> = None;
+    for round in 0..2 {
+        let mut args: Vec<String> = ["s_client", "-dtls1_2", "-connect", &format!("127.0.0.1:{port}")]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.extend(["-psk", PSK_HEX, "-psk_identity", "Client_identity", "-cipher", "PSK-AES128-CCM8", "-quiet"].map(String::from));
+        args.extend([if round == 0 { "-sess_out" } else { "-sess_in" }.to_string(), sess_file.display().to_string()]);
+        let mut client = Command::new("openssl")
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl is installed by scripts/install-test-deps");
+        let mut stdin = client.stdin.take().unwrap();
+        let cached = cache.clone();
+        let (conn, received) = serve_one(
+            &sock,
+            |d, now| {
+                let resume = cached
+                    .as_ref()
+                    .filter(|s| sigil_dtls::connection::requested_session(d) == Some(s.id));
+                let offer = ServerCredentials {
+                    psk: true,
+                    issue_session_ids: true,
+                    resume,
+                    ..ServerCredentials::NONE
+                };
+                Connection::accept(RustCrypto, Keys, Config::default(), &offer, &mut TestRng::new(), d, now).unwrap()
+            },
+            6,
+            || stdin.write_all(b"hello\n").unwrap(),
+        );
+        // Let s_client write its session file before it goes.
+        std::thread::sleep(Duration::from_millis(200));
+        kill(client);
+        let c = conn.expect("a ClientHello with a valid cookie arrived");
+        assert!(c.is_established(), "round {round}: state {:?}", c.state());
+        assert_eq!(received, b"hello\n");
+        assert_eq!(c.resumed(), round == 1, "round {round}");
+        assert_eq!(c.psk_identity(), b"Client_identity");
+        if round == 0 {
+            cache = c.session();
+        }
+    }
+    let _ = std::fs::remove_file(sess_file);
+}

@@ -18,11 +18,12 @@ use crate::service::{Credentials, PeerAuth};
 use crate::stats::Stats;
 use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
 use sigil_dtls::connection::{
-    Config, Connection, CookieKey, ServerCredentials, Stateless, Trust, MAX_DATAGRAM,
+    requested_session, Config, Connection, CookieKey, ServerCredentials, Session, Stateless, Trust,
+    MAX_DATAGRAM,
 };
 use sigil_dtls::keys::MAX_PSK_LEN;
 use sigil_identity::Identity;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -63,6 +64,9 @@ pub struct DtlsConfig {
     pub client_anchors: Vec<Vec<u8>>,
     /// The key `certificate_chain` certifies (replaces the server's stored raw key).
     pub certificate_key: Option<SecretKey>,
+    /// How long a session may be resumed (abbreviated handshake) after its full handshake;
+    /// the cache holds at most `max_sessions` entries, oldest dropped first.
+    pub session_lifetime: Duration,
 }
 
 impl DtlsConfig {
@@ -80,6 +84,7 @@ impl DtlsConfig {
             certificate_chain: Vec::new(),
             client_anchors: Vec::new(),
             certificate_key: None,
+            session_lifetime: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -175,6 +180,9 @@ pub struct SecureLayer {
     sessions: HashMap<SocketAddr, Peer>,
     /// Sessions by connection ID, to follow a client whose address changed.
     by_cid: HashMap<[u8; CID_LEN], SocketAddr>,
+    /// Resumable sessions by session ID, with the time they were made.
+    cache: HashMap<[u8; 32], (Session, u64)>,
+    cache_order: VecDeque<[u8; 32]>,
     stats: Stats,
     buf: Vec<u8>,
 }
@@ -197,6 +205,8 @@ impl SecureLayer {
             handshakes: HashMap::new(),
             sessions: HashMap::new(),
             by_cid: HashMap::new(),
+            cache: HashMap::new(),
+            cache_order: VecDeque::new(),
             stats,
             buf: vec![0u8; MAX_DATAGRAM],
         }
@@ -470,7 +480,14 @@ impl SecureLayer {
         }
         let chain: Vec<&[u8]> = self.config.certificate_chain.iter().map(Vec::as_slice).collect();
         let cid = self.fresh_cid();
+        let lifetime = self.config.session_lifetime.as_millis() as u64;
+        let resume: Option<Session> = requested_session(datagram)
+            .and_then(|id| self.cache.get(&id))
+            .filter(|(_, made)| now.saturating_sub(*made) < lifetime)
+            .map(|(s, _)| s.clone());
         let offer = ServerCredentials {
+            issue_session_ids: true,
+            resume: resume.as_ref(),
             connection_id: cid.as_ref().map_or(&[][..], |c| &c[..]),
             psk: self.config.psk,
             key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
@@ -549,6 +566,11 @@ impl SecureLayer {
                 .map(PeerAuth::Psk)
         };
         self.count("dtls.handshake_completed");
+        if p.conn.resumed() {
+            self.count("dtls.resumed");
+        } else if let Some(session) = p.conn.session() {
+            self.remember(session, now);
+        }
         tracing::debug!(%peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
         p.last_seen = now;
         let delivered = self.drain(peer, &mut p);
@@ -560,6 +582,22 @@ impl SecureLayer {
             self.forget_cid(&old);
         }
         delivered
+    }
+
+    /// Keeps a session for resumption, dropping the oldest beyond the cap.
+    fn remember(&mut self, session: Session, now: u64) {
+        let id = session.id;
+        if self.cache.insert(id, (session, now)).is_none() {
+            self.cache_order.push_back(id);
+        }
+        while self.cache.len() > self.config.max_sessions {
+            match self.cache_order.pop_front() {
+                Some(old) => {
+                    self.cache.remove(&old);
+                }
+                None => break,
+            }
+        }
     }
 
     /// Identities with a session (for tests and status).

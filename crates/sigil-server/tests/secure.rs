@@ -251,6 +251,11 @@ fn psk_device_registers_and_publishes_over_coaps() {
     assert_eq!(s.count("publish.accepted"), 3);
     assert_eq!(s.count("dtls.handshake_completed"), 1);
     assert!(s.layer.authenticated().contains(&id));
+    // close_notify frees the session at once.
+    c.conn.close().unwrap();
+    run(&mut s, &mut [&mut c], &mut now, 100);
+    assert_eq!(s.layer.sessions(), 0);
+    assert_eq!(s.count("dtls.session_closed"), 1);
 }
 
 #[test]
@@ -576,4 +581,52 @@ fn run_with(s: &mut Server, c: &mut Client, now: &mut u64, sent: Vec<(SocketAddr
         c.incoming(*now, &bytes);
     }
     run(s, &mut [c], now, 100);
+}
+
+#[test]
+fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
+    let mut s = Server::new(|_| {});
+    let (dev, _) = device(100, SignatureAlgorithm::Ed25519);
+    let id = *dev.identity();
+    s.provision(&id, Some(&[7; 16]));
+    let text = id.to_string();
+    let mut now = 0;
+    let mut c = Client::new(100, Credentials::Psk { identity: text.as_bytes(), key: &[7; 16] }, 101, now);
+    run(&mut s, &mut [&mut c], &mut now, 1_000);
+    let session = c.conn.session().expect("the server issues session IDs");
+    // Later, from another port (the device rebooted without a connection ID): resumed.
+    let mut r = Client::new(101, Credentials::Psk { identity: b"x", key: &[1; 16] }, 1, now);
+    r.conn = Connection::resume(
+        RustCrypto,
+        AnyServer,
+        Config::default(),
+        &mut Seeded(102),
+        Credentials::Psk { identity: text.as_bytes(), key: &[7; 16] },
+        &session,
+        now,
+    )
+    .unwrap();
+    run(&mut s, &mut [&mut r], &mut now, 1_000);
+    assert!(r.conn.resumed());
+    assert_eq!(s.count("dtls.resumed"), 1);
+    assert_eq!(s.layer.session_auth(&r.addr).map(|a| *a.identity()), Some(id));
+    r.conn.send(&coap_get(".well-known/core", 1)).unwrap();
+    run(&mut s, &mut [&mut r], &mut now, 100);
+    assert_eq!(Message::parse(r.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    // Revoked: the cached session is refused and the full handshake fails.
+    Store::open(&s.db).unwrap().revoke_identity(&id, NOW).unwrap();
+    let mut z = Client::new(102, Credentials::Psk { identity: b"x", key: &[1; 16] }, 1, now);
+    z.conn = Connection::resume(
+        RustCrypto,
+        AnyServer,
+        Config::default(),
+        &mut Seeded(103),
+        Credentials::Psk { identity: text.as_bytes(), key: &[7; 16] },
+        &session,
+        now,
+    )
+    .unwrap();
+    run(&mut s, &mut [&mut z], &mut now, 1_000);
+    assert!(!z.conn.is_established());
+    assert_eq!(s.count("dtls.resumed"), 1);
 }

@@ -57,10 +57,22 @@ fn ms(start: Instant) -> u64 {
 /// Runs a client connection against `port` until it is established, then sends `data` as one
 /// record and keeps serving for a moment; returns the connection and what the server sent.
 pub fn run_client<T: Trust>(
-    mut c: Connection<RustCrypto, T>,
+    c: Connection<RustCrypto, T>,
     port: u16,
     data: &[u8],
 ) -> (Connection<RustCrypto, T>, Vec<u8>) {
+    let (c, received, _) = run_client_with(c, port, data, false);
+    (c, received)
+}
+
+/// [`run_client`], then (with `close`) a close_notify from the same socket. Returns the
+/// session the connection had before closing.
+pub fn run_client_with<T: Trust>(
+    mut c: Connection<RustCrypto, T>,
+    port: u16,
+    data: &[u8],
+    close: bool,
+) -> (Connection<RustCrypto, T>, Vec<u8>, Option<sigil_dtls::connection::Session>) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(20)))
@@ -93,7 +105,13 @@ pub fn run_client<T: Trust>(
             break;
         }
     }
-    (c, received)
+    let session = c.session();
+    if close && c.close().is_ok() {
+        while let Some(n) = c.poll_transmit(&mut buf) {
+            let _ = sock.send(&buf[..n]);
+        }
+    }
+    (c, received, session)
 }
 
 /// Serves one peer on `sock`: stateless cookie exchange, then the connection `accept` makes,
