@@ -64,8 +64,8 @@ const MAX_CHAIN: usize = 0;
 pub const MAX_CID: usize = 16;
 /// certificate_type X509 (RFC 7250 §3).
 const X509: u8 = 0;
-/// Datagrams waiting to be sent.
-pub const MAX_QUEUED: usize = 8;
+/// Datagrams waiting to be sent (a flight at a small PMTU takes many).
+pub const MAX_QUEUED: usize = 16;
 /// HelloVerifyRequests a client answers in one handshake.
 const MAX_HELLO_VERIFY: u8 = 4;
 /// Largest datagram this side builds.
@@ -1384,7 +1384,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             }
             // A retransmitted CCS after the handshake: ignore.
             State::Established | State::ExpectFinished => Ok(()),
-            _ => Err(Error::UnexpectedMessage("ChangeCipherSpec")),
+            _ => Err(Error::UnexpectedChangeCipherSpec),
         }
     }
 
@@ -2023,6 +2023,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// handshake messages that do not fit, and queues them. Every transmission uses fresh
     /// record sequence numbers.
     fn send_flight(&mut self, now: u64, retransmission: bool) -> Result<(), Error> {
+        if self.state != State::Established {
+            // During the handshake the queue holds only flight datagrams, and any the caller
+            // has not sent yet belong to an earlier (re)transmission this one supersedes.
+            self.queue = Queue::new();
+        }
         let mut dgram = [0u8; MAX_DATAGRAM];
         let pmtu = self.config.pmtu.min(MAX_DATAGRAM);
         let mut used = 0;

@@ -83,6 +83,10 @@ pub enum Error {
     CertificateExpired,
     /// The path does not lead to a configured trust anchor.
     UnknownCa,
+    /// A ChangeCipherSpec where the handshake does not expect one: never acted on (the
+    /// CVE-2017-7243 class), and dropped rather than fatal, since over a lossy link it may
+    /// simply have overtaken the handshake messages before it (the peer retransmits).
+    UnexpectedChangeCipherSpec,
 }
 
 impl Error {
@@ -127,6 +131,7 @@ impl Error {
             Self::UnsupportedCertificate => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::CertificateExpired => AlertDescription::CERTIFICATE_EXPIRED,
             Self::UnknownCa => AlertDescription::UNKNOWN_CA,
+            Self::UnexpectedChangeCipherSpec => return None,
         })
     }
 }
@@ -193,6 +198,7 @@ impl fmt::Display for Error {
             Self::UnsupportedCertificate => f.write_str("unsupported certificate"),
             Self::CertificateExpired => f.write_str("certificate not valid at this time"),
             Self::UnknownCa => f.write_str("certificate path does not reach a trust anchor"),
+            Self::UnexpectedChangeCipherSpec => f.write_str("ChangeCipherSpec out of order (dropped)"),
         }
     }
 }
