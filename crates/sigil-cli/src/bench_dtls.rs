@@ -6,10 +6,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_dtls::connection::{
-    Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, Stateless,
-    Trust,
+    Config, Connection, CookieKey, Credentials, ServerCredentials, Session, Stateless, Trust,
 };
-use sigil_identity::Identity;
+use sigil_dtls::protection::Aead;
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,23 +30,25 @@ pub struct DtlsBench {
     pub server: Vec<(String, f64, f64)>,
 }
 
-struct Psk;
-impl Trust for Psk {
+/// What both ends of the in-memory runs accept: the bench PSK, any raw public key, and
+/// chains to the bench's self-signed certificates.
+struct BenchTrust {
+    anchors: Vec<Vec<u8>>,
+}
+
+impl Trust for BenchTrust {
     fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
         (identity == b"sensor").then(|| {
             key[..16].copy_from_slice(b"0123456789abcdef");
             16
         })
     }
-}
-
-struct AnyKey;
-impl Trust for AnyKey {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        Psk.psk(identity, key)
-    }
     fn trusted_key(&self, _: &sigil_crypto::PublicKey) -> bool {
         true
+    }
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<sigil_crypto::PublicKey, sigil_dtls::Error> {
+        let anchors: Vec<&[u8]> = self.anchors.iter().map(Vec::as_slice).collect();
+        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now())
     }
 }
 
@@ -58,29 +59,33 @@ fn drain<T: Trust>(c: &mut Connection<RustCrypto, T>, out: &mut Vec<Vec<u8>>) {
     }
 }
 
-/// One in-memory handshake; returns (bytes, datagrams, server CPU time).
+/// The result of one in-memory handshake.
+struct Run {
+    bytes: usize,
+    datagrams: usize,
+    server_time: Duration,
+    client_session: Option<Session>,
+    server_session: Option<Session>,
+}
+
+/// One in-memory handshake (cookie exchange included), resuming `resume` if given.
 fn handshake(
     credentials: Credentials<'_>,
     offer: &ServerCredentials<'_>,
-    trust_server: &[Identity],
-) -> Result<(usize, usize, Duration)> {
+    config: Config,
+    trust: (&BenchTrust, &BenchTrust),
+    resume: Option<&Session>,
+) -> Result<Run> {
     let mut rng = crate::util::OsRng;
     let cookies = CookieKey::new([3; 32]);
-    let mut client = Connection::connect(
-        RustCrypto,
-        PinnedIdentities {
-            crypto: RustCrypto,
-            identities: trust_server,
-        },
-        Config::default(),
-        &mut rng,
-        credentials,
-        0,
-    )?;
+    let mut client = match resume {
+        Some(s) => Connection::resume(RustCrypto, trust.0, config, &mut rng, credentials, s, 0)?,
+        None => Connection::connect(RustCrypto, trust.0, config, &mut rng, credentials, 0)?,
+    };
     let (mut bytes, mut datagrams, mut server_time) = (0, 0, Duration::ZERO);
     let mut to_server = vec![];
     drain(&mut client, &mut to_server);
-    let mut server: Option<Connection<RustCrypto, AnyKey>> = None;
+    let mut server: Option<Connection<RustCrypto, &BenchTrust>> = None;
     let mut out = [0u8; 512];
     for _ in 0..20 {
         let mut to_client = vec![];
@@ -92,15 +97,8 @@ fn handshake(
                 None => match cookies.respond(&RustCrypto, b"peer", &d, &mut out) {
                     Stateless::HelloVerify(n) => to_client.push(out[..n].to_vec()),
                     Stateless::Accept => {
-                        let mut s = Connection::accept(
-                            RustCrypto,
-                            AnyKey,
-                            Config::default(),
-                            offer,
-                            &mut rng,
-                            &d,
-                            1,
-                        )?;
+                        let mut s =
+                            Connection::accept(RustCrypto, trust.1, config, offer, &mut rng, &d, 1)?;
                         drain(&mut s, &mut to_client);
                         server = Some(s);
                     }
@@ -123,86 +121,168 @@ fn handshake(
             break;
         }
     }
+    let server = server.context("no server")?;
     anyhow::ensure!(
-        client.is_established() && server.as_ref().is_some_and(|s| s.is_established()),
-        "handshake did not complete"
+        client.is_established() && server.is_established(),
+        "handshake did not complete: {:?} / {:?}",
+        client.failure(),
+        server.failure()
     );
-    Ok((bytes, datagrams, server_time))
+    anyhow::ensure!(resume.is_none() || client.resumed(), "the session was not resumed");
+    Ok(Run {
+        bytes,
+        datagrams,
+        server_time,
+        client_session: client.session(),
+        server_session: server.session(),
+    })
 }
 
 struct Modes {
     server_key: SecretKey,
     client_p256: SecretKey,
     client_ed25519: SecretKey,
-    server_id: Vec<Identity>,
+    /// The OpenSSL-made certificates (DER) and their keys, shared with the OpenSSL runs.
+    server_cert: (Vec<u8>, SecretKey),
+    client_cert: (Vec<u8>, SecretKey),
+    client_trust: BenchTrust,
+    server_trust: BenchTrust,
+    /// Sessions for the resumption modes (client's and server's views): PSK, raw public keys.
+    sessions: Vec<(Session, Session)>,
 }
 
+const PSK_CREDS: Credentials<'static> = Credentials::Psk {
+    identity: b"sensor",
+    key: b"0123456789abcdef",
+};
+
 impl Modes {
-    fn new() -> Result<Self> {
+    fn new(dir: &std::path::Path) -> Result<Self> {
         let mut rng = crate::util::OsRng;
-        let server_key = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut rng)?;
-        let server_id = vec![Identity::of_key(
-            &RustCrypto,
-            &RustCrypto.public_key(&server_key)?,
-            b"",
-        )?];
-        Ok(Self {
-            server_key,
+        let cert = |name: &str| -> Result<(Vec<u8>, SecretKey)> {
+            let pem = std::fs::read_to_string(dir.join(format!("{name}.pem")))?;
+            let der = sigil_server::pem::blocks(&pem, "CERTIFICATE")
+                .map_err(|e| anyhow::anyhow!(e))?
+                .into_iter()
+                .next()
+                .context("no certificate")?;
+            let key = sigil_server::pem::p256_key(&std::fs::read_to_string(dir.join(format!("{name}.key")))?)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            Ok((der, key))
+        };
+        let server_cert = cert("server")?;
+        let client_cert = cert("client")?;
+        let mut m = Self {
+            server_key: RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut rng)?,
             client_p256: RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut rng)?,
             client_ed25519: RustCrypto.generate(SignatureAlgorithm::Ed25519, &mut rng)?,
-            server_id,
-        })
+            client_trust: BenchTrust { anchors: vec![server_cert.0.clone()] },
+            server_trust: BenchTrust { anchors: vec![client_cert.0.clone()] },
+            server_cert,
+            client_cert,
+            sessions: vec![],
+        };
+        for mode in [MODES[1], MODES[7]] {
+            let r = m.run(mode)?;
+            m.sessions.push((
+                r.client_session.context("no session")?,
+                r.server_session.context("no session")?,
+            ));
+        }
+        Ok(m)
     }
 
-    fn run(&self, mode: &str) -> Result<(usize, usize, Duration)> {
+    fn run(&self, mode: &str) -> Result<Run> {
+        let server_chain = [&self.server_cert.0[..]];
+        let client_chain = [&self.client_cert.0[..]];
+        let resumable = mode.contains("resum");
+        // Which cached session a "resumed" mode uses.
+        let session = match mode {
+            m if m.starts_with("PSK") && m.contains("resumed") => self.sessions.first(),
+            m if m.contains("resumed") => self.sessions.get(1),
+            _ => None,
+        };
         let psk = ServerCredentials {
             psk: true,
-            key: None,
-            require_client_key: false,
+            issue_session_ids: resumable,
+            connection_id: &[1, 2, 3, 4, 5, 6, 7, 8],
+            resume: session.map(|(_, s)| s),
             ..ServerCredentials::NONE
         };
         let rpk = ServerCredentials {
-            psk: false,
             key: Some(&self.server_key),
-            require_client_key: false,
+            issue_session_ids: resumable,
+            resume: session.map(|(_, s)| s),
             ..ServerCredentials::NONE
         };
         let mutual = ServerCredentials {
             require_client_key: true,
             ..rpk
         };
+        let x509 = ServerCredentials {
+            key: Some(&self.server_cert.1),
+            chain: Some(&server_chain),
+            require_client_key: mode.contains("mutual"),
+            ..ServerCredentials::NONE
+        };
+        let base = Config::default();
+        let trust = (&self.client_trust, &self.server_trust);
+        let go = |creds, offer: &ServerCredentials<'_>, config| handshake(creds, offer, config, trust, None);
         match mode {
-            "PSK-CCM8" => handshake(
-                Credentials::Psk {
-                    identity: b"sensor",
-                    key: b"0123456789abcdef",
-                },
-                &psk,
-                &[],
-            ),
-            "ECDHE-ECDSA-CCM8, raw public key, server-only" => {
-                handshake(Credentials::RawPublicKey(None), &rpk, &self.server_id)
+            "PSK-CCM8" | "PSK-CCM8, resumable (the server issues a session ID)" => go(PSK_CREDS, &psk, base),
+            "PSK-CCM8, resumed (abbreviated handshake)" => {
+                let (client, _) = session.context("no session")?;
+                handshake(PSK_CREDS, &psk, base, trust, Some(client))
             }
-            "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256)" => handshake(
+            "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256), resumed" => {
+                let (client, _) = session.context("no session")?;
+                let creds = Credentials::RawPublicKey(Some(&self.client_p256));
+                handshake(creds, &mutual, base, trust, Some(client))
+            }
+            "PSK-CCM8 with a connection ID" => go(PSK_CREDS, &psk, Config { connection_id: true, ..base }),
+            "ECDHE-PSK-CCM8" => go(
+                Credentials::EcdhePsk { identity: b"sensor", key: b"0123456789abcdef" },
+                &psk,
+                base,
+            ),
+            "ECDHE-ECDSA-CCM8, raw public key, server-only" => go(Credentials::RawPublicKey(None), &rpk, base),
+            "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256)"
+            | "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256), resumable" => {
+                go(Credentials::RawPublicKey(Some(&self.client_p256)), &mutual, base)
+            }
+            "ECDHE-ECDSA-CCM8, raw public keys, mutual (Ed25519 client)" => {
+                go(Credentials::RawPublicKey(Some(&self.client_ed25519)), &mutual, base)
+            }
+            "ECDHE-ECDSA-GCM, raw public keys, mutual (P-256)" => go(
                 Credentials::RawPublicKey(Some(&self.client_p256)),
                 &mutual,
-                &self.server_id,
+                Config { gcm: true, ..base },
             ),
-            "ECDHE-ECDSA-CCM8, raw public keys, mutual (Ed25519 client)" => handshake(
-                Credentials::RawPublicKey(Some(&self.client_ed25519)),
-                &mutual,
-                &self.server_id,
+            "ECDHE-ECDSA-CCM8, X.509, server-only" => go(Credentials::Certificate(None), &x509, base),
+            "ECDHE-ECDSA-CCM8, X.509, mutual" => go(
+                Credentials::Certificate(Some((&client_chain, &self.client_cert.1))),
+                &x509,
+                base,
             ),
             _ => unreachable!("mode names are the list below"),
         }
     }
 }
 
-const MODES: [&str; 4] = [
+const MODES: [&str; 13] = [
     "PSK-CCM8",
+    "PSK-CCM8, resumable (the server issues a session ID)",
+    "PSK-CCM8, resumed (abbreviated handshake)",
+    "PSK-CCM8 with a connection ID",
+    "ECDHE-PSK-CCM8",
     "ECDHE-ECDSA-CCM8, raw public key, server-only",
     "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256)",
+    "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256), resumable",
+    "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256), resumed",
     "ECDHE-ECDSA-CCM8, raw public keys, mutual (Ed25519 client)",
+    "ECDHE-ECDSA-GCM, raw public keys, mutual (P-256)",
+    "ECDHE-ECDSA-CCM8, X.509, server-only",
+    "ECDHE-ECDSA-CCM8, X.509, mutual",
 ];
 
 /// Relays UDP between a client and a server port, counting every datagram, for `window`.
@@ -366,23 +446,25 @@ fn certificates(dir: &std::path::Path) -> Result<()> {
 }
 
 pub fn run(runs: usize) -> Result<DtlsBench> {
-    let modes = Modes::new()?;
+    let dir = tempfile::tempdir()?;
+    certificates(dir.path())?;
+    let modes = Modes::new(dir.path())?;
     let mut rows = vec![];
     let mut server = vec![];
     for mode in MODES {
-        let (bytes, datagrams, _) = modes.run(mode)?;
+        let r = modes.run(mode)?;
         rows.push(HandshakeRow {
             implementation: "sigil".into(),
             mode: mode.into(),
-            bytes,
-            datagrams,
+            bytes: r.bytes,
+            datagrams: r.datagrams,
         });
         let n = if mode.starts_with("PSK") { 200 } else { 40 };
         let mut per = vec![];
         for _ in 0..runs.max(1) {
             let mut total = Duration::ZERO;
             for _ in 0..n {
-                total += modes.run(mode)?.2;
+                total += modes.run(mode)?.server_time;
             }
             per.push(total.as_secs_f64() * 1e6 / n as f64);
         }
@@ -390,8 +472,6 @@ pub fn run(runs: usize) -> Result<DtlsBench> {
         let median = per[per.len() / 2];
         server.push((mode.to_string(), median, 1e6 / median));
     }
-    let dir = tempfile::tempdir()?;
-    certificates(dir.path())?;
     for mode in [
         "PSK-CCM8",
         "ECDHE-ECDSA-CCM8, X.509, server-only",
@@ -407,24 +487,28 @@ pub fn run(runs: usize) -> Result<DtlsBench> {
     }
     Ok(DtlsBench {
         handshakes: rows,
-        record_overhead: vec![("AES-128-CCM-8".into(), sigil_dtls::protection::OVERHEAD)],
+        record_overhead: vec![
+            ("AES-128-CCM-8".into(), Aead::Ccm8.overhead()),
+            ("AES-128-GCM".into(), Aead::Gcm.overhead()),
+            ("AES-128-CCM-8 with an 8-byte connection ID".into(), Aead::Ccm8.overhead() + 8 + 1),
+        ],
         server,
     })
 }
 
 pub fn print(b: &DtlsBench) {
     println!(
-        "{:<12} {:<58} {:>7} {:>10}",
+        "{:<12} {:<60} {:>7} {:>10}",
         "", "handshake (cookie exchange included)", "bytes", "datagrams"
     );
     for r in &b.handshakes {
         println!(
-            "{:<12} {:<58} {:>7} {:>10}",
+            "{:<12} {:<60} {:>7} {:>10}",
             r.implementation, r.mode, r.bytes, r.datagrams
         );
     }
     for (suite, n) in &b.record_overhead {
-        println!("record overhead, {suite}: {n} bytes (13 header + 8 explicit nonce + 8 tag)");
+        println!("record overhead, {suite}: {n} bytes");
     }
     for (mode, us, per_core) in &b.server {
         println!("server CPU per handshake, {mode}: {us:.0} µs median ({per_core:.0} handshakes per core-second)");

@@ -172,6 +172,9 @@ struct ServerArgs {
     /// also be on the authorized list.
     #[arg(long)]
     dtls_client_ca: Option<PathBuf>,
+    /// Issue no session IDs (no resumption; 32 bytes less in every full handshake).
+    #[arg(long)]
+    dtls_no_resumption: bool,
     #[command(flatten)]
     dtls_timing: DtlsTimingArgs,
 }
@@ -614,6 +617,7 @@ async fn run(cmd: Command) -> Result<i32> {
                 d.require_client_auth = !a.dtls_anonymous_clients;
                 d.max_handshakes = a.dtls_max_handshakes.max(1);
                 d.max_sessions = a.dtls_max_sessions.max(1);
+                d.resumption = !a.dtls_no_resumption;
                 if let (Some(c), Some(k)) = (&a.dtls_cert, &a.dtls_cert_key) {
                     d.certificate_chain = read_certs(c)?;
                     let key = read_key(k)?;

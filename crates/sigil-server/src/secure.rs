@@ -64,6 +64,9 @@ pub struct DtlsConfig {
     pub client_anchors: Vec<Vec<u8>>,
     /// The key `certificate_chain` certifies (replaces the server's stored raw key).
     pub certificate_key: Option<SecretKey>,
+    /// Issue session IDs so clients can resume (abbreviated handshake, RFC 5246 §7.3). Costs
+    /// 32 bytes in every full handshake's ServerHello.
+    pub resumption: bool,
     /// How long a session may be resumed (abbreviated handshake) after its full handshake;
     /// the cache holds at most `max_sessions` entries, oldest dropped first.
     pub session_lifetime: Duration,
@@ -84,6 +87,7 @@ impl DtlsConfig {
             certificate_chain: Vec::new(),
             client_anchors: Vec::new(),
             certificate_key: None,
+            resumption: true,
             session_lifetime: Duration::from_secs(24 * 3600),
         }
     }
@@ -486,8 +490,8 @@ impl SecureLayer {
             .filter(|(_, made)| now.saturating_sub(*made) < lifetime)
             .map(|(s, _)| s.clone());
         let offer = ServerCredentials {
-            issue_session_ids: true,
-            resume: resume.as_ref(),
+            issue_session_ids: self.config.resumption,
+            resume: resume.as_ref().filter(|_| self.config.resumption),
             connection_id: cid.as_ref().map_or(&[][..], |c| &c[..]),
             psk: self.config.psk,
             key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
