@@ -28,6 +28,8 @@ pub struct DtlsBench {
     pub record_overhead: Vec<(String, usize)>,
     /// Median server CPU per handshake (µs) and handshakes per core-second, per mode.
     pub server: Vec<(String, f64, f64)>,
+    /// Bytes of one connection's state as this build has it (the x509 feature on).
+    pub connection_state_bytes: usize,
 }
 
 /// What both ends of the in-memory runs accept: the bench PSK, any raw public key, and
@@ -493,6 +495,7 @@ pub fn run(runs: usize) -> Result<DtlsBench> {
             ("AES-128-CCM-8 with an 8-byte connection ID".into(), Aead::Ccm8.overhead() + 8 + 1),
         ],
         server,
+        connection_state_bytes: std::mem::size_of::<Connection<RustCrypto, sigil_dtls::connection::NoTrust>>(),
     })
 }
 
@@ -510,6 +513,10 @@ pub fn print(b: &DtlsBench) {
     for (suite, n) in &b.record_overhead {
         println!("record overhead, {suite}: {n} bytes");
     }
+    println!(
+        "state of one connection: {} bytes (x509 feature on; the server boxes each)",
+        b.connection_state_bytes
+    );
     for (mode, us, per_core) in &b.server {
         println!("server CPU per handshake, {mode}: {us:.0} µs median ({per_core:.0} handshakes per core-second)");
     }
