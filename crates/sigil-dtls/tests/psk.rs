@@ -437,3 +437,49 @@ fn a_client_hello_with_the_last_message_seq_is_refused_not_a_panic() {
         Some(Error::Decode("message_seq"))
     );
 }
+
+#[test]
+fn regression_repeated_finished_and_change_cipher_spec_are_not_acted_on() {
+    let (mut client, mut server) = start(Config::default());
+    for d in drain(&mut server) {
+        client.handle_datagram(3, &d).unwrap();
+    }
+    let flight5 = drain(&mut client); // ClientKeyExchange, ChangeCipherSpec, Finished
+    for d in &flight5 {
+        server.handle_datagram(4, d).unwrap();
+    }
+    assert!(server.is_established());
+    let flight6 = drain(&mut server); // ChangeCipherSpec, Finished
+    for d in &flight6 {
+        client.handle_datagram(5, d).unwrap();
+    }
+    assert!(client.is_established());
+    // The client's final flight replayed byte for byte (anyone can): its records fail the
+    // replay window, so they are dropped and counted; the server neither answers nor moves.
+    // (A genuine retransmission has fresh sequence numbers and gets the final flight again,
+    // see the lossy-link tests.)
+    let before = server.dropped;
+    for d in &flight5 {
+        server.handle_datagram(6, d).unwrap();
+    }
+    assert!(server.is_established());
+    assert!(server.dropped > before);
+    assert!(drain(&mut server).is_empty());
+    // The server's final flight again, and a fresh ChangeCipherSpec: ignored by the client.
+    for d in &flight6 {
+        client.handle_datagram(7, d).unwrap();
+    }
+    let ccs = [20, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 99, 0, 1, 1];
+    client.handle_datagram(8, &ccs).unwrap();
+    server.handle_datagram(8, &ccs).unwrap();
+    assert!(client.is_established() && server.is_established());
+    // Nothing reached either application, and the session still carries data.
+    let mut buf = [0u8; 64];
+    assert_eq!(client.poll_app_data(&mut buf), None);
+    assert_eq!(server.poll_app_data(&mut buf), None);
+    client.send(b"still fine").unwrap();
+    for d in drain(&mut client) {
+        server.handle_datagram(9, &d).unwrap();
+    }
+    assert_eq!(server.poll_app_data(&mut buf), Some(10));
+}
