@@ -170,6 +170,7 @@ impl<C: CryptoProvider> Trust for PinnedIdentities<'_, C> {
 #[derive(Clone, Copy)]
 pub enum Credentials<'a> {
     /// TLS_PSK_WITH_AES_128_CCM_8 with this identity and key.
+    #[cfg(feature = "psk")]
     Psk { identity: &'a [u8], key: &'a [u8] },
     /// TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (RFC 8442): the PSK authenticates an
     /// ephemeral ECDH exchange, so recorded traffic stays secret if the PSK leaks later.
@@ -177,6 +178,7 @@ pub enum Credentials<'a> {
     EcdhePsk { identity: &'a [u8], key: &'a [u8] },
     /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with a raw public key: `Some(key)` lets the client
     /// authenticate itself when the server asks; the server's key must be trusted.
+    #[cfg(feature = "ecdhe-ecdsa")]
     RawPublicKey(Option<&'a SecretKey>),
     /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with X.509 certificates: the server's chain must
     /// lead to a trust anchor ([`Trust::certificate_chain`]); `Some((chain, key))` (leaf
@@ -464,6 +466,7 @@ fn aead_of(s: CipherSuite) -> protection::Aead {
 }
 
 /// The ECDHE-ECDSA suite a client offers for `config`.
+#[cfg(feature = "ecdhe-ecdsa")]
 fn ecdsa_suite(config: &Config) -> CipherSuite {
     #[cfg(feature = "gcm")]
     if config.gcm {
@@ -712,6 +715,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     ) -> Result<Self, Error> {
         let mut c = Self::blank(crypto, trust, config, Role::Client);
         match credentials {
+            #[cfg(feature = "psk")]
             Credentials::Psk { identity, key } => {
                 c.set_psk(identity, key)?;
                 c.suite = CipherSuite::TLS_PSK_WITH_AES_128_CCM_8;
@@ -722,6 +726,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 c.suite = CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256;
                 c.ephemeral = Some(c.crypto.generate_agreement(AgreementAlgorithm::P256, rng)?);
             }
+            #[cfg(feature = "ecdhe-ecdsa")]
             Credentials::RawPublicKey(key) => {
                 c.suite = ecdsa_suite(&config);
                 c.own_key = key.cloned();
@@ -798,6 +803,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         })
     }
 
+    #[cfg(any(feature = "psk", feature = "ecdhe-psk"))]
     fn set_psk(&mut self, identity: &[u8], key: &[u8]) -> Result<(), Error> {
         if identity.len() > 128 || key.is_empty() || key.len() > MAX_PSK_LEN {
             return Err(Error::Decode("PSK identity or key length"));
@@ -886,12 +892,13 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let suite = ch
             .cipher_suites()
             .find(|s| {
-                (*s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 && offer.psk)
+                (cfg!(feature = "psk") && *s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 && offer.psk)
                     || (cfg!(feature = "ecdhe-psk")
                         && *s == CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256
                         && offer.psk
                         && offers_p256(&ch))
-                    || ((*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+                    || (cfg!(feature = "ecdhe-ecdsa")
+                        && (*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
                         || (cfg!(feature = "gcm")
                             && *s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256))
                         && offer.key.is_some()
@@ -1519,7 +1526,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 };
                 Ok(())
             }
-            (State::ExpectServerCertificate, HandshakeType::CERTIFICATE) => {
+            (State::ExpectServerCertificate, HandshakeType::CERTIFICATE)
+                if cfg!(feature = "ecdhe-ecdsa") =>
+            {
                 let key = self.peer_certificate(m.body, self.server_x509)?;
                 self.peer_key = Some(key);
                 self.add_transcript(m)?;
@@ -1549,6 +1558,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 if !ecdhe_psk {
                     // Unsigned with ECDHE-PSK: the PSK authenticates the exchange through the
                     // Finished messages.
+                    if !cfg!(feature = "ecdhe-ecdsa") {
+                        return Err(Error::UnexpectedHandshake(m.msg_type.0));
+                    }
                     let key = self.peer_key.ok_or(Error::UntrustedKey)?;
                     verify_signature(&self.crypto, &key, &signed, &mut r)?;
                 }
@@ -1568,7 +1580,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 self.add_transcript(m)
             }
             (State::ExpectServerHelloDone, HandshakeType::CERTIFICATE_REQUEST)
-                if kx_of(self.suite) == Kx::EcdheEcdsa && !self.client_auth =>
+                if cfg!(feature = "ecdhe-ecdsa")
+                    && kx_of(self.suite) == Kx::EcdheEcdsa
+                    && !self.client_auth =>
             {
                 let mut r = Reader::new(m.body);
                 let types = r.vec8(1, 255, "CertificateRequest types")?;
@@ -1600,7 +1614,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 self.add_transcript(m)?;
                 self.client_final_flight(now)
             }
-            (State::ExpectClientCertificate, HandshakeType::CERTIFICATE) => {
+            (State::ExpectClientCertificate, HandshakeType::CERTIFICATE)
+                if cfg!(feature = "ecdhe-ecdsa") =>
+            {
                 // An empty Certificate where one is required fails (RFC 5246 §7.4.6).
                 if m.body.len() <= 3 {
                     return Err(Error::MissingClientKey);
@@ -1614,7 +1630,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             (State::ExpectClientKeyExchange, HandshakeType::CLIENT_KEY_EXCHANGE) => {
                 self.handle_client_key_exchange(m)
             }
-            (State::ExpectCertificateVerify, HandshakeType::CERTIFICATE_VERIFY) => {
+            (State::ExpectCertificateVerify, HandshakeType::CERTIFICATE_VERIFY)
+                if cfg!(feature = "ecdhe-ecdsa") =>
+            {
                 // Signed: every handshake message before this one (RFC 5246 §7.4.8).
                 let key = self.peer_key.ok_or(Error::MissingClientKey)?;
                 let mut r = Reader::new(m.body);

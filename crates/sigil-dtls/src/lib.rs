@@ -20,6 +20,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+#[cfg(not(any(feature = "psk", feature = "ecdhe-psk", feature = "ecdhe-ecdsa")))]
+compile_error!("sigil-dtls needs at least one suite: features psk, ecdhe-psk or ecdhe-ecdsa");
+
 pub mod connection;
 pub mod handshake;
 pub mod keys;
