@@ -961,9 +961,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             };
             c.queue_server_hello(points, cid_ext)?;
             c.install_keys();
-            c.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
-            let vd = keys::verify_data(&c.crypto, &c.master, Side::Server, &c.transcript_hash());
-            c.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
+            c.queue_ccs_finished()?;
             c.state = State::ExpectChangeCipherSpec;
             c.send_flight(now, false)?;
             return Ok(c);
@@ -1651,55 +1649,18 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 };
                 let proof = verify_finished(&self.crypto, &self.master, peer, &hash, m.body)?;
                 self.add_transcript(m)?;
-                match self.role {
-                    Role::Client if self.resuming => {
-                        // Abbreviated: our ChangeCipherSpec and Finished are the final flight.
-                        self.flight.clear();
-                        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
-                        let vd = keys::verify_data(
-                            &self.crypto,
-                            &self.master,
-                            Side::Client,
-                            &self.transcript_hash(),
-                        );
-                        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
-                        self.flight_is_final = true;
-                        self.send_flight(now, false)?;
-                        self.stop_timer();
-                        self.established(proof);
-                        Ok(())
-                    }
-                    Role::Server if self.resuming => {
-                        self.stop_timer();
-                        self.flight.clear();
-                        self.established(proof);
-                        Ok(())
-                    }
-                    Role::Client => {
-                        self.stop_timer();
-                        self.flight.clear();
-                        self.established(proof);
-                        Ok(())
-                    }
-                    Role::Server => {
-                        // Flight 6: ChangeCipherSpec, Finished; kept for retransmission when
-                        // the client's final flight shows up again.
-                        self.flight.clear();
-                        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
-                        let vd = keys::verify_data(
-                            &self.crypto,
-                            &self.master,
-                            Side::Server,
-                            &self.transcript_hash(),
-                        );
-                        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
-                        self.flight_is_final = true;
-                        self.send_flight(now, false)?;
-                        self.stop_timer();
-                        self.established(proof);
-                        Ok(())
-                    }
+                self.flight.clear();
+                // Whoever did not send Finished first answers with the final flight: the
+                // server in a full handshake (flight 6), the client in an abbreviated one.
+                // It is kept for retransmission when the peer's final flight shows up again.
+                if (self.role == Role::Client) == self.resuming {
+                    self.queue_ccs_finished()?;
+                    self.flight_is_final = true;
+                    self.send_flight(now, false)?;
                 }
+                self.stop_timer();
+                self.established(proof);
+                Ok(())
             }
             (_, t) => Err(Error::UnexpectedHandshake(t.0)),
         }
@@ -1840,6 +1801,18 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         Ok(())
     }
 
+    /// Adds ChangeCipherSpec and this side's Finished (over the transcript so far) to the
+    /// flight.
+    fn queue_ccs_finished(&mut self) -> Result<(), Error> {
+        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
+        let side = match self.role {
+            Role::Client => Side::Client,
+            Role::Server => Side::Server,
+        };
+        let vd = keys::verify_data(&self.crypto, &self.master, side, &self.transcript_hash());
+        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)
+    }
+
     /// The key block from the master secret and this handshake's randoms.
     fn install_keys(&mut self) {
         let KeyBlock { client, server } = keys::key_block(
@@ -1923,14 +1896,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             let cn = w.len();
             self.queue_handshake(HandshakeType::CERTIFICATE_VERIFY, &cv[..cn])?;
         }
-        self.flight.push(ContentType::CHANGE_CIPHER_SPEC, 0, &[1])?;
-        let vd = keys::verify_data(
-            &self.crypto,
-            &self.master,
-            Side::Client,
-            &self.transcript_hash(),
-        );
-        self.queue_handshake_epoch(HandshakeType::FINISHED, &vd, 1)?;
+        self.queue_ccs_finished()?;
         self.state = State::ExpectChangeCipherSpec;
         self.send_flight(now, false)
     }

@@ -2,9 +2,12 @@
 //! cookie exchange, key agreement, application data both ways, loss and retransmission, and
 //! the refusals the state machine owes.
 
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+mod common;
+
+use common::{drain, Counter, Keys};
+use sigil_crypto::RustCrypto;
 use sigil_dtls::psk::{
-    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, State, Stateless, Trust,
+    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, State, Stateless,
 };
 
 const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
@@ -17,37 +20,7 @@ use sigil_dtls::record::Records;
 use sigil_dtls::wire::{AlertDescription, ContentType};
 use sigil_dtls::Error;
 
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(37);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
-struct Keys;
-impl Trust for Keys {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        (identity == b"sensor-1").then(|| {
-            key[..16].copy_from_slice(b"0123456789abcdef");
-            16
-        })
-    }
-}
-
 const PEER: &[u8] = b"[fe80::1]:5684";
-
-fn drain<C: sigil_crypto::CryptoProvider, S: Trust>(c: &mut Connection<C, S>) -> Vec<Vec<u8>> {
-    let mut out = vec![];
-    let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
-        out.push(buf[..n].to_vec());
-    }
-    out
-}
 
 type Server = Connection<RustCrypto, Keys>;
 

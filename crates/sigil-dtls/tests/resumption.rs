@@ -2,43 +2,16 @@
 //! keys, the fallback to a full handshake when the server lost the session or no longer
 //! trusts the peer, and loss of the final flight.
 
-use sigil_crypto::{CryptoError, CryptoProvider, Rng, RustCrypto, SignatureAlgorithm};
+mod common;
+
+use common::{drain, Counter, Keys};
+use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::connection::{
     Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, Session,
     Stateless, Trust,
 };
 use sigil_dtls::Error;
 use sigil_identity::Identity;
-
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(43);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
-struct Keys;
-impl Trust for Keys {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        (identity == b"sensor-1").then(|| {
-            key[..16].copy_from_slice(b"0123456789abcdef");
-            16
-        })
-    }
-}
-
-fn drain<T: Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
-    let mut out = vec![];
-    let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
-        out.push(buf[..n].to_vec());
-    }
-    out
-}
 
 /// Cookie exchange, then the server from `accept`, then both until quiet; `drop_client` drops
 /// that many of the client's datagrams after the ClientHello. Returns the server and the bytes

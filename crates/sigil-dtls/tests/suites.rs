@@ -2,7 +2,10 @@
 //! TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 (RFC 5289), each negotiated and carrying data both
 //! ways, with the record overhead each implies and the refusals that matter.
 
-use sigil_crypto::{CryptoError, CryptoProvider, Rng, RustCrypto, SignatureAlgorithm};
+mod common;
+
+use common::{drain, Counter, Keys};
+use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::connection::{
     Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, Stateless,
     Trust,
@@ -11,36 +14,6 @@ use sigil_dtls::record::Record;
 use sigil_dtls::wire::{CipherSuite, ContentType};
 use sigil_dtls::Error;
 use sigil_identity::Identity;
-
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(41);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
-struct Keys;
-impl Trust for Keys {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        (identity == b"sensor-1").then(|| {
-            key[..16].copy_from_slice(b"0123456789abcdef");
-            16
-        })
-    }
-}
-
-fn drain<T: Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
-    let mut out = vec![];
-    let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
-        out.push(buf[..n].to_vec());
-    }
-    out
-}
 
 /// Cookie exchange, accept, then datagrams both ways until quiet. Returns the server (if it
 /// accepted), the errors and every datagram seen.

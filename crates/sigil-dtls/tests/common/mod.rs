@@ -203,3 +203,36 @@ pub fn anchors(root: &[u8]) -> sigil_dtls::connection::X509Anchors<'static, Rust
         rpk: sigil_dtls::connection::NoTrust,
     }
 }
+
+/// Deterministic test randomness: each byte steps by 37 from the seed.
+pub struct Counter(pub u8);
+impl Rng for Counter {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            self.0 = self.0.wrapping_add(37);
+            *b = self.0;
+        }
+        Ok(())
+    }
+}
+
+/// The in-memory tests' PSK store: identity "sensor-1", key "0123456789abcdef".
+pub struct Keys;
+impl Trust for Keys {
+    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
+        (identity == b"sensor-1").then(|| {
+            key[..16].copy_from_slice(b"0123456789abcdef");
+            16
+        })
+    }
+}
+
+/// Everything a connection has queued to send.
+pub fn drain<C: sigil_crypto::CryptoProvider, T: Trust>(c: &mut Connection<C, T>) -> Vec<Vec<u8>> {
+    let mut out = vec![];
+    let mut buf = [0u8; 2048];
+    while let Some(n) = c.poll_transmit(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
