@@ -1724,30 +1724,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             self.psk_len = n;
             match point {
                 None => None,
-                Some(point) => {
-                    let eph = self
-                        .ephemeral
-                        .take()
-                        .ok_or(Error::UnexpectedHandshake(16))?;
-                    Some(
-                        self.crypto
-                            .agree(&eph, point)
-                            .map_err(|_| Error::IllegalParameter("ClientKeyExchange point"))?,
-                    )
-                }
+                Some(point) => Some(self.agree_with_client(point)?),
             }
         } else {
             let point = r.vec8(1, 255, "ClientKeyExchange point")?;
             r.finish("ClientKeyExchange")?;
-            let eph = self
-                .ephemeral
-                .take()
-                .ok_or(Error::UnexpectedHandshake(16))?;
-            Some(
-                self.crypto
-                    .agree(&eph, point)
-                    .map_err(|_| Error::IllegalParameter("ClientKeyExchange point"))?,
-            )
+            Some(self.agree_with_client(point)?)
         };
         self.add_transcript(f)?;
         self.derive_keys(premaster_input.as_ref())?;
@@ -1758,6 +1740,18 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             State::ExpectChangeCipherSpec
         };
         Ok(())
+    }
+
+    /// ECDH of the server's ephemeral secret (from its ServerKeyExchange) with the client's
+    /// point.
+    fn agree_with_client(&mut self, point: &[u8]) -> Result<[u8; 32], Error> {
+        let eph = self
+            .ephemeral
+            .take()
+            .ok_or(Error::UnexpectedHandshake(16))?;
+        self.crypto
+            .agree(&eph, point)
+            .map_err(|_| Error::IllegalParameter("ClientKeyExchange point"))
     }
 
     /// The PSK identity the peer authenticated with (server side), once known.
