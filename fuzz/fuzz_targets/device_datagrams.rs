@@ -18,7 +18,18 @@ impl Rng for Fixed {
 
 fuzz_target!(|data: &[u8]| {
     let mut st = MemoryStorage::default();
-    let mut d = Device::boot(RustCrypto, DeviceConfig { block_szx: 0, ..Default::default() }, &mut st, &mut Fixed, &[], &[]).unwrap();
+    let mut d = Device::boot(
+        RustCrypto,
+        DeviceConfig {
+            block_szx: 0,
+            ..Default::default()
+        },
+        &mut st,
+        &mut Fixed,
+        &[],
+        &[],
+    )
+    .unwrap();
     let mut buf = [0u8; 1024];
     let mut now = 0u64;
     d.handle_timeout(now, &mut st).unwrap();
@@ -35,9 +46,15 @@ fuzz_target!(|data: &[u8]| {
             if let Some((mid, token)) = &last {
                 let mut out = [0u8; 256];
                 let code = Code(part.first().copied().unwrap_or(0x41));
-                let mut b = MessageBuilder::new(&mut out, MessageType::Acknowledgement, code, *mid, token).unwrap();
+                let mut b =
+                    MessageBuilder::new(&mut out, MessageType::Acknowledgement, code, *mid, token)
+                        .unwrap();
                 b.option(option::LOCATION_PATH, b"rd").unwrap();
-                b.option(option::LOCATION_PATH, &part[part.len().min(1)..part.len().min(6)]).unwrap();
+                b.option(
+                    option::LOCATION_PATH,
+                    &part[part.len().min(1)..part.len().min(6)],
+                )
+                .unwrap();
                 let n = b.finish();
                 d.handle_datagram(now, &mut st, &out[..n]).unwrap();
             }
@@ -47,7 +64,11 @@ fuzz_target!(|data: &[u8]| {
         now += u64::from(part.len() as u32) * 500;
         d.handle_timeout(now, &mut st).unwrap();
         if d.can_publish() {
-            let r = [Record { name: Some("t"), value: Some(Value::Number(1.0)), ..Default::default() }];
+            let r = [Record {
+                name: Some("t"),
+                value: Some(Value::Number(1.0)),
+                ..Default::default()
+            }];
             d.publish(now, &mut st, &r, None).unwrap();
         }
         while d.poll_event().is_some() {}

@@ -8,7 +8,9 @@ fuzz_target!(|data: &[u8]| {
     let mut r = Reassembler::<512>::new();
     let mut rest = data;
     while !rest.is_empty() {
-        let Ok((f, next)) = Fragment::parse(rest) else { break };
+        let Ok((f, next)) = Fragment::parse(rest) else {
+            break;
+        };
         rest = next;
         match r.add(&f) {
             Ok(Some(body)) => {

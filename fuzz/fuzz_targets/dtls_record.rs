@@ -9,10 +9,16 @@ use sigil_dtls::record::{Records, ReplayWindow};
 use sigil_dtls::wire::ContentType;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, data)) = data.split_first() else { return };
+    let Some((&mode, data)) = data.split_first() else {
+        return;
+    };
     let aead = if mode & 1 == 0 { Aead::Ccm8 } else { Aead::Gcm };
     let cid_len = usize::from(mode >> 1) % 17;
-    let keys = RecordKeys { aead, key: [7; 16], salt: [1, 2, 3, 4] };
+    let keys = RecordKeys {
+        aead,
+        key: [7; 16],
+        salt: [1, 2, 3, 4],
+    };
     let mut window = ReplayWindow::new();
     for rec in Records::with_cid(data, cid_len) {
         let Ok(rec) = rec else { break };
@@ -30,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
         match r {
             Ok(()) => window.accept(rec.header.sequence),
             Err(e) => {
-                assert!(e.alert().is_none() || matches!(e, sigil_dtls::Error::UnexpectedMessage(_)));
+                assert!(
+                    e.alert().is_none() || matches!(e, sigil_dtls::Error::UnexpectedMessage(_))
+                );
                 assert_eq!(window, before);
             }
         }

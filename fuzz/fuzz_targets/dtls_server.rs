@@ -9,9 +9,16 @@ use sigil_crypto::{
     PublicKey, Rng, RustCrypto, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN,
     CCM_NONCE_LEN,
 };
-use sigil_dtls::psk::{Config, Connection, CookieKey, Trust, Stateless, Credentials, NoTrust, ServerCredentials};
+use sigil_dtls::psk::{
+    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, Stateless, Trust,
+};
 
-const PSK_ONLY: ServerCredentials<'static> = ServerCredentials { psk: true, key: None, require_client_key: false, ..ServerCredentials::NONE };
+const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
+    psk: true,
+    key: None,
+    require_client_key: false,
+    ..ServerCredentials::NONE
+};
 
 /// Test-only: never use outside this fuzz target.
 struct Transparent;
@@ -35,7 +42,11 @@ impl CryptoProvider for Transparent {
     fn verify(&self, k: &PublicKey, m: &[u8], s: &[u8]) -> Result<(), CryptoError> {
         RustCrypto.verify(k, m, s)
     }
-    fn generate_agreement(&self, a: AgreementAlgorithm, r: &mut dyn Rng) -> Result<AgreementSecret, CryptoError> {
+    fn generate_agreement(
+        &self,
+        a: AgreementAlgorithm,
+        r: &mut dyn Rng,
+    ) -> Result<AgreementSecret, CryptoError> {
         RustCrypto.generate_agreement(a, r)
     }
     fn agreement_public_key(&self, s: &AgreementSecret) -> Result<AgreementPublicKey, CryptoError> {
@@ -44,11 +55,28 @@ impl CryptoProvider for Transparent {
     fn agree(&self, s: &AgreementSecret, p: &[u8]) -> Result<[u8; 32], CryptoError> {
         RustCrypto.agree(s, p)
     }
-    fn aes128_ccm8_seal(&self, _: &[u8; 16], _: &[u8; CCM_NONCE_LEN], _: &[u8], _: &mut [u8]) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+    fn aes128_ccm8_seal(
+        &self,
+        _: &[u8; 16],
+        _: &[u8; CCM_NONCE_LEN],
+        _: &[u8],
+        _: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
         Ok([0; CCM8_TAG_LEN])
     }
-    fn aes128_ccm8_open(&self, _: &[u8; 16], _: &[u8; CCM_NONCE_LEN], _: &[u8], _: &mut [u8], tag: &[u8; CCM8_TAG_LEN]) -> Result<(), CryptoError> {
-        if tag == &[0; CCM8_TAG_LEN] { Ok(()) } else { Err(CryptoError::BadTag) }
+    fn aes128_ccm8_open(
+        &self,
+        _: &[u8; 16],
+        _: &[u8; CCM_NONCE_LEN],
+        _: &[u8],
+        _: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        if tag == &[0; CCM8_TAG_LEN] {
+            Ok(())
+        } else {
+            Err(CryptoError::BadTag)
+        }
     }
 }
 
@@ -85,7 +113,18 @@ fn datagrams(mut data: &[u8]) -> impl Iterator<Item = &[u8]> {
 fuzz_target!(|data: &[u8]| {
     let cookies = CookieKey::new([0; 32]);
     let mut server: Option<Connection<Transparent, Keys>> = None;
-    let mut client = Connection::connect(Transparent, NoTrust, Config::default(), &mut Fixed, Credentials::Psk { identity: b"id", key: b"key!" }, 0).unwrap();
+    let mut client = Connection::connect(
+        Transparent,
+        NoTrust,
+        Config::default(),
+        &mut Fixed,
+        Credentials::Psk {
+            identity: b"id",
+            key: b"key!",
+        },
+        0,
+    )
+    .unwrap();
     let mut out = [0u8; 2048];
     for (i, d) in datagrams(data).enumerate() {
         let now = i as u64 * 700;
@@ -97,7 +136,16 @@ fuzz_target!(|data: &[u8]| {
             None => match cookies.respond(&Transparent, b"peer", d, &mut out) {
                 Stateless::HelloVerify(n) => assert!(n <= d.len()),
                 Stateless::Accept => {
-                    server = Connection::accept(Transparent, Keys, Config::default(), &PSK_ONLY, &mut Fixed, d, now).ok()
+                    server = Connection::accept(
+                        Transparent,
+                        Keys,
+                        Config::default(),
+                        &PSK_ONLY,
+                        &mut Fixed,
+                        d,
+                        now,
+                    )
+                    .ok()
                 }
                 Stateless::Drop(_) => {}
             },

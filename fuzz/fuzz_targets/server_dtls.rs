@@ -31,14 +31,23 @@ fuzz_target!(|data: &[u8]| {
     let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
     dc.max_handshakes = 4;
     dc.max_sessions = 8;
-    let key = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Fixed).unwrap();
+    let key = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Fixed)
+        .unwrap();
     let mut layer = SecureLayer::new(dc, key, [1; 32], SharedTrust::default(), stats);
     let mut now = 0u64;
     for chunk in data.split(|b| *b == 0xa5).take(64) {
-        let Some((&who, datagram)) = chunk.split_first() else { continue };
+        let Some((&who, datagram)) = chunk.split_first() else {
+            continue;
+        };
         let from = SocketAddr::from(([10, 0, 0, who % 8], 4000 + u16::from(who >> 3)));
         now += 100;
-        let out = d.handle_secure_at(&mut layer, vec![(from, datagram.to_vec())], now, 1_700_000_000);
+        let out = d.handle_secure_at(
+            &mut layer,
+            vec![(from, datagram.to_vec())],
+            now,
+            1_700_000_000,
+        );
         for (_, bytes) in &out {
             assert!(bytes.len() <= 1500);
         }

@@ -16,13 +16,24 @@ fuzz_target!(|data: &[u8]| {
     let mut guard = DISPATCHER.lock().unwrap();
     let d = guard.get_or_insert_with(|| {
         let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), ":memory:".into());
-        config.service = ServiceConfig { verify_workers: 1, ..Default::default() };
-        let svc = Service::new(Store::open_in_memory().unwrap(), config.service.clone(), Stats::default()).unwrap();
+        config.service = ServiceConfig {
+            verify_workers: 1,
+            ..Default::default()
+        };
+        let svc = Service::new(
+            Store::open_in_memory().unwrap(),
+            config.service.clone(),
+            Stats::default(),
+        )
+        .unwrap();
         Dispatcher::new(config, svc, Stats::default())
     });
     // Split the input into up to four datagrams from two peers, so dedup and Block1 state
     // across datagrams is exercised.
-    let peers: [SocketAddr; 2] = ["127.0.0.1:1000".parse().unwrap(), "127.0.0.1:2000".parse().unwrap()];
+    let peers: [SocketAddr; 2] = [
+        "127.0.0.1:1000".parse().unwrap(),
+        "127.0.0.1:2000".parse().unwrap(),
+    ];
     let batch: Vec<(SocketAddr, Vec<u8>)> = data
         .split(|b| *b == 0xa5)
         .take(4)

@@ -6,7 +6,8 @@ use sigil_crypto::RustCrypto;
 use sigil_dtls::x509;
 
 const ROOT: &[u8] = include_bytes!("../../crates/sigil-dtls/tests/data/x509/root.der");
-const INTERMEDIATE: &[u8] = include_bytes!("../../crates/sigil-dtls/tests/data/x509/intermediate.der");
+const INTERMEDIATE: &[u8] =
+    include_bytes!("../../crates/sigil-dtls/tests/data/x509/intermediate.der");
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(c) = x509::parse(data) {
@@ -15,7 +16,12 @@ fuzz_target!(|data: &[u8]| {
     // The input as the leaf of a chain through the real intermediate, and split in two.
     let _ = x509::verify_chain(&RustCrypto, &[data, INTERMEDIATE], &[ROOT], 1_767_225_600);
     let mid = data.len() / 2;
-    let _ = x509::verify_chain(&RustCrypto, &[&data[..mid], &data[mid..]], &[ROOT, data], 1_767_225_600);
+    let _ = x509::verify_chain(
+        &RustCrypto,
+        &[&data[..mid], &data[mid..]],
+        &[ROOT, data],
+        1_767_225_600,
+    );
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = sigil_server::pem::blocks(text, "CERTIFICATE");
         let _ = sigil_server::pem::p256_key(text);

@@ -48,7 +48,10 @@ impl Trust for BenchTrust {
     fn trusted_key(&self, _: &sigil_crypto::PublicKey) -> bool {
         true
     }
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<sigil_crypto::PublicKey, sigil_dtls::Error> {
+    fn certificate_chain(
+        &self,
+        chain: &[&[u8]],
+    ) -> Result<sigil_crypto::PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.anchors.iter().map(Vec::as_slice).collect();
         sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now())
     }
@@ -99,8 +102,9 @@ fn handshake(
                 None => match cookies.respond(&RustCrypto, b"peer", &d, &mut out) {
                     Stateless::HelloVerify(n) => to_client.push(out[..n].to_vec()),
                     Stateless::Accept => {
-                        let mut s =
-                            Connection::accept(RustCrypto, trust.1, config, offer, &mut rng, &d, 1)?;
+                        let mut s = Connection::accept(
+                            RustCrypto, trust.1, config, offer, &mut rng, &d, 1,
+                        )?;
                         drain(&mut s, &mut to_client);
                         server = Some(s);
                     }
@@ -130,7 +134,10 @@ fn handshake(
         client.failure(),
         server.failure()
     );
-    anyhow::ensure!(resume.is_none() || client.resumed(), "the session was not resumed");
+    anyhow::ensure!(
+        resume.is_none() || client.resumed(),
+        "the session was not resumed"
+    );
     Ok(Run {
         bytes,
         datagrams,
@@ -168,8 +175,10 @@ impl Modes {
                 .into_iter()
                 .next()
                 .context("no certificate")?;
-            let key = sigil_server::pem::p256_key(&std::fs::read_to_string(dir.join(format!("{name}.key")))?)
-                .map_err(|e| anyhow::anyhow!(e))?;
+            let key = sigil_server::pem::p256_key(&std::fs::read_to_string(
+                dir.join(format!("{name}.key")),
+            )?)
+            .map_err(|e| anyhow::anyhow!(e))?;
             Ok((der, key))
         };
         let server_cert = cert("server")?;
@@ -178,8 +187,12 @@ impl Modes {
             server_key: RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut rng)?,
             client_p256: RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut rng)?,
             client_ed25519: RustCrypto.generate(SignatureAlgorithm::Ed25519, &mut rng)?,
-            client_trust: BenchTrust { anchors: vec![server_cert.0.clone()] },
-            server_trust: BenchTrust { anchors: vec![client_cert.0.clone()] },
+            client_trust: BenchTrust {
+                anchors: vec![server_cert.0.clone()],
+            },
+            server_trust: BenchTrust {
+                anchors: vec![client_cert.0.clone()],
+            },
             server_cert,
             client_cert,
             sessions: vec![],
@@ -229,9 +242,13 @@ impl Modes {
         };
         let base = Config::default();
         let trust = (&self.client_trust, &self.server_trust);
-        let go = |creds, offer: &ServerCredentials<'_>, config| handshake(creds, offer, config, trust, None);
+        let go = |creds, offer: &ServerCredentials<'_>, config| {
+            handshake(creds, offer, config, trust, None)
+        };
         match mode {
-            "PSK-CCM8" | "PSK-CCM8, resumable (the server issues a session ID)" => go(PSK_CREDS, &psk, base),
+            "PSK-CCM8" | "PSK-CCM8, resumable (the server issues a session ID)" => {
+                go(PSK_CREDS, &psk, base)
+            }
             "PSK-CCM8, resumed (abbreviated handshake)" => {
                 let (client, _) = session.context("no session")?;
                 handshake(PSK_CREDS, &psk, base, trust, Some(client))
@@ -241,26 +258,44 @@ impl Modes {
                 let creds = Credentials::RawPublicKey(Some(&self.client_p256));
                 handshake(creds, &mutual, base, trust, Some(client))
             }
-            "PSK-CCM8 with a connection ID" => go(PSK_CREDS, &psk, Config { connection_id: true, ..base }),
+            "PSK-CCM8 with a connection ID" => go(
+                PSK_CREDS,
+                &psk,
+                Config {
+                    connection_id: true,
+                    ..base
+                },
+            ),
             "ECDHE-PSK-CCM8" => go(
-                Credentials::EcdhePsk { identity: b"sensor", key: b"0123456789abcdef" },
+                Credentials::EcdhePsk {
+                    identity: b"sensor",
+                    key: b"0123456789abcdef",
+                },
                 &psk,
                 base,
             ),
-            "ECDHE-ECDSA-CCM8, raw public key, server-only" => go(Credentials::RawPublicKey(None), &rpk, base),
+            "ECDHE-ECDSA-CCM8, raw public key, server-only" => {
+                go(Credentials::RawPublicKey(None), &rpk, base)
+            }
             "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256)"
-            | "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256), resumable" => {
-                go(Credentials::RawPublicKey(Some(&self.client_p256)), &mutual, base)
-            }
-            "ECDHE-ECDSA-CCM8, raw public keys, mutual (Ed25519 client)" => {
-                go(Credentials::RawPublicKey(Some(&self.client_ed25519)), &mutual, base)
-            }
+            | "ECDHE-ECDSA-CCM8, raw public keys, mutual (P-256), resumable" => go(
+                Credentials::RawPublicKey(Some(&self.client_p256)),
+                &mutual,
+                base,
+            ),
+            "ECDHE-ECDSA-CCM8, raw public keys, mutual (Ed25519 client)" => go(
+                Credentials::RawPublicKey(Some(&self.client_ed25519)),
+                &mutual,
+                base,
+            ),
             "ECDHE-ECDSA-GCM, raw public keys, mutual (P-256)" => go(
                 Credentials::RawPublicKey(Some(&self.client_p256)),
                 &mutual,
                 Config { gcm: true, ..base },
             ),
-            "ECDHE-ECDSA-CCM8, X.509, server-only" => go(Credentials::Certificate(None), &x509, base),
+            "ECDHE-ECDSA-CCM8, X.509, server-only" => {
+                go(Credentials::Certificate(None), &x509, base)
+            }
             "ECDHE-ECDSA-CCM8, X.509, mutual" => go(
                 Credentials::Certificate(Some((&client_chain, &self.client_cert.1))),
                 &x509,
@@ -492,10 +527,15 @@ pub fn run(runs: usize) -> Result<DtlsBench> {
         record_overhead: vec![
             ("AES-128-CCM-8".into(), Aead::Ccm8.overhead()),
             ("AES-128-GCM".into(), Aead::Gcm.overhead()),
-            ("AES-128-CCM-8 with an 8-byte connection ID".into(), Aead::Ccm8.overhead() + 8 + 1),
+            (
+                "AES-128-CCM-8 with an 8-byte connection ID".into(),
+                Aead::Ccm8.overhead() + 8 + 1,
+            ),
         ],
         server,
-        connection_state_bytes: std::mem::size_of::<Connection<RustCrypto, sigil_dtls::connection::NoTrust>>(),
+        connection_state_bytes: std::mem::size_of::<
+            Connection<RustCrypto, sigil_dtls::connection::NoTrust>,
+        >(),
     })
 }
 

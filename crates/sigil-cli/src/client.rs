@@ -2,6 +2,7 @@
 //! requests with retransmission (RFC 7252 §4.2), separate responses, and block-wise transfer
 //! in both directions (RFC 7959).
 
+use crate::transport::{Security, Transport};
 use anyhow::{anyhow, bail, Result};
 use sigil_coap::message::{empty, option};
 use sigil_coap::{
@@ -9,7 +10,6 @@ use sigil_coap::{
     TransmissionParameters,
 };
 use std::net::SocketAddr;
-use crate::transport::{Security, Transport};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]

@@ -286,7 +286,10 @@ impl DtlsArgs {
                 })
             }
             "cert" => {
-                let ca = self.ca.as_ref().context("--dtls cert needs --ca (trust anchors, PEM)")?;
+                let ca = self
+                    .ca
+                    .as_ref()
+                    .context("--dtls cert needs --ca (trust anchors, PEM)")?;
                 let anchors = read_certs(ca)?;
                 let own = match (&self.cert, &self.cert_key, own) {
                     (None, _, _) => None,
@@ -299,7 +302,10 @@ impl DtlsArgs {
                             .public_key(&device_key)
                             .map_err(|e| anyhow::anyhow!("{e}"))?;
                         if leaf.key != public {
-                            bail!("{}: the certificate is not for this device's key", c.display());
+                            bail!(
+                                "{}: the certificate is not for this device's key",
+                                c.display()
+                            );
                         }
                         Some((chain, device_key))
                     }
@@ -326,8 +332,10 @@ impl DtlsArgs {
 
 /// The certificates of a PEM file, in order (at least one).
 fn read_certs(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let certs = sigil_server::pem::blocks(&text, "CERTIFICATE").map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let certs = sigil_server::pem::blocks(&text, "CERTIFICATE")
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if certs.is_empty() {
         bail!("{}: no CERTIFICATE block", path.display());
     }
@@ -336,7 +344,8 @@ fn read_certs(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
 
 /// A P-256 private key from a PEM file.
 fn read_key(path: &std::path::Path) -> Result<SecretKey> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     sigil_server::pem::p256_key(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
@@ -365,7 +374,9 @@ fn load_or_make_key(path: &std::path::Path) -> Result<SecretKey> {
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let public = RustCrypto.public_key(&key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let public = RustCrypto
+        .public_key(&key)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let id = Identity::of_key(&RustCrypto, &public, b"").map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
         "new DTLS client key in {}; its identity (provision it): {id}",
@@ -623,7 +634,11 @@ async fn run(cmd: Command) -> Result<i32> {
                     let key = read_key(k)?;
                     let leaf = sigil_dtls::x509::parse(&d.certificate_chain[0])
                         .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
-                    if leaf.key != RustCrypto.public_key(&key).map_err(|e| anyhow::anyhow!("{e}"))? {
+                    if leaf.key
+                        != RustCrypto
+                            .public_key(&key)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?
+                    {
                         bail!("--dtls-cert-key does not match the leaf of --dtls-cert");
                     }
                     d.certificate_key = Some(key);

@@ -1,12 +1,12 @@
 //! `sigil sensor`: the device state machine driven over a real UDP socket, with synthetic
 //! temperature and humidity.
 
+use crate::transport::{Security, Transport};
 use crate::util::{now_ms, unix_now};
 use anyhow::{anyhow, Result};
 use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceStorage, Event, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
-use crate::transport::{Security, Transport};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;

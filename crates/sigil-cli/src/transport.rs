@@ -54,7 +54,7 @@ impl Trust for PinnedServer {
 
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now(), )
+        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now())
     }
 }
 
@@ -123,7 +123,9 @@ impl Transport {
     pub async fn handshake(&mut self) -> Result<()> {
         let (identity, key);
         let chain: Vec<&[u8]> = match &self.security {
-            Security::Certificate { own: Some((c, _)), .. } => c.iter().map(Vec::as_slice).collect(),
+            Security::Certificate {
+                own: Some((c, _)), ..
+            } => c.iter().map(Vec::as_slice).collect(),
             _ => Vec::new(),
         };
         let credentials = match &self.security {
@@ -347,7 +349,10 @@ mod tests {
         let u = parse_uri("coaps://127.0.0.1").unwrap();
         assert_eq!((u.addr.port(), u.secure), (5684, true));
         let u = parse_uri("coap://127.0.0.1/rd-lookup/res").unwrap();
-        assert_eq!((u.addr.port(), u.secure, u.path.as_str()), (5683, false, "rd-lookup/res"));
+        assert_eq!(
+            (u.addr.port(), u.secure, u.path.as_str()),
+            (5683, false, "rd-lookup/res")
+        );
         let u = parse_uri("coaps://[::1]:6000/").unwrap();
         assert_eq!((u.addr.port(), u.secure, u.path.as_str()), (6000, true, ""));
         assert_eq!(parse_uri("127.0.0.1:7").unwrap().addr.port(), 7);

@@ -379,7 +379,11 @@ fn factory_reset_gives_a_new_identity_and_cli_errors_are_clear() {
 }
 
 fn first_line(out: std::process::Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -404,17 +408,29 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
         .iter()
         .map(|m| {
             let st = dir.path().join(m);
-            first_line(sigil(&["sensor", "--state", st.to_str().unwrap(), "--alg", "p256", "--print-identity"]))
+            first_line(sigil(&[
+                "sensor",
+                "--state",
+                st.to_str().unwrap(),
+                "--alg",
+                "p256",
+                "--print-identity",
+            ]))
         })
         .collect();
     for id in &ids {
-        assert!(sigil(&["provision", "--db", dbs, "add", id]).status.success());
+        assert!(sigil(&["provision", "--db", dbs, "add", id])
+            .status
+            .success());
     }
     let psk = first_line(sigil(&["provision", "--db", dbs, "psk", &ids[0]]));
     assert_eq!(psk.len(), 32);
     // The application's key: made on first use, then provisioned like a device.
     let app_key = dir.path().join("app.key");
-    let out = sigil(&["get", &format!("coaps://127.0.0.1:{dport}/.well-known/core")]);
+    let out = sigil(&[
+        "get",
+        &format!("coaps://127.0.0.1:{dport}/.well-known/core"),
+    ]);
     assert!(!out.status.success(), "coaps:// without --dtls is refused");
 
     let mut srv = secure_server(&db, port, dport);
@@ -423,13 +439,32 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
         // The server's identity is stable across restarts (its key lives in the database).
         let store = sigil_server::Store::open(&db).unwrap();
         let (_, secret) = store.server_key("dtls").unwrap().unwrap();
-        let sk = sigil_crypto::SecretKey::from_bytes(sigil_crypto::SignatureAlgorithm::EcdsaP256, &secret).unwrap();
+        let sk = sigil_crypto::SecretKey::from_bytes(
+            sigil_crypto::SignatureAlgorithm::EcdsaP256,
+            &secret,
+        )
+        .unwrap();
         use sigil_crypto::CryptoProvider;
         let pk = sigil_crypto::RustCrypto.public_key(&sk).unwrap();
-        sigil_identity::Identity::of_key(&sigil_crypto::RustCrypto, &pk, b"").unwrap().to_string()
+        sigil_identity::Identity::of_key(&sigil_crypto::RustCrypto, &pk, b"")
+            .unwrap()
+            .to_string()
     };
-    let out = sigil(&["app", "--server", &coaps, "--dtls", "rpk", "--server-identity", &server_id, "--key-file", app_key.to_str().unwrap()]);
-    assert!(!out.status.success(), "an unprovisioned application gets no session");
+    let out = sigil(&[
+        "app",
+        "--server",
+        &coaps,
+        "--dtls",
+        "rpk",
+        "--server-identity",
+        &server_id,
+        "--key-file",
+        app_key.to_str().unwrap(),
+    ]);
+    assert!(
+        !out.status.success(),
+        "an unprovisioned application gets no session"
+    );
     let app_id = String::from_utf8_lossy(&out.stderr)
         .split("(provision it): ")
         .nth(1)
@@ -438,23 +473,42 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
         .next()
         .unwrap()
         .to_string();
-    assert!(sigil(&["provision", "--db", dbs, "add", &app_id, "--label", "app"]).status.success());
+    assert!(
+        sigil(&["provision", "--db", dbs, "add", &app_id, "--label", "app"])
+            .status
+            .success()
+    );
 
     let sensors: Vec<Child> = ["psk", "rpk"]
         .iter()
         .map(|m| {
             let st = dir.path().join(m);
             let mut args = vec![
-                "sensor".to_string(), "--server".into(), coaps.clone(), "--state".into(), st.to_str().unwrap().into(),
-                "--interval".into(), "100ms".into(), "--count".into(), "30".into(), "--dtls".into(), m.to_string(),
-                "--ack-timeout".into(), "500ms".into(),
+                "sensor".to_string(),
+                "--server".into(),
+                coaps.clone(),
+                "--state".into(),
+                st.to_str().unwrap().into(),
+                "--interval".into(),
+                "100ms".into(),
+                "--count".into(),
+                "30".into(),
+                "--dtls".into(),
+                m.to_string(),
+                "--ack-timeout".into(),
+                "500ms".into(),
             ];
             if *m == "psk" {
                 args.extend(["--psk".into(), psk.clone()]);
             } else {
                 args.extend(["--server-identity".into(), server_id.clone()]);
             }
-            Command::new(SIGIL).args(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap()
+            Command::new(SIGIL)
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1200));
@@ -469,8 +523,14 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
         let out = s.wait_with_output().unwrap();
         let report: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-        assert!(report["rejected"].as_array().unwrap().is_empty(), "{report}");
-        assert!(report["dtls_handshakes"].as_u64().unwrap() >= 2, "reconnected after the kill: {report}");
+        assert!(
+            report["rejected"].as_array().unwrap().is_empty(),
+            "{report}"
+        );
+        assert!(
+            report["dtls_handshakes"].as_u64().unwrap() >= 2,
+            "reconnected after the kill: {report}"
+        );
         let id = report["identity"].as_str().unwrap().to_string();
         for seq in report["acknowledged"].as_array().unwrap() {
             acked.insert((id.clone(), seq.as_u64().unwrap()));
@@ -478,19 +538,52 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
     }
     assert!(acked.len() >= 50, "{}", acked.len());
 
-    let out = sigil(&["app", "--server", &coaps, "--dtls", "rpk", "--server-identity", &server_id, "--key-file", app_key.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sigil(&[
+        "app",
+        "--server",
+        &coaps,
+        "--dtls",
+        "rpk",
+        "--server-identity",
+        &server_id,
+        "--key-file",
+        app_key.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let app: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut verified: HashSet<(String, u64)> = HashSet::new();
     for s in app["sensors"].as_array().unwrap() {
         assert_eq!(s["failed"], 0, "{s}");
         for r in s["readings"].as_array().unwrap() {
-            verified.insert((s["ep"].as_str().unwrap().to_string(), r["seq"].as_u64().unwrap()));
+            verified.insert((
+                s["ep"].as_str().unwrap().to_string(),
+                r["seq"].as_u64().unwrap(),
+            ));
         }
     }
-    assert!(acked.is_subset(&verified), "missing: {:?}", acked.difference(&verified).collect::<Vec<_>>());
+    assert!(
+        acked.is_subset(&verified),
+        "missing: {:?}",
+        acked.difference(&verified).collect::<Vec<_>>()
+    );
     // A wrong pinned server identity fails the handshake.
-    let out = sigil(&["get", &format!("{coaps}/.well-known/core"), "--dtls", "rpk", "--server-identity", &ids[0], "--key-file", app_key.to_str().unwrap(), "--dtls-timeout", "200ms"]);
+    let out = sigil(&[
+        "get",
+        &format!("{coaps}/.well-known/core"),
+        "--dtls",
+        "rpk",
+        "--server-identity",
+        &ids[0],
+        "--key-file",
+        app_key.to_str().unwrap(),
+        "--dtls-timeout",
+        "200ms",
+    ]);
     assert!(!out.status.success());
     srv.kill().unwrap();
     srv.wait().unwrap();

@@ -5,9 +5,10 @@
 //! uses; a disabled algorithm answers [`CryptoError::Unsupported`]. `p256` does not build for
 //! 16-bit targets (AVR), `rustcrypto-ed25519` does.
 
-use crate::{GCM_TAG_LEN, 
+use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
     PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
+    GCM_TAG_LEN,
 };
 use ccm::aead::{AeadInPlace, KeyInit};
 use sha2::{Digest, Sha256};

@@ -864,10 +864,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let have_chain = false;
         // Raw public keys when the client asks for them, else the chain if there is one.
         let server_rpk = rpk_ok(ExtensionType::SERVER_CERTIFICATE_TYPE);
-        let server_x509 = !server_rpk && have_chain && x509_ok(ExtensionType::SERVER_CERTIFICATE_TYPE);
+        let server_x509 =
+            !server_rpk && have_chain && x509_ok(ExtensionType::SERVER_CERTIFICATE_TYPE);
         let client_rpk = rpk_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
         // Client certificates only on a server configured with certificates itself.
-        let client_x509 = !client_rpk && have_chain && x509_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
+        let client_x509 =
+            !client_rpk && have_chain && x509_ok(ExtensionType::CLIENT_CERTIFICATE_TYPE);
         // Resumption (RFC 5246 §7.3): the cached session the client names, if its peer is
         // still trusted and the client still offers its suite.
         let resume = offer.resume.filter(|sess| {
@@ -892,15 +894,17 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         let suite = ch
             .cipher_suites()
             .find(|s| {
-                (cfg!(feature = "psk") && *s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 && offer.psk)
+                (cfg!(feature = "psk")
+                    && *s == CipherSuite::TLS_PSK_WITH_AES_128_CCM_8
+                    && offer.psk)
                     || (cfg!(feature = "ecdhe-psk")
                         && *s == CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256
                         && offer.psk
                         && offers_p256(&ch))
                     || (cfg!(feature = "ecdhe-ecdsa")
                         && (*s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
-                        || (cfg!(feature = "gcm")
-                            && *s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256))
+                            || (cfg!(feature = "gcm")
+                                && *s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256))
                         && offer.key.is_some()
                         && (server_rpk || server_x509)
                         && offers_p256(&ch)
@@ -1001,12 +1005,21 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             // in answer to the client's extension).
             let mut ext = [0u8; 24];
             let mut w = Writer::new(&mut ext);
-            if ch.extensions.get(ExtensionType::SERVER_CERTIFICATE_TYPE).is_some() {
+            if ch
+                .extensions
+                .get(ExtensionType::SERVER_CERTIFICATE_TYPE)
+                .is_some()
+            {
                 let t = if server_x509 { X509 } else { RAW_PUBLIC_KEY };
                 w.bytes(&[0x00, 0x14, 0x00, 0x01, t])?;
             }
             w.bytes(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00])?;
-            if c.client_auth && ch.extensions.get(ExtensionType::CLIENT_CERTIFICATE_TYPE).is_some() {
+            if c.client_auth
+                && ch
+                    .extensions
+                    .get(ExtensionType::CLIENT_CERTIFICATE_TYPE)
+                    .is_some()
+            {
                 let t = if c.client_x509 { X509 } else { RAW_PUBLIC_KEY };
                 w.bytes(&[0x00, 0x13, 0x00, 0x01, t])?;
             }
@@ -1105,7 +1118,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     fn set_own_chain(&mut self, chain: &[&[u8]]) -> Result<(), Error> {
         let mut w = Writer::new(&mut self.own_chain);
         for cert in chain {
-            w.u24(cert.len() as u32).map_err(|_| Error::BufferTooSmall)?;
+            w.u24(cert.len() as u32)
+                .map_err(|_| Error::BufferTooSmall)?;
             w.bytes(cert).map_err(|_| Error::BufferTooSmall)?;
         }
         self.own_chain_len = w.len();
@@ -1318,7 +1332,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 .ok_or(Error::RecordOverflow)?;
             frag.copy_from_slice(rec.fragment);
             if cid_record {
-                let (real, plain) = protection::open_cid(&self.crypto, &keys.read, &h, rec.cid, frag)?;
+                let (real, plain) =
+                    protection::open_cid(&self.crypto, &keys.read, &h, rec.cid, frag)?;
                 h.content_type = real;
                 plain
             } else {
@@ -2018,7 +2033,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 HEADER_LEN
             } else {
                 aead_of(self.suite).overhead()
-                    + if self.peer_cid_len > 0 { self.peer_cid_len + 1 } else { 0 }
+                    + if self.peer_cid_len > 0 {
+                        self.peer_cid_len + 1
+                    } else {
+                        0
+                    }
             };
             if m.content_type != ContentType::HANDSHAKE {
                 let mut rec = [0u8; 64];
@@ -2096,7 +2115,16 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             self.write_epoch = 1;
             if self.peer_cid_len > 0 {
                 let cid = &self.peer_cid[..self.peer_cid_len];
-                return protection::seal_cid(&self.crypto, &keys.write, ct, 1, seq, cid, plain, out);
+                return protection::seal_cid(
+                    &self.crypto,
+                    &keys.write,
+                    ct,
+                    1,
+                    seq,
+                    cid,
+                    plain,
+                    out,
+                );
             }
             protection::seal(&self.crypto, &keys.write, ct, 1, seq, plain, out)
         }

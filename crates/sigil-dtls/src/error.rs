@@ -198,7 +198,9 @@ impl fmt::Display for Error {
             Self::UnsupportedCertificate => f.write_str("unsupported certificate"),
             Self::CertificateExpired => f.write_str("certificate not valid at this time"),
             Self::UnknownCa => f.write_str("certificate path does not reach a trust anchor"),
-            Self::UnexpectedChangeCipherSpec => f.write_str("ChangeCipherSpec out of order (dropped)"),
+            Self::UnexpectedChangeCipherSpec => {
+                f.write_str("ChangeCipherSpec out of order (dropped)")
+            }
         }
     }
 }

@@ -259,7 +259,10 @@ pub fn open_cid<'a, C: CryptoProvider + ?Sized>(
     };
     r.map_err(|_| Error::BadRecordMac)?;
     // DTLSInnerPlaintext: content, real type, zero padding (RFC 9146 §4).
-    let end = body.iter().rposition(|b| *b != 0).ok_or(Error::UnexpectedMessage("empty DTLSInnerPlaintext"))?;
+    let end = body
+        .iter()
+        .rposition(|b| *b != 0)
+        .ok_or(Error::UnexpectedMessage("empty DTLSInnerPlaintext"))?;
     let real = ContentType(body[end]);
     Ok((real, &body[..end]))
 }

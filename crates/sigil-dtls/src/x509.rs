@@ -62,7 +62,9 @@ fn tlv<'a>(buf: &'a [u8], what: &'static str) -> Result<(u8, &'a [u8], &'a [u8],
         if n == 0 || n > 3 || rest.len() < n || rest[0] == 0 {
             return Err(bad(what));
         }
-        let len = rest[..n].iter().fold(0usize, |a, b| (a << 8) | usize::from(*b));
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |a, b| (a << 8) | usize::from(*b));
         if len < 0x80 {
             return Err(bad(what));
         }
@@ -252,7 +254,11 @@ fn time(tag: u8, v: &[u8]) -> Result<u64, Error> {
         return Ok(0);
     }
     // Days from civil (proleptic Gregorian), as in Howard Hinnant's algorithm.
-    let (y, m) = if mo <= 2 { (year - 1, mo + 9) } else { (year, mo - 3) };
+    let (y, m) = if mo <= 2 {
+        (year - 1, mo + 9)
+    } else {
+        (year, mo - 3)
+    };
     let era = y / 400;
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + d - 1;
@@ -366,6 +372,9 @@ mod tests {
         assert!(tlv(&[0x30, 0x82, 0x00, 0x80], "x").is_err());
         assert!(tlv(&[0x30, 0x05, 1], "x").is_err());
         let (t, v, rest, whole) = tlv(&[0x02, 0x01, 0x07, 0xff], "x").unwrap();
-        assert_eq!((t, v, rest, whole), (2, &[7u8][..], &[0xffu8][..], &[2u8, 1, 7][..]));
+        assert_eq!(
+            (t, v, rest, whole),
+            (2, &[7u8][..], &[0xffu8][..], &[2u8, 1, 7][..])
+        );
     }
 }

@@ -328,16 +328,27 @@ fn gnutls_cli_rpk_against_our_server_server_only_and_mutual() {
 #[test]
 fn our_x509_client_against_gnutls_serv_server_only_and_mutual() {
     let root = der("root.der");
-    let (client_der, inter_der, ck) = (der("client.der"), der("intermediate.der"), secret("client"));
+    let (client_der, inter_der, ck) =
+        (der("client.der"), der("intermediate.der"), secret("client"));
     let chain: [&[u8]; 2] = [&client_der, &inter_der];
     // Server-only, mutual, and mutual at a 256-byte MTU on both sides (certificates fragmented).
     for (mutual, mtu) in [(false, None), (true, None), (true, Some(256usize))] {
         let port = free_port();
         let mtu_arg = mtu.map(|m| format!("--mtu={m}"));
-        let (certs, key, ca) = (pki("server-chain.pem"), pki("server.key.pem"), pki("root.pem"));
+        let (certs, key, ca) = (
+            pki("server-chain.pem"),
+            pki("server.key.pem"),
+            pki("root.pem"),
+        );
         let mut args = vec![
-            "--priority", X509_PRIORITY, "--x509certfile", &certs, "--x509keyfile", &key,
-            "--x509cafile", &ca,
+            "--priority",
+            X509_PRIORITY,
+            "--x509certfile",
+            &certs,
+            "--x509keyfile",
+            &key,
+            "--x509cafile",
+            &ca,
         ];
         if mutual {
             args.extend(["--require-client-cert", "--verify-client-cert"]);
@@ -349,7 +360,10 @@ fn our_x509_client_against_gnutls_serv_server_only_and_mutual() {
         let c = Connection::connect(
             RustCrypto,
             anchors(&root),
-            Config { pmtu: mtu.unwrap_or(1152), ..Config::default() },
+            Config {
+                pmtu: mtu.unwrap_or(1152),
+                ..Config::default()
+            },
             &mut TestRng::new(),
             Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
             0,
@@ -365,14 +379,26 @@ fn our_x509_client_against_gnutls_serv_server_only_and_mutual() {
 #[test]
 fn gnutls_cli_x509_against_our_server_server_only_and_mutual() {
     let root = der("root.der");
-    let (server_der, inter_der, sk) = (der("server.der"), der("intermediate.der"), secret("server"));
+    let (server_der, inter_der, sk) =
+        (der("server.der"), der("intermediate.der"), secret("server"));
     let chain: [&[u8]; 2] = [&server_der, &inter_der];
     for (mutual, mtu) in [(false, None), (true, None), (true, Some(256usize))] {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = sock.local_addr().unwrap().port();
-        let (ca, certs, key) = (pki("root.pem"), pki("client-chain.pem"), pki("client.key.pem"));
+        let (ca, certs, key) = (
+            pki("root.pem"),
+            pki("client-chain.pem"),
+            pki("client.key.pem"),
+        );
         let mtu_arg = mtu.map(|m| format!("--mtu={m}"));
-        let mut args = vec!["--priority", X509_PRIORITY, "--x509cafile", &ca, "--verify-hostname", "sigil-server"];
+        let mut args = vec![
+            "--priority",
+            X509_PRIORITY,
+            "--x509cafile",
+            &ca,
+            "--verify-hostname",
+            "sigil-server",
+        ];
         if mutual {
             args.extend(["--x509certfile", &certs, "--x509keyfile", &key]);
         }
@@ -390,9 +416,20 @@ fn gnutls_cli_x509_against_our_server_server_only_and_mutual() {
         let (conn, got) = serve_one(
             &sock,
             |d, now| {
-                let config = Config { pmtu: mtu.unwrap_or(1152), ..Config::default() };
-                Connection::accept(RustCrypto, anchors(&root), config, &offer, &mut TestRng::new(), d, now)
-                    .unwrap()
+                let config = Config {
+                    pmtu: mtu.unwrap_or(1152),
+                    ..Config::default()
+                };
+                Connection::accept(
+                    RustCrypto,
+                    anchors(&root),
+                    config,
+                    &offer,
+                    &mut TestRng::new(),
+                    d,
+                    now,
+                )
+                .unwrap()
             },
             10,
             || stdin.write_all(b"from cli!\n").unwrap(),

@@ -4,7 +4,9 @@
 //! resumption: at least 99.9% of the handshakes complete, and no application record is
 //! delivered twice.
 
-use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_crypto::{
+    CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
+};
 use sigil_dtls::connection::{
     Config, Connection, CookieKey, Credentials, ServerCredentials, Session, Stateless, Trust,
 };
@@ -42,11 +44,21 @@ fn pki() -> &'static Pki {
         let der = |n: &str| std::fs::read(format!("{dir}{n}.der")).unwrap();
         let key = |n: &str| {
             let h = std::fs::read_to_string(format!("{dir}{n}.key")).unwrap();
-            SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex::decode(h.trim()).unwrap()).unwrap()
+            SecretKey::from_bytes(
+                SignatureAlgorithm::EcdsaP256,
+                &hex::decode(h.trim()).unwrap(),
+            )
+            .unwrap()
         };
-        let server_key = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Counter(1)).unwrap();
-        let client_key = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Counter(2)).unwrap();
-        let id = |k: &SecretKey| Identity::of_key(&RustCrypto, &RustCrypto.public_key(k).unwrap(), b"").unwrap();
+        let server_key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(1))
+            .unwrap();
+        let client_key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(2))
+            .unwrap();
+        let id = |k: &SecretKey| {
+            Identity::of_key(&RustCrypto, &RustCrypto.public_key(k).unwrap(), b"").unwrap()
+        };
         let client_cert_key = key("client");
         Pki {
             ids: vec![id(&server_key), id(&client_key), id(&client_cert_key)],
@@ -150,13 +162,20 @@ fn run(seed: u64, one_in: u64, readings: usize) -> Outcome {
 fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
     let p = pki();
     let config = Config {
-        pmtu: if mode == Mode::X509SmallMtu { 256 } else { 1152 },
+        pmtu: if mode == Mode::X509SmallMtu {
+            256
+        } else {
+            1152
+        },
         connection_id: mode == Mode::PskConnectionId,
         ..Config::default()
     };
     let client_chain: Vec<&[u8]> = p.client_chain.iter().map(Vec::as_slice).collect();
     let server_chain: Vec<&[u8]> = p.server_chain.iter().map(Vec::as_slice).collect();
-    let psk = Credentials::Psk { identity: b"sensor", key: &[7; 16] };
+    let psk = Credentials::Psk {
+        identity: b"sensor",
+        key: &[7; 16],
+    };
     let credentials = match mode {
         Mode::Psk | Mode::PskConnectionId | Mode::PskResumption => psk,
         Mode::RawPublicKeys => Credentials::RawPublicKey(Some(&p.client_key)),
@@ -165,7 +184,11 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
     let resume = (mode == Mode::PskResumption).then(|| cached_session());
     let offer = ServerCredentials {
         psk: true,
-        key: Some(if mode == Mode::X509SmallMtu { &p.server_cert_key } else { &p.server_key }),
+        key: Some(if mode == Mode::X509SmallMtu {
+            &p.server_cert_key
+        } else {
+            &p.server_key
+        }),
         chain: Some(&server_chain),
         require_client_key: matches!(mode, Mode::RawPublicKeys | Mode::X509SmallMtu),
         connection_id: &[0xc1, 0xd0, 1, 2, 3, 4, 5, 6],
@@ -180,8 +203,23 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
         sent: 0,
     };
     let mut client = match resume {
-        Some((cs, _)) => Connection::resume(RustCrypto, AllTrust, config, &mut Counter(seed), credentials, cs, 0),
-        None => Connection::connect(RustCrypto, AllTrust, config, &mut Counter(seed), credentials, 0),
+        Some((cs, _)) => Connection::resume(
+            RustCrypto,
+            AllTrust,
+            config,
+            &mut Counter(seed),
+            credentials,
+            cs,
+            0,
+        ),
+        None => Connection::connect(
+            RustCrypto,
+            AllTrust,
+            config,
+            &mut Counter(seed),
+            credentials,
+            0,
+        ),
     }
     .unwrap();
     let mut server: Option<Connection<RustCrypto, AllTrust>> = None;
@@ -267,7 +305,11 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
     let established =
         client.is_established() && server.as_ref().is_some_and(|s| s.is_established());
     if !established && std::env::var("LOSSY_DEBUG").is_ok() {
-        eprintln!("{mode:?} seed {seed}: client {:?} server {:?} t={now}", client.state(), server.as_ref().map(|s| s.state()));
+        eprintln!(
+            "{mode:?} seed {seed}: client {:?} server {:?} t={now}",
+            client.state(),
+            server.as_ref().map(|s| s.state())
+        );
     }
     let _ = link.sent;
     Outcome {
@@ -318,12 +360,18 @@ fn lossy_runs(mode: Mode, n: u64) -> u64 {
         if o.established {
             complete += 1;
             if mode == Mode::PskResumption {
-                assert!(o.resumed, "{mode:?} seed {seed}: fell back to a full handshake");
+                assert!(
+                    o.resumed,
+                    "{mode:?} seed {seed}: fell back to a full handshake"
+                );
             }
         }
         let mut seen = std::collections::HashSet::new();
         for d in &o.delivered {
-            assert!(seen.insert(d.clone()), "{mode:?} seed {seed}: delivered twice");
+            assert!(
+                seen.insert(d.clone()),
+                "{mode:?} seed {seed}: delivered twice"
+            );
         }
     }
     eprintln!("{mode:?}: {complete}/{n} handshakes completed over a 1-in-10 lossy link");
@@ -353,7 +401,13 @@ fn resumptions_over_a_lossy_link() {
 
 #[test]
 fn every_mode_completes_on_a_clean_link() {
-    for mode in [Mode::Psk, Mode::RawPublicKeys, Mode::X509SmallMtu, Mode::PskConnectionId, Mode::PskResumption] {
+    for mode in [
+        Mode::Psk,
+        Mode::RawPublicKeys,
+        Mode::X509SmallMtu,
+        Mode::PskConnectionId,
+        Mode::PskResumption,
+    ] {
         let o = run_mode(mode, 7, u64::MAX, 3);
         assert!(o.established, "{mode:?}");
         assert_eq!(o.delivered.len(), 3, "{mode:?}");

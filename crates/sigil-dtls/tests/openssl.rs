@@ -141,16 +141,40 @@ fn our_x509_client_against_s_server(mutual: bool, mtu: Option<usize>) {
 fn our_x509_client_against_s_server_with(mutual: bool, mtu: Option<usize>, gcm: bool) {
     let port = free_port();
     let mut args: Vec<String> = [
-        "s_server", "-dtls1_2", "-accept", &format!("127.0.0.1:{port}"),
-        "-cert", &pki("server.pem"), "-key", &pki("server.key.pem"), "-cert_chain", &pki("intermediate.pem"),
-        "-cipher", if gcm { "ECDHE-ECDSA-AES128-GCM-SHA256" } else { "ECDHE-ECDSA-AES128-CCM8" },
-        "-naccept", "1", "-quiet",
+        "s_server",
+        "-dtls1_2",
+        "-accept",
+        &format!("127.0.0.1:{port}"),
+        "-cert",
+        &pki("server.pem"),
+        "-key",
+        &pki("server.key.pem"),
+        "-cert_chain",
+        &pki("intermediate.pem"),
+        "-cipher",
+        if gcm {
+            "ECDHE-ECDSA-AES128-GCM-SHA256"
+        } else {
+            "ECDHE-ECDSA-AES128-CCM8"
+        },
+        "-naccept",
+        "1",
+        "-quiet",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     if mutual {
-        args.extend(["-Verify", "2", "-CAfile", &pki("root.pem"), "-verify_return_error"].map(String::from));
+        args.extend(
+            [
+                "-Verify",
+                "2",
+                "-CAfile",
+                &pki("root.pem"),
+                "-verify_return_error",
+            ]
+            .map(String::from),
+        );
     }
     if let Some(m) = mtu {
         args.extend(["-mtu".to_string(), m.to_string()]);
@@ -164,9 +188,13 @@ fn our_x509_client_against_s_server_with(mutual: bool, mtu: Option<usize>, gcm: 
         .expect("openssl is installed by scripts/install-test-deps");
     std::thread::sleep(Duration::from_millis(400));
     let root = der("root.der");
-    let (client_der, inter_der, ck) = (der("client.der"), der("intermediate.der"), secret("client"));
+    let (client_der, inter_der, ck) =
+        (der("client.der"), der("intermediate.der"), secret("client"));
     let chain: [&[u8]; 2] = [&client_der, &inter_der];
-    let mut config = Config { gcm, ..Config::default() };
+    let mut config = Config {
+        gcm,
+        ..Config::default()
+    };
     if let Some(m) = mtu {
         config.pmtu = m;
     }
@@ -217,14 +245,32 @@ fn s_client_against_our_x509_server_with(mutual: bool, mtu: Option<usize>, ciphe
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = sock.local_addr().unwrap().port();
     let mut args: Vec<String> = [
-        "s_client", "-dtls1_2", "-connect", &format!("127.0.0.1:{port}"),
-        "-CAfile", &pki("root.pem"), "-verify_return_error", "-cipher", cipher, "-quiet",
+        "s_client",
+        "-dtls1_2",
+        "-connect",
+        &format!("127.0.0.1:{port}"),
+        "-CAfile",
+        &pki("root.pem"),
+        "-verify_return_error",
+        "-cipher",
+        cipher,
+        "-quiet",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     if mutual {
-        args.extend(["-cert", &pki("client.pem"), "-key", &pki("client.key.pem"), "-cert_chain", &pki("intermediate.pem")].map(String::from));
+        args.extend(
+            [
+                "-cert",
+                &pki("client.pem"),
+                "-key",
+                &pki("client.key.pem"),
+                "-cert_chain",
+                &pki("intermediate.pem"),
+            ]
+            .map(String::from),
+        );
     }
     if let Some(m) = mtu {
         args.extend(["-mtu".to_string(), m.to_string()]);
@@ -238,7 +284,8 @@ fn s_client_against_our_x509_server_with(mutual: bool, mtu: Option<usize>, ciphe
         .expect("openssl is installed by scripts/install-test-deps");
     let mut stdin = client.stdin.take().unwrap();
     let root = der("root.der");
-    let (server_der, inter_der, sk) = (der("server.der"), der("intermediate.der"), secret("server"));
+    let (server_der, inter_der, sk) =
+        (der("server.der"), der("intermediate.der"), secret("server"));
     let chain: [&[u8]; 2] = [&server_der, &inter_der];
     let offer = ServerCredentials {
         key: Some(&sk),
@@ -253,7 +300,16 @@ fn s_client_against_our_x509_server_with(mutual: bool, mtu: Option<usize>, ciphe
     let (conn, received) = serve_one(
         &sock,
         |d, now| {
-            Connection::accept(RustCrypto, anchors(&root), config, &offer, &mut TestRng::new(), d, now).unwrap()
+            Connection::accept(
+                RustCrypto,
+                anchors(&root),
+                config,
+                &offer,
+                &mut TestRng::new(),
+                d,
+                now,
+            )
+            .unwrap()
         },
         17,
         || stdin.write_all(b"hello from client\n").unwrap(),
@@ -294,26 +350,63 @@ fn openssl_s_client_gcm_against_our_x509_server() {
 fn our_client_resumes_a_session_with_openssl_s_server() {
     let port = free_port();
     let server = Command::new("openssl")
-        .args(["s_server", "-dtls1_2", "-accept", &format!("127.0.0.1:{port}"), "-nocert"])
-        .args(["-psk", PSK_HEX, "-cipher", "PSK-AES128-CCM8", "-naccept", "2", "-quiet"])
+        .args([
+            "s_server",
+            "-dtls1_2",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-nocert",
+        ])
+        .args([
+            "-psk",
+            PSK_HEX,
+            "-cipher",
+            "PSK-AES128-CCM8",
+            "-naccept",
+            "2",
+            "-quiet",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("openssl is installed by scripts/install-test-deps");
     std::thread::sleep(Duration::from_millis(400));
-    let creds = Credentials::Psk { identity: b"Client_identity", key: PSK };
-    let c = Connection::connect(RustCrypto, NoTrust, Config::default(), &mut TestRng::new(), creds, 0).unwrap();
+    let creds = Credentials::Psk {
+        identity: b"Client_identity",
+        key: PSK,
+    };
+    let c = Connection::connect(
+        RustCrypto,
+        NoTrust,
+        Config::default(),
+        &mut TestRng::new(),
+        creds,
+        0,
+    )
+    .unwrap();
     // close_notify at the end, so s_server takes the next connection.
     let (c, _, session) = common::run_client_with(c, port, b"first\n", true);
     assert!(!c.resumed());
     let session = session.expect("OpenSSL issues a session ID");
     std::thread::sleep(Duration::from_millis(200));
-    let c = Connection::resume(RustCrypto, NoTrust, Config::default(), &mut TestRng::new(), creds, &session, 0).unwrap();
+    let c = Connection::resume(
+        RustCrypto,
+        NoTrust,
+        Config::default(),
+        &mut TestRng::new(),
+        creds,
+        &session,
+        0,
+    )
+    .unwrap();
     let (c, _) = run_client(c, port, b"resumed\n");
     let out = kill(server);
     assert!(c.resumed(), "state {:?}", c.state());
-    assert!(out.contains("first") && out.contains("resumed"), "s_server printed: {out:?}");
+    assert!(
+        out.contains("first") && out.contains("resumed"),
+        "s_server printed: {out:?}"
+    );
 }
 
 #[test]
@@ -323,12 +416,31 @@ fn openssl_s_client_resumes_a_session_with_our_server() {
     let sess_file = std::env::temp_dir().join(format!("sigil-ossl-sess-{}", std::process::id()));
     let mut cache: Option<sigil_dtls::connection::Session> = None;
     for round in 0..2 {
-        let mut args: Vec<String> = ["s_client", "-dtls1_2", "-connect", &format!("127.0.0.1:{port}")]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        args.extend(["-psk", PSK_HEX, "-psk_identity", "Client_identity", "-cipher", "PSK-AES128-CCM8", "-quiet"].map(String::from));
-        args.extend([if round == 0 { "-sess_out" } else { "-sess_in" }.to_string(), sess_file.display().to_string()]);
+        let mut args: Vec<String> = [
+            "s_client",
+            "-dtls1_2",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(
+            [
+                "-psk",
+                PSK_HEX,
+                "-psk_identity",
+                "Client_identity",
+                "-cipher",
+                "PSK-AES128-CCM8",
+                "-quiet",
+            ]
+            .map(String::from),
+        );
+        args.extend([
+            if round == 0 { "-sess_out" } else { "-sess_in" }.to_string(),
+            sess_file.display().to_string(),
+        ]);
         let mut client = Command::new("openssl")
             .args(&args)
             .stdin(Stdio::piped())
@@ -350,7 +462,16 @@ fn openssl_s_client_resumes_a_session_with_our_server() {
                     resume,
                     ..ServerCredentials::NONE
                 };
-                Connection::accept(RustCrypto, Keys, Config::default(), &offer, &mut TestRng::new(), d, now).unwrap()
+                Connection::accept(
+                    RustCrypto,
+                    Keys,
+                    Config::default(),
+                    &offer,
+                    &mut TestRng::new(),
+                    d,
+                    now,
+                )
+                .unwrap()
             },
             6,
             || stdin.write_all(b"hello\n").unwrap(),

@@ -59,21 +59,45 @@ fn run<T: Trust, U: Trust>(
     (server, bytes)
 }
 
-const PSK: Credentials<'static> = Credentials::Psk { identity: b"sensor-1", key: b"0123456789abcdef" };
+const PSK: Credentials<'static> = Credentials::Psk {
+    identity: b"sensor-1",
+    key: b"0123456789abcdef",
+};
 
 /// A PSK server; `seed` varies its randomness (and so the session IDs it issues).
-fn psk_server<'a>(resume: Option<&'a Session>, seed: u8) -> impl FnOnce(&[u8]) -> Result<Connection<RustCrypto, Keys>, Error> + 'a {
+fn psk_server<'a>(
+    resume: Option<&'a Session>,
+    seed: u8,
+) -> impl FnOnce(&[u8]) -> Result<Connection<RustCrypto, Keys>, Error> + 'a {
     move |d| {
-        let offer = ServerCredentials { psk: true, issue_session_ids: true, resume, ..ServerCredentials::NONE };
-        Connection::accept(RustCrypto, Keys, Config::default(), &offer, &mut Counter(seed), d, 2)
+        let offer = ServerCredentials {
+            psk: true,
+            issue_session_ids: true,
+            resume,
+            ..ServerCredentials::NONE
+        };
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &offer,
+            &mut Counter(seed),
+            d,
+            2,
+        )
     }
 }
 
 fn full_psk() -> (Session, Session, usize) {
-    let mut c = Connection::connect(RustCrypto, Keys, Config::default(), &mut Counter(1), PSK, 0).unwrap();
+    let mut c =
+        Connection::connect(RustCrypto, Keys, Config::default(), &mut Counter(1), PSK, 0).unwrap();
     let (s, bytes) = run(&mut c, psk_server(None, 50), 0);
     assert!(c.is_established() && s.is_established() && !c.resumed());
-    (c.session().expect("a session ID was issued"), s.session().unwrap(), bytes)
+    (
+        c.session().expect("a session ID was issued"),
+        s.session().unwrap(),
+        bytes,
+    )
 }
 
 #[test]
@@ -81,11 +105,23 @@ fn a_psk_session_resumes_with_an_abbreviated_handshake() {
     let (client_session, server_session, full_bytes) = full_psk();
     assert_eq!(client_session.id, server_session.id);
     assert_eq!(client_session.master, server_session.master);
-    let mut c = Connection::resume(RustCrypto, Keys, Config::default(), &mut Counter(2), PSK, &client_session, 0).unwrap();
+    let mut c = Connection::resume(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut Counter(2),
+        PSK,
+        &client_session,
+        0,
+    )
+    .unwrap();
     let (mut s, bytes) = run(&mut c, psk_server(Some(&server_session), 51), 0);
     assert!(c.resumed() && s.resumed());
     assert_eq!(s.psk_identity(), b"sensor-1");
-    assert!(bytes < full_bytes, "abbreviated {bytes} B vs full {full_bytes} B");
+    assert!(
+        bytes < full_bytes,
+        "abbreviated {bytes} B vs full {full_bytes} B"
+    );
     // New keys (new randoms): data flows both ways.
     c.send(b"after resumption").unwrap();
     for d in drain(&mut c) {
@@ -98,9 +134,23 @@ fn a_psk_session_resumes_with_an_abbreviated_handshake() {
 #[test]
 fn without_the_cached_session_the_server_does_a_full_handshake() {
     let (client_session, _, _) = full_psk();
-    let mut c = Connection::resume(RustCrypto, Keys, Config::default(), &mut Counter(3), PSK, &client_session, 0).unwrap();
+    let mut c = Connection::resume(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut Counter(3),
+        PSK,
+        &client_session,
+        0,
+    )
+    .unwrap();
     let (s, _) = run(&mut c, psk_server(None, 52), 0);
-    assert!(c.is_established() && s.is_established(), "{:?} {:?}", c.failure(), s.failure());
+    assert!(
+        c.is_established() && s.is_established(),
+        "{:?} {:?}",
+        c.failure(),
+        s.failure()
+    );
     assert!(!c.resumed() && !s.resumed());
     // The new session differs from the old one.
     assert_ne!(c.session().unwrap().id, client_session.id);
@@ -109,7 +159,16 @@ fn without_the_cached_session_the_server_does_a_full_handshake() {
 #[test]
 fn a_lost_final_flight_is_recovered_by_the_servers_timer() {
     let (client_session, server_session, _) = full_psk();
-    let mut c = Connection::resume(RustCrypto, Keys, Config::default(), &mut Counter(4), PSK, &client_session, 0).unwrap();
+    let mut c = Connection::resume(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut Counter(4),
+        PSK,
+        &client_session,
+        0,
+    )
+    .unwrap();
     // The client's ChangeCipherSpec + Finished datagram is lost once.
     let (s, _) = run(&mut c, psk_server(Some(&server_session), 53), 1);
     assert!(c.resumed() && s.resumed());
@@ -117,8 +176,12 @@ fn a_lost_final_flight_is_recovered_by_the_servers_timer() {
 
 #[test]
 fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
-    let sk = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Counter(5)).unwrap();
-    let ck = RustCrypto.generate(SignatureAlgorithm::Ed25519, &mut Counter(6)).unwrap();
+    let sk = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(5))
+        .unwrap();
+    let ck = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Counter(6))
+        .unwrap();
     let sid = [Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap()];
     let cpk = RustCrypto.public_key(&ck).unwrap();
     let cid = [Identity::of_key(&RustCrypto, &cpk, b"").unwrap()];
@@ -134,7 +197,10 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
             };
             Connection::accept(
                 RustCrypto,
-                PinnedIdentities { crypto: RustCrypto, identities: trusted },
+                PinnedIdentities {
+                    crypto: RustCrypto,
+                    identities: trusted,
+                },
                 Config::default(),
                 &o,
                 &mut Counter(seed),
@@ -147,7 +213,10 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     let client = |rng: u8| {
         Connection::connect(
             RustCrypto,
-            PinnedIdentities { crypto: RustCrypto, identities: &sid },
+            PinnedIdentities {
+                crypto: RustCrypto,
+                identities: &sid,
+            },
             Config::default(),
             &mut Counter(rng),
             Credentials::RawPublicKey(Some(&ck)),
@@ -162,7 +231,10 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     assert_eq!(ss.peer_key, Some(cpk));
     let mut c2 = Connection::resume(
         RustCrypto,
-        PinnedIdentities { crypto: RustCrypto, identities: &sid },
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &sid,
+        },
         Config::default(),
         &mut Counter(8),
         Credentials::RawPublicKey(Some(&ck)),
@@ -172,12 +244,19 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     .unwrap();
     let (s2, _) = run(&mut c2, offer(Some(&ss), trusted, 61), 0);
     assert!(c2.resumed() && s2.resumed());
-    assert_eq!(s2.peer_public_key(), Some(&cpk), "the resumed session keeps the peer's key");
+    assert_eq!(
+        s2.peer_public_key(),
+        Some(&cpk),
+        "the resumed session keeps the peer's key"
+    );
     // The client's identity is revoked: the cached session is not resumed, and the full
     // handshake it falls back to fails.
     let mut c3 = Connection::resume(
         RustCrypto,
-        PinnedIdentities { crypto: RustCrypto, identities: &sid },
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &sid,
+        },
         Config::default(),
         &mut Counter(9),
         Credentials::RawPublicKey(Some(&ck)),
@@ -192,7 +271,15 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
 
 #[test]
 fn close_notify_ends_both_sides() {
-    let mut c = Connection::connect(RustCrypto, Keys, Config::default(), &mut Counter(20), PSK, 0).unwrap();
+    let mut c = Connection::connect(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut Counter(20),
+        PSK,
+        0,
+    )
+    .unwrap();
     let (mut s, _) = run(&mut c, psk_server(None, 70), 0);
     assert!(c.is_established());
     c.close().unwrap();

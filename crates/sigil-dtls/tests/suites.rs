@@ -54,7 +54,11 @@ fn run<T: Trust, U: Trust>(
 }
 
 /// Application data both ways; returns the size of the record carrying `data`.
-fn exchange<T: Trust, U: Trust>(c: &mut Connection<RustCrypto, T>, s: &mut Connection<RustCrypto, U>, data: &[u8]) -> usize {
+fn exchange<T: Trust, U: Trust>(
+    c: &mut Connection<RustCrypto, T>,
+    s: &mut Connection<RustCrypto, U>,
+    data: &[u8],
+) -> usize {
     c.send(data).unwrap();
     let recs = drain(c);
     for d in &recs {
@@ -97,19 +101,36 @@ fn ecdhe_psk_negotiates_and_protects_with_ccm8() {
         Keys,
         Config::default(),
         &mut Counter(1),
-        Credentials::EcdhePsk { identity: b"sensor-1", key: b"0123456789abcdef" },
+        Credentials::EcdhePsk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
     let (s, errors, seen) = run(&mut c, |d| {
-        Connection::accept(RustCrypto, Keys, Config::default(), &PSK_OFFER, &mut Counter(9), d, 2)
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &PSK_OFFER,
+            &mut Counter(9),
+            d,
+            2,
+        )
     });
     let mut s = s.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
     assert!(c.is_established() && s.is_established());
-    assert_eq!(server_hello_suite(&seen), CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256.0);
+    assert_eq!(
+        server_hello_suite(&seen),
+        CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256.0
+    );
     assert_eq!(s.psk_identity(), b"sensor-1");
-    assert_eq!(exchange(&mut c, &mut s, b"reading") - b"reading".len(), 13 + 8 + 8);
+    assert_eq!(
+        exchange(&mut c, &mut s, b"reading") - b"reading".len(),
+        13 + 8 + 8
+    );
 }
 
 #[test]
@@ -119,12 +140,23 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
         Keys,
         Config::default(),
         &mut Counter(2),
-        Credentials::EcdhePsk { identity: b"sensor-1", key: b"not the right 16" },
+        Credentials::EcdhePsk {
+            identity: b"sensor-1",
+            key: b"not the right 16",
+        },
         0,
     )
     .unwrap();
     let (s, errors, _) = run(&mut c, |d| {
-        Connection::accept(RustCrypto, Keys, Config::default(), &PSK_OFFER, &mut Counter(9), d, 2)
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &PSK_OFFER,
+            &mut Counter(9),
+            d,
+            2,
+        )
     });
     let s = s.unwrap();
     assert!(!c.is_established() && !s.is_established());
@@ -138,37 +170,65 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
         Keys,
         Config::default(),
         &mut Counter(3),
-        Credentials::EcdhePsk { identity: b"stranger", key: b"0123456789abcdef" },
+        Credentials::EcdhePsk {
+            identity: b"stranger",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
     let (_, errors, _) = run(&mut c, |d| {
-        Connection::accept(RustCrypto, Keys, Config::default(), &PSK_OFFER, &mut Counter(9), d, 2)
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &PSK_OFFER,
+            &mut Counter(9),
+            d,
+            2,
+        )
     });
     assert!(errors.contains(&Error::UnknownPskIdentity), "{errors:?}");
 }
 
 #[test]
 fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
-    let sk = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Counter(5)).unwrap();
-    let ck = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Counter(6)).unwrap();
+    let sk = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(5))
+        .unwrap();
+    let ck = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(6))
+        .unwrap();
     let sid = [Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap()];
     let cid = [Identity::of_key(&RustCrypto, &RustCrypto.public_key(&ck).unwrap(), b"").unwrap()];
-    let config = Config { gcm: true, ..Config::default() };
+    let config = Config {
+        gcm: true,
+        ..Config::default()
+    };
     let mut c = Connection::connect(
         RustCrypto,
-        PinnedIdentities { crypto: RustCrypto, identities: &sid },
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &sid,
+        },
         config,
         &mut Counter(7),
         Credentials::RawPublicKey(Some(&ck)),
         0,
     )
     .unwrap();
-    let offer = ServerCredentials { key: Some(&sk), require_client_key: true, ..ServerCredentials::NONE };
+    let offer = ServerCredentials {
+        key: Some(&sk),
+        require_client_key: true,
+        ..ServerCredentials::NONE
+    };
     let (s, errors, seen) = run(&mut c, |d| {
         Connection::accept(
             RustCrypto,
-            PinnedIdentities { crypto: RustCrypto, identities: &cid },
+            PinnedIdentities {
+                crypto: RustCrypto,
+                identities: &cid,
+            },
             Config::default(),
             &offer,
             &mut Counter(8),
@@ -178,8 +238,14 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
     });
     let mut s = s.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
-    assert_eq!(server_hello_suite(&seen), CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256.0);
-    assert_eq!(exchange(&mut c, &mut s, b"reading") - b"reading".len(), 13 + 8 + 16);
+    assert_eq!(
+        server_hello_suite(&seen),
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256.0
+    );
+    assert_eq!(
+        exchange(&mut c, &mut s, b"reading") - b"reading".len(),
+        13 + 8 + 16
+    );
 }
 
 #[test]
@@ -191,13 +257,27 @@ fn a_psk_only_server_refuses_a_client_offering_only_ecdhe_psk_without_p256() {
         Keys,
         Config::default(),
         &mut Counter(4),
-        Credentials::EcdhePsk { identity: b"sensor-1", key: b"0123456789abcdef" },
+        Credentials::EcdhePsk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
-    let offer = ServerCredentials { psk: false, ..ServerCredentials::NONE };
+    let offer = ServerCredentials {
+        psk: false,
+        ..ServerCredentials::NONE
+    };
     let (s, errors, _) = run(&mut c, |d| {
-        Connection::accept(RustCrypto, Keys, Config::default(), &offer, &mut Counter(9), d, 2)
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &offer,
+            &mut Counter(9),
+            d,
+            2,
+        )
     });
     assert!(s.is_none());
     assert_eq!(errors, vec![Error::NoCommonCipherSuite]);
@@ -205,20 +285,38 @@ fn a_psk_only_server_refuses_a_client_offering_only_ecdhe_psk_without_p256() {
 
 #[test]
 fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
-    let config = Config { connection_id: true, ..Config::default() };
+    let config = Config {
+        connection_id: true,
+        ..Config::default()
+    };
     let mut c = Connection::connect(
         RustCrypto,
         Keys,
         config,
         &mut Counter(11),
-        Credentials::Psk { identity: b"sensor-1", key: b"0123456789abcdef" },
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
     let cid = [0xc1, 0xd0, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05];
-    let offer = ServerCredentials { psk: true, connection_id: &cid, ..ServerCredentials::NONE };
+    let offer = ServerCredentials {
+        psk: true,
+        connection_id: &cid,
+        ..ServerCredentials::NONE
+    };
     let (s, errors, seen) = run(&mut c, |d| {
-        Connection::accept(RustCrypto, Keys, Config::default(), &offer, &mut Counter(12), d, 2)
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &offer,
+            &mut Counter(12),
+            d,
+            2,
+        )
     });
     let mut s = s.unwrap();
     assert!(errors.is_empty(), "{errors:?}");
@@ -232,7 +330,11 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
         .filter(|r| r.header.content_type == ContentType::TLS12_CID)
         .map(|r| r.cid.to_vec())
         .collect();
-    assert_eq!(cid_records, vec![cid.to_vec()], "exactly the client's Finished");
+    assert_eq!(
+        cid_records,
+        vec![cid.to_vec()],
+        "exactly the client's Finished"
+    );
     // Application data: 8 + 1 more bytes than without the ID.
     let n = exchange(&mut c, &mut s, b"reading");
     assert_eq!(n - b"reading".len(), 13 + 8 + 8 + cid.len() + 1);
@@ -257,18 +359,32 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
 
 #[test]
 fn without_an_offer_from_the_server_no_connection_id_is_used() {
-    let config = Config { connection_id: true, ..Config::default() };
+    let config = Config {
+        connection_id: true,
+        ..Config::default()
+    };
     let mut c = Connection::connect(
         RustCrypto,
         Keys,
         config,
         &mut Counter(13),
-        Credentials::Psk { identity: b"sensor-1", key: b"0123456789abcdef" },
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"0123456789abcdef",
+        },
         0,
     )
     .unwrap();
     let (s, errors, seen) = run(&mut c, |d| {
-        Connection::accept(RustCrypto, Keys, Config::default(), &PSK_OFFER, &mut Counter(14), d, 2)
+        Connection::accept(
+            RustCrypto,
+            Keys,
+            Config::default(),
+            &PSK_OFFER,
+            &mut Counter(14),
+            d,
+            2,
+        )
     });
     assert!(errors.is_empty(), "{errors:?}");
     assert!(s.unwrap().connection_id().is_empty());

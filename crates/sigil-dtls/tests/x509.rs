@@ -14,12 +14,20 @@ use sigil_dtls::Error;
 const NOW: u64 = 1_767_225_600;
 
 fn data(name: &str) -> Vec<u8> {
-    std::fs::read(format!("{}/tests/data/x509/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read(format!(
+        "{}/tests/data/x509/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
 }
 
 fn key(name: &str) -> SecretKey {
     let hex_text = String::from_utf8(data(&format!("{name}.key"))).unwrap();
-    SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex::decode(hex_text.trim()).unwrap()).unwrap()
+    SecretKey::from_bytes(
+        SignatureAlgorithm::EcdsaP256,
+        &hex::decode(hex_text.trim()).unwrap(),
+    )
+    .unwrap()
 }
 
 struct Counter(u8);
@@ -42,7 +50,10 @@ fn drain<T: Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
     out
 }
 
-fn pump<T: Trust, U: Trust>(a: &mut Connection<RustCrypto, T>, b: &mut Connection<RustCrypto, U>) -> Vec<Error> {
+fn pump<T: Trust, U: Trust>(
+    a: &mut Connection<RustCrypto, T>,
+    b: &mut Connection<RustCrypto, U>,
+) -> Vec<Error> {
     let mut errors = vec![];
     for _ in 0..20 {
         let (x, y) = (drain(a), drain(b));
@@ -104,7 +115,11 @@ fn handshake<'a>(
     server_key: &'a SecretKey,
     server_anchors: Anchors<'a>,
     mutual: bool,
-) -> (Connection<RustCrypto, Anchors<'a>>, Option<Connection<RustCrypto, Anchors<'a>>>, Vec<Error>) {
+) -> (
+    Connection<RustCrypto, Anchors<'a>>,
+    Option<Connection<RustCrypto, Anchors<'a>>>,
+    Vec<Error>,
+) {
     let cookies = CookieKey::new([9; 32]);
     let mut client = Connection::connect(
         RustCrypto,
@@ -154,8 +169,14 @@ fn server_only_and_mutual_certificates_to_a_root_anchor() {
     let roots: [&[u8]; 1] = [&p.root];
     for mutual in [false, true] {
         let own = mutual.then_some((&client_chain[..], &ck));
-        let (mut c, s, errors) =
-            handshake(own, anchors(&roots, NOW), &server_chain, &sk, anchors(&roots, NOW), mutual);
+        let (mut c, s, errors) = handshake(
+            own,
+            anchors(&roots, NOW),
+            &server_chain,
+            &sk,
+            anchors(&roots, NOW),
+            mutual,
+        );
         let mut s = s.unwrap();
         assert!(errors.is_empty(), "{errors:?}");
         assert!(c.is_established() && s.is_established());
@@ -163,7 +184,10 @@ fn server_only_and_mutual_certificates_to_a_root_anchor() {
         let server_leaf = x509::parse(&p.server).unwrap().key;
         assert_eq!(c.peer_public_key(), Some(&server_leaf));
         if mutual {
-            assert_eq!(s.peer_public_key(), Some(&x509::parse(&p.client).unwrap().key));
+            assert_eq!(
+                s.peer_public_key(),
+                Some(&x509::parse(&p.client).unwrap().key)
+            );
         } else {
             assert_eq!(s.peer_public_key(), None);
         }
@@ -183,7 +207,14 @@ fn an_intermediate_can_be_the_anchor() {
     let sk = key("server");
     let server_chain: [&[u8]; 1] = [&p.server];
     let inter: [&[u8]; 1] = [&p.inter];
-    let (c, s, errors) = handshake(None, anchors(&inter, NOW), &server_chain, &sk, anchors(&inter, NOW), false);
+    let (c, s, errors) = handshake(
+        None,
+        anchors(&inter, NOW),
+        &server_chain,
+        &sk,
+        anchors(&inter, NOW),
+        false,
+    );
     assert!(errors.is_empty(), "{errors:?}");
     assert!(c.is_established() && s.unwrap().is_established());
 }
@@ -202,15 +233,64 @@ fn path_failures_each_have_their_error() {
     let stranger: [&[u8]; 1] = [&stranger_der];
     let (ek, stk) = (key("expired"), key("stranger"));
     let cases: Vec<(&str, &[&[u8]], &SecretKey, &[&[u8]], u64, Error)> = vec![
-        ("anchor of another PKI", &full, &sk, &other, NOW, Error::UnknownCa),
-        ("intermediate missing", &leaf_only, &sk, &roots, NOW, Error::UnknownCa),
-        ("expired leaf", &expired, &ek, &roots, NOW, Error::CertificateExpired),
-        ("before notBefore", &full, &sk, &roots, 1_700_000_000, Error::CertificateExpired),
-        ("after notAfter", &full, &sk, &roots, 4_900_000_000, Error::CertificateExpired),
-        ("leaf of an unknown CA", &stranger, &stk, &roots, NOW, Error::UnknownCa),
+        (
+            "anchor of another PKI",
+            &full,
+            &sk,
+            &other,
+            NOW,
+            Error::UnknownCa,
+        ),
+        (
+            "intermediate missing",
+            &leaf_only,
+            &sk,
+            &roots,
+            NOW,
+            Error::UnknownCa,
+        ),
+        (
+            "expired leaf",
+            &expired,
+            &ek,
+            &roots,
+            NOW,
+            Error::CertificateExpired,
+        ),
+        (
+            "before notBefore",
+            &full,
+            &sk,
+            &roots,
+            1_700_000_000,
+            Error::CertificateExpired,
+        ),
+        (
+            "after notAfter",
+            &full,
+            &sk,
+            &roots,
+            4_900_000_000,
+            Error::CertificateExpired,
+        ),
+        (
+            "leaf of an unknown CA",
+            &stranger,
+            &stk,
+            &roots,
+            NOW,
+            Error::UnknownCa,
+        ),
     ];
     for (what, chain, key, anchor_list, now, want) in cases {
-        let (c, _, errors) = handshake(None, anchors(anchor_list, now), chain, key, anchors(&roots, NOW), false);
+        let (c, _, errors) = handshake(
+            None,
+            anchors(anchor_list, now),
+            chain,
+            key,
+            anchors(&roots, NOW),
+            false,
+        );
         assert!(!c.is_established(), "{what}");
         assert!(errors.contains(&want), "{what}: {errors:?}");
         assert!(want.alert().is_some(), "{what}: the server is told");
@@ -223,14 +303,23 @@ fn chain_validation_refuses_non_ca_issuers_and_tampering() {
     let roots: [&[u8]; 1] = [&p.root];
     let rogue = data("leaf-as-issuer.der");
     // A leaf used as an issuer.
-    let e = x509::verify_chain(&RustCrypto, &[&rogue, &p.client, &p.inter], &roots, NOW).unwrap_err();
+    let e =
+        x509::verify_chain(&RustCrypto, &[&rogue, &p.client, &p.inter], &roots, NOW).unwrap_err();
     assert_eq!(e, Error::BadCertificate("issuer is not a CA"));
     // One flipped bit in the signed part breaks the signature.
     let mut tampered = p.server.clone();
     let i = tampered.len() / 2;
     tampered[i] ^= 0x01;
     let r = x509::verify_chain(&RustCrypto, &[&tampered, &p.inter], &roots, NOW);
-    assert!(matches!(r, Err(Error::BadSignature) | Err(Error::BadCertificate(_)) | Err(Error::UnsupportedCertificate)), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(Error::BadSignature)
+                | Err(Error::BadCertificate(_))
+                | Err(Error::UnsupportedCertificate)
+        ),
+        "{r:?}"
+    );
     // Truncations never panic and always fail.
     for n in 0..p.server.len() {
         assert!(x509::parse(&p.server[..n]).is_err());
@@ -250,7 +339,14 @@ fn a_mutual_server_refuses_a_client_without_a_certificate() {
     let sk = key("server");
     let chain: [&[u8]; 2] = [&p.server, &p.inter];
     let roots: [&[u8]; 1] = [&p.root];
-    let (c, s, errors) = handshake(None, anchors(&roots, NOW), &chain, &sk, anchors(&roots, NOW), true);
+    let (c, s, errors) = handshake(
+        None,
+        anchors(&roots, NOW),
+        &chain,
+        &sk,
+        anchors(&roots, NOW),
+        true,
+    );
     assert!(!c.is_established() && !s.unwrap().is_established());
     assert!(errors.contains(&Error::MissingClientKey), "{errors:?}");
 }

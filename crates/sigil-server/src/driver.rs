@@ -7,13 +7,13 @@
 //! the hot path has no hand-offs between tasks or threads. Every table here has a cap: the
 //! dedup cache, the Block1 reassembly buffers, the batch.
 
+use crate::secure::OsRng;
 use crate::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use crate::service::{PeerAuth, Reply, Request, Response, Service, ServiceConfig};
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
 use sigil_coap::message::{empty, option};
 use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
-use crate::secure::OsRng;
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_identity::Identity;
 use std::collections::{HashMap, VecDeque};
@@ -145,7 +145,9 @@ impl Server {
         let local_addr = socket.local_addr()?;
         let mut dtls = None;
         if let Some((dsock, layer)) = &secure {
-            let key = layer.public_key().map_err(|e| std::io::Error::other(e.to_string()))?;
+            let key = layer
+                .public_key()
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
             let identity = Identity::of_key(&RustCrypto, &key, b"")
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
             dtls = Some(DtlsEndpoint {
@@ -679,7 +681,13 @@ fn wait_readable(
     ];
     let n = secure.map_or(1, |_| 2);
     // SAFETY: `fds` is a valid array of `n` pollfd structures for the duration of the call.
-    let r = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, wait_ms.min(1000) as i32) };
+    let r = unsafe {
+        libc::poll(
+            fds.as_mut_ptr(),
+            n as libc::nfds_t,
+            wait_ms.min(1000) as i32,
+        )
+    };
     if r <= 0 {
         return (false, false);
     }

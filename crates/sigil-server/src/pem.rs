@@ -52,12 +52,19 @@ mod tests {
 
     #[test]
     fn reads_the_test_pki() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../sigil-dtls/tests/data/x509/");
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../sigil-dtls/tests/data/x509/"
+        );
         let chain = std::fs::read_to_string(format!("{dir}server-chain.pem")).unwrap();
         let certs = blocks(&chain, "CERTIFICATE").unwrap();
         assert_eq!(certs[0], std::fs::read(format!("{dir}server.der")).unwrap());
-        assert_eq!(certs[1], std::fs::read(format!("{dir}intermediate.der")).unwrap());
-        let key = p256_key(&std::fs::read_to_string(format!("{dir}server.key.pem")).unwrap()).unwrap();
+        assert_eq!(
+            certs[1],
+            std::fs::read(format!("{dir}intermediate.der")).unwrap()
+        );
+        let key =
+            p256_key(&std::fs::read_to_string(format!("{dir}server.key.pem")).unwrap()).unwrap();
         let raw = std::fs::read_to_string(format!("{dir}server.key")).unwrap();
         assert_eq!(hex_of(&key.to_bytes()), raw.trim());
         assert!(blocks("-----BEGIN CERTIFICATE-----\nAAAA", "CERTIFICATE").is_err());

@@ -134,7 +134,10 @@ mod tests {
         store.set_psk(&id, &[7; 16], 1).unwrap();
         assert_eq!(store.psks().unwrap().get(&id), Some(&vec![7u8; 16]));
         assert!(store.revoke_identity(&id, 2).unwrap());
-        assert!(store.psks().unwrap().is_empty(), "a revoked identity keeps no PSK");
+        assert!(
+            store.psks().unwrap().is_empty(),
+            "a revoked identity keeps no PSK"
+        );
         assert!(!store.revoke_identity(&id, 3).unwrap());
         assert!(!store.authorized().unwrap().contains_key(&id));
         assert!(store

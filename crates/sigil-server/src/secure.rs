@@ -312,7 +312,11 @@ impl SecureLayer {
             }
             None => peer,
         };
-        let delivered = if at == peer { self.drain(peer, &mut p) } else { Vec::new() };
+        let delivered = if at == peer {
+            self.drain(peer, &mut p)
+        } else {
+            Vec::new()
+        };
         if !delivered.is_empty() {
             p.last_seen = now;
         }
@@ -482,7 +486,12 @@ impl SecureLayer {
             self.count("dtls.refused_tables_full");
             return;
         }
-        let chain: Vec<&[u8]> = self.config.certificate_chain.iter().map(Vec::as_slice).collect();
+        let chain: Vec<&[u8]> = self
+            .config
+            .certificate_chain
+            .iter()
+            .map(Vec::as_slice)
+            .collect();
         let cid = self.fresh_cid();
         let lifetime = self.config.session_lifetime.as_millis() as u64;
         let resume: Option<Session> = requested_session(datagram)

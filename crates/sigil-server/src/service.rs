@@ -838,7 +838,11 @@ impl Ctx<'_> {
         if !self.is_authorized(&e.reg.authorized_by) {
             return Ok(self.reject_registration("unauthorized_identity", Code::FORBIDDEN, req));
         }
-        if req.auth.as_ref().is_some_and(|a| !a.speaks_for(&e.reg.ep, &e.reg.key)) {
+        if req
+            .auth
+            .as_ref()
+            .is_some_and(|a| !a.speaks_for(&e.reg.ep, &e.reg.key))
+        {
             return Ok(self.reject_registration("dtls_identity_mismatch", Code::FORBIDDEN, req));
         }
         if let Some(reply) = self.resync(b, req, &e.reg.ep, &e.reg.key)? {
@@ -876,7 +880,11 @@ impl Ctx<'_> {
         };
         let by_session = match &req.auth {
             Some(a) if !a.speaks_for(&e.reg.ep, &e.reg.key) => {
-                return Ok(self.reject_registration("dtls_identity_mismatch", Code::FORBIDDEN, req));
+                return Ok(self.reject_registration(
+                    "dtls_identity_mismatch",
+                    Code::FORBIDDEN,
+                    req,
+                ));
             }
             Some(_) => true,
             None => false,
@@ -1017,7 +1025,9 @@ impl Ctx<'_> {
             ),
             "unauthorized_identity" => ("publish.rejected.unauthorized_identity", Code::FORBIDDEN),
             "kid_mismatch" => ("publish.rejected.kid_mismatch", Code::FORBIDDEN),
-            "dtls_identity_mismatch" => ("publish.rejected.dtls_identity_mismatch", Code::FORBIDDEN),
+            "dtls_identity_mismatch" => {
+                ("publish.rejected.dtls_identity_mismatch", Code::FORBIDDEN)
+            }
             "bad_signature" => ("publish.rejected.bad_signature", Code::UNAUTHORIZED),
             "algorithm_mismatch" => ("publish.rejected.algorithm_mismatch", Code::UNAUTHORIZED),
             "sequence_mismatch" => ("publish.rejected.sequence_mismatch", Code::UNAUTHORIZED),
@@ -1060,7 +1070,11 @@ impl Ctx<'_> {
         if !self.is_authorized(&entry.reg.authorized_by) {
             return Ok(self.reject_publication("unauthorized_identity", req));
         }
-        if req.auth.as_ref().is_some_and(|a| !a.speaks_for(&entry.reg.ep, &entry.reg.key)) {
+        if req
+            .auth
+            .as_ref()
+            .is_some_and(|a| !a.speaks_for(&entry.reg.ep, &entry.reg.key))
+        {
             return Ok(self.reject_publication("dtls_identity_mismatch", req));
         }
         let mut checked = checked;

@@ -332,7 +332,9 @@ impl Store {
             "SELECT p.identity, p.psk FROM dtls_psk p JOIN identities i ON i.identity = p.identity
              WHERE i.revoked_at IS NULL",
         )?;
-        let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
         let mut out = HashMap::new();
         for r in rows {
             let (id, psk) = r?;

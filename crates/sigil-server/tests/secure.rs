@@ -3,7 +3,9 @@
 //! Authorization by the DTLS-authenticated identity, and the capped tables under floods.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_crypto::{
+    CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
+};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_dtls::connection::{Config, Connection, Credentials, Trust};
 use sigil_identity::Identity;
@@ -74,9 +76,17 @@ impl Server {
         }
     }
 
-    fn handle(&mut self, now_ms: u64, datagrams: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d
-            .handle_secure_at(&mut self.layer, datagrams, now_ms, NOW + (now_ms / 1000) as i64)
+    fn handle(
+        &mut self,
+        now_ms: u64,
+        datagrams: Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_secure_at(
+            &mut self.layer,
+            datagrams,
+            now_ms,
+            NOW + (now_ms / 1000) as i64,
+        )
     }
 
     fn count(&self, key: &str) -> u64 {
@@ -192,7 +202,15 @@ fn device(seed: u64, alg: SignatureAlgorithm) -> (Device<RustCrypto>, MemoryStor
         algorithm: alg,
         ..Default::default()
     };
-    let d = Device::boot(RustCrypto, config, &mut storage, &mut Seeded(seed), &[], &[]).unwrap();
+    let d = Device::boot(
+        RustCrypto,
+        config,
+        &mut storage,
+        &mut Seeded(seed),
+        &[],
+        &[],
+    )
+    .unwrap();
     (d, storage)
 }
 
@@ -224,7 +242,8 @@ fn acked(c: &Client) -> usize {
 
 fn coap_get(path: &str, mid: u16) -> Vec<u8> {
     let mut buf = [0u8; 128];
-    let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
     b.uri_path(path).unwrap();
     let n = b.finish_with_payload(&[]).unwrap();
     buf[..n].to_vec()
@@ -238,11 +257,22 @@ fn psk_device_registers_and_publishes_over_coaps() {
     s.provision(&id, Some(&[9; 16]));
     let ident = id.to_string();
     let mut now = 0;
-    let mut c = Client::new(1, Credentials::Psk { identity: ident.as_bytes(), key: &[9; 16] }, 5, now);
+    let mut c = Client::new(
+        1,
+        Credentials::Psk {
+            identity: ident.as_bytes(),
+            key: &[9; 16],
+        },
+        5,
+        now,
+    );
     c.device = Some((dev, st));
     run(&mut s, &mut [&mut c], &mut now, 3_000);
     assert!(c.conn.is_established());
-    assert!(c.device.as_ref().unwrap().0.can_publish(), "registered over coaps://");
+    assert!(
+        c.device.as_ref().unwrap().0.can_publish(),
+        "registered over coaps://"
+    );
     for _ in 0..3 {
         publish(&mut c, now);
         run(&mut s, &mut [&mut c], &mut now, 500);
@@ -293,7 +323,15 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
     let mut now = 0;
     // The victim registers and publishes over its own session.
     let vid = victim.identity().to_string();
-    let mut v = Client::new(3, Credentials::Psk { identity: vid.as_bytes(), key: &[1; 16] }, 7, now);
+    let mut v = Client::new(
+        3,
+        Credentials::Psk {
+            identity: vid.as_bytes(),
+            key: &[1; 16],
+        },
+        7,
+        now,
+    );
     v.device = Some((victim, vst));
     run(&mut s, &mut [&mut v], &mut now, 3_000);
     publish(&mut v, now);
@@ -302,7 +340,15 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
     // The attacker, authenticated as itself, replays the victim's registration and a fresh
     // copy of its signed reading over its own session: both refused by identity.
     let aid = attacker.identity().to_string();
-    let mut a = Client::new(4, Credentials::Psk { identity: aid.as_bytes(), key: &[2; 16] }, 8, now);
+    let mut a = Client::new(
+        4,
+        Credentials::Psk {
+            identity: aid.as_bytes(),
+            key: &[2; 16],
+        },
+        8,
+        now,
+    );
     run(&mut s, &mut [&mut a], &mut now, 2_000);
     assert!(a.conn.is_established());
     let (vdev, _) = device(3, SignatureAlgorithm::Ed25519);
@@ -310,7 +356,15 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
     {
         // Build the victim's registration as the victim's own state machine would.
         let mut st = MemoryStorage::default();
-        let mut d = Device::boot(RustCrypto, DeviceConfig::default(), &mut st, &mut Seeded(3), &[], &[]).unwrap();
+        let mut d = Device::boot(
+            RustCrypto,
+            DeviceConfig::default(),
+            &mut st,
+            &mut Seeded(3),
+            &[],
+            &[],
+        )
+        .unwrap();
         assert_eq!(d.identity(), vdev.identity());
         d.handle_timeout(0, &mut st).unwrap();
         let mut buf = [0u8; 2048];
@@ -323,7 +377,12 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
         a.conn.send(m).unwrap();
     }
     run(&mut s, &mut [&mut a], &mut now, 500);
-    assert_eq!(s.count("register.rejected.dtls_identity_mismatch"), 1, "{:?}", s.stats.snapshot());
+    assert_eq!(
+        s.count("register.rejected.dtls_identity_mismatch"),
+        1,
+        "{:?}",
+        s.stats.snapshot()
+    );
     let answer = Message::parse(a.inbox.last().unwrap()).unwrap();
     assert_eq!(answer.code, Code::FORBIDDEN);
     let publication = v.sent.last().unwrap().clone();
@@ -331,21 +390,37 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
     a.conn.send(&publication).unwrap();
     run(&mut s, &mut [&mut a], &mut now, 500);
     assert_eq!(s.count("publish.rejected.dtls_identity_mismatch"), 1);
-    assert_eq!(Message::parse(a.inbox.last().unwrap()).unwrap().code, Code::FORBIDDEN);
+    assert_eq!(
+        Message::parse(a.inbox.last().unwrap()).unwrap().code,
+        Code::FORBIDDEN
+    );
     // Reads stay open to any authenticated peer.
     a.conn.send(&coap_get(".well-known/core", 77)).unwrap();
     run(&mut s, &mut [&mut a], &mut now, 200);
-    assert_eq!(Message::parse(a.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    assert_eq!(
+        Message::parse(a.inbox.last().unwrap()).unwrap().code,
+        Code::CONTENT
+    );
 }
 
 #[test]
 fn unknown_psk_and_unpinned_keys_get_no_session() {
     let mut s = Server::new(|_| {});
     let mut now = 0;
-    let mut c = Client::new(5, Credentials::Psk { identity: b"06af05053d7deaac9aef246d4b188825", key: &[3; 16] }, 9, now);
+    let mut c = Client::new(
+        5,
+        Credentials::Psk {
+            identity: b"06af05053d7deaac9aef246d4b188825",
+            key: &[3; 16],
+        },
+        9,
+        now,
+    );
     run(&mut s, &mut [&mut c], &mut now, 2_000);
     assert!(!c.conn.is_established());
-    let stranger = RustCrypto.generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(10)).unwrap();
+    let stranger = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(10))
+        .unwrap();
     let mut r = Client::new(6, Credentials::RawPublicKey(Some(&stranger)), 11, now);
     run(&mut s, &mut [&mut r], &mut now, 2_000);
     assert!(!r.conn.is_established());
@@ -358,7 +433,11 @@ fn unknown_psk_and_unpinned_keys_get_no_session() {
         assert!(x.conn.failure().is_some(), "{:?}", x.conn.state());
     }
     assert_eq!(s.layer.sessions(), 0);
-    assert!(s.count("dtls.handshake_failed") >= 3, "{:?}", s.stats.snapshot());
+    assert!(
+        s.count("dtls.handshake_failed") >= 3,
+        "{:?}",
+        s.stats.snapshot()
+    );
 }
 
 #[test]
@@ -369,11 +448,30 @@ fn a_revoked_identity_loses_its_psk_at_the_next_handshake() {
     s.provision(&id, Some(&[4; 16]));
     let text = id.to_string();
     let mut now = 0;
-    let mut c = Client::new(8, Credentials::Psk { identity: text.as_bytes(), key: &[4; 16] }, 13, now);
+    let mut c = Client::new(
+        8,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[4; 16],
+        },
+        13,
+        now,
+    );
     run(&mut s, &mut [&mut c], &mut now, 2_000);
     assert!(c.conn.is_established());
-    Store::open(&s.db).unwrap().revoke_identity(&id, NOW).unwrap();
-    let mut again = Client::new(9, Credentials::Psk { identity: text.as_bytes(), key: &[4; 16] }, 14, now);
+    Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(&id, NOW)
+        .unwrap();
+    let mut again = Client::new(
+        9,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[4; 16],
+        },
+        14,
+        now,
+    );
     run(&mut s, &mut [&mut again], &mut now, 2_000);
     assert!(!again.conn.is_established());
 }
@@ -385,7 +483,10 @@ fn first_client_hello(seed: u64) -> Vec<u8> {
         AnyServer,
         Config::default(),
         &mut Seeded(seed),
-        Credentials::Psk { identity: b"x", key: &[1; 16] },
+        Credentials::Psk {
+            identity: b"x",
+            key: &[1; 16],
+        },
         0,
     )
     .unwrap();
@@ -405,7 +506,15 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
     s.provision(dev.identity(), Some(&[5; 16]));
     let text = dev.identity().to_string();
     let mut now = 0;
-    let mut good = Client::new(20, Credentials::Psk { identity: text.as_bytes(), key: &[5; 16] }, 21, now);
+    let mut good = Client::new(
+        20,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[5; 16],
+        },
+        21,
+        now,
+    );
     run(&mut s, &mut [&mut good], &mut now, 2_000);
     assert!(good.conn.is_established());
 
@@ -427,7 +536,17 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
     // 2) Clients that complete the cookie exchange but never finish: the handshake table
     // stops at its cap, the rest are refused and counted.
     let mut stuck: Vec<Client> = (0..40)
-        .map(|i| Client::new(100 + i, Credentials::Psk { identity: b"nobody", key: &[1; 16] }, 200 + u64::from(i), now))
+        .map(|i| {
+            Client::new(
+                100 + i,
+                Credentials::Psk {
+                    identity: b"nobody",
+                    key: &[1; 16],
+                },
+                200 + u64::from(i),
+                now,
+            )
+        })
         .collect();
     for c in &mut stuck {
         // ClientHello → HelloVerifyRequest → ClientHello with cookie; then silence.
@@ -445,14 +564,25 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
     // 3) Meanwhile the established session is served.
     good.conn.send(&coap_get(".well-known/core", 1)).unwrap();
     run(&mut s, &mut [&mut good], &mut now, 100);
-    assert_eq!(Message::parse(good.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    assert_eq!(
+        Message::parse(good.inbox.last().unwrap()).unwrap().code,
+        Code::CONTENT
+    );
 
     // 4) Once the stuck handshakes are stale, a new device gets a slot.
     now += 11_000;
     let (dev2, _) = device(22, SignatureAlgorithm::Ed25519);
     s.provision(dev2.identity(), Some(&[6; 16]));
     let t2 = dev2.identity().to_string();
-    let mut late = Client::new(21, Credentials::Psk { identity: t2.as_bytes(), key: &[6; 16] }, 23, now);
+    let mut late = Client::new(
+        21,
+        Credentials::Psk {
+            identity: t2.as_bytes(),
+            key: &[6; 16],
+        },
+        23,
+        now,
+    );
     run(&mut s, &mut [&mut late], &mut now, 2_000);
     assert!(late.conn.is_established());
 }
@@ -473,7 +603,17 @@ fn a_full_session_table_evicts_only_idle_sessions() {
     let mut live: Vec<Client> = clients[..3]
         .iter()
         .enumerate()
-        .map(|(i, (id, k))| Client::new(50 + i as u16, Credentials::Psk { identity: id.as_bytes(), key: k }, 60 + i as u64, 0))
+        .map(|(i, (id, k))| {
+            Client::new(
+                50 + i as u16,
+                Credentials::Psk {
+                    identity: id.as_bytes(),
+                    key: k,
+                },
+                60 + i as u64,
+                0,
+            )
+        })
         .collect();
     for c in &mut live {
         run(&mut s, &mut [c], &mut now, 1_000);
@@ -481,7 +621,15 @@ fn a_full_session_table_evicts_only_idle_sessions() {
     }
     // The table is full of live sessions: a fourth device is refused.
     let (id4, k4) = &clients[3];
-    let mut fourth = Client::new(53, Credentials::Psk { identity: id4.as_bytes(), key: k4 }, 70, now);
+    let mut fourth = Client::new(
+        53,
+        Credentials::Psk {
+            identity: id4.as_bytes(),
+            key: k4,
+        },
+        70,
+        now,
+    );
     run(&mut s, &mut [&mut fourth], &mut now, 1_000);
     assert!(!fourth.conn.is_established());
     assert_eq!(s.layer.sessions(), 3);
@@ -489,18 +637,31 @@ fn a_full_session_table_evicts_only_idle_sessions() {
     for _ in 0..7 {
         now += 10_000;
         for c in &mut live[..2] {
-            c.conn.send(&coap_get(".well-known/core", now as u16)).unwrap();
+            c.conn
+                .send(&coap_get(".well-known/core", now as u16))
+                .unwrap();
             run(&mut s, &mut [c], &mut now, 20);
         }
     }
-    let mut fifth = Client::new(54, Credentials::Psk { identity: id4.as_bytes(), key: k4 }, 71, now);
+    let mut fifth = Client::new(
+        54,
+        Credentials::Psk {
+            identity: id4.as_bytes(),
+            key: k4,
+        },
+        71,
+        now,
+    );
     run(&mut s, &mut [&mut fifth], &mut now, 1_000);
     assert!(fifth.conn.is_established());
     assert_eq!(s.count("dtls.session_evicted_idle"), 1);
     for c in &mut live[..2] {
         c.conn.send(&coap_get(".well-known/core", 9)).unwrap();
         run(&mut s, &mut [c], &mut now, 20);
-        assert_eq!(Message::parse(c.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+        assert_eq!(
+            Message::parse(c.inbox.last().unwrap()).unwrap().code,
+            Code::CONTENT
+        );
     }
 }
 
@@ -511,18 +672,37 @@ fn a_rebooted_client_replaces_its_session_after_a_new_handshake() {
     s.provision(dev.identity(), Some(&[8; 16]));
     let text = dev.identity().to_string();
     let mut now = 0;
-    let mut c = Client::new(80, Credentials::Psk { identity: text.as_bytes(), key: &[8; 16] }, 81, now);
+    let mut c = Client::new(
+        80,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[8; 16],
+        },
+        81,
+        now,
+    );
     run(&mut s, &mut [&mut c], &mut now, 1_000);
     assert!(c.conn.is_established());
     // Same address, new connection state (the device rebooted).
-    let mut c2 = Client::new(80, Credentials::Psk { identity: text.as_bytes(), key: &[8; 16] }, 82, now);
+    let mut c2 = Client::new(
+        80,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[8; 16],
+        },
+        82,
+        now,
+    );
     run(&mut s, &mut [&mut c2], &mut now, 1_000);
     assert!(c2.conn.is_established());
     assert_eq!(s.layer.sessions(), 1);
     assert_eq!(s.count("dtls.session_replaced"), 1);
     c2.conn.send(&coap_get(".well-known/core", 3)).unwrap();
     run(&mut s, &mut [&mut c2], &mut now, 100);
-    assert_eq!(Message::parse(c2.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    assert_eq!(
+        Message::parse(c2.inbox.last().unwrap()).unwrap().code,
+        Code::CONTENT
+    );
 }
 
 #[test]
@@ -532,17 +712,31 @@ fn a_connection_id_keeps_the_session_across_an_address_change() {
     s.provision(dev.identity(), Some(&[9; 16]));
     let text = dev.identity().to_string();
     let mut now = 0;
-    let config = Config { connection_id: true, ..Config::default() };
+    let config = Config {
+        connection_id: true,
+        ..Config::default()
+    };
     let conn = Connection::connect(
         RustCrypto,
         AnyServer,
         config,
         &mut Seeded(91),
-        Credentials::Psk { identity: text.as_bytes(), key: &[9; 16] },
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[9; 16],
+        },
         now,
     )
     .unwrap();
-    let mut c = Client::new(90, Credentials::Psk { identity: b"x", key: &[1; 16] }, 1, now);
+    let mut c = Client::new(
+        90,
+        Credentials::Psk {
+            identity: b"x",
+            key: &[1; 16],
+        },
+        1,
+        now,
+    );
     c.conn = conn;
     run(&mut s, &mut [&mut c], &mut now, 1_000);
     assert!(c.conn.is_established());
@@ -553,7 +747,10 @@ fn a_connection_id_keeps_the_session_across_an_address_change() {
     let first = c.outgoing(now);
     let captured = first[0].1.clone();
     run_with(&mut s, &mut c, &mut now, first);
-    assert_eq!(Message::parse(c.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    assert_eq!(
+        Message::parse(c.inbox.last().unwrap()).unwrap().code,
+        Code::CONTENT
+    );
     assert_eq!(s.count("dtls.address_changed"), 1);
     assert_eq!(s.layer.sessions(), 1);
     assert!(s.layer.session_auth(&c.addr).is_some() && s.layer.session_auth(&old).is_none());
@@ -591,17 +788,36 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
     s.provision(&id, Some(&[7; 16]));
     let text = id.to_string();
     let mut now = 0;
-    let mut c = Client::new(100, Credentials::Psk { identity: text.as_bytes(), key: &[7; 16] }, 101, now);
+    let mut c = Client::new(
+        100,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[7; 16],
+        },
+        101,
+        now,
+    );
     run(&mut s, &mut [&mut c], &mut now, 1_000);
     let session = c.conn.session().expect("the server issues session IDs");
     // Later, from another port (the device rebooted without a connection ID): resumed.
-    let mut r = Client::new(101, Credentials::Psk { identity: b"x", key: &[1; 16] }, 1, now);
+    let mut r = Client::new(
+        101,
+        Credentials::Psk {
+            identity: b"x",
+            key: &[1; 16],
+        },
+        1,
+        now,
+    );
     r.conn = Connection::resume(
         RustCrypto,
         AnyServer,
         Config::default(),
         &mut Seeded(102),
-        Credentials::Psk { identity: text.as_bytes(), key: &[7; 16] },
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[7; 16],
+        },
         &session,
         now,
     )
@@ -609,19 +825,39 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
     run(&mut s, &mut [&mut r], &mut now, 1_000);
     assert!(r.conn.resumed());
     assert_eq!(s.count("dtls.resumed"), 1);
-    assert_eq!(s.layer.session_auth(&r.addr).map(|a| *a.identity()), Some(id));
+    assert_eq!(
+        s.layer.session_auth(&r.addr).map(|a| *a.identity()),
+        Some(id)
+    );
     r.conn.send(&coap_get(".well-known/core", 1)).unwrap();
     run(&mut s, &mut [&mut r], &mut now, 100);
-    assert_eq!(Message::parse(r.inbox.last().unwrap()).unwrap().code, Code::CONTENT);
+    assert_eq!(
+        Message::parse(r.inbox.last().unwrap()).unwrap().code,
+        Code::CONTENT
+    );
     // Revoked: the cached session is refused and the full handshake fails.
-    Store::open(&s.db).unwrap().revoke_identity(&id, NOW).unwrap();
-    let mut z = Client::new(102, Credentials::Psk { identity: b"x", key: &[1; 16] }, 1, now);
+    Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(&id, NOW)
+        .unwrap();
+    let mut z = Client::new(
+        102,
+        Credentials::Psk {
+            identity: b"x",
+            key: &[1; 16],
+        },
+        1,
+        now,
+    );
     z.conn = Connection::resume(
         RustCrypto,
         AnyServer,
         Config::default(),
         &mut Seeded(103),
-        Credentials::Psk { identity: text.as_bytes(), key: &[7; 16] },
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[7; 16],
+        },
         &session,
         now,
     )

@@ -72,7 +72,11 @@ pub fn run_client_with<T: Trust>(
     port: u16,
     data: &[u8],
     close: bool,
-) -> (Connection<RustCrypto, T>, Vec<u8>, Option<sigil_dtls::connection::Session>) {
+) -> (
+    Connection<RustCrypto, T>,
+    Vec<u8>,
+    Option<sigil_dtls::connection::Session>,
+) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(20)))
