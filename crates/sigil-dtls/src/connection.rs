@@ -438,6 +438,13 @@ pub fn requested_session(datagram: &[u8]) -> Option<[u8; 32]> {
     ch.session_id.try_into().ok()
 }
 
+/// The client random of a ClientHello datagram (to tell a new handshake from a retransmitted
+/// one).
+pub fn client_hello_random(datagram: &[u8]) -> Option<[u8; 32]> {
+    let (_, f) = first_client_hello(datagram).ok()?;
+    Some(*ClientHello::parse(f.body).ok()?.random)
+}
+
 /// How a suite authenticates and agrees on keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kx {
@@ -779,6 +786,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         c.write_seq[0] = 0;
         c.send_client_hello(&[], now)?;
         Ok(c)
+    }
+
+    /// This handshake's client random.
+    pub fn client_random(&self) -> &[u8; 32] {
+        &self.client_random
     }
 
     /// Whether this connection was an abbreviated handshake that resumed a session.

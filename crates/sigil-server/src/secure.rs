@@ -18,8 +18,8 @@ use crate::service::{Credentials, PeerAuth};
 use crate::stats::Stats;
 use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
 use sigil_dtls::connection::{
-    requested_session, Config, Connection, CookieKey, ServerCredentials, Session, Stateless, Trust,
-    MAX_DATAGRAM,
+    client_hello_random, requested_session, Config, Connection, CookieKey, ServerCredentials,
+    Session, Stateless, Trust, MAX_DATAGRAM,
 };
 use sigil_dtls::keys::MAX_PSK_LEN;
 use sigil_identity::Identity;
@@ -252,6 +252,19 @@ impl SecureLayer {
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) -> Vec<Delivered> {
         self.count("dtls.received");
+        // A ClientHello with a new random from a peer mid-handshake is a client that started
+        // over (e.g. rebooted): its old handshake is abandoned instead of blocking it until
+        // the handshake timeout.
+        // Only a valid cookie (the stateless path) replaces it, so a spoofed ClientHello cannot
+        // abort someone else's handshake.
+        if is_client_hello(datagram)
+            && self.handshakes.get(&peer).is_some_and(|p| {
+                client_hello_random(datagram).is_some_and(|r| &r != p.conn.client_random())
+            })
+        {
+            self.new_handshake(now, peer, datagram, out);
+            return Vec::new();
+        }
         if let Some(mut p) = self.handshakes.remove(&peer) {
             let r = p
                 .conn
@@ -415,7 +428,10 @@ impl SecureLayer {
                         };
                         table.insert(peer, p);
                     }
-                    Err(_) => self.count("dtls.handshake_timeout"),
+                    Err(_) => {
+                        self.forget_cid(&p);
+                        self.count("dtls.handshake_timeout");
+                    }
                 }
             }
         }
@@ -531,7 +547,9 @@ impl SecureLayer {
                 };
                 self.count("dtls.handshake_started");
                 self.flush(peer, &mut p, out);
-                self.handshakes.insert(peer, p);
+                if self.handshakes.insert(peer, p).is_some() {
+                    self.count("dtls.handshake_restarted");
+                }
             }
             Err(e) => {
                 self.count("dtls.handshake_failed");

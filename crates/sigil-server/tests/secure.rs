@@ -866,3 +866,59 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
     assert!(!z.conn.is_established());
     assert_eq!(s.count("dtls.resumed"), 1);
 }
+
+#[test]
+fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
+    let mut s = Server::new(|_| {});
+    let (dev, _) = device(110, SignatureAlgorithm::Ed25519);
+    s.provision(dev.identity(), Some(&[3; 16]));
+    let text = dev.identity().to_string();
+    let mut now = 0;
+    // The first attempt gets as far as the server's flight, then the device reboots.
+    let mut first = Client::new(
+        110,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[3; 16],
+        },
+        111,
+        now,
+    );
+    for _ in 0..2 {
+        let out = first.outgoing(now);
+        for (_, b) in s.handle(now, out) {
+            first.incoming(now, &b);
+        }
+    }
+    assert_eq!(s.layer.handshakes(), 1);
+    // A spoofed ClientHello (no cookie) from that address changes nothing.
+    let spoof = {
+        let mut c = Client::new(
+            110,
+            Credentials::Psk {
+                identity: b"x",
+                key: &[1; 16],
+            },
+            5,
+            now,
+        );
+        c.outgoing(now)
+    };
+    let replies = s.handle(now, spoof);
+    assert_eq!(replies.len(), 1, "a HelloVerifyRequest only");
+    assert_eq!(s.layer.handshakes(), 1);
+    // The rebooted device (new random) completes at once, well before the stale handshake
+    // would have timed out.
+    let mut again = Client::new(
+        110,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[3; 16],
+        },
+        112,
+        now,
+    );
+    run(&mut s, &mut [&mut again], &mut now, 1_000);
+    assert!(again.conn.is_established());
+    assert_eq!(s.count("dtls.handshake_restarted"), 1);
+}
