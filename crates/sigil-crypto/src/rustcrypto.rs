@@ -8,7 +8,6 @@
 use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
     PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
-    GCM_TAG_LEN,
 };
 use ccm::aead::{AeadInPlace, KeyInit};
 use sha2::{Digest, Sha256};
@@ -56,12 +55,13 @@ pub(crate) fn ccm8_open(
         .map_err(|_| CryptoError::BadTag)
 }
 
+#[cfg(feature = "rustcrypto-gcm")]
 pub(crate) fn gcm_seal(
     key: &[u8; 16],
     nonce: &[u8; CCM_NONCE_LEN],
     aad: &[u8],
     buf: &mut [u8],
-) -> Result<[u8; GCM_TAG_LEN], CryptoError> {
+) -> Result<[u8; crate::GCM_TAG_LEN], CryptoError> {
     let cipher = aes_gcm::Aes128Gcm::new(key.into());
     let tag = cipher
         .encrypt_in_place_detached(nonce.into(), aad, buf)
@@ -69,12 +69,13 @@ pub(crate) fn gcm_seal(
     Ok(tag.into())
 }
 
+#[cfg(feature = "rustcrypto-gcm")]
 pub(crate) fn gcm_open(
     key: &[u8; 16],
     nonce: &[u8; CCM_NONCE_LEN],
     aad: &[u8],
     buf: &mut [u8],
-    tag: &[u8; GCM_TAG_LEN],
+    tag: &[u8; crate::GCM_TAG_LEN],
 ) -> Result<(), CryptoError> {
     let cipher = aes_gcm::Aes128Gcm::new(key.into());
     cipher
@@ -306,23 +307,25 @@ impl CryptoProvider for RustCrypto {
         ccm8_open(key, nonce, aad, buf, tag)
     }
 
+    #[cfg(feature = "rustcrypto-gcm")]
     fn aes128_gcm_seal(
         &self,
         key: &[u8; 16],
         nonce: &[u8; CCM_NONCE_LEN],
         aad: &[u8],
         buf: &mut [u8],
-    ) -> Result<[u8; GCM_TAG_LEN], CryptoError> {
+    ) -> Result<[u8; crate::GCM_TAG_LEN], CryptoError> {
         gcm_seal(key, nonce, aad, buf)
     }
 
+    #[cfg(feature = "rustcrypto-gcm")]
     fn aes128_gcm_open(
         &self,
         key: &[u8; 16],
         nonce: &[u8; CCM_NONCE_LEN],
         aad: &[u8],
         buf: &mut [u8],
-        tag: &[u8; GCM_TAG_LEN],
+        tag: &[u8; crate::GCM_TAG_LEN],
     ) -> Result<(), CryptoError> {
         gcm_open(key, nonce, aad, buf, tag)
     }
