@@ -425,6 +425,13 @@ pub struct Session {
     pub peer_key: Option<PublicKey>,
 }
 
+impl Session {
+    /// The PSK identity the session was authenticated with (empty for key-based sessions).
+    pub fn psk_identity(&self) -> &[u8] {
+        &self.psk_identity[..self.psk_identity_len.min(self.psk_identity.len())]
+    }
+}
+
 impl core::fmt::Debug for Session {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "Session({:?}, <secret>)", self.suite)
@@ -890,9 +897,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 && match kx_of(sess.suite) {
                     Kx::Psk | Kx::EcdhePsk => {
                         let mut k = [0u8; MAX_PSK_LEN];
-                        trust
-                            .psk(&sess.psk_identity[..sess.psk_identity_len], &mut k)
-                            .is_some()
+                        trust.psk(sess.psk_identity(), &mut k).is_some()
                     }
                     // A client key must still be trusted as a key: a session from a certificate
                     // whose key `Trust` does not know otherwise takes a full handshake.
@@ -967,9 +972,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             c.resuming = true;
             c.master = sess.master;
             c.peer_key = sess.peer_key;
-            c.identity[..sess.psk_identity_len]
-                .copy_from_slice(&sess.psk_identity[..sess.psk_identity_len]);
-            c.identity_len = sess.psk_identity_len;
+            let id = sess.psk_identity();
+            c.identity[..id.len()].copy_from_slice(id);
+            c.identity_len = id.len();
             let points: &[u8] = if kx_of(suite) == Kx::Psk {
                 &[]
             } else {
