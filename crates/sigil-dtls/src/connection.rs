@@ -64,16 +64,21 @@ const MAX_CHAIN: usize = 0;
 pub const MAX_CID: usize = 16;
 /// certificate_type X509 (RFC 7250 §3).
 const X509: u8 = 0;
-/// Datagrams waiting to be sent (a flight at a small PMTU takes many).
-pub const MAX_QUEUED: usize = 16;
+/// Datagrams waiting to be sent (a flight at a small PMTU takes many: an X.509 flight at a
+/// 64-byte PMTU is about 50).
+pub const MAX_QUEUED: usize = 64;
 /// HelloVerifyRequests a client answers in one handshake.
 const MAX_HELLO_VERIFY: u8 = 4;
 /// Largest datagram this side builds.
 pub const MAX_DATAGRAM: usize = 1400;
 /// Largest application record payload.
 pub const MAX_APP_DATA: usize = 1024;
-/// Bytes of datagrams waiting to be sent (a flight, or a few application records).
+/// Bytes of datagrams waiting to be sent (a flight, or a few application records), with room
+/// for the per-datagram headers of a flight cut to a small PMTU.
+#[cfg(not(feature = "x509"))]
 const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 1024;
+#[cfg(feature = "x509")]
+const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 2048;
 /// Bytes of received application records waiting for the caller.
 const RECEIVE_QUEUE_BYTES: usize = MAX_APP_DATA + 512;
 
@@ -236,7 +241,8 @@ pub struct Config {
     pub max_timeout_ms: u64,
     /// Give up after this many retransmissions of a flight.
     pub max_retransmissions: u32,
-    /// Path MTU available to DTLS records (datagram payload size).
+    /// Path MTU available to DTLS records (datagram payload size): handshake messages are
+    /// fragmented to fit it, except the ClientHello, which a stateless server must see whole.
     pub pmtu: usize,
     /// An ECDHE-ECDSA client offers TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 instead of the
     /// CCM-8 suite (for comparison: 8 more bytes per record). Servers accept either.
@@ -597,7 +603,7 @@ impl Flight {
 /// Datagrams (or application records) waiting to be taken, in `N` bytes.
 struct Queue<const N: usize> {
     buf: [u8; N],
-    lens: [usize; MAX_QUEUED],
+    lens: [u16; MAX_QUEUED],
     n: usize,
     used: usize,
 }
@@ -617,7 +623,7 @@ impl<const N: usize> Queue<N> {
             return Err(Error::BufferTooSmall);
         }
         self.buf[self.used..self.used + d.len()].copy_from_slice(d);
-        self.lens[self.n] = d.len();
+        self.lens[self.n] = d.len() as u16;
         self.n += 1;
         self.used += d.len();
         Ok(())
@@ -627,7 +633,7 @@ impl<const N: usize> Queue<N> {
         if self.n == 0 {
             return None;
         }
-        let len = self.lens[0];
+        let len = usize::from(self.lens[0]);
         if out.len() < len {
             return None;
         }
@@ -709,6 +715,8 @@ pub struct Connection<C, T = NoTrust> {
     timer: Option<u64>,
     timeout_ms: u64,
     retransmissions: u32,
+    /// The timer was armed by a flight not yet handed to [`Connection::poll_transmit_at`].
+    timer_from_send: bool,
     queue: Queue<SEND_QUEUE_BYTES>,
     /// Received application records not yet taken by the caller.
     app: Queue<RECEIVE_QUEUE_BYTES>,
@@ -1212,6 +1220,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             timer: None,
             timeout_ms: config.initial_timeout_ms,
             retransmissions: 0,
+            timer_from_send: false,
             queue: Queue::new(),
             app: Queue::new(),
             dropped: 0,
@@ -1257,6 +1266,21 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// The next datagram to send, if any.
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<usize> {
         self.queue.pop(out)
+    }
+
+    /// [`Connection::poll_transmit`] for callers that know when the datagram really leaves:
+    /// a flight's retransmission timer then runs from the moment its first datagram is sent
+    /// (RFC 6347 §4.2.4), not from the call that produced it. On a slow device the handshake
+    /// computation between the two can take longer than the timeout itself.
+    pub fn poll_transmit_at(&mut self, now: u64, out: &mut [u8]) -> Option<usize> {
+        let n = self.queue.pop(out)?;
+        if self.timer_from_send {
+            self.timer_from_send = false;
+            if self.timer.is_some() {
+                self.timer = Some(now + self.timeout_ms);
+            }
+        }
+        Some(n)
     }
 
     /// When to call [`Connection::handle_timeout`] next (milliseconds, the caller's clock).
@@ -1432,11 +1456,17 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             // trigger.
             // The final flight answers only the peer's authenticated (epoch 1) Finished: an
             // epoch-0 fragment can be forged by anyone and must not make this side send.
-            let trigger = if self.flight_is_final {
-                epoch == 1
-            } else {
-                self.timer.is_some()
-            };
+            // One trigger per retransmitted flight, not one per fragment: only the end of the
+            // last message of the peer's previous flight (the fragment every complete
+            // retransmission carries exactly once).
+            let ends_flight = f.message_seq + 1 == self.next_recv_msg
+                && f.offset as usize + f.body.len() == f.length as usize;
+            let trigger = ends_flight
+                && if self.flight_is_final {
+                    epoch == 1
+                } else {
+                    self.timer.is_some()
+                };
             if self.flight.used > 0 && trigger {
                 // A full send queue (the caller is not draining) drops the retransmission
                 // rather than failing the connection.
@@ -1543,7 +1573,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 }
                 self.server_random = *sh.random;
                 self.add_transcript(m)?;
-                self.stop_timer();
+                // The timer keeps running until the server's whole flight is in (RFC 6347
+                // §4.2.4): if the rest is lost, retransmitting the ClientHello makes the
+                // server send it again.
                 if resumed {
                     self.install_keys();
                     self.state = State::ExpectChangeCipherSpec;
@@ -1765,7 +1797,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         };
         self.add_transcript(f)?;
         self.derive_keys(premaster_input.as_ref())?;
-        self.stop_timer();
+        // The timer keeps running until the client's whole flight (up to Finished) is in.
         self.state = if self.client_auth {
             State::ExpectCertificateVerify
         } else {
@@ -2033,6 +2065,11 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// handshake messages that do not fit, and queues them. Every transmission uses fresh
     /// record sequence numbers.
     fn send_flight(&mut self, now: u64, retransmission: bool) -> Result<(), Error> {
+        if !retransmission {
+            // A new flight starts with the initial timeout and a fresh retransmission budget.
+            self.timeout_ms = self.config.initial_timeout_ms;
+            self.retransmissions = 0;
+        }
         if self.state != State::Established {
             // During the handshake the queue holds only flight datagrams, and any the caller
             // has not sent yet belong to an earlier (re)transmission this one supersedes.
@@ -2068,6 +2105,14 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 continue;
             }
             let (f, _) = Fragment::parse(bytes)?;
+            // A ClientHello always goes whole: a stateless server (the cookie exchange) can
+            // only answer one it sees in a single datagram. Below the PMTU, the network layer
+            // (6LoWPAN, IPv6) fragments it instead.
+            let pmtu = if f.msg_type == HandshakeType::CLIENT_HELLO {
+                MAX_DATAGRAM
+            } else {
+                pmtu
+            };
             let mut offset = 0usize;
             loop {
                 let room = pmtu.saturating_sub(used + overhead + HS_HEADER_LEN);
@@ -2107,8 +2152,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         }
         if !self.flight_is_final {
             self.timer = Some(now + self.timeout_ms);
+            self.timer_from_send = true;
         }
-        let _ = retransmission;
         Ok(())
     }
 

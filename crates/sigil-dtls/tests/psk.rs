@@ -456,3 +456,102 @@ fn regression_repeated_finished_and_change_cipher_spec_are_not_acted_on() {
     }
     assert_eq!(server.poll_app_data(&mut buf), Some(10));
 }
+
+#[test]
+fn a_flight_timer_runs_from_when_its_first_datagram_is_sent() {
+    let (mut client, mut server) = start(Config::default());
+    for d in drain(&mut server) {
+        client.handle_datagram(3, &d).unwrap();
+    }
+    // The flight was built at t = 3 but leaves at t = 900 (the device was busy).
+    assert_eq!(client.poll_timeout(), Some(3 + 1_000));
+    let mut buf = [0u8; 1500];
+    assert!(client.poll_transmit_at(900, &mut buf).is_some());
+    assert_eq!(client.poll_timeout(), Some(900 + 1_000));
+    // Later datagrams of the same flight do not move it again.
+    while client.poll_transmit_at(950, &mut buf).is_some() {}
+    assert_eq!(client.poll_timeout(), Some(1_900));
+    // A retransmission is armed the same way, with the doubled timeout.
+    client.handle_timeout(1_900).unwrap();
+    assert!(client.poll_transmit_at(2_000, &mut buf).is_some());
+    assert_eq!(client.poll_timeout(), Some(2_000 + 2_000));
+}
+
+#[test]
+fn a_client_hello_goes_whole_below_the_pmtu_so_a_stateless_server_can_answer_it() {
+    let config = Config {
+        pmtu: 64,
+        ..Config::default()
+    };
+    let (mut client, mut server) = start(config);
+    // `start` checked that each ClientHello was one datagram the cookie server accepted.
+    // Everything else honours the 64-byte PMTU.
+    for d in drain(&mut server) {
+        assert!(d.len() <= 64, "{}", d.len());
+        client.handle_datagram(3, &d).unwrap();
+    }
+    for d in drain(&mut client) {
+        assert!(d.len() <= 64, "{}", d.len());
+        server.handle_datagram(3, &d).unwrap();
+    }
+    pump(&mut client, &mut server, 4);
+    assert_eq!(client.state(), State::Established);
+}
+
+#[test]
+fn a_retransmitted_multi_datagram_flight_triggers_one_answer_not_one_per_fragment() {
+    let config = Config {
+        pmtu: 64,
+        ..Config::default()
+    };
+    let (mut client, mut server) = start(config);
+    let flight4 = drain(&mut server);
+    assert!(flight4.len() >= 2, "flight 4 spans {} datagrams", flight4.len());
+    for d in &flight4 {
+        client.handle_datagram(3, d).unwrap();
+    }
+    let flight5 = drain(&mut client);
+    assert!(!flight5.is_empty());
+    // Flight 5 is lost; the server's timer fires and it sends flight 4 again. Each of its
+    // datagrams reaches the client, which answers the whole retransmission once.
+    let t = server.poll_timeout().unwrap();
+    server.handle_timeout(t).unwrap();
+    let again = drain(&mut server);
+    assert_eq!(again.len(), flight4.len());
+    let mut answers = 0;
+    for d in &again {
+        client.handle_datagram(t, d).unwrap();
+        answers += drain(&mut client).len();
+    }
+    assert_eq!(answers, flight5.len());
+}
+
+#[test]
+fn a_partly_received_flight_keeps_the_timer_running_and_a_retransmission_recovers_it() {
+    let config = Config {
+        pmtu: 64,
+        ..Config::default()
+    };
+    let (mut client, mut server) = start(config);
+    let flight4 = drain(&mut server);
+    assert!(flight4.len() >= 2);
+    // Only the ServerHello gets through; the rest of flight 4 is lost.
+    client.handle_datagram(3, &flight4[0]).unwrap();
+    assert!(drain(&mut client).is_empty());
+    let t = client
+        .poll_timeout()
+        .expect("the client still waits for the rest of flight 4");
+    client.handle_timeout(t).unwrap();
+    let hello_again = drain(&mut client);
+    assert_eq!(hello_again.len(), 1, "the ClientHello, retransmitted");
+    // The server answers the retransmitted ClientHello with its whole flight.
+    server.handle_datagram(t, &hello_again[0]).unwrap();
+    let again = drain(&mut server);
+    assert_eq!(again.len(), flight4.len());
+    for d in &again {
+        client.handle_datagram(t, d).unwrap();
+    }
+    pump(&mut client, &mut server, t);
+    assert_eq!(client.state(), State::Established);
+    assert_eq!(server.state(), State::Established);
+}
