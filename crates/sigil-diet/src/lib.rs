@@ -266,7 +266,10 @@ mod tests {
     impl Rng for Seq {
         fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
             for b in buf {
-                self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                self.0 = self
+                    .0
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 *b = (self.0 >> 33) as u8;
             }
             Ok(())

@@ -506,7 +506,11 @@ fn a_retransmitted_multi_datagram_flight_triggers_one_answer_not_one_per_fragmen
     };
     let (mut client, mut server) = start(config);
     let flight4 = drain(&mut server);
-    assert!(flight4.len() >= 2, "flight 4 spans {} datagrams", flight4.len());
+    assert!(
+        flight4.len() >= 2,
+        "flight 4 spans {} datagrams",
+        flight4.len()
+    );
     for d in &flight4 {
         client.handle_datagram(3, d).unwrap();
     }

@@ -29,7 +29,9 @@ impl SplitMix {
 pub enum Loss {
     None,
     /// Each frame is lost independently with probability `p`.
-    Bernoulli { p: f64 },
+    Bernoulli {
+        p: f64,
+    },
     /// Gilbert-Elliott: a two-state Markov chain stepped once per frame slot (the time one
     /// frame occupies the hop, so a burst is a stretch of time, however few frames cross it);
     /// frames are lost with `loss_good` in the good state and `loss_bad` in the bad one.
@@ -173,7 +175,10 @@ mod tests {
     fn measured(loss: Loss, n: usize, seed: u64) -> f64 {
         let mut rng = SplitMix(seed);
         let mut c = Channel::new(loss, 1000);
-        (0..n as u64).filter(|&i| c.lose(&mut rng, i * 1000)).count() as f64 / n as f64
+        (0..n as u64)
+            .filter(|&i| c.lose(&mut rng, i * 1000))
+            .count() as f64
+            / n as f64
     }
 
     #[test]
@@ -194,7 +199,9 @@ mod tests {
         // Bursts: the chance that a loss follows a loss is far above the mean.
         let mut rng = SplitMix(3);
         let mut c = Channel::new(loss, 1000);
-        let seq: Vec<bool> = (0..200_000u64).map(|i| c.lose(&mut rng, i * 1000)).collect();
+        let seq: Vec<bool> = (0..200_000u64)
+            .map(|i| c.lose(&mut rng, i * 1000))
+            .collect();
         let after_loss = seq.windows(2).filter(|w| w[0]).count();
         let both = seq.windows(2).filter(|w| w[0] && w[1]).count();
         let cond = both as f64 / after_loss as f64;
@@ -208,7 +215,9 @@ mod tests {
         let loss = Loss::bursty(0.1, 5.0);
         let mut rng = SplitMix(4);
         let mut c = Channel::new(loss, 1000);
-        let seq: Vec<bool> = (0..100_000u64).map(|i| c.lose(&mut rng, i * 100_000)).collect();
+        let seq: Vec<bool> = (0..100_000u64)
+            .map(|i| c.lose(&mut rng, i * 100_000))
+            .collect();
         let rate = seq.iter().filter(|&&l| l).count() as f64 / seq.len() as f64;
         let after_loss = seq.windows(2).filter(|w| w[0]).count();
         let both = seq.windows(2).filter(|w| w[0] && w[1]).count() as f64 / after_loss as f64;

@@ -110,7 +110,10 @@ pub fn run(link: LinkConfig, table: CycleTable, n: u64, every_ms: u64, seed: u64
             acknowledged: delivered,
             activity,
             udp_bytes_up: (emu.stats.udp_bytes_from_device - udp_start) as f64 / n as f64,
-            latency_ms: latencies.get(latencies.len() / 2).copied().unwrap_or(f64::NAN),
+            latency_ms: latencies
+                .get(latencies.len() / 2)
+                .copied()
+                .unwrap_or(f64::NAN),
         },
         delivered,
     }

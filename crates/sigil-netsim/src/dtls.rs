@@ -203,7 +203,11 @@ pub fn handshake(
     let x509 = matches!(suite, Suite::X509ServerOnly | Suite::X509Mutual);
     let offer = ServerCredentials {
         psk: true,
-        key: Some(if x509 { &p.server_cert_key } else { &p.server_key }),
+        key: Some(if x509 {
+            &p.server_cert_key
+        } else {
+            &p.server_key
+        }),
         chain: Some(&server_chain),
         require_client_key: matches!(suite, Suite::RpkMutual | Suite::X509Mutual),
         ..ServerCredentials::NONE
@@ -260,7 +264,10 @@ pub fn handshake(
         let next = [
             emu.next_arrival_us(),
             client.poll_timeout().map(|t| t * 1000),
-            server.as_ref().and_then(|s| s.poll_timeout()).map(|t| t * 1000),
+            server
+                .as_ref()
+                .and_then(|s| s.poll_timeout())
+                .map(|t| t * 1000),
         ]
         .into_iter()
         .flatten()
@@ -395,7 +402,10 @@ mod tests {
             match suite {
                 Suite::Psk => {
                     psk_cycles = h.device.cpu_cycles;
-                    assert_eq!(h.device_ops.sign + h.device_ops.verify + h.device_ops.agree, 0);
+                    assert_eq!(
+                        h.device_ops.sign + h.device_ops.verify + h.device_ops.agree,
+                        0
+                    );
                 }
                 Suite::RpkMutual => {
                     assert_eq!(h.device_ops.sign, 1, "{:?}", h.device_ops);
@@ -430,7 +440,15 @@ mod tests {
         };
         let mut slower = 0;
         for seed in 1..=20 {
-            let h = handshake(lossy, CORTEX_M4_PORTABLE, Suite::Psk, 1024, Timers::SEED, seed).0;
+            let h = handshake(
+                lossy,
+                CORTEX_M4_PORTABLE,
+                Suite::Psk,
+                1024,
+                Timers::SEED,
+                seed,
+            )
+            .0;
             assert!(h.completed, "seed {seed}");
             if h.time_ms >= clean.time_ms + 5_000.0 {
                 slower += 1;
@@ -472,7 +490,11 @@ mod tests {
                 1,
             );
             assert!(h.completed && s.is_some(), "MTU {mtu}");
-            assert!(h.net.frames_sent >= last, "MTU {mtu}: {}", h.net.frames_sent);
+            assert!(
+                h.net.frames_sent >= last,
+                "MTU {mtu}: {}",
+                h.net.frames_sent
+            );
             last = h.net.frames_sent;
         }
     }
@@ -484,7 +506,15 @@ mod tests {
         // fire before the flight was even sent. Armed from the send, it never fires on a
         // clean link: no datagram beyond the handshake's own.
         let link = LinkConfig::default();
-        let clean = handshake(link, CORTEX_M4_PORTABLE, Suite::X509Mutual, 1024, Timers::SEED, 1).0;
+        let clean = handshake(
+            link,
+            CORTEX_M4_PORTABLE,
+            Suite::X509Mutual,
+            1024,
+            Timers::SEED,
+            1,
+        )
+        .0;
         let fast = Timers {
             client_initial_ms: 700,
             server_initial_ms: 3_000,

@@ -335,7 +335,11 @@ impl CryptoProvider for Metered {
         RustCrypto.hmac_sha256(key, parts)
     }
 
-    fn generate(&self, alg: SignatureAlgorithm, rng: &mut dyn Rng) -> Result<SecretKey, CryptoError> {
+    fn generate(
+        &self,
+        alg: SignatureAlgorithm,
+        rng: &mut dyn Rng,
+    ) -> Result<SecretKey, CryptoError> {
         let c = match alg {
             SignatureAlgorithm::Ed25519 => self.table.keygen_ed25519,
             SignatureAlgorithm::EcdsaP256 => self.table.keygen_p256,
@@ -381,7 +385,10 @@ impl CryptoProvider for Metered {
         RustCrypto.generate_agreement(alg, rng)
     }
 
-    fn agreement_public_key(&self, secret: &AgreementSecret) -> Result<AgreementPublicKey, CryptoError> {
+    fn agreement_public_key(
+        &self,
+        secret: &AgreementSecret,
+    ) -> Result<AgreementPublicKey, CryptoError> {
         let c = match secret.algorithm() {
             AgreementAlgorithm::X25519 => self.table.x25519,
             AgreementAlgorithm::P256 => self.table.keygen_p256,

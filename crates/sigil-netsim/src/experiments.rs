@@ -46,11 +46,9 @@ fn par_map<T: Send, R: Send>(threads: usize, items: Vec<T>, f: impl Fn(T) -> R +
             let rest = indexed.split_off(chunk.min(indexed.len()));
             let mine = std::mem::replace(&mut indexed, rest);
             let f = &f;
-            handles.push(s.spawn(move || {
-                mine.into_iter()
-                    .map(|(i, t)| (i, f(t)))
-                    .collect::<Vec<_>>()
-            }));
+            handles.push(
+                s.spawn(move || mine.into_iter().map(|(i, t)| (i, f(t))).collect::<Vec<_>>()),
+            );
         }
         for h in handles {
             for (i, r) in h.join().expect("worker") {
@@ -58,7 +56,10 @@ fn par_map<T: Send, R: Send>(threads: usize, items: Vec<T>, f: impl Fn(T) -> R +
             }
         }
     });
-    slots.into_iter().map(|r| r.expect("every item ran")).collect()
+    slots
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
 }
 
 fn quantile(v: &[f64], q: f64) -> f64 {
@@ -326,7 +327,12 @@ pub fn fig9_record_overhead() -> Value {
 }
 
 /// Device energy of one clean handshake of each suite on `p`, at `pmtu`.
-fn handshake_energy(p: &Platform, table: CycleTable, suite: Suite, pmtu: usize) -> (Handshake, Value) {
+fn handshake_energy(
+    p: &Platform,
+    table: CycleTable,
+    suite: Suite,
+    pmtu: usize,
+) -> (Handshake, Value) {
     let link = LinkConfig {
         device_hz: p.hz,
         ..Default::default()
@@ -350,8 +356,10 @@ pub fn battery_life() -> Value {
     ] {
         let (h, e) = handshake_energy(&OPAL, CORTEX_M4_PORTABLE, suite, 1024);
         let mj = e["active_mj"].as_f64().unwrap();
-        rows.push(json!({ "suite": suite.name(), "energy": e, "time_ms": h.time_ms,
-                          "years": years(mj) }));
+        rows.push(
+            json!({ "suite": suite.name(), "energy": e, "time_ms": h.time_ms,
+                          "years": years(mj) }),
+        );
     }
     json!({ "platform": OPAL.name, "battery_j": TWO_AA_JOULES, "rows": rows,
             "paper": [ { "suite": "RSA-2048 + TPM, mutual", "mj": 487.8, "years": years(487.8) },
@@ -440,21 +448,27 @@ pub fn crossover(plan: &Plan, start: Instant) -> Value {
     for &t in &periods_s {
         let every = t * 1000;
         let signed = scenarios::signed_readings(link, table, n, every, 1);
-        let mut schemes = vec![json!({ "name": "signed objects (COSE, Ed25519)", "setup": Value::Null,
-                                        "reading": per_reading_json(&signed, &p) })];
+        let mut schemes = vec![
+            json!({ "name": "signed objects (COSE, Ed25519)", "setup": Value::Null,
+                                        "reading": per_reading_json(&signed, &p) }),
+        ];
         for suite in [Suite::Psk, Suite::RpkMutual] {
             let (h, s) = handshake(link, table, suite, 1024, Timers::SEED, 1);
             let r = scenarios::dtls_readings(&mut s.expect("clean handshake"), n, every);
             let mut setup = energy_json(&h.device, &p);
             setup["time_ms"] = json!(h.time_ms);
-            schemes.push(json!({ "name": format!("DTLS {}", suite.name()), "setup": setup,
-                                 "reading": per_reading_json(&r, &p) }));
+            schemes.push(
+                json!({ "name": format!("DTLS {}", suite.name()), "setup": setup,
+                                 "reading": per_reading_json(&r, &p) }),
+            );
         }
         let d = cryptodiet::run(link, table, n, every, 1);
         let mut setup = energy_json(&d.setup, &p);
         setup["time_ms"] = json!(d.setup_ms);
-        schemes.push(json!({ "name": "CryptoDiet-style (ECDH + AES + ECDSA per message)",
-                             "setup": setup, "reading": per_reading_json(&d.readings, &p) }));
+        schemes.push(
+            json!({ "name": "CryptoDiet-style (ECDH + AES + ECDSA per message)",
+                             "setup": setup, "reading": per_reading_json(&d.readings, &p) }),
+        );
         // Crossover: the N above which a session scheme's per-reading energy is below the
         // signed objects'.
         let signed_mj = schemes[0]["reading"]["total_mj"].as_f64().unwrap();

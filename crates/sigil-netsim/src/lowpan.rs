@@ -417,11 +417,7 @@ impl Reassembler {
                 Ok(h) => h,
                 Err(e) => return self.refuse(e),
             };
-            (
-                UNCOMPRESSED_HEADER,
-                Some(h),
-                &p[hlen + COMPRESSED_HEADER..],
-            )
+            (UNCOMPRESSED_HEADER, Some(h), &p[hlen + COMPRESSED_HEADER..])
         } else {
             (usize::from(p[4]) * 8, None, &p[hlen..])
         };

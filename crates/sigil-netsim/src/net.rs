@@ -145,7 +145,10 @@ impl Emulator {
             channels: (0..hops)
                 .map(|_| {
                     let slot = config.latency.per_frame_us;
-                    [Channel::new(config.loss, slot), Channel::new(config.loss, slot)]
+                    [
+                        Channel::new(config.loss, slot),
+                        Channel::new(config.loss, slot),
+                    ]
                 })
                 .collect(),
             busy_until: vec![[0, 0]; hops],
@@ -288,7 +291,11 @@ impl Emulator {
             }
         }
         let to = from.peer();
-        let last_src = if hops > 1 { 0x0100 + hops as u16 } else { from.addr() };
+        let last_src = if hops > 1 {
+            0x0100 + hops as u16
+        } else {
+            from.addr()
+        };
         let mut body = lowpan_payload.to_vec();
         if hops > 1 {
             body[0] = (body[0] & 0xf0) | 1; // hops left at the last hop

@@ -267,7 +267,14 @@ pub fn signed_readings(
         let _ = device.handle_timeout(emu.now_ms(), &mut storage);
         if !device.can_publish() {
             let until = emu.now_us() + every_ms * 500;
-            run(&mut emu, &mut device, &mut storage, &mut events, until, &|_| true);
+            run(
+                &mut emu,
+                &mut device,
+                &mut storage,
+                &mut events,
+                until,
+                &|_| true,
+            );
         }
         let published_at = emu.now_us();
         let seq = device
@@ -279,7 +286,14 @@ pub fn signed_readings(
                 .any(|e| matches!(e, Event::Published { seq: s, .. } if *s == seq))
         };
         let deadline = published_at + every_ms * 1000 - 1;
-        run(&mut emu, &mut device, &mut storage, &mut events, deadline, &acked);
+        run(
+            &mut emu,
+            &mut device,
+            &mut storage,
+            &mut events,
+            deadline,
+            &acked,
+        );
         out.readings += 1;
         if events.iter().any(|e| {
             matches!(e, Event::Published { seq: s, outcome: PublishOutcome::Acknowledged } if *s == seq)
@@ -357,7 +371,11 @@ mod tests {
         assert_eq!(r.activity.frames_tx, 5 * 2, "{:?}", r.activity);
         assert_eq!(r.activity.frames_rx, 5, "{:?}", r.activity);
         // 131 bytes with a value that fits a half float; 20.1 and the like take a double.
-        assert!(r.udp_bytes_up >= 131.0 && r.udp_bytes_up <= 137.0, "{}", r.udp_bytes_up);
+        assert!(
+            r.udp_bytes_up >= 131.0 && r.udp_bytes_up <= 137.0,
+            "{}",
+            r.udp_bytes_up
+        );
         assert!(per.cpu_cycles >= 4_155_395, "{}", per.cpu_cycles);
         assert!(per.sleep_us > 59_000_000);
     }

@@ -51,7 +51,11 @@ fn the_quick_evaluation_is_deterministic_and_consistent() {
     for p in a["crossover"]["periods"].as_array().unwrap() {
         let schemes = p["schemes"].as_array().unwrap();
         for s in schemes {
-            assert_eq!(s["reading"]["delivered"], s["reading"]["readings"], "{}", s["name"]);
+            assert_eq!(
+                s["reading"]["delivered"], s["reading"]["readings"],
+                "{}",
+                s["name"]
+            );
         }
         let psk = schemes.iter().find(|s| s["name"] == "DTLS PSK").unwrap();
         assert!(psk["crossover_n"].as_f64().unwrap() <= 3.0);
