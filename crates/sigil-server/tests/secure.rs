@@ -240,6 +240,37 @@ fn acked(c: &Client) -> usize {
         .count()
 }
 
+/// A new Ed25519 device whose identity is provisioned with PSK `key`; returns the identity
+/// as text (the PSK identity its client presents).
+fn provisioned_psk_device(s: &mut Server, seed: u64, key: [u8; 16]) -> String {
+    let (dev, _) = device(seed, SignatureAlgorithm::Ed25519);
+    s.provision(dev.identity(), Some(&key));
+    dev.identity().to_string()
+}
+
+/// A PSK client on port `port` presenting identity `text`.
+fn psk_client(port: u16, text: &str, key: &[u8; 16], seed: u64, now: u64) -> Client {
+    Client::new(
+        port,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key,
+        },
+        seed,
+        now,
+    )
+}
+
+/// The client asks for /.well-known/core inside its session and gets 2.05 Content.
+fn assert_discovery_works(s: &mut Server, c: &mut Client, now: &mut u64, mid: u16, for_ms: u64) {
+    c.conn.send(&coap_get(".well-known/core", mid)).unwrap();
+    run(s, &mut [&mut *c], now, for_ms);
+    assert_eq!(
+        Message::parse(c.inbox.last().unwrap()).unwrap().code,
+        Code::CONTENT
+    );
+}
+
 fn coap_get(path: &str, mid: u16) -> Vec<u8> {
     let mut buf = [0u8; 128];
     let mut b =
@@ -395,12 +426,7 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
         Code::FORBIDDEN
     );
     // Reads stay open to any authenticated peer.
-    a.conn.send(&coap_get(".well-known/core", 77)).unwrap();
-    run(&mut s, &mut [&mut a], &mut now, 200);
-    assert_eq!(
-        Message::parse(a.inbox.last().unwrap()).unwrap().code,
-        Code::CONTENT
-    );
+    assert_discovery_works(&mut s, &mut a, &mut now, 77, 200);
 }
 
 #[test]
@@ -448,30 +474,14 @@ fn a_revoked_identity_loses_its_psk_at_the_next_handshake() {
     s.provision(&id, Some(&[4; 16]));
     let text = id.to_string();
     let mut now = 0;
-    let mut c = Client::new(
-        8,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[4; 16],
-        },
-        13,
-        now,
-    );
+    let mut c = psk_client(8, &text, &[4; 16], 13, now);
     run(&mut s, &mut [&mut c], &mut now, 2_000);
     assert!(c.conn.is_established());
     Store::open(&s.db)
         .unwrap()
         .revoke_identity(&id, NOW)
         .unwrap();
-    let mut again = Client::new(
-        9,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[4; 16],
-        },
-        14,
-        now,
-    );
+    let mut again = psk_client(9, &text, &[4; 16], 14, now);
     run(&mut s, &mut [&mut again], &mut now, 2_000);
     assert!(!again.conn.is_established());
 }
@@ -502,19 +512,9 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
         c.max_sessions = 64;
         c.handshake_timeout = Duration::from_secs(10);
     });
-    let (dev, _) = device(20, SignatureAlgorithm::Ed25519);
-    s.provision(dev.identity(), Some(&[5; 16]));
-    let text = dev.identity().to_string();
+    let text = provisioned_psk_device(&mut s, 20, [5; 16]);
     let mut now = 0;
-    let mut good = Client::new(
-        20,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[5; 16],
-        },
-        21,
-        now,
-    );
+    let mut good = psk_client(20, &text, &[5; 16], 21, now);
     run(&mut s, &mut [&mut good], &mut now, 2_000);
     assert!(good.conn.is_established());
 
@@ -562,12 +562,7 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
     assert_eq!(s.count("dtls.refused_tables_full"), 24);
 
     // 3) Meanwhile the established session is served.
-    good.conn.send(&coap_get(".well-known/core", 1)).unwrap();
-    run(&mut s, &mut [&mut good], &mut now, 100);
-    assert_eq!(
-        Message::parse(good.inbox.last().unwrap()).unwrap().code,
-        Code::CONTENT
-    );
+    assert_discovery_works(&mut s, &mut good, &mut now, 1, 100);
 
     // 4) Once the stuck handshakes are stale, a new device gets a slot.
     now += 11_000;
@@ -656,61 +651,31 @@ fn a_full_session_table_evicts_only_idle_sessions() {
     assert!(fifth.conn.is_established());
     assert_eq!(s.count("dtls.session_evicted_idle"), 1);
     for c in &mut live[..2] {
-        c.conn.send(&coap_get(".well-known/core", 9)).unwrap();
-        run(&mut s, &mut [c], &mut now, 20);
-        assert_eq!(
-            Message::parse(c.inbox.last().unwrap()).unwrap().code,
-            Code::CONTENT
-        );
+        assert_discovery_works(&mut s, c, &mut now, 9, 20);
     }
 }
 
 #[test]
 fn a_rebooted_client_replaces_its_session_after_a_new_handshake() {
     let mut s = Server::new(|_| {});
-    let (dev, _) = device(80, SignatureAlgorithm::Ed25519);
-    s.provision(dev.identity(), Some(&[8; 16]));
-    let text = dev.identity().to_string();
+    let text = provisioned_psk_device(&mut s, 80, [8; 16]);
     let mut now = 0;
-    let mut c = Client::new(
-        80,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[8; 16],
-        },
-        81,
-        now,
-    );
+    let mut c = psk_client(80, &text, &[8; 16], 81, now);
     run(&mut s, &mut [&mut c], &mut now, 1_000);
     assert!(c.conn.is_established());
     // Same address, new connection state (the device rebooted).
-    let mut c2 = Client::new(
-        80,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[8; 16],
-        },
-        82,
-        now,
-    );
+    let mut c2 = psk_client(80, &text, &[8; 16], 82, now);
     run(&mut s, &mut [&mut c2], &mut now, 1_000);
     assert!(c2.conn.is_established());
     assert_eq!(s.layer.sessions(), 1);
     assert_eq!(s.count("dtls.session_replaced"), 1);
-    c2.conn.send(&coap_get(".well-known/core", 3)).unwrap();
-    run(&mut s, &mut [&mut c2], &mut now, 100);
-    assert_eq!(
-        Message::parse(c2.inbox.last().unwrap()).unwrap().code,
-        Code::CONTENT
-    );
+    assert_discovery_works(&mut s, &mut c2, &mut now, 3, 100);
 }
 
 #[test]
 fn a_connection_id_keeps_the_session_across_an_address_change() {
     let mut s = Server::new(|_| {});
-    let (dev, _) = device(90, SignatureAlgorithm::Ed25519);
-    s.provision(dev.identity(), Some(&[9; 16]));
-    let text = dev.identity().to_string();
+    let text = provisioned_psk_device(&mut s, 90, [9; 16]);
     let mut now = 0;
     let config = Config {
         connection_id: true,
@@ -788,15 +753,7 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
     s.provision(&id, Some(&[7; 16]));
     let text = id.to_string();
     let mut now = 0;
-    let mut c = Client::new(
-        100,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[7; 16],
-        },
-        101,
-        now,
-    );
+    let mut c = psk_client(100, &text, &[7; 16], 101, now);
     run(&mut s, &mut [&mut c], &mut now, 1_000);
     let session = c.conn.session().expect("the server issues session IDs");
     // Later, from another port (the device rebooted without a connection ID): resumed.
@@ -829,12 +786,7 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
         s.layer.session_auth(&r.addr).map(|a| *a.identity()),
         Some(id)
     );
-    r.conn.send(&coap_get(".well-known/core", 1)).unwrap();
-    run(&mut s, &mut [&mut r], &mut now, 100);
-    assert_eq!(
-        Message::parse(r.inbox.last().unwrap()).unwrap().code,
-        Code::CONTENT
-    );
+    assert_discovery_works(&mut s, &mut r, &mut now, 1, 100);
     // Revoked: the cached session is refused and the full handshake fails.
     Store::open(&s.db)
         .unwrap()
@@ -870,20 +822,10 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
 #[test]
 fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
     let mut s = Server::new(|_| {});
-    let (dev, _) = device(110, SignatureAlgorithm::Ed25519);
-    s.provision(dev.identity(), Some(&[3; 16]));
-    let text = dev.identity().to_string();
+    let text = provisioned_psk_device(&mut s, 110, [3; 16]);
     let mut now = 0;
     // The first attempt gets as far as the server's flight, then the device reboots.
-    let mut first = Client::new(
-        110,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[3; 16],
-        },
-        111,
-        now,
-    );
+    let mut first = psk_client(110, &text, &[3; 16], 111, now);
     for _ in 0..2 {
         let out = first.outgoing(now);
         for (_, b) in s.handle(now, out) {
@@ -909,15 +851,7 @@ fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
     assert_eq!(s.layer.handshakes(), 1);
     // The rebooted device (new random) completes at once, well before the stale handshake
     // would have timed out.
-    let mut again = Client::new(
-        110,
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[3; 16],
-        },
-        112,
-        now,
-    );
+    let mut again = psk_client(110, &text, &[3; 16], 112, now);
     run(&mut s, &mut [&mut again], &mut now, 1_000);
     assert!(again.conn.is_established());
     assert_eq!(s.count("dtls.handshake_restarted"), 1);
