@@ -4,7 +4,9 @@
 //! out reassembled at the other end, or not at all.
 //!
 //! Multi-hop paths are mesh-under: forwarders pass frames on without reassembling them. The
-//! device may sleep: frames that reach it while its radio is off are lost (and counted). The
+//! device may sleep: with its radio off, frames that reach it are lost (and counted); with
+//! low-power listening it checks the channel periodically and a frame for it waits for the
+//! next check (decided when the frame is scheduled). The
 //! device's radio time, listening time, sleep time and CPU cycles are kept as an
 //! [`Activity`]; the server side is mains-powered and only its traffic is counted.
 
@@ -51,6 +53,12 @@ pub struct LinkConfig {
     pub mac_retries: u8,
     /// Device CPU clock, for turning metered cycles into busy time.
     pub device_hz: f64,
+    /// Low-power listening while the device sleeps: every `device_wake_interval_us` it turns
+    /// its radio on for `device_check_us` to sample the channel, and a frame for it is sent
+    /// (strobed, ContikiMAC style) until its next check. 0: the radio is off while it sleeps
+    /// and frames for it are lost.
+    pub device_wake_interval_us: u64,
+    pub device_check_us: u64,
 }
 
 impl Default for LinkConfig {
@@ -61,6 +69,8 @@ impl Default for LinkConfig {
             latency: Latency::default(),
             mac_retries: 0,
             device_hz: 48e6,
+            device_wake_interval_us: 0,
+            device_check_us: 0,
         }
     }
 }
@@ -266,10 +276,15 @@ impl Emulator {
         } else {
             (0..hops).rev().collect()
         };
+        let lpl = self.config.device_wake_interval_us;
         for (i, &h) in order.iter().enumerate() {
             let mut delivered = false;
             for _attempt in 0..=self.config.mac_retries {
-                let begin = t.max(self.busy_until[h][dir]);
+                let mut begin = t.max(self.busy_until[h][dir]);
+                if from == End::Server && i + 1 == hops && lpl > 0 && !self.nodes[0].awake {
+                    // The sender strobes until the sleeping device's next channel check.
+                    begin = begin.div_ceil(lpl) * lpl;
+                }
                 let end = begin + self.config.latency.frame_us(len);
                 self.busy_until[h][dir] = end;
                 self.stats.transmissions += 1;
@@ -332,7 +347,7 @@ impl Emulator {
         let now_ms = self.now / 1000;
         let node = &mut self.nodes[to.index()];
         if to == End::Device {
-            if !node.awake {
+            if !node.awake && self.config.device_wake_interval_us == 0 {
                 self.stats.frames_to_sleeping += 1;
                 return None;
             }
@@ -367,6 +382,13 @@ impl Emulator {
         let awake = n.awake_total + if n.awake { end - n.awake_since } else { 0 };
         a.listen_us = awake.saturating_sub(a.tx_us + a.rx_us + n.cpu_us_total);
         a.sleep_us = end.saturating_sub(awake);
+        if self.config.device_wake_interval_us > 0 {
+            // Channel checks while asleep are listening time.
+            let checks = a.sleep_us / self.config.device_wake_interval_us;
+            let on = (checks * self.config.device_check_us).min(a.sleep_us);
+            a.listen_us += on;
+            a.sleep_us -= on;
+        }
         a
     }
 
@@ -460,6 +482,33 @@ mod tests {
         let expect = 0.95f64.powi(frames);
         let got = g1.len() as f64 / 500.0;
         assert!((got - expect).abs() < 0.06, "{got} vs {expect}");
+    }
+
+    #[test]
+    fn a_duty_cycled_device_gets_frames_at_its_next_check_and_pays_for_its_checks() {
+        let c = LinkConfig {
+            device_wake_interval_us: 125_000,
+            device_check_us: 1_250,
+            ..Default::default()
+        };
+        let mut e = Emulator::new(c, 1);
+        e.sleep();
+        e.advance(1_000_000 + 10_000);
+        e.send(End::Server, &[3; 20]);
+        // The next check after 1.01 s is at 1.125 s; the frame follows it.
+        assert_eq!(
+            e.next_arrival_us(),
+            Some(1_125_000 + c.latency.frame_us(40))
+        );
+        assert_eq!(e.advance(2_000_000).len(), 1);
+        assert_eq!(e.stats.frames_to_sleeping, 0);
+        // An hour asleep: 1 % of it listening.
+        let mut idle = Emulator::new(c, 1);
+        idle.sleep();
+        idle.advance(3_600_000_000);
+        let a = idle.device_activity();
+        assert_eq!(a.listen_us, 3_600_000_000 / 125_000 * 1_250);
+        assert_eq!(a.listen_us + a.sleep_us, 3_600_000_000);
     }
 
     #[test]
