@@ -382,9 +382,8 @@ impl Emulator {
         let awake = n.awake_total + if n.awake { end - n.awake_since } else { 0 };
         a.listen_us = awake.saturating_sub(a.tx_us + a.rx_us + n.cpu_us_total);
         a.sleep_us = end.saturating_sub(awake);
-        if self.config.device_wake_interval_us > 0 {
-            // Channel checks while asleep are listening time.
-            let checks = a.sleep_us / self.config.device_wake_interval_us;
+        // Channel checks while asleep are listening time.
+        if let Some(checks) = a.sleep_us.checked_div(self.config.device_wake_interval_us) {
             let on = (checks * self.config.device_check_us).min(a.sleep_us);
             a.listen_us += on;
             a.sleep_us -= on;
