@@ -79,6 +79,15 @@ pub const MAX_APP_DATA: usize = 1024;
 const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 1024;
 #[cfg(feature = "x509")]
 const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 2048;
+/// Bytes of handshake fragments kept when they arrive ahead of the message this side expects
+/// (RFC 6347 §4.2.2: when the first datagram of a flight is lost, the rest is kept for when the
+/// retransmission fills the gap).
+#[cfg(not(feature = "x509"))]
+const AHEAD_BYTES: usize = 512;
+#[cfg(feature = "x509")]
+const AHEAD_BYTES: usize = 2048;
+/// How far ahead of the expected message a kept fragment may be.
+const AHEAD_MESSAGES: u16 = 4;
 /// Bytes of received application records waiting for the caller.
 const RECEIVE_QUEUE_BYTES: usize = MAX_APP_DATA + 512;
 
@@ -646,6 +655,84 @@ impl<const N: usize> Queue<N> {
     }
 }
 
+/// Epoch-0 handshake fragments that arrived ahead of the expected message, each stored as
+/// `len (u16) || fragment (header and body)`, oldest first; bounded by [`AHEAD_BYTES`].
+struct Ahead {
+    buf: [u8; AHEAD_BYTES],
+    used: usize,
+}
+
+impl Ahead {
+    const fn new() -> Self {
+        Self {
+            buf: [0; AHEAD_BYTES],
+            used: 0,
+        }
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (usize, &[u8])> + '_ {
+        let mut at = 0;
+        core::iter::from_fn(move || {
+            if at + 2 > self.used {
+                return None;
+            }
+            let len = usize::from(u16::from_be_bytes([self.buf[at], self.buf[at + 1]]));
+            let start = at;
+            at += 2 + len;
+            Some((start, &self.buf[start + 2..start + 2 + len]))
+        })
+    }
+
+    /// Keeps `f` unless an identical fragment is kept already or there is no room (then it
+    /// is dropped: the peer's retransmission brings it again).
+    fn keep(&mut self, f: &Fragment<'_>) -> bool {
+        let len = HS_HEADER_LEN + f.body.len();
+        if self.used + 2 + len > AHEAD_BYTES {
+            return false;
+        }
+        let duplicate = self.entries().any(|(_, e)| {
+            Fragment::parse(e).is_ok_and(|(k, _)| {
+                k.message_seq == f.message_seq && k.offset == f.offset && k.body == f.body
+            })
+        });
+        if duplicate {
+            return true;
+        }
+        let start = self.used;
+        self.buf[start..start + 2].copy_from_slice(&(len as u16).to_be_bytes());
+        let mut w = Writer::new(&mut self.buf[start + 2..start + 2 + len]);
+        if f.write(&mut w).is_err() {
+            return false;
+        }
+        self.used += 2 + len;
+        true
+    }
+
+    /// Removes and copies into `out` the first kept fragment of message `seq`, dropping any
+    /// kept for messages before it. Returns its length.
+    fn take(&mut self, seq: u16, out: &mut [u8]) -> Option<usize> {
+        loop {
+            let (start, n, msg_seq) = self.entries().find_map(|(start, e)| {
+                let (k, _) = Fragment::parse(e).ok()?;
+                (k.message_seq <= seq).then_some((start, e.len(), k.message_seq))
+            })?;
+            let found = msg_seq == seq && n <= out.len();
+            if found {
+                out[..n].copy_from_slice(&self.buf[start + 2..start + 2 + n]);
+            }
+            self.buf.copy_within(start + 2 + n..self.used, start);
+            self.used -= 2 + n;
+            if found {
+                return Some(n);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.used = 0;
+    }
+}
+
 /// Keys and sequence state of one epoch in one direction.
 struct Epoch1 {
     write: Ccm8Keys,
@@ -706,6 +793,7 @@ pub struct Connection<C, T = NoTrust> {
     /// HelloVerifyRequests answered so far (client).
     hello_verifies: u8,
     reassembler: Reassembler<MAX_MESSAGE>,
+    ahead: Ahead,
     transcript: [u8; MAX_TRANSCRIPT],
     transcript_len: usize,
     flight: Flight,
@@ -1213,6 +1301,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             next_recv_msg: 0,
             hello_verifies: 0,
             reassembler: Reassembler::new(),
+            ahead: Ahead::new(),
             transcript: [0; MAX_TRANSCRIPT],
             transcript_len: 0,
             flight: Flight::new(),
@@ -1478,7 +1567,16 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             return Ok(());
         }
         if f.message_seq > self.next_recv_msg {
-            return Ok(()); // from the future: dropped, the peer retransmits
+            // Ahead of the expected message (an earlier datagram of the flight was lost):
+            // kept, within bounds, until the gap is filled. Only epoch 0 carries them.
+            if epoch == 0
+                && self.state != State::Established
+                && f.message_seq - self.next_recv_msg <= AHEAD_MESSAGES
+                && !self.ahead.keep(f)
+            {
+                self.dropped += 1;
+            }
+            return Ok(());
         }
         let mut body = [0u8; MAX_MESSAGE];
         let len = match self.reassembler.add(f)? {
@@ -1494,7 +1592,29 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             ..*f
         };
         self.next_recv_msg = next_seq(self.next_recv_msg)?;
-        self.handle_message(now, epoch, &whole)
+        self.handle_message(now, epoch, &whole)?;
+        self.replay_ahead(now)
+    }
+
+    /// Hands kept fragments of the now expected message to [`Self::handle_fragment`], as if
+    /// they had just arrived, until none is kept for it.
+    fn replay_ahead(&mut self, now: u64) -> Result<(), Error> {
+        if self.state == State::Established {
+            self.ahead.clear();
+            return Ok(());
+        }
+        let mut buf = [0u8; HS_HEADER_LEN + MAX_MESSAGE];
+        // Each replayed fragment either completes a message (which replays the next one's
+        // from within) or is taken out of the store, so this ends.
+        while let Some(n) = self.ahead.take(self.next_recv_msg, &mut buf) {
+            let (f, _) = Fragment::parse(&buf[..n])?;
+            let seq = self.next_recv_msg;
+            self.handle_fragment(now, 0, &f)?;
+            if self.next_recv_msg != seq {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     fn handle_message(&mut self, now: u64, epoch: u16, m: &Fragment<'_>) -> Result<(), Error> {
@@ -1764,6 +1884,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     fn established(&mut self, _proof: FinishedVerified) {
         self.state = State::Established;
         self.transcript_len = 0;
+        self.ahead.clear();
     }
 
     fn handle_client_key_exchange(&mut self, f: &Fragment<'_>) -> Result<(), Error> {

@@ -559,3 +559,30 @@ fn a_partly_received_flight_keeps_the_timer_running_and_a_retransmission_recover
     assert_eq!(client.state(), State::Established);
     assert_eq!(server.state(), State::Established);
 }
+
+#[test]
+fn messages_that_arrive_ahead_of_their_turn_are_kept_until_the_gap_is_filled() {
+    let config = Config {
+        pmtu: 64,
+        ..Config::default()
+    };
+    let (mut client, mut server) = start(config);
+    let flight4 = drain(&mut server);
+    assert!(flight4.len() >= 2);
+    // The flight arrives in reverse order: everything after the ServerHello first.
+    for d in flight4[1..].iter().rev() {
+        client.handle_datagram(3, d).unwrap();
+    }
+    assert!(drain(&mut client).is_empty(), "nothing to answer yet");
+    // The ServerHello fills the gap: the kept messages are processed and flight 5 goes out
+    // without any retransmission.
+    client.handle_datagram(4, &flight4[0]).unwrap();
+    let flight5 = drain(&mut client);
+    assert!(!flight5.is_empty());
+    for d in &flight5 {
+        server.handle_datagram(5, d).unwrap();
+    }
+    pump(&mut client, &mut server, 6);
+    assert_eq!(client.state(), State::Established);
+    assert_eq!(server.state(), State::Established);
+}
