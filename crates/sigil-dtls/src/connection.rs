@@ -1352,9 +1352,12 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         Ok(())
     }
 
-    /// The next datagram to send, if any.
+    /// The next datagram to send, if any. The flight's timer keeps running from the call
+    /// that built the flight (see [`Connection::poll_transmit_at`]).
     pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<usize> {
-        self.queue.pop(out)
+        let n = self.queue.pop(out)?;
+        self.timer_from_send = false;
+        Some(n)
     }
 
     /// [`Connection::poll_transmit`] for callers that know when the datagram really leaves:

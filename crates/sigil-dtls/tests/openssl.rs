@@ -24,9 +24,8 @@ impl Trust for Keys {
     }
 }
 
-#[test]
-fn our_psk_client_against_openssl_s_server() {
-    let port = free_port();
+/// `openssl s_server` with PSK-AES128-CCM8 on `port`, serving `naccept` connections.
+fn openssl_psk_server(port: u16, naccept: u32) -> std::process::Child {
     let server = Command::new("openssl")
         .args([
             "s_server",
@@ -35,21 +34,21 @@ fn our_psk_client_against_openssl_s_server() {
             &format!("127.0.0.1:{port}"),
             "-nocert",
         ])
-        .args([
-            "-psk",
-            PSK_HEX,
-            "-cipher",
-            "PSK-AES128-CCM8",
-            "-naccept",
-            "1",
-            "-quiet",
-        ])
+        .args(["-psk", PSK_HEX, "-cipher", "PSK-AES128-CCM8", "-quiet"])
+        .args(["-naccept", &naccept.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("openssl is installed by scripts/install-test-deps");
     std::thread::sleep(Duration::from_millis(400));
+    server
+}
+
+#[test]
+fn our_psk_client_against_openssl_s_server() {
+    let port = free_port();
+    let server = openssl_psk_server(port, 1);
     let c = Connection::connect(
         RustCrypto,
         NoTrust,
@@ -349,29 +348,7 @@ fn openssl_s_client_gcm_against_our_x509_server() {
 #[test]
 fn our_client_resumes_a_session_with_openssl_s_server() {
     let port = free_port();
-    let server = Command::new("openssl")
-        .args([
-            "s_server",
-            "-dtls1_2",
-            "-accept",
-            &format!("127.0.0.1:{port}"),
-            "-nocert",
-        ])
-        .args([
-            "-psk",
-            PSK_HEX,
-            "-cipher",
-            "PSK-AES128-CCM8",
-            "-naccept",
-            "2",
-            "-quiet",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("openssl is installed by scripts/install-test-deps");
-    std::thread::sleep(Duration::from_millis(400));
+    let server = openssl_psk_server(port, 2);
     let creds = Credentials::Psk {
         identity: b"Client_identity",
         key: PSK,

@@ -7,7 +7,7 @@ use sigil_crypto::{
     CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
 };
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
-use sigil_dtls::connection::{Config, Connection, Credentials, Trust};
+use sigil_dtls::connection::{Config, Connection, Credentials, Session, Trust};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
@@ -259,6 +259,32 @@ fn psk_client(port: u16, text: &str, key: &[u8; 16], seed: u64, now: u64) -> Cli
         seed,
         now,
     )
+}
+
+/// A PSK client on port `port` that asks to resume `session`.
+fn resuming_psk_client(
+    port: u16,
+    text: &str,
+    key: &[u8; 16],
+    session: &Session,
+    seed: u64,
+    now: u64,
+) -> Client {
+    let mut c = psk_client(port, text, key, seed, now);
+    c.conn = Connection::resume(
+        RustCrypto,
+        AnyServer,
+        Config::default(),
+        &mut Seeded(seed),
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key,
+        },
+        session,
+        now,
+    )
+    .unwrap();
+    c
 }
 
 /// The client asks for /.well-known/core inside its session and gets 2.05 Content.
@@ -757,28 +783,7 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
     run(&mut s, &mut [&mut c], &mut now, 1_000);
     let session = c.conn.session().expect("the server issues session IDs");
     // Later, from another port (the device rebooted without a connection ID): resumed.
-    let mut r = Client::new(
-        101,
-        Credentials::Psk {
-            identity: b"x",
-            key: &[1; 16],
-        },
-        1,
-        now,
-    );
-    r.conn = Connection::resume(
-        RustCrypto,
-        AnyServer,
-        Config::default(),
-        &mut Seeded(102),
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[7; 16],
-        },
-        &session,
-        now,
-    )
-    .unwrap();
+    let mut r = resuming_psk_client(101, &text, &[7; 16], &session, 102, now);
     run(&mut s, &mut [&mut r], &mut now, 1_000);
     assert!(r.conn.resumed());
     assert_eq!(s.count("dtls.resumed"), 1);
@@ -792,28 +797,7 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
         .unwrap()
         .revoke_identity(&id, NOW)
         .unwrap();
-    let mut z = Client::new(
-        102,
-        Credentials::Psk {
-            identity: b"x",
-            key: &[1; 16],
-        },
-        1,
-        now,
-    );
-    z.conn = Connection::resume(
-        RustCrypto,
-        AnyServer,
-        Config::default(),
-        &mut Seeded(103),
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &[7; 16],
-        },
-        &session,
-        now,
-    )
-    .unwrap();
+    let mut z = resuming_psk_client(102, &text, &[7; 16], &session, 103, now);
     run(&mut s, &mut [&mut z], &mut now, 1_000);
     assert!(!z.conn.is_established());
     assert_eq!(s.count("dtls.resumed"), 1);
