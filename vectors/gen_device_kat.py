@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes vectors/device-kat.json: the known answers of the operations Sigil measures on
-microcontrollers (crates/sigil-devbench). Every value is either copied from the RFC that
+microcontrollers (eval/sigil-devbench). Every value is either copied from the RFC that
 publishes it or computed here with implementations Sigil does not contain: pyca/cryptography
 (AES-CCM, Ed25519, deterministic ECDSA), hashlib (SHA-256, identities) and cbor2 (COSE).
 
@@ -96,7 +96,7 @@ def build():
                      "docs/identity.md layout with hashlib"),
     }
     return {
-        "source": "vectors/gen_device_kat.py; inputs in crates/sigil-devbench/src/lib.rs",
+        "source": "vectors/gen_device_kat.py; inputs in eval/sigil-devbench/src/lib.rs",
         "operations": {k: {"output": v, "source": s} for k, (v, s) in ops.items()},
     }
 

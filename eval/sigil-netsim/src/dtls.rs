@@ -74,7 +74,7 @@ fn pki() -> &'static Pki {
         use sigil_crypto::CryptoProvider;
         macro_rules! pki_file {
             ($f:literal) => {
-                include_bytes!(concat!("../../sigil-dtls/tests/data/x509/", $f))
+                include_bytes!(concat!("../../../crates/sigil-dtls/tests/data/x509/", $f))
             };
         }
         let server_key = RustCrypto

@@ -164,7 +164,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
     assert_eq!(out[n - 1], 1, "RPK handshake completes");
     let rpk_answer = hex::encode(&out[..n]);
     let json = format!(
-        "{{\n  \"source\": \"crates/sigil-devbench/tests/dtls.rs: the host's own run of sigil-dtls (the targets must compute the same); the server flights they replay are vectors/dtls-*-server.bin\",\n  \"operations\": {{\n    \"dtls_psk_client\": {{\"output\": \"{psk_answer}\", \"source\": \"host run\"}},\n    \"dtls_rpk_client\": {{\"output\": \"{rpk_answer}\", \"source\": \"host run\"}}\n  }}\n}}\n"
+        "{{\n  \"source\": \"eval/sigil-devbench/tests/dtls.rs: the host's own run of sigil-dtls (the targets must compute the same); the server flights they replay are vectors/dtls-*-server.bin\",\n  \"operations\": {{\n    \"dtls_psk_client\": {{\"output\": \"{psk_answer}\", \"source\": \"host run\"}},\n    \"dtls_rpk_client\": {{\"output\": \"{rpk_answer}\", \"source\": \"host run\"}}\n  }}\n}}\n"
     );
     check_or_write("device-kat-dtls.json", json.as_bytes());
 }
