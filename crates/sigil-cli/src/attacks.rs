@@ -1,10 +1,10 @@
 //! The attacks RFC 8387 discusses, mounted against a running server from an attacker's own
 //! socket. Each reports what the server answered.
 
-use crate::client::{CoapClient, RequestSpec};
-use crate::util::OsRng;
 use anyhow::{Context, Result};
 use base64::Engine;
+use sigil_client::coap::{CoapClient, RequestSpec};
+use sigil_client::os::OsRng;
 use sigil_coap::message::option;
 use sigil_coap::{
     Code, ContentFormat, Message, MessageBuilder, MessageType, TransmissionParameters,
@@ -52,7 +52,7 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
     };
     let mut client = CoapClient::connect(server, params).await?;
     let lookup = client.get("rd-lookup/res", &[]).await?;
-    let announced = crate::app::parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
+    let announced = sigil_client::app::parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
     let target = announced
         .iter()
         .find(|a| a.content_format == Some(18))
@@ -190,7 +190,7 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
     // 5. A burst of malformed datagrams; the server must keep serving.
     let before = stats.get("coap.malformed");
     let mut sent_malformed = 0u64;
-    let mut seed = crate::util::random_u32() | 1;
+    let mut seed = sigil_client::os::random_u32() | 1;
     let mut next = || {
         seed ^= seed << 13;
         seed ^= seed >> 17;

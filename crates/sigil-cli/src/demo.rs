@@ -5,9 +5,9 @@
 use crate::attacks;
 use crate::sensor::{self, SensorReport, SensorRun};
 use crate::storage::FileStorage;
-use crate::util::OsRng;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use sigil_client::os::OsRng;
 use sigil_crypto::{PublicKey, RustCrypto, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, Event, PublishOutcome};
 use sigil_identity::Identity;
@@ -159,7 +159,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             sigil_server::provision::import(&store, &labels, sigil_server::unix_now())?;
         say(&format!("installer provisioned {added} identities from {} ({} sensors, {} in a kit by its group identity)", labels_path.display(), opts.sensors, kit));
     }
-    let trust = crate::app::load_trust(&labels)?;
+    let trust = sigil_client::app::load_trust(&labels)?;
 
     // 4. Run the sensors, with a progress bar; mount the attacks partway through.
     let acked = Arc::new(AtomicU64::new(0));
@@ -172,7 +172,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             interval: opts.interval,
             readings: None,
             phase: i as f64 * 0.7,
-            security: crate::transport::Security::None,
+            security: sigil_client::transport::Security::None,
             dtls: Default::default(),
         };
         let (a, r) = (acked.clone(), rejected.clone());
@@ -233,13 +233,13 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
     }
 
     // 5. The application verifies everything end to end, with its own trust list.
-    let transport = crate::transport::Transport::open(
+    let transport = sigil_client::transport::Transport::open(
         addr,
-        crate::transport::Security::None,
+        sigil_client::transport::Security::None,
         Default::default(),
     )
     .await?;
-    let app = crate::app::run(transport, Some(&trust), None).await?;
+    let app = sigil_client::app::run(transport, Some(&trust), None).await?;
     let verified: HashSet<(String, u64)> = app
         .sensors
         .iter()

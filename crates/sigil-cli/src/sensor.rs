@@ -1,9 +1,9 @@
 //! `sigil sensor`: the device state machine driven over a real UDP socket, with synthetic
 //! temperature and humidity.
 
-use crate::transport::{Security, Transport};
 use crate::util::{now_ms, unix_now};
 use anyhow::{anyhow, Result};
+use sigil_client::transport::{Security, Transport};
 use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceStorage, Event, PublishOutcome};
 use sigil_objects::senml::{Record, Value};

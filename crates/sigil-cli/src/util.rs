@@ -1,23 +1,5 @@
 //! Small pieces shared by the commands.
 
-use anyhow::Result;
-use sigil_crypto::{CryptoError, Rng};
-
-/// The operating system's CSPRNG.
-pub struct OsRng;
-
-impl Rng for OsRng {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        getrandom::fill(buf).map_err(|_| CryptoError::Rng)
-    }
-}
-
-pub fn random_u32() -> u32 {
-    let mut b = [0u8; 4];
-    let _ = getrandom::fill(&mut b);
-    u32::from_be_bytes(b)
-}
-
 pub fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SIGIL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
@@ -36,8 +18,17 @@ pub fn now_ms(start: std::time::Instant) -> u64 {
 }
 
 pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    u64::try_from(sigil_client::os::unix_now().as_secs()).unwrap_or(0)
+}
+
+/// A reader that closes our stdout (`sigil sensor --print-identity | head -n 1`) ends the
+/// process the way it ends every Unix filter: by SIGPIPE, quietly. Rust ignores SIGPIPE by
+/// default, which turns the closed pipe into an error in `println!`, and that into a panic.
+pub fn exit_quietly_on_closed_stdout() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any other thread exists; restoring the
+    // default disposition of one signal has no other effect on this process's state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }

@@ -13,7 +13,6 @@
 //! - [`stats`]: counters of accepted and rejected messages by reason.
 
 pub mod driver;
-pub mod pem;
 pub mod provision;
 pub mod secure;
 pub mod service;

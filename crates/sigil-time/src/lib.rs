@@ -134,9 +134,18 @@ mod tests {
     fn instants_saturate_instead_of_wrapping() {
         let late = Instant::from_millis(u64::MAX - 5);
         assert_eq!(late + Duration::from_millis(10), Instant::NEVER);
-        assert_eq!(Instant::from_millis(5).saturating_sub(Duration::from_millis(10)), Instant::ZERO);
-        assert_eq!(Instant::from_millis(3) - Instant::from_millis(7), Duration::ZERO);
-        assert_eq!(Instant::from_millis(7) - Instant::from_millis(3), Duration::from_millis(4));
+        assert_eq!(
+            Instant::from_millis(5).saturating_sub(Duration::from_millis(10)),
+            Instant::ZERO
+        );
+        assert_eq!(
+            Instant::from_millis(3) - Instant::from_millis(7),
+            Duration::ZERO
+        );
+        assert_eq!(
+            Instant::from_millis(7) - Instant::from_millis(3),
+            Duration::from_millis(4)
+        );
         assert_eq!(Instant::ZERO.checked_add(Duration::MAX), None);
     }
 
@@ -148,6 +157,9 @@ mod tests {
             UnixTime::from_secs(100).saturating_since(UnixTime::from_secs(40)),
             Duration::from_secs(60)
         );
-        assert_eq!(UnixTime::from_secs(1).saturating_since(UnixTime::from_secs(40)), Duration::ZERO);
+        assert_eq!(
+            UnixTime::from_secs(1).saturating_since(UnixTime::from_secs(40)),
+            Duration::ZERO
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! signature under the registered key, over the exact bytes, and that key hashing to an
 //! identity on its own trust list. It does not trust the broker or the directory.
 
-use crate::client::CoapClient;
+use crate::coap::CoapClient;
 use anyhow::{Context, Result};
 use base64::Engine;
 use sigil_coap::{link, Code, ContentFormat, TransmissionParameters};
@@ -221,7 +221,7 @@ pub async fn fetch_history(client: &mut CoapClient, href: &str, page: u32) -> Re
         let resp = client
             .request(
                 Code::GET,
-                &crate::client::RequestSpec {
+                &crate::coap::RequestSpec {
                     path: href,
                     query: q.to_vec(),
                     accept: Some(ContentFormat::CBOR.0),
@@ -306,7 +306,7 @@ pub async fn run(
                 let resp = client
                     .request(
                         Code::GET,
-                        &crate::client::RequestSpec {
+                        &crate::coap::RequestSpec {
                             path: &a.href,
                             query: vec![format!("n={n}")],
                             accept: Some(ContentFormat::CBOR.0),
@@ -338,42 +338,4 @@ pub async fn run(
     }
     client.close().await;
     Ok(report)
-}
-
-/// The human-readable table.
-pub fn print_table(report: &AppReport) {
-    println!(
-        "{:<10} {:<10} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}",
-        "sensor", "topic", "alg", "verified", "failed", "last seq", "temp °C", "hum %RH"
-    );
-    for s in &report.sensors {
-        let last = s.readings.iter().rev().find(|r| r.verified);
-        let val = |name: &str| {
-            last.and_then(|r| r.values.iter().find(|v| v.0 == name))
-                .map(|v| format!("{:.2}", v.1))
-                .unwrap_or_else(|| "-".into())
-        };
-        println!(
-            "{:<10} {:<10} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}{}",
-            s.label,
-            s.topic,
-            s.algorithm.as_deref().unwrap_or("?"),
-            s.verified,
-            s.failed,
-            last.map(|r| r.seq.to_string())
-                .unwrap_or_else(|| "-".into()),
-            val("t"),
-            val("h"),
-            match (s.key_matches_identity, s.trusted) {
-                (false, _) => "  KEY DOES NOT MATCH IDENTITY",
-                (true, Some(false)) => "  NOT ON TRUST LIST",
-                _ => "",
-            }
-        );
-    }
-    println!(
-        "{} readings verified end to end, {} failed",
-        report.verified(),
-        report.failed()
-    );
 }

@@ -1,4 +1,4 @@
-//! `sigil bench dtls`: what a DTLS handshake costs on the wire, per cipher suite and
+//! `sigil-bench dtls`: what a DTLS handshake costs on the wire, per cipher suite and
 //! authentication mode, beside OpenSSL 3 measured in the same run through a counting relay;
 //! the record overhead; and server handshakes per core-second.
 
@@ -53,7 +53,12 @@ impl Trust for BenchTrust {
         chain: &[&[u8]],
     ) -> Result<sigil_crypto::PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.anchors.iter().map(Vec::as_slice).collect();
-        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now())
+        sigil_dtls::x509::verify_chain(
+            &RustCrypto,
+            chain,
+            &anchors,
+            u64::try_from(sigil_client::os::unix_now().as_secs()).unwrap_or(0),
+        )
     }
 }
 
@@ -81,7 +86,7 @@ fn handshake(
     trust: (&BenchTrust, &BenchTrust),
     resume: Option<&Session>,
 ) -> Result<Run> {
-    let mut rng = crate::util::OsRng;
+    let mut rng = sigil_client::os::OsRng;
     let cookies = CookieKey::new([3; 32]);
     let mut client = match resume {
         Some(s) => Connection::resume(RustCrypto, trust.0, config, &mut rng, credentials, s, 0)?,
@@ -167,15 +172,15 @@ const PSK_CREDS: Credentials<'static> = Credentials::Psk {
 
 impl Modes {
     fn new(dir: &std::path::Path) -> Result<Self> {
-        let mut rng = crate::util::OsRng;
+        let mut rng = sigil_client::os::OsRng;
         let cert = |name: &str| -> Result<(Vec<u8>, SecretKey)> {
             let pem = std::fs::read_to_string(dir.join(format!("{name}.pem")))?;
-            let der = sigil_server::pem::blocks(&pem, "CERTIFICATE")
+            let der = sigil_client::pem::blocks(&pem, "CERTIFICATE")
                 .map_err(|e| anyhow::anyhow!(e))?
                 .into_iter()
                 .next()
                 .context("no certificate")?;
-            let key = sigil_server::pem::p256_key(&std::fs::read_to_string(
+            let key = sigil_client::pem::p256_key(&std::fs::read_to_string(
                 dir.join(format!("{name}.key")),
             )?)
             .map_err(|e| anyhow::anyhow!(e))?;

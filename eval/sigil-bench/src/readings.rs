@@ -1,4 +1,4 @@
-//! `sigil bench`: what security costs, measured here.
+//! `sigil-bench wire` and `sigil-bench server`: what signed readings cost on the wire and on the server.
 //!
 //! - `wire`: bytes on the wire for one signed temperature reading in each form, taken from the
 //!   datagram the device state machine actually emits, against the IEEE 802.15.4 frame budget.
@@ -6,9 +6,9 @@
 //!   concurrent sensors, beside the raw signature-verification rate of the same crypto in the
 //!   same run.
 
-use crate::client::CoapClient;
-use crate::util::OsRng;
 use anyhow::{anyhow, Context, Result};
+use sigil_client::os::OsRng;
+use sigil_client::CoapClient;
 use sigil_coap::message::option;
 use sigil_coap::{Code, Message, MessageBuilder, MessageType, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
@@ -196,7 +196,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     let child = ServerProcess(
         std::process::Command::new(std::env::current_exe()?)
-            .args(["server", "--listen", &addr.to_string(), "--db"])
+            .args(["serve", "--listen", &addr.to_string(), "--db"])
             .arg(&db)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -341,7 +341,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
         tasks.push(tokio::spawn(async move {
             let mut c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
             for raw in readings {
-                let spec = crate::client::RequestSpec {
+                let spec = sigil_client::RequestSpec {
                     path: &topic,
                     content_format: Some(18),
                     payload: &raw,

@@ -55,7 +55,7 @@ impl CoapClient {
         Self {
             server: transport.server(),
             transport,
-            mid: crate::util::random_u32() as u16,
+            mid: crate::os::random_u32() as u16,
             params,
             start: Instant::now(),
             szx,
@@ -158,7 +158,7 @@ impl CoapClient {
     ) -> Result<(ClientResponse, Option<BlockOption>)> {
         self.mid = self.mid.wrapping_add(1);
         let mid = self.mid;
-        let token = crate::util::random_u32().to_be_bytes();
+        let token = crate::os::random_u32().to_be_bytes();
         let mut buf =
             vec![0u8; payload.len() + 512 + spec.query.iter().map(|q| q.len() + 3).sum::<usize>()];
         let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, &token)?;
@@ -189,7 +189,7 @@ impl CoapClient {
         let mut retx = Some(Retransmission::start(
             now(),
             &self.params,
-            crate::util::random_u32(),
+            crate::os::random_u32(),
         ));
         let give_up_at =
             now() + self.params.max_transmit_wait_ms() + self.params.exchange_lifetime_ms();

@@ -54,7 +54,12 @@ impl Trust for PinnedServer {
 
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::util::unix_now())
+        sigil_dtls::x509::verify_chain(
+            &RustCrypto,
+            chain,
+            &anchors,
+            u64::try_from(crate::os::unix_now().as_secs()).unwrap_or(0),
+        )
     }
 }
 
@@ -164,7 +169,7 @@ impl Transport {
         };
         let trust = PinnedServer(pinned, anchors);
         let now = self.now();
-        let rng = &mut crate::util::OsRng;
+        let rng = &mut crate::os::OsRng;
         let conn = match &self.resumable {
             Some(s) => Connection::resume(RustCrypto, trust, self.config, rng, credentials, s, now),
             None => Connection::connect(RustCrypto, trust, self.config, rng, credentials, now),

@@ -1,0 +1,298 @@
+//! Argument types and parsers shared by several commands: durations, algorithms, keys,
+//! CoAP transmission parameters and coaps:// credentials.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use sigil_client::os::OsRng;
+use sigil_client::Security;
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_dtls::connection::Config as DtlsConfig;
+use sigil_identity::Identity;
+use sigil_objects::ReadingFormat;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How a client authenticates to a coaps:// server (RFC 7252 §9.1.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DtlsMode {
+    /// Pre-shared key, TLS_PSK_WITH_AES_128_CCM_8.
+    Psk,
+    /// Pre-shared key with forward secrecy, TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256.
+    EcdhePsk,
+    /// Raw public keys pinned to RFC 8387 identities, TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8.
+    Rpk,
+    /// X.509 certificates to a trust anchor.
+    Cert,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let v: f64 = num.parse().map_err(|_| format!("bad duration '{s}'"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" | "" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("bad duration unit in '{s}' (ms, s, m, h)")),
+    };
+    if !(0.0..=1e7).contains(&secs) {
+        return Err(format!("duration out of range: '{s}'"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+pub fn parse_alg(s: &str) -> Result<SignatureAlgorithm, String> {
+    SignatureAlgorithm::from_name(s)
+        .ok_or_else(|| format!("unknown algorithm '{s}' (ed25519, p256)"))
+}
+
+pub fn parse_format(s: &str) -> Result<ReadingFormat, String> {
+    match s {
+        "cose" => Ok(ReadingFormat::Cose),
+        "jws" | "jose" => Ok(ReadingFormat::Jws),
+        _ => Err(format!("unknown format '{s}' (cose, jws)")),
+    }
+}
+
+pub fn parse_key(s: &str) -> Result<PublicKey> {
+    let (alg, hex_key) = s
+        .split_once(':')
+        .context("a key is alg:hex, e.g. ed25519:d75a98...")?;
+    let alg = parse_alg(alg).map_err(anyhow::Error::msg)?;
+    PublicKey::from_bytes(alg, &hex::decode(hex_key.trim()).context("key is not hex")?)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// CoAP transmission parameters (RFC 7252 §4.8).
+#[derive(Args)]
+pub struct TransmissionArgs {
+    /// ACK_TIMEOUT.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub ack_timeout: Duration,
+    /// ACK_RANDOM_FACTOR (at least 1.0).
+    #[arg(long, default_value_t = 1.5)]
+    pub ack_random_factor: f64,
+    /// MAX_RETRANSMIT.
+    #[arg(long, default_value_t = 4)]
+    pub max_retransmit: u8,
+}
+
+impl TransmissionArgs {
+    pub fn parameters(&self) -> Result<sigil_coap::TransmissionParameters> {
+        if !(1.0..=10.0).contains(&self.ack_random_factor)
+            || self.max_retransmit > 20
+            || self.ack_timeout.is_zero()
+        {
+            bail!("transmission parameters out of range (ACK_RANDOM_FACTOR 1-10, MAX_RETRANSMIT 0-20, ACK_TIMEOUT > 0)");
+        }
+        Ok(sigil_coap::TransmissionParameters {
+            ack_timeout_ms: u32::try_from(self.ack_timeout.as_millis()).unwrap_or(u32::MAX),
+            ack_random_factor_milli: (self.ack_random_factor * 1000.0) as u32,
+            max_retransmit: self.max_retransmit,
+        })
+    }
+}
+
+/// DTLS retransmission timing (RFC 6347 §4.2.4; RFC 7925 §11 for constrained links).
+#[derive(Args, Clone)]
+pub struct DtlsTimingArgs {
+    /// Initial DTLS retransmission timeout (RFC 6347: 1 s; constrained links: e.g. 5 s).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub dtls_timeout: Duration,
+    /// Path MTU for DTLS records (handshake messages are fragmented to fit).
+    #[arg(long, default_value_t = 1152)]
+    pub dtls_mtu: usize,
+    /// With rpk or cert: offer AES-128-GCM instead of CCM-8 (for comparison).
+    #[arg(long)]
+    pub dtls_gcm: bool,
+    /// Ask for an RFC 9146 connection ID, so the session survives an address change.
+    #[arg(long)]
+    pub dtls_connection_id: bool,
+}
+
+impl DtlsTimingArgs {
+    pub fn config(&self) -> Result<DtlsConfig> {
+        if !(128..=1400).contains(&self.dtls_mtu) || self.dtls_timeout.is_zero() {
+            bail!("--dtls-mtu must be 128-1400 and --dtls-timeout above zero");
+        }
+        Ok(DtlsConfig {
+            initial_timeout_ms: self.dtls_timeout.as_millis() as u64,
+            pmtu: self.dtls_mtu,
+            gcm: self.dtls_gcm,
+            connection_id: self.dtls_connection_id,
+            ..Default::default()
+        })
+    }
+}
+
+/// Client credentials for coaps://.
+#[derive(Args, Clone)]
+pub struct DtlsArgs {
+    /// DTLS mode for a coaps:// server.
+    #[arg(long, value_enum)]
+    pub dtls: Option<DtlsMode>,
+    /// cert: this client's certificate chain (PEM, leaf first). A sensor's certificate must
+    /// certify its own device key.
+    #[arg(long)]
+    pub cert: Option<PathBuf>,
+    /// cert: the private key of --cert (PEM; not for sensors, which use their device key).
+    #[arg(long)]
+    pub cert_key: Option<PathBuf>,
+    /// cert: trust anchors (PEM) for the server's certificate.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// The pre-shared key in hex (as printed by `sigil provision psk`).
+    #[arg(long)]
+    pub psk: Option<String>,
+    /// A file holding the pre-shared key in hex.
+    #[arg(long)]
+    pub psk_file: Option<PathBuf>,
+    /// PSK identity (default: the client's own identity).
+    #[arg(long)]
+    pub psk_identity: Option<String>,
+    /// rpk: the identity of the server's key, as printed by `sigil server`.
+    #[arg(long)]
+    pub server_identity: Option<String>,
+    /// rpk: the client's key file (`alg:hex` secret; P-256 made if missing). A sensor uses its
+    /// own device key instead.
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub timing: DtlsTimingArgs,
+}
+
+impl DtlsArgs {
+    /// The credentials for `uri`; `own` is the client's identity and key when it has one.
+    pub fn security(&self, secure: bool, own: Option<(Identity, SecretKey)>) -> Result<Security> {
+        let mode = match (&self.dtls, secure) {
+            (None, false) => return Ok(Security::None),
+            (Some(_), false) => bail!("--dtls needs a coaps:// server URI"),
+            (None, true) => bail!("a coaps:// server needs --dtls psk|ecdhe-psk|rpk|cert"),
+            (Some(m), true) => *m,
+        };
+        match mode {
+            DtlsMode::Psk | DtlsMode::EcdhePsk => {
+                let hex_text = match (&self.psk, &self.psk_file) {
+                    (Some(h), None) => h.clone(),
+                    (None, Some(f)) => std::fs::read_to_string(f)
+                        .with_context(|| format!("cannot read {}", f.display()))?,
+                    _ => bail!("--dtls psk needs exactly one of --psk or --psk-file"),
+                };
+                let key = hex::decode(hex_text.trim()).context("PSK is not hex")?;
+                if !(16..=64).contains(&key.len()) {
+                    bail!("a PSK has 16 to 64 bytes");
+                }
+                let identity = match (&self.psk_identity, &own) {
+                    (Some(i), _) => i.clone(),
+                    (None, Some((id, _))) => id.to_string(),
+                    (None, None) => bail!("--dtls psk needs --psk-identity"),
+                };
+                Ok(Security::Psk {
+                    identity: identity.into_bytes(),
+                    key,
+                    ecdhe: mode == DtlsMode::EcdhePsk,
+                })
+            }
+            DtlsMode::Cert => {
+                let ca = self
+                    .ca
+                    .as_ref()
+                    .context("--dtls cert needs --ca (trust anchors, PEM)")?;
+                let anchors = read_certs(ca)?;
+                let own = match (&self.cert, &self.cert_key, own) {
+                    (None, _, _) => None,
+                    (Some(c), Some(k), _) => Some((read_certs(c)?, read_key(k)?)),
+                    (Some(c), None, Some((_, device_key))) => {
+                        let chain = read_certs(c)?;
+                        let leaf = sigil_dtls::x509::parse(&chain[0])
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
+                        let public = RustCrypto
+                            .public_key(&device_key)
+                            .map_err(|e| anyhow::anyhow!("{e}"))?;
+                        if leaf.key != public {
+                            bail!(
+                                "{}: the certificate is not for this device's key",
+                                c.display()
+                            );
+                        }
+                        Some((chain, device_key))
+                    }
+                    (Some(_), None, None) => bail!("--cert needs --cert-key"),
+                };
+                Ok(Security::Certificate { own, anchors })
+            }
+            DtlsMode::Rpk => {
+                let server = self
+                    .server_identity
+                    .as_deref()
+                    .context("--dtls rpk needs --server-identity (printed by `sigil server`)")?;
+                let server = Identity::parse(server).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let own = match (own, &self.key_file) {
+                    (_, Some(f)) => Some(load_or_make_key(f)?),
+                    (Some((_, k)), None) => Some(k),
+                    (None, None) => None,
+                };
+                Ok(Security::RawPublicKey { own, server })
+            }
+        }
+    }
+}
+
+/// The certificates of a PEM file, in order (at least one).
+pub fn read_certs(path: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let certs = sigil_client::pem::blocks(&text, "CERTIFICATE")
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no CERTIFICATE block", path.display());
+    }
+    Ok(certs)
+}
+
+/// A P-256 private key from a PEM file.
+pub fn read_key(path: &std::path::Path) -> Result<SecretKey> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    sigil_client::pem::p256_key(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Reads an `alg:hex` secret key file, or makes a P-256 key there (and says its identity).
+pub fn load_or_make_key(path: &std::path::Path) -> Result<SecretKey> {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        let (alg, hex_text) = text
+            .trim()
+            .split_once(':')
+            .context("key file: expected alg:hex")?;
+        let alg = parse_alg(alg).map_err(|e| anyhow::anyhow!(e))?;
+        let bytes = hex::decode(hex_text).context("key file: not hex")?;
+        return SecretKey::from_bytes(alg, &bytes).map_err(|e| anyhow::anyhow!("key file: {e}"));
+    }
+    let key = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut OsRng)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let text = format!("p256:{}\n", hex::encode(key.to_bytes()));
+    {
+        use std::io::Write;
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        o.open(path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let public = RustCrypto
+        .public_key(&key)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let id = Identity::of_key(&RustCrypto, &public, b"").map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "new DTLS client key in {}; its identity (provision it): {id}",
+        path.display()
+    );
+    Ok(key)
+}

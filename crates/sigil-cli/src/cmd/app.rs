@@ -1,0 +1,81 @@
+//! `sigil app`: the verifying application (sigil_client::app) with a table or JSON.
+
+use crate::args::DtlsArgs;
+use anyhow::{Context, Result};
+use clap::Args;
+use sigil_client::app::{self, AppReport};
+use sigil_client::{parse_uri, Transport};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct AppArgs {
+    #[arg(long, default_value = "coap://127.0.0.1:5683")]
+    pub server: String,
+    /// The application's own list of trusted identities (same format as `provision import`).
+    #[arg(long)]
+    pub trust: Option<PathBuf>,
+    /// Fetch only the newest N readings per sensor (default: all).
+    #[arg(long)]
+    pub history: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub dtls: DtlsArgs,
+}
+
+pub async fn run(a: AppArgs) -> Result<i32> {
+    let uri = parse_uri(&a.server)?;
+    let security = a.dtls.security(uri.secure, None)?;
+    let t = Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
+    let trust = match &a.trust {
+        Some(p) => Some(app::load_trust(
+            &std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
+        )?),
+        None => None,
+    };
+    let report = app::run(t, trust.as_ref(), a.history).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(if report.failed() > 0 { 2 } else { 0 })
+}
+
+/// The human-readable table.
+pub fn print_table(report: &AppReport) {
+    println!(
+        "{:<10} {:<10} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}",
+        "sensor", "topic", "alg", "verified", "failed", "last seq", "temp °C", "hum %RH"
+    );
+    for s in &report.sensors {
+        let last = s.readings.iter().rev().find(|r| r.verified);
+        let val = |name: &str| {
+            last.and_then(|r| r.values.iter().find(|v| v.0 == name))
+                .map(|v| format!("{:.2}", v.1))
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "{:<10} {:<10} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}{}",
+            s.label,
+            s.topic,
+            s.algorithm.as_deref().unwrap_or("?"),
+            s.verified,
+            s.failed,
+            last.map(|r| r.seq.to_string())
+                .unwrap_or_else(|| "-".into()),
+            val("t"),
+            val("h"),
+            match (s.key_matches_identity, s.trusted) {
+                (false, _) => "  KEY DOES NOT MATCH IDENTITY",
+                (true, Some(false)) => "  NOT ON TRUST LIST",
+                _ => "",
+            }
+        );
+    }
+    println!(
+        "{} readings verified end to end, {} failed",
+        report.verified(),
+        report.failed()
+    );
+}

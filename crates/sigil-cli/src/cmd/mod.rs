@@ -1,0 +1,10 @@
+//! One module per command: its arguments and a `run` that drives the library crates.
+
+pub mod app;
+pub mod demo;
+pub mod get;
+pub mod identity;
+pub mod provision;
+pub mod sensor;
+pub mod server;
+pub mod verify;

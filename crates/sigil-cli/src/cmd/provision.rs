@@ -1,0 +1,125 @@
+//! `sigil provision`: the authorized identity list of a server's database, and DTLS
+//! pre-shared keys.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use sigil_identity::Identity;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ProvisionArgs {
+    #[arg(long, default_value = "sigil.db")]
+    pub db: PathBuf,
+    #[command(subcommand)]
+    pub action: ProvisionAction,
+}
+
+#[derive(Subcommand)]
+pub enum ProvisionAction {
+    /// Add one identity (any label form).
+    Add {
+        identity: String,
+        /// It is a group (kit) identity.
+        #[arg(long)]
+        group: bool,
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// Import identities from a text file as scanned from labels or a kit's box.
+    Import { file: PathBuf },
+    /// List the authorized identities.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an identity: nothing from it is accepted any more.
+    Revoke { identity: String },
+    /// Give an authorized identity a DTLS pre-shared key (coaps:// with --dtls psk); prints
+    /// the key. The PSK identity is the identity's text.
+    Psk {
+        identity: String,
+        /// The key in hex (16-64 bytes); default: 16 random bytes.
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+pub fn run(a: ProvisionArgs) -> Result<i32> {
+    let store = sigil_server::Store::open(&a.db)
+        .with_context(|| format!("cannot open database {}", a.db.display()))?;
+    let now = sigil_server::unix_now();
+    match a.action {
+        ProvisionAction::Add {
+            identity,
+            group,
+            label,
+        } => {
+            let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let kind = if group {
+                sigil_server::store::IdentityKind::Group
+            } else {
+                sigil_server::store::IdentityKind::Device
+            };
+            let added = store.add_identity(&id, kind, &label, now)?;
+            println!(
+                "{} {id} ({})",
+                if added { "added" } else { "already authorized" },
+                kind.as_str()
+            );
+        }
+        ProvisionAction::Import { file } => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let (added, present) = sigil_server::provision::import(&store, &text, now)?;
+            println!("imported {added} identities ({present} already authorized)");
+        }
+        ProvisionAction::List { json } => {
+            let rows = store.list_identities()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for r in rows {
+                    let id = Identity::parse(&r.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    println!(
+                        "{}  {:<6} {:<8} {}",
+                        id.label(),
+                        r.kind.as_str(),
+                        if r.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        },
+                        r.label
+                    );
+                }
+            }
+        }
+        ProvisionAction::Psk { identity, key } => {
+            let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !store.authorized()?.contains_key(&id) {
+                bail!("{id} is not an active identity: add it first");
+            }
+            let key = match key {
+                Some(h) => hex::decode(h.trim()).context("--key is not hex")?,
+                None => {
+                    let mut k = vec![0u8; 16];
+                    getrandom::fill(&mut k).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    k
+                }
+            };
+            if !(16..=64).contains(&key.len()) {
+                bail!("a PSK has 16 to 64 bytes");
+            }
+            store.set_psk(&id, &key, now)?;
+            println!("{}", hex::encode(&key));
+        }
+        ProvisionAction::Revoke { identity } => {
+            let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !store.revoke_identity(&id, now)? {
+                bail!("{id} is not an active identity");
+            }
+            println!("revoked {id}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,157 @@
+//! `sigil sensor`: an emulated sensor with its state in a directory (crate::sensor drives it).
+
+use crate::args::{parse_alg, parse_duration, parse_format, parse_key, DtlsArgs, TransmissionArgs};
+use crate::sensor;
+use crate::storage::FileStorage;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sigil_client::os::OsRng;
+use sigil_client::parse_uri;
+use sigil_crypto::{PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, DeviceStorage};
+use sigil_objects::ReadingFormat;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct SensorArgs {
+    /// The server, coap://host[:port].
+    #[arg(long, default_value = "coap://127.0.0.1:5683")]
+    pub server: String,
+    /// Directory holding the device's key and sequence reservation.
+    #[arg(long)]
+    pub state: PathBuf,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Stop after this many readings.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Signature algorithm for a key generated at first boot.
+    #[arg(long, default_value = "ed25519", value_parser = parse_alg)]
+    pub alg: SignatureAlgorithm,
+    /// Wire form of readings.
+    #[arg(long, default_value = "cose", value_parser = parse_format)]
+    pub format: ReadingFormat,
+    /// Send only this many low bits of the sequence number (COSE only).
+    #[arg(long)]
+    pub lsb_bits: Option<u8>,
+    /// Publish every n-th reading as Confirmable (1: all, 0: none).
+    #[arg(long, default_value_t = 1)]
+    pub confirm_every: u32,
+    /// Registration lifetime in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub lifetime: u32,
+    /// Forget the key and sequence state first: a new key pair and a new identity.
+    #[arg(long)]
+    pub factory_reset: bool,
+    /// Print the identity (after first boot) and exit.
+    #[arg(long)]
+    pub print_identity: bool,
+    /// Public keys of the other devices of this device's kit, one `alg:hex` per line.
+    #[arg(long)]
+    pub kit: Option<PathBuf>,
+    /// Other information O in I = h(P|O).
+    #[arg(long, default_value = "")]
+    pub other: String,
+    #[command(flatten)]
+    pub transmission: TransmissionArgs,
+    #[command(flatten)]
+    pub dtls: DtlsArgs,
+}
+
+pub async fn run(a: SensorArgs) -> Result<i32> {
+    // Validate every argument before touching the device's state.
+    let transmission = a.transmission.parameters()?;
+    if a.lsb_bits.is_some() && a.format == ReadingFormat::Jws {
+        bail!("--lsb-bits works with --format cose only");
+    }
+    if a.lsb_bits.is_some_and(|k| !(1..=32).contains(&k)) {
+        bail!("--lsb-bits must be between 1 and 32");
+    }
+    let mut storage = FileStorage::open(&a.state)?;
+    if a.factory_reset {
+        storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!("factory reset: key and sequence state erased; a new identity follows");
+    }
+    let kit: Vec<PublicKey> = match &a.kit {
+        Some(p) => std::fs::read_to_string(p)?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(parse_key)
+            .collect::<Result<_>>()?,
+        None => vec![],
+    };
+    let config = DeviceConfig {
+        algorithm: a.alg,
+        format: a.format,
+        lifetime_s: a.lifetime,
+        lsb_bits: a.lsb_bits,
+        confirm_every: a.confirm_every,
+        transmission,
+        ..Default::default()
+    };
+    let device = Device::boot(
+        RustCrypto,
+        config,
+        &mut storage,
+        &mut OsRng,
+        &kit,
+        a.other.as_bytes(),
+    )
+    .map_err(|e| anyhow::anyhow!("boot: {e}"))?;
+    let id = *device.identity();
+    if a.print_identity {
+        let public = device.public_key();
+        println!(
+            "{id}\n{}\n{}\n{}:{}",
+            id.label(),
+            id.short_label(),
+            public.algorithm().name(),
+            hex::encode(public.as_bytes())
+        );
+        return Ok(0);
+    }
+    eprintln!(
+        "sensor {} ({}) starting",
+        id.label(),
+        device.public_key().algorithm().name()
+    );
+    let uri = parse_uri(&a.server)?;
+    let security = a
+        .dtls
+        .security(uri.secure, Some((id, storage_key(&mut storage)?)))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = stop_tx.send(true);
+    });
+    let run = sensor::SensorRun {
+        server: uri.addr,
+        interval: a.interval,
+        readings: a.count,
+        phase: f64::from(id.as_bytes()[0]) / 40.0,
+        security,
+        dtls: a.dtls.timing.config()?,
+    };
+    let report = sensor::run(device, storage, run, stop_rx, |ev| {
+        tracing::info!(?ev, "device event")
+    })
+    .await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(
+        if report.rejected.is_empty() && report.timed_out.is_empty() {
+            0
+        } else {
+            2
+        },
+    )
+}
+
+/// The device's own signing key (its DTLS raw public key credential).
+pub fn storage_key(storage: &mut FileStorage) -> Result<SecretKey> {
+    storage
+        .load_key()
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .context("no device key")
+}

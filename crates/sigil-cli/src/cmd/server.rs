@@ -1,0 +1,106 @@
+//! `sigil server`: the Resource Directory and broker, coap:// and coaps://, until Ctrl-C.
+
+use crate::args::{read_certs, read_key, DtlsTimingArgs, TransmissionArgs};
+use anyhow::{bail, Result};
+use clap::Args;
+use sigil_crypto::{CryptoProvider, RustCrypto};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct ServerArgs {
+    #[arg(long, default_value = "127.0.0.1:5683")]
+    pub listen: std::net::SocketAddr,
+    /// SQLite database file (created on first start).
+    #[arg(long, default_value = "sigil.db")]
+    pub db: PathBuf,
+    /// Largest accepted jump above the highest sequence number seen (RFC 8387 §8.2 threshold).
+    #[arg(long, default_value_t = 1000)]
+    pub max_ahead: u64,
+    #[command(flatten)]
+    pub transmission: TransmissionArgs,
+    /// DANGER: accept registrations from identities not on the list and add them to it.
+    /// An attacker present at installation can then take a device's place (docs/security.md).
+    #[arg(long)]
+    pub danger_trust_on_first_use: bool,
+    /// CoAP over DTLS (coaps://) socket.
+    #[arg(long, default_value = "127.0.0.1:5684")]
+    pub dtls_listen: std::net::SocketAddr,
+    /// Serve plain coap:// only.
+    #[arg(long)]
+    pub no_dtls: bool,
+    /// Let raw-public-key clients stay anonymous (server-only authentication); they are then
+    /// treated like plain-CoAP clients.
+    #[arg(long)]
+    pub dtls_anonymous_clients: bool,
+    /// Most DTLS handshakes in progress.
+    #[arg(long, default_value_t = 256)]
+    pub dtls_max_handshakes: usize,
+    /// Most DTLS sessions (only idle ones are evicted when full).
+    #[arg(long, default_value_t = 4096)]
+    pub dtls_max_sessions: usize,
+    /// X.509: the server's certificate chain (PEM, leaf first) for clients that use
+    /// certificates (`--dtls cert`).
+    #[arg(long, requires = "dtls_cert_key")]
+    pub dtls_cert: Option<PathBuf>,
+    /// X.509: the P-256 private key of --dtls-cert (PEM).
+    #[arg(long, requires = "dtls_cert")]
+    pub dtls_cert_key: Option<PathBuf>,
+    /// X.509: trust anchors (PEM) for client certificates; the certified key's identity must
+    /// also be on the authorized list.
+    #[arg(long)]
+    pub dtls_client_ca: Option<PathBuf>,
+    /// Issue no session IDs (no resumption; 32 bytes less in every full handshake).
+    #[arg(long)]
+    pub dtls_no_resumption: bool,
+    #[command(flatten)]
+    pub dtls_timing: DtlsTimingArgs,
+}
+
+pub async fn run(a: ServerArgs) -> Result<i32> {
+    let mut config = sigil_server::ServerConfig::new(a.listen, a.db);
+    config.service.freshness.max_ahead = a.max_ahead;
+    config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
+    config.transmission = a.transmission.parameters()?;
+    if !a.no_dtls {
+        let mut d = sigil_server::DtlsConfig::new(a.dtls_listen);
+        d.dtls = a.dtls_timing.config()?;
+        d.require_client_auth = !a.dtls_anonymous_clients;
+        d.max_handshakes = a.dtls_max_handshakes.max(1);
+        d.max_sessions = a.dtls_max_sessions.max(1);
+        d.resumption = !a.dtls_no_resumption;
+        if let (Some(c), Some(k)) = (&a.dtls_cert, &a.dtls_cert_key) {
+            d.certificate_chain = read_certs(c)?;
+            let key = read_key(k)?;
+            let leaf = sigil_dtls::x509::parse(&d.certificate_chain[0])
+                .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
+            if leaf.key
+                != RustCrypto
+                    .public_key(&key)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?
+            {
+                bail!("--dtls-cert-key does not match the leaf of --dtls-cert");
+            }
+            d.certificate_key = Some(key);
+        }
+        if let Some(ca) = &a.dtls_client_ca {
+            d.client_anchors = read_certs(ca)?;
+        }
+        config.dtls = Some(d);
+    }
+    if a.danger_trust_on_first_use {
+        tracing::warn!("trust on first use is ON: unknown identities are added at registration");
+    }
+    let stats = sigil_server::Stats::default();
+    let server = sigil_server::Server::start(config, stats.clone()).await?;
+    println!("sigil server listening on coap://{}", server.local_addr);
+    if let Some(d) = &server.dtls {
+        println!(
+            "sigil server listening on coaps://{} (DTLS server identity {})",
+            d.addr, d.identity
+        );
+    }
+    tokio::signal::ctrl_c().await?;
+    server.shutdown().await;
+    eprintln!("{}", serde_json::to_string_pretty(&stats.snapshot())?);
+    Ok(0)
+}

@@ -1,0 +1,21 @@
+//! Sigil's client side, shared by the `sigil` command, the tests and the measurement tools.
+//!
+//! - [`transport`]: one socket to one server, plain (coap://) or inside a DTLS 1.2 session
+//!   (coaps://, RFC 7252 §9) driven from the sans-IO `sigil-dtls` connection; [`Security`]
+//!   names the credentials.
+//! - [`coap`]: a CoAP client over a transport: Confirmable requests with retransmission
+//!   (RFC 7252 §4.2), Block2 reassembly (RFC 7959), separate responses.
+//! - [`app`]: the application of RFC 8387 §7: it looks sensors up in the Resource Directory,
+//!   fetches their readings from the broker and verifies each one itself, against its own trust
+//!   list. It trusts neither the directory nor the broker.
+//! - [`pem`]: certificates and P-256 keys from PEM files (RFC 7468).
+//! - [`os`]: the OS randomness and clock, read here and passed down.
+
+pub mod app;
+pub mod coap;
+pub mod os;
+pub mod pem;
+pub mod transport;
+
+pub use coap::{ClientResponse, CoapClient, RequestSpec};
+pub use transport::{parse_uri, Security, ServerUri, Transport};
