@@ -1,8 +1,9 @@
 //! Known-answer tests for the RustCrypto backend.
 
 use sigil_crypto::{
-    CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
+    CryptoError, CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm,
 };
+use sigil_testkit::Counter;
 
 fn vectors() -> serde_json::Value {
     let text = std::fs::read_to_string(concat!(
@@ -43,21 +44,10 @@ fn rfc8032_ed25519_vectors_sign_and_verify() {
     }
 }
 
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(1);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
 #[test]
 fn generated_keys_sign_and_verify_for_every_algorithm() {
     for alg in SignatureAlgorithm::ALL {
-        let sk = RustCrypto.generate(alg, &mut Counter(0)).unwrap();
+        let sk = RustCrypto.generate(alg, &mut Counter::new(0, 1)).unwrap();
         let pk = RustCrypto.public_key(&sk).unwrap();
         assert_eq!(pk.as_bytes().len(), alg.public_key_len());
         let sig = RustCrypto.sign(&sk, b"hello").unwrap();
@@ -124,7 +114,7 @@ fn key_agreement_refuses_low_order_and_off_curve_peers() {
     );
 
     let p = RustCrypto
-        .generate_agreement(AgreementAlgorithm::P256, &mut Counter(3))
+        .generate_agreement(AgreementAlgorithm::P256, &mut Counter::new(3, 1))
         .unwrap();
     let mut off_curve = [0u8; 65];
     off_curve[0] = 4;
@@ -135,7 +125,7 @@ fn key_agreement_refuses_low_order_and_off_curve_peers() {
     );
     // Both sides of a fresh exchange agree.
     let q = RustCrypto
-        .generate_agreement(AgreementAlgorithm::P256, &mut Counter(90))
+        .generate_agreement(AgreementAlgorithm::P256, &mut Counter::new(90, 1))
         .unwrap();
     let (pp, qp) = (
         RustCrypto.agreement_public_key(&p).unwrap(),

@@ -3,17 +3,10 @@
 
 use sigil_coap::message::{empty, option};
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
-
-struct Ones;
-impl Rng for Ones {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        buf.fill(1);
-        Ok(())
-    }
-}
+use sigil_testkit::Fixed;
 
 fn response(mtype: MessageType, code: Code, mid: u16, token: &[u8], location: &[&str]) -> Vec<u8> {
     let mut buf = [0u8; 64];
@@ -40,7 +33,7 @@ fn registered() -> (Device<RustCrypto>, MemoryStorage) {
         RustCrypto,
         DeviceConfig::default(),
         &mut st,
-        &mut Ones,
+        &mut Fixed(1),
         &[],
         &[],
     )
@@ -193,7 +186,7 @@ fn a_continue_for_an_unblocked_registration_is_refused_not_fatal() {
         RustCrypto,
         DeviceConfig::default(),
         &mut st,
-        &mut Ones,
+        &mut Fixed(1),
         &[],
         &[],
     )

@@ -1,34 +1,13 @@
 //! Signing and verifying readings in both wire forms, and what must fail.
 
-use sigil_crypto::{CryptoError, CryptoProvider, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_identity::Identity;
 use sigil_objects::cose::SeqField;
 use sigil_objects::reading::sign_reading;
 use sigil_objects::senml::{self, Record, Value};
 use sigil_objects::{Freshness, ReadingError, ReadingFormat, SignedReading};
-
-struct Fixed(u8);
-impl Rng for Fixed {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        buf.fill(self.0);
-        Ok(())
-    }
-}
-
-fn temperature(format: ReadingFormat, v: f64) -> Vec<u8> {
-    let r = [Record {
-        name: Some("t"),
-        unit: Some("Cel"),
-        value: Some(Value::Number(v)),
-        ..Default::default()
-    }];
-    let mut buf = [0u8; 128];
-    let n = match format {
-        ReadingFormat::Cose => senml::encode_cbor(&r, &mut buf).unwrap(),
-        ReadingFormat::Jws => senml::encode_json(&r, &mut buf).unwrap(),
-    };
-    buf[..n].to_vec()
-}
+use sigil_testkit::readings::temperature;
+use sigil_testkit::Fixed;
 
 fn sign(
     alg: SignatureAlgorithm,

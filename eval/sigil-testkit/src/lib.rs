@@ -1,0 +1,15 @@
+//! What Sigil's tests share. A dev-dependency only: the dependency-rule test
+//! (`tests/dependency_rules.rs`) fails if a product crate links it.
+//!
+//! - [`rng`]: deterministic randomness ([`Seeded`], [`Fixed`], [`Counter`]). Never for keys
+//!   that protect anything.
+//! - [`pki`]: the test PKI (root, intermediate, server and client certificates and keys, and
+//!   the certificates that must be refused), generated with pyca/cryptography and kept as files.
+//! - [`readings`]: signed readings in either wire form, with the key and identity that verify
+//!   them.
+
+pub mod pki;
+pub mod readings;
+pub mod rng;
+
+pub use rng::{Counter, Fixed, Seeded};

@@ -1,0 +1,230 @@
+//! The workspace's dependency rules (docs/architecture.md, "Dependency rules"), read from
+//! `cargo metadata`: a change that breaks one fails here, not in review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+/// The protocol and data crates (no_std, sans-IO) and the sigil crates each may use.
+/// Nothing outside this table is allowed to a core.
+const CORES: &[(&str, &[&str])] = &[
+    ("sigil-time", &[]),
+    ("sigil-crypto", &[]),
+    ("sigil-identity", &["sigil-crypto"]),
+    ("sigil-coap", &[]),
+    ("sigil-freshness", &[]),
+    ("sigil-objects", &["sigil-crypto", "sigil-identity"]),
+    (
+        "sigil-dtls",
+        &["sigil-crypto", "sigil-identity", "sigil-time"],
+    ),
+    ("sigil-diet", &["sigil-crypto"]),
+    (
+        "sigil-device",
+        &[
+            "sigil-coap",
+            "sigil-crypto",
+            "sigil-identity",
+            "sigil-objects",
+            "sigil-freshness",
+            "sigil-time",
+        ],
+    ),
+];
+
+/// The measurement side: may depend on anything, nothing in the product may depend on it.
+const EVAL: &[&str] = &[
+    "sigil-netsim",
+    "sigil-devbench",
+    "sigil-bench",
+    "sigil-testkit",
+];
+
+/// Edges that break a rule today and the change that removes each. Empty when the tree
+/// follows every rule.
+const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[
+    // The identity list and the key announcement move to sigil-identity.
+    ("sigil-client", "sigil-server"),
+    // The signed resync statement moves to sigil-objects.
+    ("sigil-server", "sigil-device"),
+];
+
+struct Package {
+    manifest: String,
+    /// Sigil crates this one links (normal and build dependencies).
+    links: BTreeSet<String>,
+    /// Sigil crates only its tests use.
+    dev: BTreeSet<String>,
+    rust_version: Option<String>,
+}
+
+fn workspace() -> BTreeMap<String, Package> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut ws = BTreeMap::new();
+    for p in v["packages"].as_array().unwrap() {
+        let mut links = BTreeSet::new();
+        let mut dev = BTreeSet::new();
+        for d in p["dependencies"].as_array().unwrap() {
+            let name = d["name"].as_str().unwrap();
+            if !name.starts_with("sigil-") {
+                continue;
+            }
+            match d["kind"].as_str() {
+                Some("dev") => dev.insert(name.to_string()),
+                _ => links.insert(name.to_string()),
+            };
+        }
+        ws.insert(
+            p["name"].as_str().unwrap().to_string(),
+            Package {
+                manifest: p["manifest_path"].as_str().unwrap().to_string(),
+                links,
+                dev,
+                rust_version: p["rust_version"].as_str().map(str::to_string),
+            },
+        );
+    }
+    ws
+}
+
+fn exception(from: &str, to: &str) -> bool {
+    KNOWN_EXCEPTIONS.contains(&(from, to))
+}
+
+#[test]
+fn cores_depend_only_on_the_cores_below_them() {
+    let ws = workspace();
+    for (core, allowed) in CORES {
+        let p = ws
+            .get(*core)
+            .unwrap_or_else(|| panic!("{core} is not in the workspace"));
+        for d in &p.links {
+            assert!(
+                allowed.contains(&d.as_str()) || exception(core, d),
+                "{core} depends on {d}; a core may use only {allowed:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_server_uses_cores_only() {
+    let ws = workspace();
+    let cores: BTreeSet<&str> = CORES.iter().map(|c| c.0).collect();
+    for d in &ws["sigil-server"].links {
+        assert!(
+            (cores.contains(d.as_str()) && d != "sigil-device") || exception("sigil-server", d),
+            "sigil-server depends on {d}: the server uses cores only, never the device or a client"
+        );
+    }
+}
+
+#[test]
+fn the_client_library_uses_cores_only() {
+    let ws = workspace();
+    let cores: BTreeSet<&str> = CORES.iter().map(|c| c.0).collect();
+    for d in &ws["sigil-client"].links {
+        assert!(
+            (cores.contains(d.as_str()) && d != "sigil-device") || exception("sigil-client", d),
+            "sigil-client depends on {d}: the client uses cores only, never the server"
+        );
+    }
+}
+
+#[test]
+fn the_cli_drives_server_client_and_device() {
+    let ws = workspace();
+    let cli = &ws["sigil-cli"].links;
+    for needed in ["sigil-server", "sigil-client", "sigil-device"] {
+        assert!(cli.contains(needed), "sigil-cli no longer uses {needed}");
+    }
+}
+
+#[test]
+fn nothing_in_the_product_links_the_measurement_side() {
+    let ws = workspace();
+    for (name, p) in &ws {
+        if EVAL.contains(&name.as_str()) {
+            continue;
+        }
+        for d in &p.links {
+            assert!(
+                !EVAL.contains(&d.as_str()),
+                "{name} links {d}, which belongs to the measurement side"
+            );
+        }
+        for d in &p.dev {
+            assert!(
+                !EVAL.contains(&d.as_str()) || d == "sigil-testkit",
+                "{name} uses {d} in its tests; only sigil-testkit is a test dependency"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_crate_is_where_its_side_says() {
+    let ws = workspace();
+    assert_eq!(
+        ws.len(),
+        CORES.len() + EVAL.len() + 3,
+        "a crate is in neither table: {:?}",
+        ws.keys().collect::<Vec<_>>()
+    );
+    for (name, p) in &ws {
+        let side = if EVAL.contains(&name.as_str()) {
+            "/eval/"
+        } else {
+            "/crates/"
+        };
+        assert!(
+            p.manifest.contains(&format!("{side}{name}/")),
+            "{name} lives at {}, expected under {side}",
+            p.manifest
+        );
+    }
+}
+
+#[test]
+fn every_crate_is_a_workspace_dependency_with_the_true_rust_version() {
+    let ws = workspace();
+    let root =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml")).unwrap();
+    let declared = root
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version = "))
+        .expect("workspace rust-version")
+        .trim_matches('"')
+        .to_string();
+    for (name, p) in &ws {
+        assert!(
+            root.lines().any(|l| l.starts_with(&format!("{name} = {{"))),
+            "{name} is missing from [workspace.dependencies]"
+        );
+        assert_eq!(p.rust_version.as_deref(), Some(declared.as_str()), "{name}");
+    }
+    // The toolchain this runs on is at least the one declared.
+    let rustc = Command::new("rustc").arg("--version").output().unwrap();
+    let have = String::from_utf8_lossy(&rustc.stdout).to_string();
+    let minor = |v: &str| -> u32 { v.split('.').nth(1).unwrap().parse().unwrap() };
+    let have_minor = minor(have.split_whitespace().nth(1).unwrap());
+    assert!(
+        have_minor >= minor(&declared),
+        "{have} is older than {declared}"
+    );
+}
