@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     )
     .unwrap();
     let mut buf = [0u8; 1024];
-    let mut now = 0u64;
+    let mut now = sigil_time::Instant::ZERO;
     d.handle_timeout(now, &mut st).unwrap();
     let mut last: Option<(u16, Vec<u8>)> = None;
     for (i, part) in data.split(|b| *b == 0xa5).take(16).enumerate() {
@@ -61,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
         } else {
             d.handle_datagram(now, &mut st, part).unwrap();
         }
-        now += u64::from(part.len() as u32) * 500;
+        now += core::time::Duration::from_millis(u64::from(part.len() as u32) * 500);
         d.handle_timeout(now, &mut st).unwrap();
         if d.can_publish() {
             let r = [Record {

@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         1_767_225_600,
     );
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = sigil_server::pem::blocks(text, "CERTIFICATE");
-        let _ = sigil_server::pem::p256_key(text);
+        let _ = sigil_client::pem::blocks(text, "CERTIFICATE");
+        let _ = sigil_client::pem::p256_key(text);
     }
 });

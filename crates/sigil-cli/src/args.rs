@@ -90,7 +90,7 @@ impl TransmissionArgs {
             bail!("transmission parameters out of range (ACK_RANDOM_FACTOR 1-10, MAX_RETRANSMIT 0-20, ACK_TIMEOUT > 0)");
         }
         Ok(sigil_coap::TransmissionParameters {
-            ack_timeout_ms: u32::try_from(self.ack_timeout.as_millis()).unwrap_or(u32::MAX),
+            ack_timeout: self.ack_timeout,
             ack_random_factor_milli: (self.ack_random_factor * 1000.0) as u32,
             max_retransmit: self.max_retransmit,
         })

@@ -47,7 +47,7 @@ async fn try_request(client: &mut CoapClient, code: Code, spec: &RequestSpec<'_>
 
 pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResult>> {
     let params = TransmissionParameters {
-        ack_timeout_ms: 500,
+        ack_timeout: Duration::from_millis(500),
         ..Default::default()
     };
     let mut client = CoapClient::connect(server, params).await?;
@@ -103,7 +103,7 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     rogue
-        .handle_timeout(0, &mut storage)
+        .handle_timeout(sigil_time::Instant::ZERO, &mut storage)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut buf = [0u8; 2048];
     let n = rogue

@@ -114,7 +114,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
         let config = DeviceConfig {
             algorithm,
             format,
-            lifetime_s: 300,
+            lifetime: Duration::from_secs(300),
             ..Default::default()
         };
         let d = Device::boot(RustCrypto, config, &mut storage, &mut OsRng, &[], &[])

@@ -1,8 +1,9 @@
 //! `sigil sensor`: the device state machine driven over a real UDP socket, with synthetic
 //! temperature and humidity.
 
-use crate::util::{now_ms, unix_now};
+use crate::util::since;
 use anyhow::{anyhow, Result};
+use sigil_client::os::unix_now;
 use sigil_client::transport::{Security, Transport};
 use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceStorage, Event, PublishOutcome};
@@ -72,17 +73,17 @@ pub async fn run<S: DeviceStorage>(
     // Retransmissions since the server last said anything: over DTLS, two in a row mean the
     // session is probably gone (the server restarted), so the sensor handshakes again.
     let mut retx_seen = 0u32;
-    let mut next_reading = 0u64;
+    let mut next_reading = sigil_time::Instant::ZERO;
     let mut published = 0u64;
     let mut settled = 0u64;
     loop {
-        let now = now_ms(start);
+        let now = since(start);
         device
             .handle_timeout(now, &mut storage)
             .map_err(|e| anyhow!("device: {e}"))?;
         let want_more = run.readings.map_or(true, |n| published < n) && !*stop.borrow();
         if want_more && device.can_publish() && now >= next_reading {
-            let (temp, hum) = synthetic(now as f64 / 1000.0, run.phase);
+            let (temp, hum) = synthetic(now.as_millis() as f64 / 1000.0, run.phase);
             let records = [
                 Record {
                     name: Some("t"),
@@ -101,7 +102,7 @@ pub async fn run<S: DeviceStorage>(
                 .publish(now, &mut storage, &records, Some(unix_now()))
                 .map_err(|e| anyhow!("publish: {e}"))?;
             published += 1;
-            next_reading = now + run.interval.as_millis() as u64;
+            next_reading = now + run.interval;
         }
         if transport.is_secure() && device.stats.retransmissions >= retx_seen + 2 {
             retx_seen = device.stats.retransmissions;
@@ -153,17 +154,19 @@ pub async fn run<S: DeviceStorage>(
         if finished {
             break;
         }
-        let mut wake = device.poll_timeout().unwrap_or(now + 1000);
+        let mut wake = device
+            .poll_timeout()
+            .unwrap_or(now + Duration::from_secs(1));
         if want_more && device.can_publish() {
             wake = wake.min(next_reading);
         }
-        let sleep = Duration::from_millis(wake.saturating_sub(now).max(1));
+        let sleep = wake.saturating_since(now).max(Duration::from_millis(1));
         tokio::select! {
             r = transport.recv() => {
                 match r {
                     Ok(m) => {
                         retx_seen = device.stats.retransmissions;
-                        let now = now_ms(start);
+                        let now = since(start);
                         device.handle_datagram(now, &mut storage, &m).map_err(|e| anyhow!("device: {e}"))?;
                     }
                     Err(e) => {

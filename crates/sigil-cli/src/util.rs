@@ -13,12 +13,9 @@ pub fn init_logging(level: &str, json: bool) {
     }
 }
 
-pub fn now_ms(start: std::time::Instant) -> u64 {
-    start.elapsed().as_millis() as u64
-}
-
-pub fn unix_now() -> u64 {
-    u64::try_from(sigil_client::os::unix_now().as_secs()).unwrap_or(0)
+/// The monotonic clock as the cores take it: time since `start`.
+pub fn since(start: std::time::Instant) -> sigil_time::Instant {
+    sigil_time::Instant::ZERO + start.elapsed()
 }
 
 /// A reader that closes our stdout (`sigil sensor --print-identity | head -n 1`) ends the

@@ -185,14 +185,13 @@ impl CoapClient {
         }
         let n = b.finish_with_payload(payload)?;
         buf.truncate(n);
-        let now = || self.start.elapsed().as_millis() as u64;
+        let now = || sigil_time::Instant::ZERO + self.start.elapsed();
         let mut retx = Some(Retransmission::start(
             now(),
             &self.params,
             crate::os::random_u32(),
         ));
-        let give_up_at =
-            now() + self.params.max_transmit_wait_ms() + self.params.exchange_lifetime_ms();
+        let give_up_at = now() + self.params.max_transmit_wait() + self.params.exchange_lifetime();
         self.transport.send(&buf).await?;
         self.await_response(&buf, mid, token, &mut retx, give_up_at)
             .await
@@ -204,12 +203,12 @@ impl CoapClient {
         mid: u16,
         token: [u8; 4],
         retx: &mut Option<Retransmission>,
-        give_up_at: u64,
+        give_up_at: sigil_time::Instant,
     ) -> Result<(ClientResponse, Option<BlockOption>)> {
-        let now = || self.start.elapsed().as_millis() as u64;
+        let now = || sigil_time::Instant::ZERO + self.start.elapsed();
         loop {
             let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
-            let wait = Duration::from_millis(deadline.saturating_sub(now()));
+            let wait = deadline.saturating_since(now());
             match tokio::time::timeout(wait, self.transport.recv()).await {
                 Err(_) => match retx.as_mut().map(|r| r.on_timer(now())) {
                     Some(RetransmitDecision::Resend) => {

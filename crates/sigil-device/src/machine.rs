@@ -3,6 +3,7 @@
 use crate::storage::{DeviceStorage, Reservation};
 use base64::Engine;
 use core::fmt::{self, Write};
+use core::time::Duration;
 use sigil_coap::message::{empty, option};
 use sigil_coap::{
     BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType, Retransmission,
@@ -14,6 +15,7 @@ use sigil_identity::Identity;
 use sigil_objects::json::SliceWriter;
 use sigil_objects::senml::{self, Record};
 use sigil_objects::{reading, Freshness, ReadingFormat};
+use sigil_time::{Instant, UnixTime};
 
 /// Largest datagram the device sends or accepts.
 pub const MAX_DATAGRAM: usize = 512;
@@ -43,8 +45,8 @@ pub struct DeviceConfig {
     /// Algorithm for a key generated at first boot (an existing key keeps its own).
     pub algorithm: SignatureAlgorithm,
     pub format: ReadingFormat,
-    /// Registration lifetime `lt`, seconds (RFC 9176 §5).
-    pub lifetime_s: u32,
+    /// Registration lifetime `lt` (RFC 9176 §5), sent in whole seconds (1 s to 2^32-1 s).
+    pub lifetime: Duration,
     /// Send only this many low bits of the sequence number (COSE only).
     pub lsb_bits: Option<u8>,
     /// Publish every n-th reading as Confirmable (1: all; 0: none). Readings in between are
@@ -58,12 +60,21 @@ pub struct DeviceConfig {
     pub resource: Resource,
 }
 
+impl DeviceConfig {
+    /// The lifetime as RFC 9176's `lt`: whole seconds, at least 1, at most 2^32-1.
+    pub fn lifetime_secs(&self) -> u32 {
+        u32::try_from(self.lifetime.as_secs())
+            .unwrap_or(u32::MAX)
+            .max(1)
+    }
+}
+
 impl Default for DeviceConfig {
     fn default() -> Self {
         Self {
             algorithm: SignatureAlgorithm::Ed25519,
             format: ReadingFormat::Cose,
-            lifetime_s: 300,
+            lifetime: Duration::from_secs(300),
             lsb_bits: None,
             confirm_every: 1,
             transmission: TransmissionParameters::default(),
@@ -169,15 +180,15 @@ struct Outstanding {
     /// `None` for Non-confirmable messages and after an Empty ACK.
     retransmission: Option<Retransmission>,
     /// Give up waiting for a (separate) response after this time.
-    deadline: u64,
+    deadline: Instant,
     send_now: bool,
     confirmable: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    Unregistered { retry_at: u64 },
-    Registered { refresh_at: u64 },
+    Unregistered { retry_at: Instant },
+    Registered { refresh_at: Instant },
 }
 
 /// Counters a device keeps about its link.
@@ -273,7 +284,9 @@ impl<C: CryptoProvider> Device<C> {
             other,
             other_len: other_info.len(),
             counter,
-            state: State::Unregistered { retry_at: 0 },
+            state: State::Unregistered {
+                retry_at: Instant::ZERO,
+            },
             location: [0; MAX_LOCATION],
             location_len: 0,
             outstanding: None,
@@ -386,8 +399,8 @@ impl<C: CryptoProvider> Device<C> {
         Some(n)
     }
 
-    /// When [`Device::handle_timeout`] must be called next (ms on the caller's clock).
-    pub fn poll_timeout(&self) -> Option<u64> {
+    /// When [`Device::handle_timeout`] must be called next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
         let exchange = self.outstanding.as_ref().map(|o| match &o.retransmission {
             Some(r) => r.deadline(),
             None => o.deadline,
@@ -406,7 +419,7 @@ impl<C: CryptoProvider> Device<C> {
     /// Advances timers: retransmissions, registration and its refresh.
     pub fn handle_timeout<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
         if let Some(o) = self.outstanding.as_mut() {
@@ -438,7 +451,7 @@ impl<C: CryptoProvider> Device<C> {
 
     fn begin(
         &mut self,
-        now: u64,
+        now: Instant,
         exchange: Exchange,
         confirmable: bool,
         build: impl FnOnce(&mut [u8; MAX_DATAGRAM], u16, &[u8; 4]) -> Result<usize, DeviceError>,
@@ -452,7 +465,7 @@ impl<C: CryptoProvider> Device<C> {
             buf: [0; MAX_DATAGRAM],
             len: 0,
             retransmission: None,
-            deadline: now + self.config.transmission.max_transmit_wait_ms(),
+            deadline: now + self.config.transmission.max_transmit_wait(),
             send_now: true,
             confirmable,
         };
@@ -505,7 +518,7 @@ impl<C: CryptoProvider> Device<C> {
 
     fn start_registration<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
         block: u32,
     ) -> Result<(), DeviceError> {
@@ -531,7 +544,7 @@ impl<C: CryptoProvider> Device<C> {
     #[inline(never)]
     fn send_registration(
         &mut self,
-        now: u64,
+        now: Instant,
         block: u32,
         seq: u64,
         sig: Signature,
@@ -539,7 +552,7 @@ impl<C: CryptoProvider> Device<C> {
         let mut payload = [0u8; MAX_REG_PAYLOAD];
         let plen = self.registration_payload(&mut payload)?;
         let id_hex = self.identity.hex();
-        let lifetime = self.config.lifetime_s;
+        let lifetime = self.config.lifetime_secs();
         let szx = self.config.block_szx.min(6);
         let bsize = 1usize << (szx + 4);
         let format_ct = ContentFormat::LINK_FORMAT.0;
@@ -591,7 +604,7 @@ impl<C: CryptoProvider> Device<C> {
         )
     }
 
-    fn start_update(&mut self, now: u64) -> Result<(), DeviceError> {
+    fn start_update(&mut self, now: Instant) -> Result<(), DeviceError> {
         let mut loc = [0u8; MAX_LOCATION];
         let ll = self.location_len;
         loc[..ll].copy_from_slice(&self.location[..ll]);
@@ -606,15 +619,17 @@ impl<C: CryptoProvider> Device<C> {
         })
     }
 
-    /// Signs `records` as one reading and queues it for the broker. `timestamp` (Unix seconds)
-    /// goes into the signed header when the device trusts its clock. Returns the sequence number.
+    /// Signs `records` as one reading and queues it for the broker. `timestamp` goes into the
+    /// signed header when the device trusts its clock (a time before 1970 is left out).
+    /// Returns the sequence number.
     pub fn publish<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
         records: &[Record<'_>],
-        timestamp: Option<u64>,
+        timestamp: Option<UnixTime>,
     ) -> Result<u64, DeviceError> {
+        let timestamp = timestamp.and_then(|t| u64::try_from(t.as_secs()).ok());
         if !self.is_registered() {
             return Err(DeviceError::NotRegistered);
         }
@@ -640,7 +655,7 @@ impl<C: CryptoProvider> Device<C> {
 
     fn publish_again<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
         self.republish = false;
@@ -670,7 +685,7 @@ impl<C: CryptoProvider> Device<C> {
 
     fn send_reading<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
     ) -> Result<u64, DeviceError> {
         let seq = self.counter.next(&mut Reservation(storage))?;
@@ -725,7 +740,7 @@ impl<C: CryptoProvider> Device<C> {
         Ok(seq)
     }
 
-    fn exchange_failed(&mut self, now: u64, code: Option<Code>) {
+    fn exchange_failed(&mut self, now: Instant, code: Option<Code>) {
         let Some(o) = self.outstanding.take() else {
             return;
         };
@@ -748,8 +763,8 @@ impl<C: CryptoProvider> Device<C> {
                 }
                 self.reg_failures = self.reg_failures.saturating_add(1);
                 // Back off: 5 s, 10 s, 20 s ... capped at the lifetime.
-                let backoff = (5_000u64 << self.reg_failures.min(10))
-                    .min(u64::from(self.config.lifetime_s) * 1000);
+                let backoff = (Duration::from_secs(5) * (1u32 << self.reg_failures.min(10)))
+                    .min(self.config.lifetime);
                 self.state = State::Unregistered {
                     retry_at: now + backoff,
                 };
@@ -760,7 +775,7 @@ impl<C: CryptoProvider> Device<C> {
     /// Feeds one received datagram. Malformed or unexpected input is counted and ignored.
     pub fn handle_datagram<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
         datagram: &[u8],
     ) -> Result<(), DeviceError> {
@@ -785,7 +800,7 @@ impl<C: CryptoProvider> Device<C> {
                     // Separate response follows (§5.2.2): stop retransmitting, keep waiting.
                     if let Some(o) = self.outstanding.as_mut() {
                         o.retransmission = None;
-                        o.deadline = now + self.config.transmission.exchange_lifetime_ms();
+                        o.deadline = now + self.config.transmission.exchange_lifetime();
                     }
                     return Ok(());
                 }
@@ -822,7 +837,7 @@ impl<C: CryptoProvider> Device<C> {
         }
     }
 
-    fn on_reset(&mut self, now: u64) -> Result<(), DeviceError> {
+    fn on_reset(&mut self, now: Instant) -> Result<(), DeviceError> {
         let Some(o) = self.outstanding.take() else {
             return Ok(());
         };
@@ -848,7 +863,7 @@ impl<C: CryptoProvider> Device<C> {
 
     fn on_response<S: DeviceStorage>(
         &mut self,
-        now: u64,
+        now: Instant,
         storage: &mut S,
         msg: &Message<'_>,
     ) -> Result<(), DeviceError> {
@@ -898,7 +913,7 @@ impl<C: CryptoProvider> Device<C> {
                 self.location_len = n;
                 self.reg_failures = 0;
                 self.state = State::Registered {
-                    refresh_at: now + u64::from(self.config.lifetime_s) * 800,
+                    refresh_at: now + self.config.lifetime / 5 * 4,
                 };
                 self.push_event(Event::Registered);
                 if self.republish {
@@ -909,7 +924,7 @@ impl<C: CryptoProvider> Device<C> {
             Exchange::Update if msg.code == Code::CHANGED => {
                 self.outstanding = None;
                 self.state = State::Registered {
-                    refresh_at: now + u64::from(self.config.lifetime_s) * 800,
+                    refresh_at: now + self.config.lifetime / 5 * 4,
                 };
                 self.push_event(Event::RegistrationRefreshed);
                 Ok(())
@@ -929,7 +944,7 @@ impl<C: CryptoProvider> Device<C> {
         }
     }
 
-    fn exchange_failed_with(&mut self, now: u64, code: Code) {
+    fn exchange_failed_with(&mut self, now: Instant, code: Code) {
         self.exchange_failed(now, Some(code));
     }
 }

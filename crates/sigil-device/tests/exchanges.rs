@@ -7,6 +7,11 @@ use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
 use sigil_testkit::Fixed;
+use sigil_time::Instant;
+
+fn at(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
 
 fn response(mtype: MessageType, code: Code, mid: u16, token: &[u8], location: &[&str]) -> Vec<u8> {
     let mut buf = [0u8; 64];
@@ -38,13 +43,13 @@ fn registered() -> (Device<RustCrypto>, MemoryStorage) {
         &[],
     )
     .unwrap();
-    d.handle_timeout(0, &mut st).unwrap();
+    d.handle_timeout(at(0), &mut st).unwrap();
     let reg = sent(&mut d).pop().unwrap();
     let m = Message::parse(&reg).unwrap();
     assert_eq!(m.code, Code::POST);
     assert!(m.query_param("ss").is_some() && m.query_param("sq").is_some());
     d.handle_datagram(
-        1,
+        at(1),
         &mut st,
         &response(
             MessageType::Acknowledgement,
@@ -68,7 +73,7 @@ fn separate_response_is_acknowledged_and_its_duplicate_acknowledged_again() {
         value: Some(Value::Number(1.0)),
         ..Default::default()
     }];
-    let seq = d.publish(10, &mut st, &r, None).unwrap();
+    let seq = d.publish(at(10), &mut st, &r, None).unwrap();
     let put = sent(&mut d).pop().unwrap();
     let m = Message::parse(&put).unwrap();
     assert_eq!(
@@ -77,12 +82,12 @@ fn separate_response_is_acknowledged_and_its_duplicate_acknowledged_again() {
     );
     // Empty ACK: the answer comes later; the device stops retransmitting.
     d.handle_datagram(
-        11,
+        at(11),
         &mut st,
         &empty(MessageType::Acknowledgement, m.message_id),
     )
     .unwrap();
-    d.handle_timeout(60_000, &mut st).unwrap();
+    d.handle_timeout(at(60_000), &mut st).unwrap();
     assert!(
         sent(&mut d).is_empty(),
         "no retransmission after an Empty ACK"
@@ -94,7 +99,7 @@ fn separate_response_is_acknowledged_and_its_duplicate_acknowledged_again() {
         m.token,
         &[],
     );
-    d.handle_datagram(70_000, &mut st, &sep).unwrap();
+    d.handle_datagram(at(70_000), &mut st, &sep).unwrap();
     assert_eq!(
         d.poll_event(),
         Some(Event::Published {
@@ -107,7 +112,7 @@ fn separate_response_is_acknowledged_and_its_duplicate_acknowledged_again() {
         acks,
         vec![empty(MessageType::Acknowledgement, 0x4242).to_vec()]
     );
-    d.handle_datagram(70_001, &mut st, &sep).unwrap();
+    d.handle_datagram(at(70_001), &mut st, &sep).unwrap();
     assert_eq!(
         sent(&mut d),
         vec![empty(MessageType::Acknowledgement, 0x4242).to_vec()]
@@ -121,10 +126,10 @@ fn requests_to_the_device_and_unknown_responses_are_reset_and_garbage_is_counted
     let mut buf = [0u8; 32];
     let b = MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, 99, &[1]).unwrap();
     let n = b.finish();
-    d.handle_datagram(5, &mut st, &buf[..n]).unwrap();
+    d.handle_datagram(at(5), &mut st, &buf[..n]).unwrap();
     assert_eq!(sent(&mut d), vec![empty(MessageType::Reset, 99).to_vec()]);
     d.handle_datagram(
-        6,
+        at(6),
         &mut st,
         &response(
             MessageType::Confirmable,
@@ -137,7 +142,7 @@ fn requests_to_the_device_and_unknown_responses_are_reset_and_garbage_is_counted
     .unwrap();
     assert_eq!(sent(&mut d), vec![empty(MessageType::Reset, 100).to_vec()]);
     for junk in [&[][..], &[0xff; 3], &[0x40, 0x01, 0x00], &[0x4f, 0, 0, 0]] {
-        d.handle_datagram(7, &mut st, junk).unwrap();
+        d.handle_datagram(at(7), &mut st, junk).unwrap();
     }
     assert_eq!(d.stats.malformed, 4);
     assert!(d.is_registered());
@@ -151,11 +156,11 @@ fn timeout_after_max_retransmit_reports_the_reading_lost() {
         value: Some(Value::Number(1.0)),
         ..Default::default()
     }];
-    let seq = d.publish(0, &mut st, &r, None).unwrap();
+    let seq = d.publish(at(0), &mut st, &r, None).unwrap();
     let mut sends = sent(&mut d).len();
-    let mut now = 0;
+    let mut now = at(0);
     while let Some(t) = d.poll_timeout() {
-        if t > 1_000_000 {
+        if t > at(1_000_000) {
             break;
         }
         now = t;
@@ -169,7 +174,7 @@ fn timeout_after_max_retransmit_reports_the_reading_lost() {
         sends, 5,
         "one transmission and MAX_RETRANSMIT = 4 retransmissions"
     );
-    assert!((45_000..=93_000).contains(&now), "gave up at {now} ms");
+    assert!((at(45_000)..=at(93_000)).contains(&now), "gave up at {now}");
     assert_eq!(
         d.poll_event(),
         Some(Event::Published {
@@ -191,13 +196,13 @@ fn a_continue_for_an_unblocked_registration_is_refused_not_fatal() {
         &[],
     )
     .unwrap();
-    d.handle_timeout(0, &mut st).unwrap();
+    d.handle_timeout(at(0), &mut st).unwrap();
     let reg = sent(&mut d).pop().unwrap();
     let m = Message::parse(&reg).unwrap();
     assert!(m.block1().is_none(), "a small registration is sent whole");
     // A hostile or broken server answers 2.31 Continue: no error, no crash, counted.
     d.handle_datagram(
-        1,
+        at(1),
         &mut st,
         &response(
             MessageType::Acknowledgement,

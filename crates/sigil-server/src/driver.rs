@@ -329,7 +329,7 @@ impl Dispatcher {
     }
 
     fn expire(&mut self) {
-        let lifetime = Duration::from_millis(self.config.transmission.exchange_lifetime_ms());
+        let lifetime = self.config.transmission.exchange_lifetime();
         let now = Instant::now();
         while let Some((key, at)) = self.dedup_order.front().copied() {
             if now.duration_since(at) < lifetime && self.dedup.len() <= self.config.dedup_capacity {

@@ -7,6 +7,7 @@ use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -25,6 +26,11 @@ impl Rng for Seeded {
 }
 
 const NOW: i64 = 1_700_000_000;
+
+/// The device's clock: milliseconds of the test's virtual time.
+fn ms(t: u64) -> Instant {
+    Instant::from_millis(t)
+}
 
 fn dispatcher(db: &Path, max_ahead: u64) -> (Dispatcher, Stats) {
     let stats = Stats::default();
@@ -73,7 +79,9 @@ impl Sensor {
     fn step(&mut self, d: &mut Dispatcher, now: &mut u64, for_ms: u64) {
         let until = *now + for_ms;
         loop {
-            self.device.handle_timeout(*now, &mut self.storage).unwrap();
+            self.device
+                .handle_timeout(ms(*now), &mut self.storage)
+                .unwrap();
             let mut out = Vec::new();
             let mut buf = [0u8; 2048];
             while let Some(n) = self.device.poll_transmit(&mut buf) {
@@ -90,13 +98,13 @@ impl Sensor {
             if !out.is_empty() {
                 for (_, reply) in d.handle_at(out, NOW + (*now / 1000) as i64) {
                     self.device
-                        .handle_datagram(*now, &mut self.storage, &reply)
+                        .handle_datagram(ms(*now), &mut self.storage, &reply)
                         .unwrap();
                 }
                 continue;
             }
             match self.device.poll_timeout() {
-                Some(t) if t <= until => *now = (*now).max(t),
+                Some(t) if t <= ms(until) => *now = (*now).max(t.as_millis()),
                 _ => {
                     *now = until;
                     return;
@@ -114,7 +122,12 @@ impl Sensor {
         }];
         let seq = self
             .device
-            .publish(*now, &mut self.storage, &r, Some(1_700_000_000))
+            .publish(
+                ms(*now),
+                &mut self.storage,
+                &r,
+                Some(UnixTime::from_secs(1_700_000_000)),
+            )
             .unwrap();
         self.step(d, now, 1);
         seq
@@ -242,7 +255,7 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
         value: Some(Value::Number(1.5)),
         ..Default::default()
     }];
-    let seq = s.device.publish(now, &mut s.storage, &r, None).unwrap();
+    let seq = s.device.publish(ms(now), &mut s.storage, &r, None).unwrap();
     let mut buf = [0u8; 2048];
     let n = s.device.poll_transmit(&mut buf).unwrap();
     let first = buf[..n].to_vec();
@@ -387,7 +400,7 @@ fn registrations_are_refreshed_and_expire_when_not() {
         20,
         44000,
         DeviceConfig {
-            lifetime_s: 60,
+            lifetime: std::time::Duration::from_secs(60),
             ..Default::default()
         },
         &[],

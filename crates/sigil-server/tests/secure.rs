@@ -140,7 +140,8 @@ impl Client {
 
     fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
         if let Some((dev, st)) = &mut self.device {
-            dev.handle_timeout(now, st).unwrap();
+            dev.handle_timeout(sigil_time::Instant::from_millis(now), st)
+                .unwrap();
             let mut buf = [0u8; 2048];
             while let Some(n) = dev.poll_transmit(&mut buf) {
                 if self.conn.is_established() {
@@ -166,7 +167,9 @@ impl Client {
         let mut buf = [0u8; 2048];
         while let Some(n) = self.conn.poll_app_data(&mut buf) {
             match &mut self.device {
-                Some((dev, st)) => dev.handle_datagram(now, st, &buf[..n]).unwrap(),
+                Some((dev, st)) => dev
+                    .handle_datagram(sigil_time::Instant::from_millis(now), st, &buf[..n])
+                    .unwrap(),
                 None => self.inbox.push(buf[..n].to_vec()),
             }
         }
@@ -222,7 +225,13 @@ fn publish(c: &mut Client, now: u64) {
         value: Some(Value::Number(21.5)),
         ..Default::default()
     }];
-    dev.publish(now, st, &r, Some(NOW as u64)).unwrap();
+    dev.publish(
+        sigil_time::Instant::from_millis(now),
+        st,
+        &r,
+        Some(sigil_time::UnixTime::from_secs(NOW)),
+    )
+    .unwrap();
 }
 
 fn acked(c: &Client) -> usize {
@@ -423,7 +432,8 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
         )
         .unwrap();
         assert_eq!(d.identity(), vdev.identity());
-        d.handle_timeout(0, &mut st).unwrap();
+        d.handle_timeout(sigil_time::Instant::ZERO, &mut st)
+            .unwrap();
         let mut buf = [0u8; 2048];
         while let Some(n) = d.poll_transmit(&mut buf) {
             reg.push(buf[..n].to_vec());

@@ -16,7 +16,8 @@ use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_objects::reading::sign_reading;
 use sigil_objects::senml::{self, Record, Value};
 use sigil_objects::{Freshness, ReadingFormat, SignedReading};
-use std::time::{Duration, Instant};
+use sigil_time::{Instant, UnixTime};
+use std::time::Duration;
 
 /// IEEE 802.15.4 (2006, 2.4 GHz O-QPSK) frame: 127 bytes of PSDU.
 pub const PHY_PAYLOAD: usize = 127;
@@ -41,7 +42,7 @@ fn registered_device(config: DeviceConfig) -> Result<(Device<RustCrypto>, Memory
     let mut storage = MemoryStorage::default();
     let mut d = Device::boot(RustCrypto, config, &mut storage, &mut OsRng, &[], &[])
         .map_err(|e| anyhow!("{e}"))?;
-    d.handle_timeout(0, &mut storage)
+    d.handle_timeout(Instant::from_millis(0), &mut storage)
         .map_err(|e| anyhow!("{e}"))?;
     let mut buf = [0u8; 2048];
     let n = d.poll_transmit(&mut buf).context("no registration sent")?;
@@ -60,14 +61,14 @@ fn registered_device(config: DeviceConfig) -> Result<(Device<RustCrypto>, Memory
     b.option(option::LOCATION_PATH, b"1")
         .map_err(|e| anyhow!("{e}"))?;
     let rn = b.finish();
-    d.handle_datagram(1, &mut storage, &resp[..rn])
+    d.handle_datagram(Instant::from_millis(1), &mut storage, &resp[..rn])
         .map_err(|e| anyhow!("{e}"))?;
     anyhow::ensure!(d.is_registered());
     Ok((d, storage))
 }
 
 /// One temperature reading as the device sends it: (payload bytes, whole CoAP message bytes).
-fn device_datagram(config: DeviceConfig, timestamp: Option<u64>) -> Result<(usize, usize)> {
+fn device_datagram(config: DeviceConfig, timestamp: Option<UnixTime>) -> Result<(usize, usize)> {
     let (mut d, mut storage) = registered_device(config)?;
     let r = [Record {
         name: Some("t"),
@@ -75,7 +76,7 @@ fn device_datagram(config: DeviceConfig, timestamp: Option<u64>) -> Result<(usiz
         value: Some(Value::Number(21.5)),
         ..Default::default()
     }];
-    d.publish(2, &mut storage, &r, timestamp)
+    d.publish(Instant::from_millis(2), &mut storage, &r, timestamp)
         .map_err(|e| anyhow!("{e}"))?;
     let mut buf = [0u8; 2048];
     let n = d.poll_transmit(&mut buf).context("no reading sent")?;
@@ -114,7 +115,7 @@ pub fn wire() -> Result<Vec<WireRow>> {
         None,
     )?;
     push("COSE_Sign1, Ed25519, 8 low sequence bits", p, m);
-    let (p, m) = device_datagram(ed, Some(1_700_000_000))?;
+    let (p, m) = device_datagram(ed, Some(UnixTime::from_secs(1_700_000_000)))?;
     push("COSE_Sign1, Ed25519, with timestamp", p, m);
     let (p, m) = device_datagram(
         DeviceConfig {
@@ -236,7 +237,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
             sigil_server::unix_now(),
         )?;
         let mut c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
-        dev.handle_timeout(0, &mut storage)
+        dev.handle_timeout(Instant::from_millis(0), &mut storage)
             .map_err(|e| anyhow!("{e}"))?;
         let mut buf = [0u8; 2048];
         let n = dev.poll_transmit(&mut buf).context("registration")?;
@@ -245,7 +246,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
             .recv_raw(Duration::from_secs(5))
             .await
             .context("no registration answer")?;
-        dev.handle_datagram(1, &mut storage, &resp)
+        dev.handle_datagram(Instant::from_millis(1), &mut storage, &resp)
             .map_err(|e| anyhow!("{e}"))?;
         anyhow::ensure!(dev.is_registered(), "bench sensor not registered");
         let topic = format!(
@@ -310,7 +311,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
         }
     };
     let reps = 3;
-    let t = Instant::now();
+    let t = std::time::Instant::now();
     for _ in 0..reps {
         verify_all(&verify_set);
     }
@@ -318,7 +319,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let t = Instant::now();
+    let t = std::time::Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| {
@@ -333,7 +334,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
     bar.set_message("publishing");
     let cpu_before = process_cpu_seconds(child.0.id())?;
     let acked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let start = Instant::now();
+    let start = std::time::Instant::now();
     let mut tasks = Vec::new();
     for (topic, readings) in work {
         let acked = acked.clone();

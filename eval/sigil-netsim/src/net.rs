@@ -184,6 +184,11 @@ impl Emulator {
         self.now / 1000
     }
 
+    /// Virtual time as the cores take it.
+    pub fn instant(&self) -> sigil_time::Instant {
+        sigil_time::Instant::from_millis(self.now_ms())
+    }
+
     /// When the next frame arrives anywhere.
     pub fn next_arrival_us(&self) -> Option<u64> {
         self.arrivals.peek().map(|Reverse(a)| a.at)

@@ -172,7 +172,8 @@ pub fn signed_readings(
         DeviceConfig {
             // A sleepy sensor's registration must outlive its sleep: the device refreshes at
             // 80% of the lifetime, so at least one wake must fall in the last 20%.
-            lifetime_s: (every_ms / 1000 * 10).max(300) as u32,
+            lifetime: std::time::Duration::from_millis(every_ms * 10)
+                .max(std::time::Duration::from_secs(300)),
             ..DeviceConfig::default()
         },
         &mut storage,
@@ -210,13 +211,13 @@ pub fn signed_readings(
             let quiet = emu.next_arrival_us().is_none()
                 && device
                     .poll_timeout()
-                    .is_none_or(|t| t * 1000 > emu.now_us() + 10_000_000);
+                    .is_none_or(|t| t.as_millis() * 1000 > emu.now_us() + 10_000_000);
             if stop(events) && quiet {
                 return;
             }
             let next = [
                 emu.next_arrival_us(),
-                device.poll_timeout().map(|t| t * 1000),
+                device.poll_timeout().map(|t| t.as_millis() * 1000),
             ]
             .into_iter()
             .flatten()
@@ -227,10 +228,10 @@ pub fn signed_readings(
             };
             let arrived = emu.advance(next.max(emu.now_us()));
             let now_ms = emu.now_ms();
-            let _ = device.handle_timeout(now_ms, storage);
+            let _ = device.handle_timeout(emu.instant(), storage);
             for (to, d) in arrived {
                 if to == End::Device {
-                    let _ = device.handle_datagram(now_ms, storage, &d);
+                    let _ = device.handle_datagram(emu.instant(), storage, &d);
                     continue;
                 }
                 let now_s = NOW_UNIX + (now_ms / 1000) as i64;
@@ -264,7 +265,7 @@ pub fn signed_readings(
         let r = reading(i);
         // Waking, the firmware first serves the timers that came due while it slept (a
         // registration refresh), and publishes once that exchange is done.
-        let _ = device.handle_timeout(emu.now_ms(), &mut storage);
+        let _ = device.handle_timeout(emu.instant(), &mut storage);
         if !device.can_publish() {
             let until = emu.now_us() + every_ms * 500;
             run(
@@ -278,7 +279,7 @@ pub fn signed_readings(
         }
         let published_at = emu.now_us();
         let seq = device
-            .publish(emu.now_ms(), &mut storage, &r, None)
+            .publish(emu.instant(), &mut storage, &r, None)
             .expect("publish");
         events.clear();
         let acked = move |e: &[Event]| {

@@ -10,7 +10,7 @@ const CORES: &[(&str, &[&str])] = &[
     ("sigil-time", &[]),
     ("sigil-crypto", &[]),
     ("sigil-identity", &["sigil-crypto"]),
-    ("sigil-coap", &[]),
+    ("sigil-coap", &["sigil-time"]),
     ("sigil-freshness", &[]),
     ("sigil-objects", &["sigil-crypto", "sigil-identity"]),
     (

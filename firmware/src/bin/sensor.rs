@@ -76,14 +76,14 @@ fn main() -> ! {
         sigil_halt(1)
     };
     let mut buf = [0u8; MAX_DATAGRAM];
-    let mut now = 0u64;
+    let mut now = sigil_time::Instant::ZERO;
     if device.handle_timeout(now, &mut storage).is_err() {
         sigil_halt(2);
     }
     send(&mut device, &mut buf);
     let mut published = 0;
     while published < READINGS || !device.can_publish() {
-        now += 10;
+        now += core::time::Duration::from_millis(10);
         if let Some(n) = receive(&mut buf) {
             if device.handle_datagram(now, &mut storage, &buf[..n]).is_err() {
                 sigil_halt(3);

@@ -85,7 +85,7 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
     let config = DeviceConfig {
         algorithm: a.alg,
         format: a.format,
-        lifetime_s: a.lifetime,
+        lifetime: Duration::from_secs(u64::from(a.lifetime)),
         lsb_bits: a.lsb_bits,
         confirm_every: a.confirm_every,
         transmission,
