@@ -5,8 +5,22 @@
 //! an identity bound to the kit, `Idev = h(Pdev|Potherdev1|…)`. The exact byte layout hashed here
 //! is specified in `docs/identity.md`; every input is length-prefixed and domain-separated so no
 //! two different (algorithm, key, O) inputs hash the same bytes.
+//!
+//! Around the identity, Sigil's own formats that carry or check one live here too, so the
+//! device, the server and the application share one copy: [`announce`] (the key announcement
+//! in link format), [`binding`] (key → identity, group membership) and [`list`] (the identity
+//! list scanned from labels). Nothing here allocates.
 #![no_std]
 #![forbid(unsafe_code)]
+
+pub mod announce;
+mod b64;
+pub mod binding;
+pub mod list;
+
+pub use announce::{AnnounceError, KeyAnnouncement};
+pub use binding::{Binding, BindingError};
+pub use list::{ListEntry, ListError, ListedKind};
 
 use core::fmt;
 use sigil_crypto::{CryptoProvider, PublicKey};

@@ -118,14 +118,33 @@ fn group_identity_ignores_order_and_rejects_duplicates_and_outsiders() {
         Identity::of_group(&RustCrypto, &[]),
         Err(IdentityError::GroupSize)
     );
-    // Adding any key changes the group identity: outsiders cannot claim membership.
+    // Adding any key changes the group identity: outsiders cannot claim membership. The
+    // outsider is the RFC 6979 P-256 key, which is not one of the three RFC 8032 keys.
+    let outsider = key(
+        "p256",
+        "0460fed4ba255a9d31c961eb74c6356d68c049b8923b61fa6ce669622e60f29fb6\
+         7903fe1008b8bc99a41ae9e95628bc64f2f1b20c2d7e9f5177a3c294d4462299",
+    );
+    assert!(
+        !ks.contains(&outsider),
+        "the outsider must be outside the group"
+    );
     let mut more = ks.clone();
-    more.push(key(
-        "ed25519",
-        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
-    ));
-    if !ks.contains(&more[more.len() - 1]) {
-        assert_ne!(Identity::of_group(&RustCrypto, &more).unwrap(), id);
+    more.push(outsider);
+    assert_ne!(Identity::of_group(&RustCrypto, &more).unwrap(), id);
+    // Nor can it pass for a member: its kit-bound identity is no member's.
+    let outsider_as_member = Identity::of_member(&RustCrypto, &outsider, &ks).unwrap();
+    for (i, own) in ks.iter().enumerate() {
+        let others: Vec<_> = ks
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, k)| *k)
+            .collect();
+        assert_ne!(
+            Identity::of_member(&RustCrypto, own, &others).unwrap(),
+            outsider_as_member
+        );
     }
     // A member cannot list itself among the others.
     assert_eq!(
