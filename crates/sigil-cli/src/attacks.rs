@@ -2,16 +2,15 @@
 //! socket. Each reports what the server answered.
 
 use anyhow::{Context, Result};
-use base64::Engine;
 use sigil_client::coap::{CoapClient, RequestSpec};
 use sigil_client::os::OsRng;
 use sigil_coap::message::option;
 use sigil_coap::{
     Code, ContentFormat, Message, MessageBuilder, MessageType, TransmissionParameters,
 };
-use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
-use sigil_identity::Identity;
+use sigil_identity::{Identity, KeyAnnouncement};
 use sigil_objects::cose::CoseSign1;
 use sigil_objects::reading::sign_reading;
 use sigil_objects::senml::{self, Record, Value};
@@ -168,11 +167,10 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
     let rogue_pk = RustCrypto
         .public_key(&rogue_key)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let links = format!(
-        "</m>;rt=\"sigil.env\";ct=18;key=\"{}\";alg={}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rogue_pk.as_bytes()),
-        SignatureAlgorithm::Ed25519.cose()
-    );
+    let mut links = String::from("</m>;rt=\"sigil.env\";ct=18");
+    KeyAnnouncement::new(rogue_pk, b"")
+        .context("announcement")?
+        .emit(&mut links, [] as [PublicKey; 0])?;
     let spec = RequestSpec {
         path: "rd",
         query: vec![format!("ep={victim}"), "lt=300".into()],

@@ -5,10 +5,9 @@
 
 use crate::coap::CoapClient;
 use anyhow::{Context, Result};
-use base64::Engine;
 use sigil_coap::{link, Code, ContentFormat, TransmissionParameters};
-use sigil_crypto::{PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_identity::Identity;
+use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_identity::{Binding, Identity, KeyAnnouncement};
 use sigil_objects::cbor::Decoder;
 use sigil_objects::cose::SeqField;
 use sigil_objects::senml::{self, OwnedValue};
@@ -17,8 +16,6 @@ use std::collections::HashSet;
 
 /// Most readings the application fetches from one topic when asked for all of them.
 pub const MAX_HISTORY: usize = 100_000;
-
-const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// One sensor resource as announced by the Resource Directory.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -80,26 +77,19 @@ pub fn parse_lookup(text: &str) -> Result<Vec<Announced>> {
     {
         let l = l.map_err(|e| anyhow::anyhow!("{e}"))?;
         let Some(ep) = l.attr("ep") else { continue };
-        let alg = l
-            .attr("alg")
-            .and_then(|a| a.parse().ok())
-            .and_then(SignatureAlgorithm::from_cose);
-        let key = match (alg, l.attr("key").and_then(|k| B64.decode(k).ok())) {
-            (Some(alg), Some(k)) => PublicKey::from_bytes(alg, &k).ok(),
-            _ => None,
-        };
+        // A malformed announcement leaves the sensor without a usable key: its readings are
+        // reported as unverifiable, not dropped.
+        let announced = KeyAnnouncement::parse(l.attrs().map(|a| (a.name, a.value)))
+            .ok()
+            .flatten();
         out.push(Announced {
             ep: ep.to_string(),
             href: l.target.to_string(),
             content_format: l.attr("ct").and_then(|c| c.parse().ok()),
-            key,
-            group: l
-                .attr("grp")
-                .and_then(sigil_server::store::decode_keys)
-                .unwrap_or_default(),
-            other: l
-                .attr("io")
-                .and_then(|o| B64.decode(o).ok())
+            key: announced.map(|a| *a.key()),
+            group: announced.map(|a| a.group().collect()).unwrap_or_default(),
+            other: announced
+                .map(|a| a.other_info().to_vec())
                 .unwrap_or_default(),
         });
     }
@@ -108,13 +98,13 @@ pub fn parse_lookup(text: &str) -> Result<Vec<Announced>> {
 
 /// The trust list: identities (device or group) the application accepts.
 pub fn load_trust(text: &str) -> Result<HashSet<Identity>> {
-    Ok(sigil_server::provision::parse_list(text)?
-        .into_iter()
-        .map(|e| e.identity)
-        .collect())
+    sigil_identity::list::entries(text)
+        .map(|e| e.map(|e| e.identity).map_err(|e| anyhow::anyhow!("{e}")))
+        .collect()
 }
 
-/// Checks one announced sensor's key against its identity and the trust list.
+/// Checks one announced sensor's key against its identity and the trust list
+/// (`sigil_identity::binding`, the same check the directory made at registration).
 fn bind_key(
     a: &Announced,
     trust: Option<&HashSet<Identity>>,
@@ -122,23 +112,14 @@ fn bind_key(
     let Ok(ep) = Identity::parse(&a.ep) else {
         return (None, false, Some(false));
     };
-    let Some(key) = a.key else {
+    let binding = a
+        .key
+        .and_then(|key| Binding::check(&RustCrypto, &ep, &key, &a.group, &a.other).ok());
+    let Some(binding) = binding else {
         return (Some(ep), false, trust.map(|_| false));
     };
-    let (device, group) = if a.group.is_empty() {
-        (Identity::of_key(&RustCrypto, &key, &a.other).ok(), None)
-    } else {
-        let mut all = a.group.clone();
-        all.push(key);
-        (
-            Identity::of_member(&RustCrypto, &key, &a.group).ok(),
-            Identity::of_group(&RustCrypto, &all).ok(),
-        )
-    };
-    let matches = device == Some(ep);
-    let trusted =
-        trust.map(|t| matches && (t.contains(&ep) || group.is_some_and(|g| t.contains(&g))));
-    (Some(ep), matches, trusted)
+    let trusted = trust.map(|t| binding.authorized_by(|i| t.contains(i)).is_some());
+    (Some(ep), true, trusted)
 }
 
 /// Verifies a list of signed readings (oldest first) of one sensor.

@@ -28,13 +28,3 @@ pub use machine::{
     MAX_GROUP_KEYS, MAX_OTHER_INFO,
 };
 pub use storage::{DeviceStorage, MemoryStorage};
-
-/// The bytes a device signs to announce its current sequence number at registration:
-/// `"sigil-resync-v1" || identity (16) || seq (8, big-endian)`.
-pub fn resync_message(identity: &sigil_identity::Identity, seq: u64) -> [u8; 39] {
-    let mut m = [0u8; 39];
-    m[..15].copy_from_slice(b"sigil-resync-v1");
-    m[15..31].copy_from_slice(identity.as_bytes());
-    m[31..].copy_from_slice(&seq.to_be_bytes());
-    m
-}

@@ -11,8 +11,9 @@ use sigil_coap::{
 };
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm};
 use sigil_freshness::{SequenceCounter, SequenceError};
-use sigil_identity::Identity;
+use sigil_identity::{Identity, KeyAnnouncement};
 use sigil_objects::json::SliceWriter;
+use sigil_objects::resync::resync_statement;
 use sigil_objects::senml::{self, Record};
 use sigil_objects::{reading, Freshness, ReadingFormat};
 use sigil_time::{Instant, UnixTime};
@@ -23,6 +24,8 @@ pub const MAX_DATAGRAM: usize = 512;
 pub const MAX_GROUP_KEYS: usize = 16;
 /// Longest "other information" O in I = h(P|O).
 pub const MAX_OTHER_INFO: usize = 32;
+// Whatever the device accepts, its key announcement can carry.
+const _: () = assert!(MAX_OTHER_INFO <= sigil_identity::announce::MAX_OTHER_INFO);
 const MAX_REG_PAYLOAD: usize = 2048;
 const MAX_LOCATION: usize = 24;
 const MAX_SENML: usize = 256;
@@ -487,29 +490,15 @@ impl<C: CryptoProvider> Device<C> {
         let r: fmt::Result = (|| {
             write!(
                 w,
-                "</{}>;rt=\"{}\";ct={};key=\"",
+                "</{}>;rt=\"{}\";ct={}",
                 self.config.resource.href,
                 self.config.resource.rt,
                 self.config.format.content_format()
             )?;
-            b64(&mut w, self.public.as_bytes())?;
-            write!(w, "\";alg={}", self.public.algorithm().cose())?;
-            if self.group.iter().any(|g| g.is_some()) {
-                w.write_str(";grp=\"")?;
-                for (i, k) in self.group.iter().flatten().enumerate() {
-                    if i > 0 {
-                        w.write_char(' ')?;
-                    }
-                    write!(w, "{}:", k.algorithm().cose())?;
-                    b64(&mut w, k.as_bytes())?;
-                }
-                w.write_char('"')?;
-            }
-            if self.other_len > 0 {
-                w.write_str(";io=\"")?;
-                b64(&mut w, &self.other[..self.other_len])?;
-                w.write_char('"')?;
-            }
+            // The key announcement (docs/wire-formats.md); `other` is at most MAX_OTHER_INFO.
+            KeyAnnouncement::new(self.public, &self.other[..self.other_len])
+                .ok_or(fmt::Error)?
+                .emit(&mut w, self.group.iter().flatten())?;
             Ok(())
         })();
         r.map_err(|_| DeviceError::TooLarge)?;
@@ -537,7 +526,7 @@ impl<C: CryptoProvider> Device<C> {
     #[inline(never)]
     fn sign_resync(&self, seq: u64) -> Result<Signature, DeviceError> {
         self.crypto
-            .sign(&self.key, &crate::resync_message(&self.identity, seq))
+            .sign(&self.key, &resync_statement(&self.identity, seq))
             .map_err(|_| DeviceError::Encoding)
     }
 
@@ -947,10 +936,6 @@ impl<C: CryptoProvider> Device<C> {
     fn exchange_failed_with(&mut self, now: Instant, code: Code) {
         self.exchange_failed(now, Some(code));
     }
-}
-
-fn b64(w: &mut SliceWriter<'_>, data: &[u8]) -> fmt::Result {
-    sigil_objects::json::write_base64url(w, data)
 }
 
 fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {

@@ -17,6 +17,7 @@ pub mod cose;
 pub mod json;
 pub mod jws;
 pub mod reading;
+pub mod resync;
 pub mod senml;
 
 pub use reading::{Freshness, ReadingError, ReadingFormat, SignedReading};

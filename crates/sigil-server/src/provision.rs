@@ -1,17 +1,17 @@
 //! Provisioning: feeding the authorized identity list (RFC 8387 §4) from the command line or
 //! from a text file as scanned from device labels or a kit's box.
 //!
-//! File format: one identity per line, in any label form (32 hex digits; `-`, `:`, `_` and
-//! spaces ignored), optionally followed by `group` or `device` and a free-text label. `#`
-//! starts a comment. The short last-digits form is refused: it is not unique enough to
-//! authorize anything.
+//! The file format and its refusals are `sigil_identity::list`'s (one identity per line, in any
+//! label form, optionally `group` or `device` and a label; `#` comments); the application's
+//! trust list is the same format.
 
 use crate::store::{IdentityKind, Store, StoreError};
+use sigil_identity::list::{self, ListedKind};
 use sigil_identity::Identity;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("line {line}: {msg}")]
+    #[error("{msg}")]
     Line { line: usize, msg: String },
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -25,59 +25,25 @@ pub struct Entry {
     pub label: String,
 }
 
-/// Parses an identity list. Every line is checked before anything is returned.
+/// Parses an identity list (`sigil_identity::list`). Every line is checked before anything is
+/// returned; the first refused line is the error.
 pub fn parse_list(text: &str) -> Result<Vec<Entry>, ImportError> {
-    let mut out = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let err = |msg: String| ImportError::Line { line: i + 1, msg };
-        // The identity is the leading run of hex digits and separators.
-        let mut split = line.len();
-        let mut digits = 0;
-        for (pos, c) in line.char_indices() {
-            if c.is_ascii_hexdigit() {
-                digits += 1;
-                if digits == 32 {
-                    split = pos + 1;
-                    break;
-                }
-            } else if !matches!(c, '-' | ':' | '_' | ' ') {
-                split = pos;
-                break;
-            }
-        }
-        let (id_text, rest) = line.split_at(split);
-        let identity = Identity::parse(id_text).map_err(|_| {
-            let n = id_text.chars().filter(|c| c.is_ascii_hexdigit()).count();
-            if n > 0 && n < 32 {
-                err(format!("'{}' has {n} hex digits: short labels cannot authorize a device, scan the full 32-digit identity", id_text.trim()))
-            } else {
-                err(format!("'{line}' does not start with a 32-digit identity"))
-            }
-        })?;
-        let mut words = rest.split_whitespace().peekable();
-        let kind = match words.peek().copied() {
-            Some("group") => {
-                words.next();
-                IdentityKind::Group
-            }
-            Some("device") => {
-                words.next();
-                IdentityKind::Device
-            }
-            _ => IdentityKind::Device,
-        };
-        let label = words.collect::<Vec<_>>().join(" ");
-        out.push(Entry {
-            identity,
-            kind,
-            label,
-        });
-    }
-    Ok(out)
+    list::entries(text)
+        .map(|e| {
+            let e = e.map_err(|err| ImportError::Line {
+                line: err.line(),
+                msg: err.to_string(),
+            })?;
+            Ok(Entry {
+                identity: e.identity,
+                kind: match e.kind {
+                    ListedKind::Device => IdentityKind::Device,
+                    ListedKind::Group => IdentityKind::Group,
+                },
+                label: e.label.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// Imports a list into the store; returns (added, already present).

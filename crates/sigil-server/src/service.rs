@@ -16,16 +16,16 @@
 //!   `GET /ps/N/<href>?n=&after=` history as a CBOR array of the signed readings.
 
 use crate::stats::Stats;
-use crate::store::{decode_keys, Batch, IdentityKind, NewReading, Registration, Store, StoreError};
+use crate::store::{Batch, IdentityKind, NewReading, Registration, Store, StoreError};
 use base64::Engine;
 use sigil_coap::link::{self, write_link};
 use sigil_coap::{Code, ContentFormat};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_freshness::{self as freshness, FreshnessPolicy, Verdict};
-use sigil_identity::Identity;
+use sigil_identity::{AnnounceError, Binding, BindingError, Identity, KeyAnnouncement};
 use sigil_objects::cose::SeqField;
 use sigil_objects::senml::{self, OwnedValue};
-use sigil_objects::{ReadingFormat, SignedReading};
+use sigil_objects::{resync, ReadingFormat, SignedReading};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
@@ -471,26 +471,6 @@ impl State {
         }
         Some((entry, href.as_str()))
     }
-
-    /// The claimed key's identity: `I = h(P|O)`, or with kit keys `Idev` and `Igrp` (§4.1).
-    fn identities_of(
-        &self,
-        key: &PublicKey,
-        other: &[u8],
-        group: &[PublicKey],
-    ) -> Result<(Identity, Option<Identity>), &'static str> {
-        if group.is_empty() {
-            return Ok((
-                Identity::of_key(&self.crypto, key, other).map_err(|_| "bad_key")?,
-                None,
-            ));
-        }
-        let member = Identity::of_member(&self.crypto, key, group).map_err(|_| "bad_group")?;
-        let mut all = group.to_vec();
-        all.push(*key);
-        let grp = Identity::of_group(&self.crypto, &all).map_err(|_| "bad_group")?;
-        Ok((member, Some(grp)))
-    }
 }
 
 fn is_publish(req: &Request) -> bool {
@@ -689,61 +669,50 @@ impl Ctx<'_> {
         let Ok(links) = link::parse(text) else {
             return Ok(self.reject_registration("malformed_link_format", Code::BAD_REQUEST, req));
         };
-        // The key: every link that carries one must carry the same.
-        let mut key: Option<(String, Option<String>, Option<String>, Option<String>)> = None;
+        // The key announcement (sigil_identity::announce): every link that carries one must
+        // carry the same.
+        let mut announced: Option<KeyAnnouncement<'_>> = None;
         for l in links.flatten() {
-            if let Some(k) = l.attr("key") {
-                let this = (
-                    k.to_string(),
-                    l.attr("alg").map(str::to_string),
-                    l.attr("grp").map(str::to_string),
-                    l.attr("io").map(str::to_string),
-                );
-                if key.as_ref().is_some_and(|prev| prev != &this) {
-                    return Ok(self.reject_registration("bad_key", Code::BAD_REQUEST, req));
+            let this = match KeyAnnouncement::parse(l.attrs().map(|a| (a.name, a.value))) {
+                Ok(None) => continue,
+                Ok(Some(a)) => a,
+                Err(AnnounceError::BadGroup) => {
+                    return Ok(self.reject_registration("bad_group", Code::BAD_REQUEST, req))
                 }
-                key = Some(this);
+                Err(AnnounceError::MissingKey) => {
+                    return Ok(self.reject_registration("missing_key", Code::BAD_REQUEST, req))
+                }
+                Err(_) => return Ok(self.reject_registration("bad_key", Code::BAD_REQUEST, req)),
+            };
+            if announced.as_ref().is_some_and(|prev| prev != &this) {
+                return Ok(self.reject_registration("bad_key", Code::BAD_REQUEST, req));
             }
+            announced = Some(this);
         }
-        let Some((key_b64, alg, grp, io)) = key else {
+        let Some(announced) = announced else {
             return Ok(self.reject_registration("missing_key", Code::BAD_REQUEST, req));
         };
-        let alg = match alg {
-            Some(a) => a
-                .parse::<i64>()
-                .ok()
-                .and_then(SignatureAlgorithm::from_cose),
-            None => Some(SignatureAlgorithm::Ed25519),
+        let key = *announced.key();
+        let group: Vec<PublicKey> = announced.group().collect();
+        let other = announced.other_info().to_vec();
+        let binding = match Binding::check(&self.svc.crypto, &ep, &key, &group, &other) {
+            Ok(b) => b,
+            Err(BindingError::Mismatch) => {
+                return Ok(self.reject_registration("identity_mismatch", Code::FORBIDDEN, req))
+            }
+            Err(BindingError::BadGroup) => {
+                return Ok(self.reject_registration("bad_group", Code::BAD_REQUEST, req))
+            }
+            Err(BindingError::BadKey) => {
+                return Ok(self.reject_registration("bad_key", Code::BAD_REQUEST, req))
+            }
         };
-        let key = alg.and_then(|alg| PublicKey::from_bytes(alg, &B64.decode(key_b64).ok()?).ok());
-        let Some(key) = key else {
-            return Ok(self.reject_registration("bad_key", Code::BAD_REQUEST, req));
-        };
-        let group = match grp.as_deref().map(decode_keys) {
-            None => Vec::new(),
-            Some(Some(g)) if !g.is_empty() => g,
-            Some(_) => return Ok(self.reject_registration("bad_group", Code::BAD_REQUEST, req)),
-        };
-        let other = match io.map(|s| B64.decode(s)) {
-            None => Vec::new(),
-            Some(Ok(o)) => o,
-            Some(Err(_)) => return Ok(self.reject_registration("bad_key", Code::BAD_REQUEST, req)),
-        };
-        let (device_id, group_id) = match self.svc.identities_of(&key, &other, &group) {
-            Ok(ids) => ids,
-            Err(reason) => return Ok(self.reject_registration(reason, Code::BAD_REQUEST, req)),
-        };
-        if device_id != ep {
-            return Ok(self.reject_registration("identity_mismatch", Code::FORBIDDEN, req));
-        }
         if req.auth.as_ref().is_some_and(|a| !a.speaks_for(&ep, &key)) {
             return Ok(self.reject_registration("dtls_identity_mismatch", Code::FORBIDDEN, req));
         }
-        let authorized_by = if self.is_authorized(&ep) {
-            ep
-        } else if let Some(g) = group_id.filter(|g| self.is_authorized(g)) {
-            g
-        } else if self.svc.config.danger_trust_on_first_use && group_id.is_none() {
+        let authorized_by = if let Some(by) = binding.authorized_by(|i| self.is_authorized(i)) {
+            by
+        } else if self.svc.config.danger_trust_on_first_use && binding.group.is_none() {
             b.add_identity(&ep, IdentityKind::Device, "trust on first use", self.now)?;
             self.new_authorized.push(ep);
             self.count("register.trust_on_first_use");
@@ -806,8 +775,7 @@ impl Ctx<'_> {
                 req,
             )));
         };
-        let msg = sigil_device::resync_message(ep, seq);
-        if self.svc.crypto.verify(key, &msg, &sig).is_err() {
+        if resync::verify_resync(&self.svc.crypto, key, ep, seq, &sig).is_err() {
             return Ok(Some(self.reject_registration(
                 "bad_resync_signature",
                 Code::UNAUTHORIZED,
@@ -889,11 +857,22 @@ impl Ctx<'_> {
             Some(_) => true,
             None => false,
         };
-        if req.query("ss").is_none() && !by_session {
+        let signed = req.query("sq").is_some() && req.query("ss").is_some();
+        if !signed && !by_session {
             self.count("register.rejected.unsigned_removal");
             return Ok(diagnostic(
                 Code::UNAUTHORIZED,
                 "removal must be signed (sq, ss)",
+            ));
+        }
+        // The statement is the resync one, so its number must be new (§8.2): a statement seen
+        // before (the registration's own, an earlier removal) cannot be replayed to remove.
+        let fresh = |sq: &str| sq.parse::<u64>().is_ok_and(|n| n > self.highest(&e.reg.ep));
+        if signed && !req.query("sq").is_some_and(fresh) {
+            self.count("register.rejected.stale_removal");
+            return Ok(diagnostic(
+                Code::UNAUTHORIZED,
+                "removal sequence number not above the last one seen",
             ));
         }
         if let Some(reply) = self.resync(b, req, &e.reg.ep, &e.reg.key)? {
@@ -948,10 +927,10 @@ impl Ctx<'_> {
                 links.push(s);
                 continue;
             }
-            let key = B64.encode(e.reg.key.as_bytes());
-            let alg = e.reg.key.algorithm().cose().to_string();
-            let grp = crate::store::encode_keys(&e.reg.group_keys);
-            let io = B64.encode(&e.reg.other_info);
+            // Registration refused `io` over the announcement's bound, so this is always Some.
+            let Some(announced) = KeyAnnouncement::new(e.reg.key, &e.reg.other_info) else {
+                continue;
+            };
             for (href, ct, rt) in &e.resources {
                 if want_rt.is_some_and(|w| {
                     rt.as_deref()
@@ -967,16 +946,9 @@ impl Ctx<'_> {
                 if let Some(ct) = &ct {
                     attrs.push(("ct", Some(ct.as_str())));
                 }
-                attrs.push(("key", Some(key.as_str())));
-                attrs.push(("alg", Some(alg.as_str())));
-                if !grp.is_empty() {
-                    attrs.push(("grp", Some(grp.as_str())));
-                }
-                if !e.reg.other_info.is_empty() {
-                    attrs.push(("io", Some(io.as_str())));
-                }
                 let mut s = String::new();
                 let _ = write_link(&mut s, &format!("/ps/{}/{}", e.reg.id, href), &attrs);
+                let _ = announced.emit(&mut s, &e.reg.group_keys);
                 links.push(s);
             }
         }

@@ -166,32 +166,19 @@ pub struct NewReading<'a> {
 
 /// Encodes group keys as `alg:base64url` words.
 pub fn encode_keys(keys: &[PublicKey]) -> String {
-    use base64::Engine;
-    keys.iter()
-        .map(|k| {
-            format!(
-                "{}:{}",
-                k.algorithm().cose(),
-                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k.as_bytes())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    let mut out = String::new();
+    for (i, k) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let _ = sigil_identity::announce::write_group_word(&mut out, k);
+    }
+    out
 }
 
 /// Decodes `alg:base64url` words; `None` if any word is malformed.
 pub fn decode_keys(text: &str) -> Option<Vec<PublicKey>> {
-    use base64::Engine;
-    text.split_whitespace()
-        .map(|w| {
-            let (alg, b) = w.split_once(':')?;
-            let alg = SignatureAlgorithm::from_cose(alg.parse().ok()?)?;
-            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(b)
-                .ok()?;
-            PublicKey::from_bytes(alg, &bytes).ok()
-        })
-        .collect()
+    Some(sigil_identity::announce::parse_group(text)?.collect())
 }
 
 pub struct Store {

@@ -572,3 +572,267 @@ fn regression_block2_past_the_end_does_not_recurse() {
         assert!(m.block2().is_none());
     }
 }
+
+/// One raw CoAP request to the dispatcher, each with a new message ID (so none is answered
+/// from the deduplication cache); returns the answer's code and payload.
+fn raw(
+    d: &mut Dispatcher,
+    mtype: sigil_coap::MessageType,
+    code: sigil_coap::Code,
+    path: &str,
+    query: &[String],
+    payload: &[u8],
+) -> Option<(sigil_coap::Code, Vec<u8>)> {
+    use sigil_coap::{option, Message, MessageBuilder};
+    static NEXT_MID: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(20_000);
+    let mid = NEXT_MID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut buf = [0u8; 1024];
+    let mut b = MessageBuilder::new(&mut buf, mtype, code, mid, &mid.to_be_bytes()).unwrap();
+    b.uri_path(path).unwrap();
+    for q in query {
+        b.option(option::URI_QUERY, q.as_bytes()).unwrap();
+    }
+    let n = if payload.is_empty() {
+        b.finish()
+    } else {
+        b.finish_with_payload(payload).unwrap()
+    };
+    let client = SocketAddr::from(([127, 0, 0, 1], 49999));
+    let replies = d.handle_at(vec![(client, buf[..n].to_vec())], NOW);
+    replies.first().map(|(_, r)| {
+        let m = Message::parse(r).unwrap();
+        (m.code, m.payload.to_vec())
+    })
+}
+
+/// The topic's stored readings, verified end to end as the application does.
+fn verified_history(d: &mut Dispatcher, topic: &str, key: &PublicKey, id: &Identity) -> Vec<u64> {
+    use sigil_objects::cose::SeqField;
+    use sigil_objects::SignedReading;
+    let (code, body) = raw(
+        d,
+        sigil_coap::MessageType::Confirmable,
+        sigil_coap::Code::GET,
+        topic,
+        &["n=100".into()],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(code, sigil_coap::Code::CONTENT);
+    let mut dec = sigil_objects::cbor::Decoder::new(&body);
+    let n = dec.array().unwrap();
+    (0..n)
+        .map(|_| {
+            let bytes = dec.bytes().unwrap();
+            let r = SignedReading::parse(sigil_objects::ReadingFormat::Cose, bytes).unwrap();
+            let SeqField::Full(seq) = r.seq else {
+                panic!("full numbers expected")
+            };
+            let mut scratch = vec![0u8; r.scratch_len()];
+            r.verify_end_to_end(&RustCrypto, key, id, seq, &mut scratch)
+                .unwrap();
+            seq
+        })
+        .collect()
+}
+
+fn topic_of(s: &Sensor) -> String {
+    format!(
+        "ps/{}/m",
+        s.device.location().unwrap().rsplit('/').next().unwrap()
+    )
+}
+
+#[test]
+fn non_confirmable_readings_are_stored_and_verify_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let config = DeviceConfig {
+        confirm_every: 0,
+        ..Default::default()
+    };
+    let mut s = Sensor::new(50, 48000, config, &[]);
+    provision(&db, s.device.identity(), IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    assert!(s.device.is_registered());
+    let seqs: Vec<u64> = (0..5)
+        .map(|v| s.publish(&mut d, &mut now, f64::from(v)))
+        .collect();
+    // Every reading left as Non-confirmable: none is acknowledged, each one is Sent.
+    assert!(s.acked().is_empty(), "{:?}", s.events);
+    let sent: Vec<u64> = s
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Published {
+                seq,
+                outcome: PublishOutcome::Sent,
+            } => Some(*seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, seqs);
+    let last = s.sent.last().unwrap().clone();
+    let m = sigil_coap::Message::parse(&last).unwrap();
+    assert_eq!(m.mtype, sigil_coap::MessageType::NonConfirmable);
+    assert_eq!(stats.get("publish.accepted"), 5);
+    let topic = topic_of(&s);
+    let key = *s.device.public_key();
+    let id = *s.device.identity();
+    assert_eq!(verified_history(&mut d, &topic, &key, &id), seqs);
+
+    // A Non-confirmable reading with one signature byte changed is not stored.
+    let mut bad = last.clone();
+    bad[2..4].copy_from_slice(&0xbeefu16.to_be_bytes());
+    let end = bad.len() - 1;
+    bad[end] ^= 1;
+    d.handle_at(vec![(s.addr, bad)], NOW);
+    assert_eq!(stats.get("publish.accepted"), 5);
+    assert_eq!(verified_history(&mut d, &topic, &key, &id), seqs);
+    // Nor is the same reading delivered again in a new Non-confirmable message (a replay).
+    let mut again = last;
+    again[2..4].copy_from_slice(&0xbef0u16.to_be_bytes());
+    d.handle_at(vec![(s.addr, again)], NOW);
+    assert_eq!(stats.get("publish.accepted"), 5);
+    assert_eq!(verified_history(&mut d, &topic, &key, &id), seqs);
+}
+
+#[test]
+fn removal_needs_a_fresh_signature_by_the_registered_key_and_drops_the_topic() {
+    use sigil_coap::{Code, MessageType};
+    use sigil_objects::resync::sign_resync;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (mut d, stats) = dispatcher(&db, 1000);
+    let mut s = Sensor::new(60, 48100, DeviceConfig::default(), &[]);
+    let id = *s.device.identity();
+    provision(&db, &id, IdentityKind::Device);
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    let seq = s.publish(&mut d, &mut now, 21.0);
+    let location = s.device.location().unwrap().to_string();
+    let topic = topic_of(&s);
+    let key = s.storage.key.clone().unwrap();
+    let sig = |seq: u64, k: &sigil_crypto::SecretKey| {
+        let sig = sign_resync(&RustCrypto, k, &id, seq).unwrap();
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sig.0)
+    };
+    let delete = |d: &mut Dispatcher, query: &[String]| {
+        raw(
+            d,
+            MessageType::Confirmable,
+            Code::DELETE,
+            &location,
+            query,
+            &[],
+        )
+        .unwrap()
+        .0
+    };
+    let lookup = |d: &mut Dispatcher| {
+        let (code, body) = raw(
+            d,
+            MessageType::Confirmable,
+            Code::GET,
+            "rd-lookup/res",
+            &[],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(code, Code::CONTENT);
+        String::from_utf8(body).unwrap()
+    };
+    assert!(lookup(&mut d).contains(&id.to_string()));
+
+    // Unsigned, half-signed, or signed by another key: refused, and nothing is removed.
+    assert_eq!(delete(&mut d, &[]), Code::UNAUTHORIZED);
+    assert_eq!(
+        delete(&mut d, &[format!("ss={}", sig(seq + 1, &key))]),
+        Code::UNAUTHORIZED
+    );
+    let rogue = RustCrypto
+        .generate(sigil_crypto::SignatureAlgorithm::Ed25519, &mut Seeded(99))
+        .unwrap();
+    assert_eq!(
+        delete(
+            &mut d,
+            &[
+                format!("sq={}", seq + 1),
+                format!("ss={}", sig(seq + 1, &rogue))
+            ]
+        ),
+        Code::UNAUTHORIZED
+    );
+    // The device's own statement for a number already seen (e.g. its registration's, which
+    // crossed the network) cannot be replayed as a removal.
+    assert_eq!(
+        delete(
+            &mut d,
+            &[format!("sq={seq}"), format!("ss={}", sig(seq, &key))]
+        ),
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(stats.get("register.removed"), 0);
+    assert!(lookup(&mut d).contains(&id.to_string()));
+    assert_eq!(
+        raw(
+            &mut d,
+            MessageType::Confirmable,
+            Code::GET,
+            &topic,
+            &[],
+            &[]
+        )
+        .unwrap()
+        .0,
+        Code::CONTENT
+    );
+
+    // Signed by the registered key with a new number: removed (RFC 9176 §5.3.2), and its
+    // topic goes with it.
+    assert_eq!(
+        delete(
+            &mut d,
+            &[
+                format!("sq={}", seq + 5),
+                format!("ss={}", sig(seq + 5, &key))
+            ]
+        ),
+        Code::DELETED
+    );
+    assert_eq!(stats.get("register.removed"), 1);
+    assert!(!lookup(&mut d).contains(&id.to_string()));
+    assert_eq!(
+        raw(
+            &mut d,
+            MessageType::Confirmable,
+            Code::GET,
+            &topic,
+            &[],
+            &[]
+        )
+        .unwrap()
+        .0,
+        Code::NOT_FOUND
+    );
+    // A reading for the removed topic (the device's last one, in a new message) is refused.
+    let mut again = s.sent.last().unwrap().clone();
+    again[2..4].copy_from_slice(&9003u16.to_be_bytes());
+    let replies = d.handle_at(vec![(s.addr, again)], NOW);
+    let m = sigil_coap::Message::parse(&replies[0].1).unwrap();
+    assert_eq!(m.code, Code::NOT_FOUND);
+    // Removing it again: it is gone.
+    assert_eq!(
+        delete(
+            &mut d,
+            &[
+                format!("sq={}", seq + 6),
+                format!("ss={}", sig(seq + 6, &key))
+            ]
+        ),
+        Code::NOT_FOUND
+    );
+}

@@ -40,15 +40,3 @@ fn the_embedded_signed_reading_is_what_the_signing_operation_produces() {
     let n = sigil_devbench::reading_sign_ed25519(&RustCrypto, &mut out).unwrap();
     assert_eq!(&out[..n], &sigil_devbench::SIGNED_READING_ED25519[..]);
 }
-
-#[test]
-fn print_outputs() {
-    if std::env::var("SIGIL_PRINT_KAT").is_err() {
-        return;
-    }
-    for op in operations::<RustCrypto>() {
-        let mut out = [0u8; MAX_OUTPUT];
-        let r = (op.run)(&RustCrypto, &mut out).map(|n| hex::encode(&out[..n]));
-        println!("{} {:?}", op.name, r);
-    }
-}

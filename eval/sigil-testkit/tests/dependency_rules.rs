@@ -41,12 +41,7 @@ const EVAL: &[&str] = &[
 
 /// Edges that break a rule today and the change that removes each. Empty when the tree
 /// follows every rule.
-const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[
-    // The identity list and the key announcement move to sigil-identity.
-    ("sigil-client", "sigil-server"),
-    // The signed resync statement moves to sigil-objects.
-    ("sigil-server", "sigil-device"),
-];
+const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[];
 
 struct Package {
     manifest: String,
