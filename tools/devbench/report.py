@@ -1,5 +1,6 @@
 """Writes docs/device-costs.md and its plots from the measurement results."""
 import datetime
+import json
 import os
 
 from boards import BOARDS, CORE_NOTE
@@ -118,8 +119,28 @@ def plot_flash(results, path):
     plt.close(fig)
 
 
+def cycles_json(results):
+    """The cycles of every operation on every core, as docs/device-cycles.json: the
+    machine-readable copy of the operations table that the emulator's cycle tables
+    (crates/sigil-netsim/src/energy.rs) are checked against by its tests."""
+    b = results["bench"]
+    cycles = {v: {op: b[v][op]["cycles"] for op, _ in OPS if b[v].get(op)}
+              for v, _ in VARIANTS if v in b}
+    for opt, level in ((results.get("avr") or {}).get("levels") or {}).items():
+        cycles[f"avr-{opt}"] = {op: r["cycles"] for op, r in level["ops"].items()}
+    return {
+        "source": "scripts/bench-device (tools/devbench/report.py), the run behind "
+                  "docs/device-costs.md. Cortex-M: the cycle model; AVR: simavr, exact. "
+                  "Keys: bench variant (tools/devbench/run.py) or avr-<opt-level>.",
+        "cycles": cycles,
+    }
+
+
 def write(results, out_path):
     docs = os.path.dirname(out_path)
+    with open(os.path.join(docs, "device-cycles.json"), "w") as f:
+        json.dump(cycles_json(results), f, indent=1, sort_keys=True)
+        f.write("\n")
     img = os.path.join(docs, "img")
     os.makedirs(img, exist_ok=True)
     plot_cycles(results, os.path.join(img, "device-cycles.png"))
@@ -402,7 +423,7 @@ def write(results, out_path):
     w("## Reproduce")
     w("")
     w("```sh")
-    w("scripts/bench-device          # this page, docs/img/device-*.png, target/devbench/results.json")
+    w("scripts/bench-device          # this page, docs/device-cycles.json, docs/img/device-*.png, target/devbench/results.json")
     w("scripts/bench-device --quick  # what the test command runs: builds, known answers, sizes")
     w("```")
     w("")

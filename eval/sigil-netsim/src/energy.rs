@@ -15,7 +15,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 /// Cycles of each operation on one core, from `scripts/bench-device` (full run, the numbers in
-/// docs/device-costs.md). `None`: not measured on that core (the emulator then refuses to
+/// docs/device-costs.md and docs/device-cycles.json; `tests/cycle_tables.rs` fails when these
+/// drift from that file). `None`: not measured on that core (the emulator then refuses to
 /// price it rather than guess).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CycleTable {
