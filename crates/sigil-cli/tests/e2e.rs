@@ -588,3 +588,197 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
     srv.kill().unwrap();
     srv.wait().unwrap();
 }
+
+/// `sigil app --trust <file> --json`: its exit status and report.
+fn app_report(uri: &str, trust: &Path) -> (i32, serde_json::Value) {
+    let out = sigil(&[
+        "app",
+        "--server",
+        uri,
+        "--trust",
+        trust.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), report)
+}
+
+/// The application trusts neither the broker's storage nor the directory (RFC 8387 §7): a
+/// stored reading changed after it was accepted fails its own check, and a directory that
+/// hands out another key under the sensor's identity (with readings that key really signed)
+/// is refused because that key does not hash to the identity.
+#[test]
+fn app_refuses_a_tampered_stored_reading_and_a_lying_directory() {
+    use sigil_crypto::{CryptoProvider, Rng, RustCrypto, SignatureAlgorithm};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let port = free_port();
+    let uri = format!("coap://127.0.0.1:{port}");
+    let state = dir.path().join("s");
+    let state = state.to_str().unwrap();
+    let ep = first_line(sigil(&["sensor", "--state", state, "--print-identity"]));
+    let trust = dir.path().join("trust.txt");
+    std::fs::write(&trust, format!("{ep} device kitchen\n")).unwrap();
+    let imported = sigil(
+        &["provision", "--db", db.to_str().unwrap(), "import"]
+            .into_iter()
+            .chain([trust.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    assert!(imported.status.success());
+    let mut srv = server(&db, port);
+    wait_ready(port);
+    let out = sigil(&[
+        "sensor",
+        "--server",
+        &uri,
+        "--state",
+        state,
+        "--interval",
+        "50ms",
+        "--count",
+        "3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, report) = app_report(&uri, &trust);
+    let sensor = &report["sensors"][0];
+    assert_eq!(
+        (code, &sensor["verified"], &sensor["failed"]),
+        (0, &3.into(), &0.into()),
+        "{report}"
+    );
+    assert_eq!(sensor["key_matches_identity"], true);
+    assert_eq!(sensor["trusted"], true);
+
+    // 1. One stored reading changed in the database between store and read.
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (id, mut raw): (i64, Vec<u8>) = conn
+        .query_row(
+            "SELECT id, raw FROM readings WHERE ep = ?1 ORDER BY seq DESC LIMIT 1",
+            [&ep],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    // The last byte of the SenML payload, just before the signature's 58 40 header.
+    let at = raw.len() - 64 - 2 - 1;
+    assert_eq!(&raw[at + 1..at + 3], &[0x58, 0x40]);
+    raw[at] ^= 0x01;
+    conn.execute(
+        "UPDATE readings SET raw = ?1 WHERE id = ?2",
+        rusqlite::params![raw, id],
+    )
+    .unwrap();
+    let mut srv = server(&db, port);
+    wait_ready(port);
+    let (code, report) = app_report(&uri, &trust);
+    let sensor = &report["sensors"][0];
+    assert_eq!(
+        code, 2,
+        "a failed reading makes the application fail: {report}"
+    );
+    assert_eq!(
+        (&sensor["verified"], &sensor["failed"]),
+        (&2.into(), &1.into()),
+        "{report}"
+    );
+    let failed: Vec<_> = sensor["readings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verified"] == false)
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0]["error"].is_string(), "{report}");
+
+    // 2. The directory lies: the registration now carries another key, and every stored
+    // reading is re-signed with it under the sensor's identity, so each signature verifies
+    // under the key the directory hands out. Only the key -> identity binding catches it.
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    struct Fixed;
+    impl Rng for Fixed {
+        fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
+            buf.fill(0x5a);
+            Ok(())
+        }
+    }
+    let rogue = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Fixed)
+        .unwrap();
+    let rogue_pk = RustCrypto.public_key(&rogue).unwrap();
+    let victim = sigil_identity::Identity::parse(&ep).unwrap();
+    conn.execute(
+        "UPDATE registrations SET alg = ?1, public_key = ?2 WHERE ep = ?3",
+        rusqlite::params![SignatureAlgorithm::Ed25519.cose(), rogue_pk.as_bytes(), ep],
+    )
+    .unwrap();
+    let rows: Vec<(i64, Vec<u8>)> = conn
+        .prepare("SELECT id, raw FROM readings WHERE ep = ?1")
+        .unwrap()
+        .query_map([&ep], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (id, raw) in rows {
+        let r =
+            sigil_objects::SignedReading::parse(sigil_objects::ReadingFormat::Cose, &raw).unwrap();
+        let sigil_objects::cose::SeqField::Full(seq) = r.seq else {
+            panic!("full sequence numbers expected")
+        };
+        let mut buf = vec![0u8; r.senml_len_bound()];
+        let senml = r.senml(&mut buf).unwrap().to_vec();
+        let fresh = sigil_objects::Freshness {
+            seq,
+            lsb_bits: None,
+            timestamp: r.timestamp,
+        };
+        let (mut scratch, mut out) = (vec![0u8; 1024], vec![0u8; 1024]);
+        let n = sigil_objects::reading::sign_reading(
+            &RustCrypto,
+            &rogue,
+            &victim,
+            sigil_objects::ReadingFormat::Cose,
+            &fresh,
+            &senml,
+            &mut scratch,
+            &mut out,
+        )
+        .unwrap();
+        // The forged reading does verify under the lying key: what is left is the binding.
+        let forged =
+            sigil_objects::SignedReading::parse(sigil_objects::ReadingFormat::Cose, &out[..n])
+                .unwrap();
+        let mut s = vec![0u8; forged.scratch_len()];
+        forged
+            .verify_end_to_end(&RustCrypto, &rogue_pk, &victim, seq, &mut s)
+            .unwrap();
+        conn.execute(
+            "UPDATE readings SET raw = ?1 WHERE id = ?2",
+            rusqlite::params![&out[..n], id],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let mut srv = server(&db, port);
+    wait_ready(port);
+    let (code, report) = app_report(&uri, &trust);
+    let sensor = &report["sensors"][0];
+    assert_eq!(sensor["ep"], ep.as_str());
+    assert_eq!(code, 2, "{report}");
+    assert_eq!(sensor["key_matches_identity"], false, "{report}");
+    assert_eq!(sensor["trusted"], false, "{report}");
+    assert_eq!(
+        (&sensor["verified"], &sensor["failed"]),
+        (&0.into(), &3.into()),
+        "{report}"
+    );
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}
