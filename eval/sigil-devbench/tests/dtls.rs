@@ -2,6 +2,14 @@
 //! the real `sigil-dtls` server, and the operations' known answers on the host
 //! (`vectors/device-kat-dtls.json`). `SIGIL_WRITE_VECTORS=1` rewrites both after a protocol
 //! change; otherwise the files must match what the code produces now.
+//!
+//! The known answer is a hash of the client's datagrams, so this also writes those datagrams
+//! (`vectors/dtls-*-client.bin`) and checks the answer is their hash: `vectors/check_dtls_kat.py`
+//! then checks the recorded PSK handshake against the TLS 1.2 / DTLS 1.2 key schedule with
+//! pyca/cryptography (both Finished messages, the encrypted records), and
+//! `recorded_rpk_handshake_inputs_complete_against_gnutls` runs the client built from the same
+//! inputs against gnutls-serv, so the recorded answers cannot drift without a failure outside
+//! Sigil's own code.
 
 use sigil_crypto::{CryptoProvider, RustCrypto};
 use sigil_devbench::{
@@ -86,6 +94,40 @@ fn record<T: Trust, U: Trust>(
     framed
 }
 
+/// The device operation's replay (sigil_devbench::dtls_client), keeping the client's datagrams
+/// instead of hashing them: each prefixed by its 2-byte length, as the server recordings.
+fn replayed_client_flights<T: Trust>(
+    mut client: Connection<RustCrypto, T>,
+    server: &[u8],
+) -> Vec<u8> {
+    let mut framed = vec![];
+    let mut plain = vec![];
+    let mut keep = |c: &mut Connection<RustCrypto, T>| {
+        for d in drain(c) {
+            framed.extend_from_slice(&(d.len() as u16).to_be_bytes());
+            framed.extend_from_slice(&d);
+            plain.extend_from_slice(&d);
+        }
+    };
+    keep(&mut client);
+    for (i, d) in sigil_devbench::datagrams(server).enumerate() {
+        client.handle_datagram(10 + i as u64, d).unwrap();
+        keep(&mut client);
+    }
+    assert!(client.is_established());
+    // The device hashes at most 1536 bytes of them; more would make the answer a prefix's.
+    assert!(plain.len() <= 1536, "{} bytes", plain.len());
+    framed
+}
+
+/// The hash the device operation reports: over the datagrams without their length prefixes.
+fn unframed(framed: &[u8]) -> Vec<u8> {
+    sigil_devbench::datagrams(framed)
+        .flatten()
+        .copied()
+        .collect()
+}
+
 fn check_or_write(path: &str, bytes: &[u8]) {
     let full = format!("{}/../../vectors/{path}", env!("CARGO_MANIFEST_DIR"));
     if std::env::var("SIGIL_WRITE_VECTORS").is_ok() {
@@ -155,14 +197,49 @@ fn recorded_server_flights_and_known_answers_are_current() {
     );
     check_or_write("dtls-rpk-server.bin", &rpk);
 
-    // The device operations replay those flights: they must complete on the host.
+    // The device operations replay those flights: they must complete on the host, and their
+    // answer is the hash of the client datagrams written out for the independent check.
     let mut out = [0u8; MAX_OUTPUT];
     let n = dtls_psk_client(&RustCrypto, &mut out).unwrap();
     assert_eq!(out[n - 1], 1, "PSK handshake completes");
     let psk_answer = hex::encode(&out[..n]);
+    let client = replayed_client_flights(
+        Connection::connect(
+            RustCrypto,
+            NoTrust,
+            Config::default(),
+            &mut BenchRng(1),
+            Credentials::Psk {
+                identity: b"sensor",
+                key: &DTLS_PSK,
+            },
+            0,
+        )
+        .unwrap(),
+        sigil_devbench::DTLS_PSK_SERVER,
+    );
+    assert_eq!(RustCrypto.sha256(&[&unframed(&client)]), out[..32]);
+    check_or_write("dtls-psk-client.bin", &client);
     let n = dtls_rpk_client(&RustCrypto, &mut out).unwrap();
     assert_eq!(out[n - 1], 1, "RPK handshake completes");
     let rpk_answer = hex::encode(&out[..n]);
+    let client = replayed_client_flights(
+        Connection::connect(
+            RustCrypto,
+            PinnedIdentities {
+                crypto: RustCrypto,
+                identities: &id,
+            },
+            Config::default(),
+            &mut BenchRng(1),
+            Credentials::RawPublicKey(None),
+            0,
+        )
+        .unwrap(),
+        sigil_devbench::DTLS_RPK_SERVER,
+    );
+    assert_eq!(RustCrypto.sha256(&[&unframed(&client)]), out[..32]);
+    check_or_write("dtls-rpk-client.bin", &client);
     let json = format!(
         "{{\n  \"source\": \"eval/sigil-devbench/tests/dtls.rs: the host's own run of sigil-dtls (the targets must compute the same); the server flights they replay are vectors/dtls-*-server.bin\",\n  \"operations\": {{\n    \"dtls_psk_client\": {{\"output\": \"{psk_answer}\", \"source\": \"host run\"}},\n    \"dtls_rpk_client\": {{\"output\": \"{rpk_answer}\", \"source\": \"host run\"}}\n  }}\n}}\n"
     );
