@@ -12,8 +12,10 @@ client datagrams are dtls-*-client.bin (crates/sigil-devbench/tests/dtls.rs writ
   encrypted Finished records decrypted (RFC 6347 §4.1.2.1, RFC 6655 §3) and their verify_data
   recomputed over the DTLS transcript (RFC 6347 §4.2.6, cookie exchange excluded);
 - ECDHE-ECDSA with the server's raw public key (RFC 7250): the key the server sends is the
-  RFC 6979 A.2.5 key the device pins, and its ServerKeyExchange signature verifies over
-  client_random || server_random || params (RFC 8422 §5.4).
+  RFC 6979 A.2.5 key the device pins, its ServerKeyExchange signature verifies over
+  client_random || server_random || params (RFC 8422 §5.4), and with the client's ephemeral
+  scalar (from the device's deterministic RNG, confirmed by its public point) the ECDH
+  premaster secret (RFC 8422 §5.10) gives the same key schedule and both Finished as above.
 
     python3 vectors/check_dtls_kat.py   # exit 1 on the first mismatch
 """
@@ -27,6 +29,7 @@ import sys
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PSK = bytes([7] * 16)  # sigil_devbench::DTLS_PSK
@@ -36,6 +39,7 @@ RFC6979_P256 = bytes.fromhex(
     "0460fed4ba255a9d31c961eb74c6356d68c049b8923b61fa6ce669622e60f29fb6"
     "7903fe1008b8bc99a41ae9e95628bc64f2f1b20c2d7e9f5177a3c294d4462299")
 EXTENDED_MASTER_SECRET = 0x0017
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
 def read(name):
@@ -146,14 +150,9 @@ def decrypt_finished(key, iv, ctype, seq, header, frag):
     return AESCCM(key, tag_length=8).decrypt(iv + explicit, sealed, aad)
 
 
-def check_psk(answer):
-    hs = Handshake(read("dtls-psk-client.bin"), read("dtls-psk-server.bin"))
-    client_random, _ = hello(hs.find("client", 1, 1)[12:], client=True)
-    server_random, sh_ext = hello(hs.find("server", 2)[12:], client=False)
-    cke = hs.find("client", 16)[12:]
-    (n,) = struct.unpack(">H", cke[:2])
-    assert cke[2:2 + n] == PSK_IDENTITY, cke
-    premaster = struct.pack(">H", len(PSK)) + bytes(len(PSK)) + struct.pack(">H", len(PSK)) + PSK
+def check_finished(hs, premaster, sh_ext, client_random, server_random):
+    """Master secret (extended, RFC 7627 §4, when the ServerHello says so), key block, and
+    both encrypted Finished records decrypted and recomputed."""
     if EXTENDED_MASTER_SECRET in sh_ext:
         session_hash = hashlib.sha256(hs.transcript("client", 16)).digest()
         master = prf(premaster, b"extended master secret", session_hash, 48)
@@ -168,8 +167,43 @@ def check_psk(answer):
         want = prf(master, label, hashlib.sha256(hs.transcript()).digest(), 12)
         assert plain[12:] == want, f"{side} Finished: {plain[12:].hex()} != {want.hex()}"
         hs.messages.append((side, 20, plain))
+
+
+def check_psk(answer):
+    hs = Handshake(read("dtls-psk-client.bin"), read("dtls-psk-server.bin"))
+    client_random, _ = hello(hs.find("client", 1, 1)[12:], client=True)
+    server_random, sh_ext = hello(hs.find("server", 2)[12:], client=False)
+    cke = hs.find("client", 16)[12:]
+    (n,) = struct.unpack(">H", cke[:2])
+    assert cke[2:2 + n] == PSK_IDENTITY, cke
+    # RFC 4279 §2: other_secret is N zero bytes for plain PSK.
+    premaster = struct.pack(">H", len(PSK)) + bytes(len(PSK)) + struct.pack(">H", len(PSK)) + PSK
+    check_finished(hs, premaster, sh_ext, client_random, server_random)
     digest = hashlib.sha256(b"".join(datagrams(read("dtls-psk-client.bin")))).hexdigest()
     assert answer == digest + "01", "dtls_psk_client answer is the hash of the client datagrams"
+
+
+def bench_rng(seed, n):
+    """sigil_devbench::BenchRng: x <- 73x + 41 (mod 256), each new x one output byte."""
+    out, x = bytearray(), seed
+    for _ in range(n):
+        x = (x * 73 + 41) % 256
+        out.append(x)
+    return bytes(out)
+
+
+def client_ephemeral(point):
+    """The client's ECDHE scalar: 32 bytes of BenchRng(1)'s output, found by deriving the
+    public point the client sent (so the check does not depend on the order of draws)."""
+    stream = bench_rng(1, 512)
+    for off in range(len(stream) - 32):
+        d = int.from_bytes(stream[off:off + 32], "big")
+        if not 0 < d < P256_ORDER:
+            continue
+        key = ec.derive_private_key(d, ec.SECP256R1())
+        if key.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint) == point:
+            return key
+    raise AssertionError("the client's ECDHE point is not from BenchRng(1)")
 
 
 def check_rpk(answer):
@@ -190,9 +224,12 @@ def check_rpk(answer):
     der = rest[4:4 + slen]
     key = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), RFC6979_P256)
     key.verify(der, client_random + server_random + params, ec.ECDSA(hashes.SHA256()))
+    server_point = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), params[4:])
     cke = hs.find("client", 16)[12:]
-    ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), cke[1:1 + cke[0]])  # on the curve
-    assert "client" in hs.encrypted and "server" in hs.encrypted
+    client = client_ephemeral(cke[1:1 + cke[0]])
+    # RFC 8422 §5.10: the premaster secret is the x-coordinate of the shared point.
+    premaster = client.exchange(ec.ECDH(), server_point)
+    check_finished(hs, premaster, sh_ext, client_random, server_random)
     digest = hashlib.sha256(b"".join(datagrams(read("dtls-rpk-client.bin")))).hexdigest()
     assert answer == digest + "01", "dtls_rpk_client answer is the hash of the client datagrams"
 
@@ -201,7 +238,7 @@ def main():
     kat = json.loads(read("device-kat-dtls.json"))["operations"]
     check_psk(kat["dtls_psk_client"]["output"])
     check_rpk(kat["dtls_rpk_client"]["output"])
-    print("device-kat-dtls.json: PSK handshake checked (keys, both Finished), RPK server flight checked")
+    print("device-kat-dtls.json: PSK and ECDHE-ECDSA handshakes checked (keys, both Finished)")
 
 
 if __name__ == "__main__":

@@ -5,11 +5,10 @@
 //!
 //! The known answer is a hash of the client's datagrams, so this also writes those datagrams
 //! (`vectors/dtls-*-client.bin`) and checks the answer is their hash: `vectors/check_dtls_kat.py`
-//! then checks the recorded PSK handshake against the TLS 1.2 / DTLS 1.2 key schedule with
-//! pyca/cryptography (both Finished messages, the encrypted records), and
-//! `recorded_rpk_handshake_inputs_complete_against_gnutls` runs the client built from the same
-//! inputs against gnutls-serv, so the recorded answers cannot drift without a failure outside
-//! Sigil's own code.
+//! then checks both recorded handshakes against the TLS 1.2 / DTLS 1.2 key schedule with
+//! pyca/cryptography (PSK and ECDHE premaster secrets, both Finished messages, the encrypted
+//! records, the server's signature), so the recorded answers cannot drift without a failure
+//! outside Sigil's own code.
 
 use sigil_crypto::{CryptoProvider, RustCrypto};
 use sigil_devbench::{
