@@ -4,7 +4,7 @@ not contain: pyca/cryptography (HMAC-SHA256, AES-CCM, ECDSA) and the specificati
 
 The device operations dtls_psk_client and dtls_rpk_client replay the server's flights
 (dtls-*-server.bin) and answer SHA-256 over every datagram the client sent, then 1. Their
-client datagrams are dtls-*-client.bin (crates/sigil-devbench/tests/dtls.rs writes both). Here:
+client datagrams are dtls-*-client.bin (eval/sigil-devbench/tests/dtls.rs writes both). Here:
 
 - both answers are the hash of those client datagrams;
 - PSK (TLS_PSK_WITH_AES_128_CCM_8, RFC 6655): the master secret from the PSK (RFC 4279 §2,

@@ -8,7 +8,7 @@ publishes it or computed here with implementations Sigil does not contain: pyca/
     python3 vectors/gen_device_kat.py --check  # exit 1 if the file differs
 
 The host's own outputs, to compare by eye after a change to an operation's inputs:
-`cargo run -p sigil-devbench --example print-kat` (crates/sigil-devbench/tests/kat.rs checks them).
+`cargo run -p sigil-devbench --example print-kat` (eval/sigil-devbench/tests/kat.rs checks them).
 """
 import hashlib
 import json

@@ -122,7 +122,7 @@ def plot_flash(results, path):
 def cycles_json(results):
     """The cycles of every operation on every core, as docs/device-cycles.json: the
     machine-readable copy of the operations table that the emulator's cycle tables
-    (crates/sigil-netsim/src/energy.rs) are checked against by its tests."""
+    (eval/sigil-netsim/src/energy.rs) are checked against by its tests."""
     b = results["bench"]
     cycles = {v: {op: b[v][op]["cycles"] for op, _ in OPS if b[v].get(op)}
               for v, _ in VARIANTS if v in b}
