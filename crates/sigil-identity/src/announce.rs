@@ -38,8 +38,10 @@ pub const MAX_OTHER_INFO: usize = 64;
 pub enum AnnounceError {
     /// No `key` attribute (but `alg`, `grp` or `io`).
     MissingKey,
-    /// One of the four attributes appears twice in the link, or has no value.
+    /// One of the four attributes appears twice in the link.
     Repeated(&'static str),
+    /// One of the four attributes has no value (`;key`).
+    NoValue(&'static str),
     /// `key` is not base64url, or not a valid key for `alg`.
     BadKey,
     /// `alg` is not a COSE signature algorithm Sigil knows.
@@ -57,7 +59,8 @@ impl fmt::Display for AnnounceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::MissingKey => f.write_str("alg, grp or io without a key attribute"),
-            Self::Repeated(a) => write!(f, "attribute {a} repeated or without a value"),
+            Self::Repeated(a) => write!(f, "attribute {a} appears twice"),
+            Self::NoValue(a) => write!(f, "attribute {a} has no value"),
             Self::BadKey => f.write_str("key is not a base64url public key for alg"),
             Self::UnknownAlgorithm => f.write_str("alg is not a known COSE signature algorithm"),
             Self::BadGroup => f.write_str("grp is not a list of alg:base64url keys"),
@@ -118,8 +121,9 @@ impl<'a> KeyAnnouncement<'a> {
                 continue;
             };
             match (found[i], value) {
+                (Some(_), _) => return Err(AnnounceError::Repeated(NAMES[i])),
+                (None, None) => return Err(AnnounceError::NoValue(NAMES[i])),
                 (None, Some(v)) => found[i] = Some(v),
-                _ => return Err(AnnounceError::Repeated(NAMES[i])),
             }
         }
         let [key, alg, grp, io] = found;

@@ -699,6 +699,9 @@ fn non_confirmable_readings_are_stored_and_verify_end_to_end() {
     assert_eq!(verified_history(&mut d, &topic, &key, &id), seqs);
 }
 
+/// RFC 9176 §5.3.2 removal. Regression: `ss` without `sq` skipped the signature check and
+/// removed any registration, and a signed statement already seen (the registration's own)
+/// could be replayed to remove it.
 #[test]
 fn removal_needs_a_fresh_signature_by_the_registered_key_and_drops_the_topic() {
     use sigil_coap::{Code, MessageType};
