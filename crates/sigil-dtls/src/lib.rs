@@ -1,19 +1,48 @@
 //! DTLS 1.2 (RFC 6347) for constrained devices, under the IoT profile of RFC 7925.
 //!
 //! The transport-layer alternative to Sigil's signed objects (RFC 8387 §8.3). `no_std`, no heap,
-//! no I/O and no clock: every buffer is owned and sized by the caller.
+//! no I/O and no clock: every buffer is owned and sized by the caller, time comes in as
+//! [`sigil_time::Instant`] (timers) and [`sigil_time::UnixTime`] (certificates), randomness as
+//! a [`sigil_crypto::Rng`].
 //!
-//! What this crate holds so far, bottom up:
+//! Bottom up:
+//! - [`codec`]: bounds-checked [`Reader`] and [`Writer`].
 //! - [`wire`]: the registries (content types, handshake types, cipher suites, alerts,
-//!   extensions), open enums that keep unknown values, each citing its IANA table.
-//! - [`record`]: the record header (RFC 6347 §4.1), iteration over the records of a
-//!   datagram, and the anti-replay [`record::ReplayWindow`] of §4.1.2.6, which moves only
-//!   when told a record authenticated.
-//! - [`protection`]: AES-128-CCM-8 record protection (RFC 6655 §3, RFC 6347 §4.1.2.1).
+//!   extensions, certificate types), open newtypes that keep unknown values, each citing its
+//!   IANA table; [`extensions`]: hello extensions as typed values, decoded and encoded in one
+//!   place.
+//! - [`record`]: the record header (RFC 6347 §4.1), iteration over the records of a datagram,
+//!   the anti-replay [`record::ReplayWindow`] of §4.1.2.6, and [`record::RecordFacts`], the
+//!   checked view a server reads before it holds state for a peer.
+//! - [`protection`]: AES-128-CCM-8 and AES-128-GCM record protection (RFC 6655, RFC 5288,
+//!   RFC 9146 for records with a connection ID).
 //! - [`handshake`]: handshake headers and fragments (§4.2.2), a bounded
 //!   [`handshake::Reassembler`] (§4.2.3), and the hello messages (§4.2.1, RFC 5246 §7.4.1).
 //! - [`keys`]: the TLS 1.2 PRF with SHA-256 (RFC 5246 §5), the PSK premaster secret
-//!   (RFC 4279 §2), the (extended, RFC 7627) master secret, the key block and Finished.
+//!   (RFC 4279 §2), the extended master secret (RFC 7627), the key block and Finished.
+//! - [`x509`], [`spki`]: certificates and keys as RFC 7925 profiles them.
+//! - [`trust`]: what each side trusts ([`Trust`], [`PinnedIdentities`], [`X509Anchors`]) and
+//!   authenticates with ([`Credentials`], [`ServerCredentials`]).
+//! - [`cookie`]: the stateless cookie exchange ([`CookieKey`]).
+//! - [`Connection`]: the sans-IO connection for both roles (`handle_datagram`,
+//!   `handle_timeout`, `poll_transmit`, `poll_timeout`, `poll_app_data`, `send`).
+//!
+//! What the types enforce:
+//! - The handshake is one struct per expected message ([`client`], [`server`],
+//!   [`finished`]); a transition consumes the state and one message and checks the message
+//!   type first, so an out-of-order message has no state to act on. A ChangeCipherSpec is
+//!   acted on only in the state that expects it (the CVE-2017-7243 class).
+//! - Three proofs with private constructors: [`cookie::CookieVerified`] (only
+//!   [`CookieKey::respond`], after the HMAC cookie checked; [`Connection::accept`] takes it),
+//!   [`trust::PeerVerified`] (only the checks of the ServerKeyExchange signature, the client's
+//!   CertificateVerify, or the PSK identity against the trust store), and
+//!   [`finished::FinishedVerified`] (only the Finished check). The established state
+//!   ([`traffic::TrafficCore`], [`Traffic`]) cannot be built without the Finished proof, and
+//!   holds the peer as a [`trust::Peer`] that carries the peer proof (or, on a server that did
+//!   not ask for a client key, the marker that it did not): the peer's key and PSK identity are
+//!   readable only from there.
+//! - The established state holds no transcript, reassembly buffer, kept fragments or flight:
+//!   [`Connection::into_traffic`] keeps only it.
 //!
 //! Every failure is one [`Error`] variant that names what the peer did, mapped to the alert
 //! it warrants in one place ([`Error::alert`]).
@@ -23,185 +52,32 @@
 #[cfg(not(any(feature = "psk", feature = "ecdhe-psk", feature = "ecdhe-ecdsa")))]
 compile_error!("sigil-dtls needs at least one suite: features psk, ecdhe-psk or ecdhe-ecdsa");
 
-pub mod connection;
+pub mod client;
+pub mod codec;
+pub mod conn;
+pub mod cookie;
+pub mod extensions;
+pub mod finished;
+pub mod flight;
 pub mod handshake;
 pub mod keys;
 pub mod protection;
-/// The connection under its earlier name.
-pub use connection as psk;
 pub mod record;
+pub mod server;
 pub mod spki;
+pub mod traffic;
+pub mod trust;
 pub mod wire;
 pub mod x509;
 
 mod error;
+pub use codec::{Reader, Writer};
+pub use conn::{Config, Connection, State};
+pub use cookie::{refusal, CookieKey, CookieVerified, Stateless, COOKIE_LEN};
 pub use error::Error;
-
-/// A bounds-checked reader over received bytes: every read either returns the bytes asked
-/// for or [`Error::Decode`], never panics.
-#[derive(Clone, Copy, Debug)]
-pub struct Reader<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    pub fn new(buf: &'a [u8]) -> Self {
-        Self { buf, at: 0 }
-    }
-
-    pub fn remaining(&self) -> usize {
-        self.buf.len() - self.at
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.remaining() == 0
-    }
-
-    pub fn rest(&self) -> &'a [u8] {
-        &self.buf[self.at..]
-    }
-
-    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], Error> {
-        if n > self.remaining() {
-            return Err(Error::Decode(what));
-        }
-        let s = &self.buf[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
-    }
-
-    pub fn u8(&mut self, what: &'static str) -> Result<u8, Error> {
-        Ok(self.take(1, what)?[0])
-    }
-
-    pub fn u16(&mut self, what: &'static str) -> Result<u16, Error> {
-        let b = self.take(2, what)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
-    }
-
-    pub fn u24(&mut self, what: &'static str) -> Result<u32, Error> {
-        let b = self.take(3, what)?;
-        Ok(u32::from_be_bytes([0, b[0], b[1], b[2]]))
-    }
-
-    pub fn u48(&mut self, what: &'static str) -> Result<u64, Error> {
-        let b = self.take(6, what)?;
-        Ok(u64::from_be_bytes([
-            0, 0, b[0], b[1], b[2], b[3], b[4], b[5],
-        ]))
-    }
-
-    /// A vector with a one-byte length prefix (RFC 5246 §4.3), its length within `min..=max`.
-    pub fn vec8(&mut self, min: usize, max: usize, what: &'static str) -> Result<&'a [u8], Error> {
-        let n = self.u8(what)? as usize;
-        if n < min || n > max {
-            return Err(Error::Decode(what));
-        }
-        self.take(n, what)
-    }
-
-    /// A vector with a two-byte length prefix, its length within `min..=max`.
-    pub fn vec16(&mut self, min: usize, max: usize, what: &'static str) -> Result<&'a [u8], Error> {
-        let n = self.u16(what)? as usize;
-        if n < min || n > max {
-            return Err(Error::Decode(what));
-        }
-        self.take(n, what)
-    }
-
-    /// Fails unless every byte was consumed: trailing bytes are a decode error (RFC 5246 §7.4).
-    pub fn finish(&self, what: &'static str) -> Result<(), Error> {
-        if self.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Decode(what))
-        }
-    }
-}
-
-/// A writer into a caller-owned buffer: every write either fits or returns
-/// [`Error::BufferTooSmall`].
-#[derive(Debug)]
-pub struct Writer<'a> {
-    buf: &'a mut [u8],
-    at: usize,
-}
-
-impl<'a> Writer<'a> {
-    pub fn new(buf: &'a mut [u8]) -> Self {
-        Self { buf, at: 0 }
-    }
-
-    pub fn len(&self) -> usize {
-        self.at
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.at == 0
-    }
-
-    pub fn bytes(&mut self, b: &[u8]) -> Result<(), Error> {
-        let end = self.at.checked_add(b.len()).ok_or(Error::BufferTooSmall)?;
-        self.buf
-            .get_mut(self.at..end)
-            .ok_or(Error::BufferTooSmall)?
-            .copy_from_slice(b);
-        self.at = end;
-        Ok(())
-    }
-
-    pub fn u8(&mut self, v: u8) -> Result<(), Error> {
-        self.bytes(&[v])
-    }
-
-    pub fn u16(&mut self, v: u16) -> Result<(), Error> {
-        self.bytes(&v.to_be_bytes())
-    }
-
-    pub fn u24(&mut self, v: u32) -> Result<(), Error> {
-        if v > 0xFF_FFFF {
-            return Err(Error::BufferTooSmall);
-        }
-        self.bytes(&v.to_be_bytes()[1..])
-    }
-
-    pub fn u48(&mut self, v: u64) -> Result<(), Error> {
-        if v > record::MAX_SEQUENCE {
-            return Err(Error::SequenceExhausted);
-        }
-        self.bytes(&v.to_be_bytes()[2..])
-    }
-
-    /// Writes a one-byte length prefix, then `body`.
-    pub fn vec8(&mut self, body: &[u8]) -> Result<(), Error> {
-        let n = u8::try_from(body.len()).map_err(|_| Error::BufferTooSmall)?;
-        self.u8(n)?;
-        self.bytes(body)
-    }
-
-    /// Writes a two-byte length prefix, then `body`.
-    pub fn vec16(&mut self, body: &[u8]) -> Result<(), Error> {
-        let n = u16::try_from(body.len()).map_err(|_| Error::BufferTooSmall)?;
-        self.u16(n)?;
-        self.bytes(body)
-    }
-
-    /// Reserves a two-byte length to be filled by [`Writer::fill_u16`] once the body is written.
-    pub fn reserve_u16(&mut self) -> Result<usize, Error> {
-        let at = self.at;
-        self.u16(0)?;
-        Ok(at)
-    }
-
-    /// Writes the length of everything after the two bytes at `at`.
-    pub fn fill_u16(&mut self, at: usize) -> Result<(), Error> {
-        let n = u16::try_from(self.at - at - 2).map_err(|_| Error::BufferTooSmall)?;
-        self.buf[at..at + 2].copy_from_slice(&n.to_be_bytes());
-        Ok(())
-    }
-
-    pub fn written(&self) -> &[u8] {
-        &self.buf[..self.at]
-    }
-}
+pub use flight::{MAX_APP_DATA, MAX_DATAGRAM};
+pub use traffic::{Session, Traffic};
+pub use trust::{
+    Credentials, NoTrust, Peer, PeerVerified, PinnedIdentities, ServerCredentials, Trust,
+    X509Anchors,
+};

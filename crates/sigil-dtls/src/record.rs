@@ -205,3 +205,89 @@ impl ReplayWindow {
         self.top
     }
 }
+
+/// One epoch-0 record with a plaintext body written by `body` (RFC 6347 §4.1).
+pub(crate) fn plaintext_record(
+    ct: ContentType,
+    sequence: u64,
+    body: impl FnOnce(&mut Writer<'_>) -> Result<(), Error>,
+    out: &mut [u8],
+) -> Result<usize, Error> {
+    let mut w = Writer::new(out);
+    w.bytes(&[0; HEADER_LEN])?;
+    body(&mut w)?;
+    let n = w.len();
+    let mut hw = Writer::new(&mut out[..HEADER_LEN]);
+    RecordHeader {
+        content_type: ct,
+        version: ProtocolVersion::DTLS_1_2,
+        epoch: 0,
+        sequence,
+        length: u16::try_from(n - HEADER_LEN).map_err(|_| Error::RecordOverflow)?,
+    }
+    .write(&mut hw)?;
+    Ok(n)
+}
+
+/// What a server needs to know about a datagram's first record before it has any state for
+/// the peer, read once with every bound checked (the smoltcp `new_checked` idea, as a plain
+/// value): a caller never indexes record bytes itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordFacts<'a> {
+    pub content_type: ContentType,
+    pub epoch: u16,
+    pub sequence: u64,
+    /// The connection ID of a `tls12_cid` record (RFC 9146 §4), read with the length the
+    /// caller's IDs have; empty otherwise.
+    pub cid: &'a [u8],
+    /// Set when the record is an epoch-0 handshake record holding a whole ClientHello.
+    pub client_hello: Option<ClientHelloFacts<'a>>,
+}
+
+/// The parts of a ClientHello a server looks at before creating state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientHelloFacts<'a> {
+    /// The client random (tells a new handshake from a retransmitted one).
+    pub random: &'a [u8; 32],
+    /// The session the client asks to resume (RFC 5246 §7.4.1.2), if it names one of the
+    /// 32-byte IDs Sigil issues.
+    pub requested_session: Option<&'a [u8; 32]>,
+    /// Whether it carries a cookie (the second ClientHello of the exchange).
+    pub has_cookie: bool,
+}
+
+impl<'a> RecordFacts<'a> {
+    /// Reads the first record of `datagram`; `cid_len` is the length of the connection IDs
+    /// this side hands out (0: none).
+    pub fn parse(datagram: &'a [u8], cid_len: usize) -> Result<Self, Error> {
+        let (rec, _) = Record::parse_with_cid(datagram, cid_len)?;
+        let h = rec.header;
+        let client_hello = if h.content_type == ContentType::HANDSHAKE && h.epoch == 0 {
+            crate::handshake::Fragment::parse(rec.fragment)
+                .ok()
+                .filter(|(f, _)| {
+                    f.msg_type == crate::wire::HandshakeType::CLIENT_HELLO && f.is_whole()
+                })
+                .and_then(|(f, _)| crate::handshake::ClientHello::parse(f.body).ok())
+                .map(|ch| ClientHelloFacts {
+                    random: ch.random,
+                    requested_session: ch.session_id.try_into().ok(),
+                    has_cookie: !ch.cookie.is_empty(),
+                })
+        } else {
+            None
+        };
+        Ok(Self {
+            content_type: h.content_type,
+            epoch: h.epoch,
+            sequence: h.sequence,
+            cid: rec.cid,
+            client_hello,
+        })
+    }
+
+    /// Whether the record is an epoch-0 ClientHello (a new handshake, or a retransmission).
+    pub fn is_client_hello(&self) -> bool {
+        self.client_hello.is_some()
+    }
+}

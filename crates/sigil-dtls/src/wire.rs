@@ -136,3 +136,26 @@ registry! {
         ED25519 = 0x0807,
     }
 }
+
+registry! {
+    /// CertificateType (IANA "TLS Certificate Types"; RFC 7250 §3, RFC 6091 §5).
+    CertificateType(u8) {
+        X509 = 0,
+        RAW_PUBLIC_KEY = 2,
+    }
+}
+
+registry! {
+    /// ECPointFormat (IANA "TLS EC Point Formats"; RFC 8422 §5.1.2).
+    EcPointFormat(u8) {
+        UNCOMPRESSED = 0,
+    }
+}
+
+registry! {
+    /// ClientCertificateType of a CertificateRequest (IANA "TLS ClientCertificateType
+    /// Identifiers"; RFC 8422 §5.5).
+    ClientCertificateType(u8) {
+        ECDSA_SIGN = 64,
+    }
+}

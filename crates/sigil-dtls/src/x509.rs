@@ -9,6 +9,7 @@
 
 use crate::{spki, Error};
 use sigil_crypto::{CryptoProvider, PublicKey, SignatureAlgorithm};
+use sigil_time::UnixTime;
 
 /// Longest chain accepted (leaf, intermediates), not counting the anchor.
 pub const MAX_DEPTH: usize = 4;
@@ -289,7 +290,11 @@ fn signed_by<C: CryptoProvider + ?Sized>(
         .map_err(|_| Error::BadSignature)
 }
 
-fn current(cert: &Certificate<'_>, now: u64) -> Result<(), Error> {
+fn current(cert: &Certificate<'_>, now: UnixTime) -> Result<(), Error> {
+    // Before 1970 is never valid: certificates here carry no such dates.
+    let Ok(now) = u64::try_from(now.as_secs()) else {
+        return Err(Error::CertificateExpired);
+    };
     if now < cert.not_before || now > cert.not_after {
         return Err(Error::CertificateExpired);
     }
@@ -303,7 +308,7 @@ pub fn verify_chain<C: CryptoProvider + ?Sized>(
     crypto: &C,
     chain: &[&[u8]],
     anchors: &[&[u8]],
-    now: u64,
+    now: UnixTime,
 ) -> Result<PublicKey, Error> {
     if chain.is_empty() {
         return Err(Error::MissingClientKey);

@@ -5,11 +5,9 @@
 
 mod common;
 
-use common::{anchors, der, free_port, kill, pki, run_client, secret, serve_one, TestRng};
+use common::{anchors, at, der, free_port, kill, pki, run_client, secret, serve_one, TestRng};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::{
-    Config, Connection, Credentials, PinnedIdentities, ServerCredentials, Trust,
-};
+use sigil_dtls::{Config, Connection, Credentials, PinnedIdentities, ServerCredentials, Trust};
 use sigil_identity::Identity;
 use std::io::Write;
 use std::net::UdpSocket;
@@ -166,14 +164,14 @@ fn our_psk_client_against_gnutls_serv() {
     );
     let c = Connection::connect(
         RustCrypto,
-        sigil_dtls::connection::NoTrust,
+        sigil_dtls::NoTrust,
         Config::default(),
         &mut TestRng::new(),
         Credentials::Psk {
             identity: b"sensor-1",
             key: PSK,
         },
-        0,
+        at(0),
     )
     .unwrap();
     let (c, echoed) = run_client(c, port, b"psk reading\n");
@@ -206,15 +204,16 @@ fn gnutls_cli_psk_against_our_server() {
     };
     let (conn, got) = serve_one(
         &sock,
-        |d, now| {
+        |cookie, d, now| {
             Connection::accept(
                 RustCrypto,
                 Keys,
                 Config::default(),
                 &offer,
                 &mut TestRng::new(),
+                cookie,
                 d,
-                now,
+                at(now),
             )
             .unwrap()
         },
@@ -255,7 +254,7 @@ fn our_rpk_client_against_gnutls_serv_server_only_and_mutual() {
             Config::default(),
             &mut TestRng::new(),
             Credentials::RawPublicKey(mutual.then_some(&client_key)),
-            0,
+            at(0),
         )
         .unwrap();
         let (c, echoed) = run_client(c, port, b"rpk reading\n");
@@ -299,7 +298,7 @@ fn gnutls_cli_rpk_against_our_server_server_only_and_mutual() {
         };
         let (conn, got) = serve_one(
             &sock,
-            |d, now| {
+            |cookie, d, now| {
                 Connection::accept(
                     RustCrypto,
                     PinnedIdentities {
@@ -309,8 +308,9 @@ fn gnutls_cli_rpk_against_our_server_server_only_and_mutual() {
                     Config::default(),
                     &offer,
                     &mut TestRng::new(),
+                    cookie,
                     d,
-                    now,
+                    at(now),
                 )
                 .unwrap()
             },
@@ -366,7 +366,7 @@ fn our_x509_client_against_gnutls_serv_server_only_and_mutual() {
             },
             &mut TestRng::new(),
             Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
-            0,
+            at(0),
         )
         .unwrap();
         let (c, echoed) = run_client(c, port, b"x509 reading\n");
@@ -415,7 +415,7 @@ fn gnutls_cli_x509_against_our_server_server_only_and_mutual() {
         };
         let (conn, got) = serve_one(
             &sock,
-            |d, now| {
+            |cookie, d, now| {
                 let config = Config {
                     pmtu: mtu.unwrap_or(1152),
                     ..Config::default()
@@ -426,8 +426,9 @@ fn gnutls_cli_x509_against_our_server_server_only_and_mutual() {
                     config,
                     &offer,
                     &mut TestRng::new(),
+                    cookie,
                     d,
-                    now,
+                    at(now),
                 )
                 .unwrap()
             },

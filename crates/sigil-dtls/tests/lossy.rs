@@ -7,14 +7,14 @@
 use sigil_crypto::{
     CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
 };
-use sigil_dtls::connection::{
+use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, ServerCredentials, Session, Stateless, Trust,
 };
 use sigil_identity::Identity;
 use std::sync::OnceLock;
 
 /// 2026-01-01, inside the test PKI's validity.
-const NOW_UNIX: u64 = 1_767_225_600;
+const NOW_UNIX: sigil_time::UnixTime = sigil_time::UnixTime::from_secs(1_767_225_600);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -210,7 +210,7 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
             &mut Counter(seed),
             credentials,
             cs,
-            0,
+            at(0),
         ),
         None => Connection::connect(
             RustCrypto,
@@ -218,7 +218,7 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
             config,
             &mut Counter(seed),
             credentials,
-            0,
+            at(0),
         ),
     }
     .unwrap();
@@ -230,11 +230,11 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
         .collect();
     let mut delivered = vec![];
     while now < 600_000 {
-        while let Some(n) = client.poll_transmit(&mut buf) {
+        while let Some(n) = client.poll_transmit(at(now), &mut buf) {
             link.send(now, true, buf[..n].to_vec());
         }
         if let Some(s) = server.as_mut() {
-            while let Some(n) = s.poll_transmit(&mut buf) {
+            while let Some(n) = s.poll_transmit(at(now), &mut buf) {
                 link.send(now, false, buf[..n].to_vec());
             }
             while let Some(n) = s.poll_app_data(&mut buf) {
@@ -256,43 +256,47 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
         // Advance virtual time to the next event.
         let next = [
             link.in_flight.iter().map(|(t, _, _)| *t).min(),
-            client.poll_timeout(),
-            server.as_ref().and_then(|s| s.poll_timeout()),
+            client.poll_timeout().map(|t| t.as_millis()),
+            server
+                .as_ref()
+                .and_then(|s| s.poll_timeout())
+                .map(|t| t.as_millis()),
         ]
         .into_iter()
         .flatten()
         .min();
         let Some(next) = next else { break };
         now = now.max(next);
-        client.handle_timeout(now).ok();
+        client.handle_timeout(at(now)).ok();
         if let Some(s) = server.as_mut() {
-            s.handle_timeout(now).ok();
+            s.handle_timeout(at(now)).ok();
         }
         let (due, later): (Vec<_>, Vec<_>) =
             link.in_flight.drain(..).partition(|(t, _, _)| *t <= now);
         link.in_flight = later;
         for (_, to_server, d) in due {
             if !to_server {
-                let _ = client.handle_datagram(now, &d);
+                let _ = client.handle_datagram(at(now), &d);
                 continue;
             }
             match server.as_mut() {
                 Some(s) => {
-                    let _ = s.handle_datagram(now, &d);
+                    let _ = s.handle_datagram(at(now), &d);
                 }
                 None => {
                     let mut out = [0u8; 256];
                     match cookies.respond(&RustCrypto, b"peer", &d, &mut out) {
                         Stateless::HelloVerify(n) => link.send(now, false, out[..n].to_vec()),
-                        Stateless::Accept => {
+                        Stateless::Accept(cookie) => {
                             server = Connection::accept(
                                 RustCrypto,
                                 AllTrust,
                                 config,
                                 &offer,
                                 &mut Counter(seed ^ 0xff),
+                                cookie,
                                 &d,
-                                now,
+                                at(now),
                             )
                             .ok();
                         }
@@ -413,4 +417,9 @@ fn every_mode_completes_on_a_clean_link() {
         assert_eq!(o.delivered.len(), 3, "{mode:?}");
         assert_eq!(o.resumed, mode == Mode::PskResumption, "{mode:?}");
     }
+}
+
+/// A point on the test's virtual clock, in milliseconds.
+fn at(ms: u64) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(ms)
 }

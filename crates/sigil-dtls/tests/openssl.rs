@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{free_port, kill, run_client, serve_one, TestRng};
+use common::{at, free_port, kill, run_client, serve_one, TestRng};
 use sigil_crypto::RustCrypto;
-use sigil_dtls::connection::{Config, Connection, Credentials, NoTrust, ServerCredentials, Trust};
+use sigil_dtls::{Config, Connection, Credentials, NoTrust, ServerCredentials, Trust};
 use std::io::Write;
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
@@ -58,7 +58,7 @@ fn our_psk_client_against_openssl_s_server() {
             identity: b"Client_identity",
             key: PSK,
         },
-        0,
+        at(0),
     )
     .unwrap();
     let (c, _) = run_client(c, port, b"hello from sigil\n");
@@ -104,15 +104,16 @@ fn openssl_s_client_against_our_psk_server() {
     };
     let (conn, received) = serve_one(
         &sock,
-        |d, now| {
+        |cookie, d, now| {
             Connection::accept(
                 RustCrypto,
                 Keys,
                 Config::default(),
                 &offer,
                 &mut TestRng::new(),
+                cookie,
                 d,
-                now,
+                at(now),
             )
             .unwrap()
         },
@@ -203,7 +204,7 @@ fn our_x509_client_against_s_server_with(mutual: bool, mtu: Option<usize>, gcm: 
         config,
         &mut TestRng::new(),
         Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
-        0,
+        at(0),
     )
     .unwrap();
     let (c, _) = run_client(c, port, b"hello over x509\n");
@@ -298,15 +299,16 @@ fn s_client_against_our_x509_server_with(mutual: bool, mtu: Option<usize>, ciphe
     }
     let (conn, received) = serve_one(
         &sock,
-        |d, now| {
+        |cookie, d, now| {
             Connection::accept(
                 RustCrypto,
                 anchors(&root),
                 config,
                 &offer,
                 &mut TestRng::new(),
+                cookie,
                 d,
-                now,
+                at(now),
             )
             .unwrap()
         },
@@ -359,7 +361,7 @@ fn our_client_resumes_a_session_with_openssl_s_server() {
         Config::default(),
         &mut TestRng::new(),
         creds,
-        0,
+        at(0),
     )
     .unwrap();
     // close_notify at the end, so s_server takes the next connection.
@@ -374,7 +376,7 @@ fn our_client_resumes_a_session_with_openssl_s_server() {
         &mut TestRng::new(),
         creds,
         &session,
-        0,
+        at(0),
     )
     .unwrap();
     let (c, _) = run_client(c, port, b"resumed\n");
@@ -391,7 +393,7 @@ fn openssl_s_client_resumes_a_session_with_our_server() {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = sock.local_addr().unwrap().port();
     let sess_file = std::env::temp_dir().join(format!("sigil-ossl-sess-{}", std::process::id()));
-    let mut cache: Option<sigil_dtls::connection::Session> = None;
+    let mut cache: Option<sigil_dtls::Session> = None;
     for round in 0..2 {
         let mut args: Vec<String> = [
             "s_client",
@@ -429,10 +431,13 @@ fn openssl_s_client_resumes_a_session_with_our_server() {
         let cached = cache.clone();
         let (conn, received) = serve_one(
             &sock,
-            |d, now| {
-                let resume = cached
-                    .as_ref()
-                    .filter(|s| sigil_dtls::connection::requested_session(d) == Some(s.id));
+            |cookie, d, now| {
+                let resume = cached.as_ref().filter(|s| {
+                    sigil_dtls::record::RecordFacts::parse(d, 0)
+                        .ok()
+                        .and_then(|f| f.client_hello?.requested_session.copied())
+                        == Some(s.id)
+                });
                 let offer = ServerCredentials {
                     psk: true,
                     issue_session_ids: true,
@@ -445,8 +450,9 @@ fn openssl_s_client_resumes_a_session_with_our_server() {
                     Config::default(),
                     &offer,
                     &mut TestRng::new(),
+                    cookie,
                     d,
-                    now,
+                    at(now),
                 )
                 .unwrap()
             },

@@ -4,13 +4,13 @@
 
 mod common;
 
-use common::{drain, Counter, Keys};
+use common::{at, drain, Counter, Keys};
 use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::connection::{
-    Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, Session,
-    Stateless, Trust,
-};
 use sigil_dtls::Error;
+use sigil_dtls::{
+    Config, Connection, CookieKey, CookieVerified, Credentials, PinnedIdentities,
+    ServerCredentials, Session, Stateless, Trust,
+};
 use sigil_identity::Identity;
 
 /// Cookie exchange, then the server from `accept`, then both until quiet; `drop_client` drops
@@ -18,7 +18,7 @@ use sigil_identity::Identity;
 /// exchanged after the cookie.
 fn run<T: Trust, U: Trust>(
     client: &mut Connection<RustCrypto, T>,
-    accept: impl FnOnce(&[u8]) -> Result<Connection<RustCrypto, U>, Error>,
+    accept: impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, U>, Error>,
     mut drop_client: usize,
 ) -> (Connection<RustCrypto, U>, usize) {
     let cookies = CookieKey::new([3; 32]);
@@ -27,10 +27,13 @@ fn run<T: Trust, U: Trust>(
     let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"p", &ch1[0], &mut out) else {
         panic!()
     };
-    client.handle_datagram(1, &out[..n]).unwrap();
+    client.handle_datagram(at(1), &out[..n]).unwrap();
     let ch2 = drain(client);
     let mut bytes = ch2[0].len();
-    let mut server = accept(&ch2[0]).unwrap();
+    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"p", &ch2[0], &mut out) else {
+        panic!("the cookie was refused")
+    };
+    let mut server = accept(cookie, &ch2[0]).unwrap();
     let mut now = 2;
     for _ in 0..40 {
         let (x, y) = (drain(client), drain(&mut server));
@@ -39,8 +42,8 @@ fn run<T: Trust, U: Trust>(
                 break;
             }
             now += 1_000;
-            let _ = server.handle_timeout(now);
-            let _ = client.handle_timeout(now);
+            let _ = server.handle_timeout(at(now));
+            let _ = client.handle_timeout(at(now));
             continue;
         }
         for d in x {
@@ -49,11 +52,11 @@ fn run<T: Trust, U: Trust>(
                 continue;
             }
             bytes += d.len();
-            let _ = server.handle_datagram(now, &d);
+            let _ = server.handle_datagram(at(now), &d);
         }
         for d in y {
             bytes += d.len();
-            let _ = client.handle_datagram(now, &d);
+            let _ = client.handle_datagram(at(now), &d);
         }
     }
     (server, bytes)
@@ -68,8 +71,8 @@ const PSK: Credentials<'static> = Credentials::Psk {
 fn psk_server<'a>(
     resume: Option<&'a Session>,
     seed: u8,
-) -> impl FnOnce(&[u8]) -> Result<Connection<RustCrypto, Keys>, Error> + 'a {
-    move |d| {
+) -> impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, Keys>, Error> + 'a {
+    move |cookie, d| {
         let offer = ServerCredentials {
             psk: true,
             issue_session_ids: true,
@@ -82,15 +85,23 @@ fn psk_server<'a>(
             Config::default(),
             &offer,
             &mut Counter(seed),
+            cookie,
             d,
-            2,
+            at(2),
         )
     }
 }
 
 fn full_psk() -> (Session, Session, usize) {
-    let mut c =
-        Connection::connect(RustCrypto, Keys, Config::default(), &mut Counter(1), PSK, 0).unwrap();
+    let mut c = Connection::connect(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut Counter(1),
+        PSK,
+        at(0),
+    )
+    .unwrap();
     let (s, bytes) = run(&mut c, psk_server(None, 50), 0);
     assert!(c.is_established() && s.is_established() && !c.resumed());
     (
@@ -112,7 +123,7 @@ fn a_psk_session_resumes_with_an_abbreviated_handshake() {
         &mut Counter(2),
         PSK,
         &client_session,
-        0,
+        at(0),
     )
     .unwrap();
     let (mut s, bytes) = run(&mut c, psk_server(Some(&server_session), 51), 0);
@@ -125,7 +136,7 @@ fn a_psk_session_resumes_with_an_abbreviated_handshake() {
     // New keys (new randoms): data flows both ways.
     c.send(b"after resumption").unwrap();
     for d in drain(&mut c) {
-        s.handle_datagram(9, &d).unwrap();
+        s.handle_datagram(at(9), &d).unwrap();
     }
     let mut buf = [0u8; 64];
     assert_eq!(s.poll_app_data(&mut buf), Some(16));
@@ -141,7 +152,7 @@ fn without_the_cached_session_the_server_does_a_full_handshake() {
         &mut Counter(3),
         PSK,
         &client_session,
-        0,
+        at(0),
     )
     .unwrap();
     let (s, _) = run(&mut c, psk_server(None, 52), 0);
@@ -166,7 +177,7 @@ fn a_lost_final_flight_is_recovered_by_the_servers_timer() {
         &mut Counter(4),
         PSK,
         &client_session,
-        0,
+        at(0),
     )
     .unwrap();
     // The client's ChangeCipherSpec + Finished datagram is lost once.
@@ -187,7 +198,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     let cid = [Identity::of_key(&RustCrypto, &cpk, b"").unwrap()];
     let offer = |resume, trusted: &'static [Identity], seed: u8| {
         let sk = sk.clone();
-        move |d: &[u8]| {
+        move |cookie: CookieVerified, d: &[u8]| {
             let o = ServerCredentials {
                 key: Some(&sk),
                 require_client_key: true,
@@ -204,8 +215,9 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
                 Config::default(),
                 &o,
                 &mut Counter(seed),
+                cookie,
                 d,
-                2,
+                at(2),
             )
         }
     };
@@ -220,7 +232,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
             Config::default(),
             &mut Counter(rng),
             Credentials::RawPublicKey(Some(&ck)),
-            0,
+            at(0),
         )
         .unwrap()
     };
@@ -228,7 +240,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     let (s, _) = run(&mut c, offer(None, trusted, 60), 0);
     assert!(s.is_established());
     let (cs, ss) = (c.session().unwrap(), s.session().unwrap());
-    assert_eq!(ss.peer_key, Some(cpk));
+    assert_eq!(ss.peer_public_key(), Some(&cpk));
     let mut c2 = Connection::resume(
         RustCrypto,
         PinnedIdentities {
@@ -239,7 +251,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
         &mut Counter(8),
         Credentials::RawPublicKey(Some(&ck)),
         &cs,
-        0,
+        at(0),
     )
     .unwrap();
     let (s2, _) = run(&mut c2, offer(Some(&ss), trusted, 61), 0);
@@ -261,7 +273,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
         &mut Counter(9),
         Credentials::RawPublicKey(Some(&ck)),
         &cs,
-        0,
+        at(0),
     )
     .unwrap();
     let (s3, _) = run(&mut c3, offer(Some(&ss), &[], 62), 0);
@@ -277,7 +289,7 @@ fn close_notify_ends_both_sides() {
         Config::default(),
         &mut Counter(20),
         PSK,
-        0,
+        at(0),
     )
     .unwrap();
     let (mut s, _) = run(&mut c, psk_server(None, 70), 0);
@@ -285,7 +297,7 @@ fn close_notify_ends_both_sides() {
     c.close().unwrap();
     assert!(c.send(b"x").is_err(), "nothing is sent after close");
     for d in drain(&mut c) {
-        s.handle_datagram(10, &d).unwrap();
+        s.handle_datagram(at(10), &d).unwrap();
     }
     assert_eq!(s.failure(), Some(Error::PeerAlert(0)));
     assert!(s.send(b"x").is_err());

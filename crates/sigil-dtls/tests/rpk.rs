@@ -3,12 +3,12 @@
 //! in other stacks.
 
 use sigil_crypto::{CryptoError, CryptoProvider, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::{
+use sigil_dtls::record::Record;
+use sigil_dtls::wire::{AlertDescription, ContentType};
+use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, State,
     Stateless,
 };
-use sigil_dtls::record::Record;
-use sigil_dtls::wire::{AlertDescription, ContentType};
 use sigil_dtls::{Error, Writer};
 use sigil_identity::Identity;
 
@@ -32,10 +32,10 @@ fn key(alg: SignatureAlgorithm, seed: u8) -> (SecretKey, Identity) {
 type Client<'a> = Connection<RustCrypto, PinnedIdentities<'a, RustCrypto>>;
 type Server<'a> = Connection<RustCrypto, PinnedIdentities<'a, RustCrypto>>;
 
-fn drain<T: sigil_dtls::connection::Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
+fn drain<T: sigil_dtls::Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
+    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out
@@ -58,7 +58,7 @@ fn start<'a>(
         Config::default(),
         &mut Counter(1),
         Credentials::RawPublicKey(client_key),
-        0,
+        at(0),
     )
     .unwrap();
     let ch1 = drain(&mut client);
@@ -66,12 +66,11 @@ fn start<'a>(
     let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"peer", &ch1[0], &mut out) else {
         panic!()
     };
-    client.handle_datagram(1, &out[..n]).unwrap();
+    client.handle_datagram(at(1), &out[..n]).unwrap();
     let ch2 = drain(&mut client);
-    assert_eq!(
-        cookies.respond(&RustCrypto, b"peer", &ch2[0], &mut out),
-        Stateless::Accept
-    );
+    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"peer", &ch2[0], &mut out) else {
+        panic!("expected the cookie to be accepted");
+    };
     let server = Connection::accept(
         RustCrypto,
         PinnedIdentities {
@@ -86,13 +85,14 @@ fn start<'a>(
             ..ServerCredentials::NONE
         },
         &mut Counter(90),
+        cookie,
         &ch2[0],
-        2,
+        at(2),
     );
     (client, server)
 }
 
-fn pump<T: sigil_dtls::connection::Trust, U: sigil_dtls::connection::Trust>(
+fn pump<T: sigil_dtls::Trust, U: sigil_dtls::Trust>(
     a: &mut Connection<RustCrypto, T>,
     b: &mut Connection<RustCrypto, U>,
 ) -> (usize, Vec<Error>) {
@@ -104,13 +104,13 @@ fn pump<T: sigil_dtls::connection::Trust, U: sigil_dtls::connection::Trust>(
         }
         for d in x {
             bytes += d.len();
-            if let Err(e) = b.handle_datagram(3, &d) {
+            if let Err(e) = b.handle_datagram(at(3), &d) {
                 errors.push(e);
             }
         }
         for d in y {
             bytes += d.len();
-            if let Err(e) = a.handle_datagram(3, &d) {
+            if let Err(e) = a.handle_datagram(at(3), &d) {
                 errors.push(e);
             }
         }
@@ -134,7 +134,7 @@ fn server_authenticated_handshake_pins_the_server_key_to_its_identity() {
     println!("ECDHE-ECDSA-CCM8, raw public key, server-only: flights 4-6 {bytes} bytes");
     client.send(b"reading").unwrap();
     for d in drain(&mut client) {
-        server.handle_datagram(4, &d).unwrap();
+        server.handle_datagram(at(4), &d).unwrap();
     }
     let mut buf = [0u8; 32];
     assert_eq!(server.poll_app_data(&mut buf), Some(7));
@@ -214,7 +214,7 @@ fn mutual_until_flight_5() -> (Vec<Vec<u8>>, Server<'static>, Identity) {
     let (mut client, server) = start(Some(&client_key), ct, &server_key, st, true);
     let mut server = server.unwrap();
     for d in drain(&mut server) {
-        client.handle_datagram(3, &d).unwrap();
+        client.handle_datagram(at(3), &d).unwrap();
     }
     let flight5: Vec<Vec<u8>> = drain(&mut client)
         .iter()
@@ -276,9 +276,9 @@ fn regression_certificate_without_certificate_verify_is_refused() {
     let skipped: Vec<u8> = [&recs[0][..], &recs[1][..], &recs[3][..], &recs[4][..]].concat();
     // The CCS is not acted on (dropped), so the Finished after it is of an epoch the server
     // has no keys for: dropped too. The server still waits for CertificateVerify.
-    let before = server.dropped;
-    assert_eq!(server.handle_datagram(4, &skipped), Ok(()));
-    assert_eq!(server.dropped, before + 2);
+    let before = server.dropped();
+    assert_eq!(server.handle_datagram(at(4), &skipped), Ok(()));
+    assert_eq!(server.dropped(), before + 2);
     assert_eq!(server.state(), State::ExpectCertificateVerify);
     assert!(!server.is_established());
 }
@@ -291,7 +291,7 @@ fn regression_client_key_exchange_before_certificate_is_refused() {
     let body = &rec.fragment[12..];
     let forged = handshake_record(10, 16, 2, body);
     assert_eq!(
-        server.handle_datagram(4, &forged),
+        server.handle_datagram(at(4), &forged),
         Err(Error::UnexpectedHandshake(16))
     );
 }
@@ -301,7 +301,7 @@ fn regression_client_authentication_with_an_empty_certificate_is_refused() {
     let (_, mut server, _) = mutual_until_flight_5();
     let empty = handshake_record(10, 11, 2, &[0, 0, 0]);
     assert_eq!(
-        server.handle_datagram(4, &empty),
+        server.handle_datagram(at(4), &empty),
         Err(Error::MissingClientKey)
     );
     let alert = drain(&mut server);
@@ -314,11 +314,11 @@ fn regression_client_authentication_with_an_empty_certificate_is_refused() {
 #[test]
 fn regression_repeated_certificate_is_refused() {
     let (recs, mut server, _) = mutual_until_flight_5();
-    server.handle_datagram(4, &recs[0]).unwrap();
+    server.handle_datagram(at(4), &recs[0]).unwrap();
     let (rec, _) = Record::parse(&recs[0]).unwrap();
     let again = handshake_record(11, 11, 3, &rec.fragment[12..]);
     assert_eq!(
-        server.handle_datagram(4, &again),
+        server.handle_datagram(at(4), &again),
         Err(Error::UnexpectedHandshake(11))
     );
 }
@@ -327,16 +327,16 @@ fn regression_repeated_certificate_is_refused() {
 fn regression_finished_without_change_cipher_spec_is_refused() {
     let (recs, mut server, _) = mutual_until_flight_5();
     let first_three: Vec<u8> = [&recs[0][..], &recs[1][..], &recs[2][..]].concat();
-    server.handle_datagram(4, &first_three).unwrap();
+    server.handle_datagram(at(4), &first_three).unwrap();
     assert_eq!(server.state(), State::ExpectChangeCipherSpec);
     // The encrypted Finished without the CCS: epoch 1 is not readable yet, dropped.
-    server.handle_datagram(4, &recs[4]).unwrap();
+    server.handle_datagram(at(4), &recs[4]).unwrap();
     assert_eq!(server.state(), State::ExpectChangeCipherSpec);
-    assert_eq!(server.dropped, 1);
+    assert_eq!(server.dropped(), 1);
     // A plaintext Finished in epoch 0 is a fatal unexpected message.
     let plain_finished = handshake_record(20, 20, 5, &[0; 12]);
     assert_eq!(
-        server.handle_datagram(4, &plain_finished),
+        server.handle_datagram(at(4), &plain_finished),
         Err(Error::UnexpectedHandshake(20))
     );
 }
@@ -350,15 +350,20 @@ fn a_tampered_server_key_exchange_signature_fails() {
     let mut flight4 = drain(&mut server);
     // Flip one byte of the ephemeral point inside ServerKeyExchange (third record).
     let d = &mut flight4[0];
-    let mut at = 0;
+    let mut pos = 0;
     for _ in 0..2 {
-        let (r, _) = Record::parse(&d[at..]).unwrap();
-        at += 13 + r.fragment.len();
+        let (r, _) = Record::parse(&d[pos..]).unwrap();
+        pos += 13 + r.fragment.len();
     }
-    d[at + 13 + 12 + 10] ^= 1;
+    d[pos + 13 + 12 + 10] ^= 1;
     let mut result = Ok(());
     for d in &flight4 {
-        result = result.and(client.handle_datagram(3, d));
+        result = result.and(client.handle_datagram(at(3), d));
     }
     assert_eq!(result, Err(Error::BadSignature));
+}
+
+/// A point on the test's virtual clock, in milliseconds.
+fn at(ms: u64) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(ms)
 }

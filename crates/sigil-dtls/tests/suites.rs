@@ -4,22 +4,22 @@
 
 mod common;
 
-use common::{drain, Counter, Keys};
+use common::{at, drain, Counter, Keys};
 use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::connection::{
-    Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, Stateless,
-    Trust,
-};
 use sigil_dtls::record::Record;
 use sigil_dtls::wire::{CipherSuite, ContentType};
 use sigil_dtls::Error;
+use sigil_dtls::{
+    Config, Connection, CookieKey, CookieVerified, Credentials, PinnedIdentities,
+    ServerCredentials, Stateless, Trust,
+};
 use sigil_identity::Identity;
 
 /// Cookie exchange, accept, then datagrams both ways until quiet. Returns the server (if it
 /// accepted), the errors and every datagram seen.
 fn run<T: Trust, U: Trust>(
     client: &mut Connection<RustCrypto, T>,
-    accept: impl FnOnce(&[u8]) -> Result<Connection<RustCrypto, U>, Error>,
+    accept: impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, U>, Error>,
 ) -> (Option<Connection<RustCrypto, U>>, Vec<Error>, Vec<Vec<u8>>) {
     let cookies = CookieKey::new([1; 32]);
     let ch1 = drain(client);
@@ -27,9 +27,12 @@ fn run<T: Trust, U: Trust>(
     let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"p", &ch1[0], &mut out) else {
         panic!()
     };
-    client.handle_datagram(1, &out[..n]).unwrap();
+    client.handle_datagram(at(1), &out[..n]).unwrap();
     let ch2 = drain(client);
-    let mut server = match accept(&ch2[0]) {
+    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"p", &ch2[0], &mut out) else {
+        panic!("the cookie was refused")
+    };
+    let mut server = match accept(cookie, &ch2[0]) {
         Ok(s) => s,
         Err(e) => return (None, vec![e], vec![]),
     };
@@ -40,11 +43,11 @@ fn run<T: Trust, U: Trust>(
             break;
         }
         for d in x {
-            errors.extend(server.handle_datagram(2, &d).err());
+            errors.extend(server.handle_datagram(at(2), &d).err());
             seen.push(d);
         }
         for d in y {
-            errors.extend(client.handle_datagram(2, &d).err());
+            errors.extend(client.handle_datagram(at(2), &d).err());
             seen.push(d);
         }
     }
@@ -62,14 +65,14 @@ fn exchange<T: Trust, U: Trust>(
     c.send(data).unwrap();
     let recs = drain(c);
     for d in &recs {
-        s.handle_datagram(3, d).unwrap();
+        s.handle_datagram(at(3), d).unwrap();
     }
     let mut buf = [0u8; 256];
     let n = s.poll_app_data(&mut buf).unwrap();
     assert_eq!(&buf[..n], data);
     s.send(b"ack").unwrap();
     for d in drain(s) {
-        c.handle_datagram(3, &d).unwrap();
+        c.handle_datagram(at(3), &d).unwrap();
     }
     assert_eq!(c.poll_app_data(&mut buf), Some(3));
     recs[0].len()
@@ -105,18 +108,19 @@ fn ecdhe_psk_negotiates_and_protects_with_ccm8() {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
         },
-        0,
+        at(0),
     )
     .unwrap();
-    let (s, errors, seen) = run(&mut c, |d| {
+    let (s, errors, seen) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
             &mut Counter(9),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     let mut s = s.unwrap();
@@ -144,18 +148,19 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
             identity: b"sensor-1",
             key: b"not the right 16",
         },
-        0,
+        at(0),
     )
     .unwrap();
-    let (s, errors, _) = run(&mut c, |d| {
+    let (s, errors, _) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
             &mut Counter(9),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     let s = s.unwrap();
@@ -163,7 +168,7 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
     // The client's Finished does not decrypt under the server's keys: dropped silently (RFC
     // 6347 §4.1.2.7), counted, and the client's handshake later times out.
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(s.dropped >= 1);
+    assert!(s.dropped() >= 1);
     // An unknown identity is named as such.
     let mut c = Connection::connect(
         RustCrypto,
@@ -174,18 +179,19 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
             identity: b"stranger",
             key: b"0123456789abcdef",
         },
-        0,
+        at(0),
     )
     .unwrap();
-    let (_, errors, _) = run(&mut c, |d| {
+    let (_, errors, _) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
             &mut Counter(9),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     assert!(errors.contains(&Error::UnknownPskIdentity), "{errors:?}");
@@ -214,7 +220,7 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
         config,
         &mut Counter(7),
         Credentials::RawPublicKey(Some(&ck)),
-        0,
+        at(0),
     )
     .unwrap();
     let offer = ServerCredentials {
@@ -222,7 +228,7 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
         require_client_key: true,
         ..ServerCredentials::NONE
     };
-    let (s, errors, seen) = run(&mut c, |d| {
+    let (s, errors, seen) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             PinnedIdentities {
@@ -232,8 +238,9 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
             Config::default(),
             &offer,
             &mut Counter(8),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     let mut s = s.unwrap();
@@ -261,22 +268,23 @@ fn a_psk_only_server_refuses_a_client_offering_only_ecdhe_psk_without_p256() {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
         },
-        0,
+        at(0),
     )
     .unwrap();
     let offer = ServerCredentials {
         psk: false,
         ..ServerCredentials::NONE
     };
-    let (s, errors, _) = run(&mut c, |d| {
+    let (s, errors, _) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &offer,
             &mut Counter(9),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     assert!(s.is_none());
@@ -298,7 +306,7 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
         },
-        0,
+        at(0),
     )
     .unwrap();
     let cid = [0xc1, 0xd0, 0x00, 0x01, 0x02, 0x03, 0x04, 0x05];
@@ -307,15 +315,16 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
         connection_id: &cid,
         ..ServerCredentials::NONE
     };
-    let (s, errors, seen) = run(&mut c, |d| {
+    let (s, errors, seen) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &offer,
             &mut Counter(12),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     let mut s = s.unwrap();
@@ -343,16 +352,16 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
     let rec = drain(&mut c).remove(0);
     let mut other = rec.clone();
     other[11] ^= 0xff;
-    let before = s.dropped;
-    s.handle_datagram(5, &other).unwrap();
+    let before = s.dropped();
+    s.handle_datagram(at(5), &other).unwrap();
     let mut plain = rec[..11].to_vec();
     plain[0] = ContentType::APPLICATION_DATA.0;
     plain.extend_from_slice(&rec[19..]);
-    s.handle_datagram(5, &plain).unwrap();
-    assert_eq!(s.dropped, before + 2);
+    s.handle_datagram(at(5), &plain).unwrap();
+    assert_eq!(s.dropped(), before + 2);
     let mut buf = [0u8; 64];
     assert_eq!(s.poll_app_data(&mut buf), None);
-    s.handle_datagram(5, &rec).unwrap();
+    s.handle_datagram(at(5), &rec).unwrap();
     assert_eq!(s.poll_app_data(&mut buf), Some(5));
     assert!(s.is_established());
 }
@@ -372,18 +381,19 @@ fn without_an_offer_from_the_server_no_connection_id_is_used() {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
         },
-        0,
+        at(0),
     )
     .unwrap();
-    let (s, errors, seen) = run(&mut c, |d| {
+    let (s, errors, seen) = run(&mut c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
             &mut Counter(14),
+            cookie,
             d,
-            2,
+            at(2),
         )
     });
     assert!(errors.is_empty(), "{errors:?}");

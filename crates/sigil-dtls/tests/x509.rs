@@ -4,14 +4,15 @@
 //! (`vectors/gen_x509.py`), not from this crate.
 
 use sigil_crypto::{CryptoError, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::{
-    Config, Connection, CookieKey, Credentials, ServerCredentials, Stateless, Trust, X509Anchors,
-};
 use sigil_dtls::x509;
 use sigil_dtls::Error;
+use sigil_dtls::{
+    Config, Connection, CookieKey, Credentials, ServerCredentials, Stateless, Trust, X509Anchors,
+};
 
 /// 2026-01-01, inside the test PKI's validity (2025-2125).
-const NOW: u64 = 1_767_225_600;
+const NOW: UnixTime = UnixTime::from_secs(1_767_225_600);
+use sigil_time::UnixTime;
 
 fn data(name: &str) -> Vec<u8> {
     std::fs::read(format!(
@@ -44,7 +45,7 @@ impl Rng for Counter {
 fn drain<T: Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
+    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out
@@ -61,12 +62,12 @@ fn pump<T: Trust, U: Trust>(
             break;
         }
         for d in x {
-            if let Err(e) = b.handle_datagram(3, &d) {
+            if let Err(e) = b.handle_datagram(at(3), &d) {
                 errors.push(e);
             }
         }
         for d in y {
-            if let Err(e) = a.handle_datagram(3, &d) {
+            if let Err(e) = a.handle_datagram(at(3), &d) {
                 errors.push(e);
             }
         }
@@ -96,12 +97,12 @@ fn pki() -> Pki {
 
 type Anchors<'a> = X509Anchors<'a, RustCrypto>;
 
-fn anchors<'a>(list: &'a [&'a [u8]], now: u64) -> Anchors<'a> {
+fn anchors<'a>(list: &'a [&'a [u8]], now: UnixTime) -> Anchors<'a> {
     X509Anchors {
         crypto: RustCrypto,
         anchors: list,
         now,
-        rpk: sigil_dtls::connection::NoTrust,
+        rpk: sigil_dtls::NoTrust,
     }
 }
 
@@ -127,7 +128,7 @@ fn handshake<'a>(
         Config::default(),
         &mut Counter(3),
         Credentials::Certificate(client_own),
-        0,
+        at(0),
     )
     .unwrap();
     let ch1 = drain(&mut client);
@@ -135,8 +136,11 @@ fn handshake<'a>(
     let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"p", &ch1[0], &mut out) else {
         panic!()
     };
-    client.handle_datagram(1, &out[..n]).unwrap();
+    client.handle_datagram(at(1), &out[..n]).unwrap();
     let ch2 = drain(&mut client);
+    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"p", &ch2[0], &mut out) else {
+        panic!("the cookie was refused")
+    };
     let server = Connection::accept(
         RustCrypto,
         server_anchors,
@@ -148,8 +152,9 @@ fn handshake<'a>(
             ..ServerCredentials::NONE
         },
         &mut Counter(77),
+        cookie,
         &ch2[0],
-        2,
+        at(2),
     );
     match server {
         Ok(mut s) => {
@@ -193,7 +198,7 @@ fn server_only_and_mutual_certificates_to_a_root_anchor() {
         }
         c.send(b"reading").unwrap();
         for d in drain(&mut c) {
-            s.handle_datagram(4, &d).unwrap();
+            s.handle_datagram(at(4), &d).unwrap();
         }
         let mut buf = [0u8; 64];
         let n = s.poll_app_data(&mut buf).unwrap();
@@ -232,7 +237,7 @@ fn path_failures_each_have_their_error() {
     let stranger_der = data("stranger.der");
     let stranger: [&[u8]; 1] = [&stranger_der];
     let (ek, stk) = (key("expired"), key("stranger"));
-    let cases: Vec<(&str, &[&[u8]], &SecretKey, &[&[u8]], u64, Error)> = vec![
+    let cases: Vec<(&str, &[&[u8]], &SecretKey, &[&[u8]], UnixTime, Error)> = vec![
         (
             "anchor of another PKI",
             &full,
@@ -262,7 +267,7 @@ fn path_failures_each_have_their_error() {
             &full,
             &sk,
             &roots,
-            1_700_000_000,
+            UnixTime::from_secs(1_700_000_000),
             Error::CertificateExpired,
         ),
         (
@@ -270,7 +275,7 @@ fn path_failures_each_have_their_error() {
             &full,
             &sk,
             &roots,
-            4_900_000_000,
+            UnixTime::from_secs(4_900_000_000),
             Error::CertificateExpired,
         ),
         (
@@ -349,4 +354,9 @@ fn a_mutual_server_refuses_a_client_without_a_certificate() {
     );
     assert!(!c.is_established() && !s.unwrap().is_established());
     assert!(errors.contains(&Error::MissingClientKey), "{errors:?}");
+}
+
+/// A point on the test's virtual clock, in milliseconds.
+fn at(ms: u64) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(ms)
 }

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use sigil_crypto::{CryptoError, Rng, RustCrypto};
-use sigil_dtls::connection::{Connection, CookieKey, Stateless, Trust};
+use sigil_dtls::{Connection, CookieKey, CookieVerified, Stateless, Trust};
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Child;
@@ -50,8 +50,8 @@ pub fn kill(mut c: Child) -> String {
     out
 }
 
-fn ms(start: Instant) -> u64 {
-    start.elapsed().as_millis() as u64
+fn ms(start: Instant) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(start.elapsed().as_millis() as u64)
 }
 
 /// Runs a client connection against `port` until it is established, then sends `data` as one
@@ -75,7 +75,7 @@ pub fn run_client_with<T: Trust>(
 ) -> (
     Connection<RustCrypto, T>,
     Vec<u8>,
-    Option<sigil_dtls::connection::Session>,
+    Option<sigil_dtls::Session>,
 ) {
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.connect(("127.0.0.1", port)).unwrap();
@@ -85,8 +85,8 @@ pub fn run_client_with<T: Trust>(
     let mut buf = [0u8; 4096];
     let mut sent_at = None;
     let mut received = vec![];
-    while ms(start) < 10_000 {
-        while let Some(n) = c.poll_transmit(&mut buf) {
+    while start.elapsed() < Duration::from_secs(10) {
+        while let Some(n) = c.poll_transmit(ms(start), &mut buf) {
             sock.send(&buf[..n]).unwrap();
         }
         if c.is_established() && sent_at.is_none() {
@@ -94,24 +94,24 @@ pub fn run_client_with<T: Trust>(
             sent_at = Some(ms(start));
             continue;
         }
-        if sent_at.is_some_and(|t| ms(start) > t + 500) {
+        if sent_at.is_some_and(|t| ms(start) > t + std::time::Duration::from_millis(500)) {
             break;
         }
         if let Ok(n) = sock.recv(&mut buf) {
             let d = buf[..n].to_vec();
-            let _ = c.handle_datagram(ms(start), &d);
+            let _ = c.handle_datagram(at(ms(start)), &d);
             while let Some(m) = c.poll_app_data(&mut buf) {
                 received.extend_from_slice(&buf[..m]);
             }
         }
-        let _ = c.handle_timeout(ms(start));
-        if matches!(c.state(), sigil_dtls::connection::State::Failed(_)) {
+        let _ = c.handle_timeout(at(ms(start)));
+        if matches!(c.state(), sigil_dtls::State::Failed(_)) {
             break;
         }
     }
     let session = c.session();
     if close && c.close().is_ok() {
-        while let Some(n) = c.poll_transmit(&mut buf) {
+        while let Some(n) = c.poll_transmit(ms(start), &mut buf) {
             let _ = sock.send(&buf[..n]);
         }
     }
@@ -123,7 +123,7 @@ pub fn run_client_with<T: Trust>(
 /// runs once, when the handshake completes (e.g. to make the peer send).
 pub fn serve_one<T: Trust>(
     sock: &UdpSocket,
-    mut accept: impl FnMut(&[u8], u64) -> Connection<RustCrypto, T>,
+    mut accept: impl FnMut(CookieVerified, &[u8], sigil_time::Instant) -> Connection<RustCrypto, T>,
     want: usize,
     mut on_established: impl FnMut(),
 ) -> (Option<Connection<RustCrypto, T>>, Vec<u8>) {
@@ -136,7 +136,7 @@ pub fn serve_one<T: Trust>(
     let (mut buf, mut out) = ([0u8; 4096], [0u8; 4096]);
     let mut received = vec![];
     let mut told = false;
-    while ms(start) < 10_000 && received.len() < want {
+    while start.elapsed() < Duration::from_secs(10) && received.len() < want {
         if let Ok((n, from)) = sock.recv_from(&mut buf) {
             let d = buf[..n].to_vec();
             match conn.as_mut() {
@@ -145,21 +145,21 @@ pub fn serve_one<T: Trust>(
                         Stateless::HelloVerify(m) => {
                             sock.send_to(&out[..m], from).unwrap();
                         }
-                        Stateless::Accept => {
-                            conn = Some(accept(&d, ms(start)));
+                        Stateless::Accept(cookie) => {
+                            conn = Some(accept(cookie, &d, ms(start)));
                             peer = Some(from);
                         }
                         Stateless::Drop(e) => panic!("dropped the peer's hello: {e}"),
                     }
                 }
                 Some(c) => {
-                    let _ = c.handle_datagram(ms(start), &d);
+                    let _ = c.handle_datagram(at(ms(start)), &d);
                 }
             }
         }
         if let (Some(c), Some(p)) = (conn.as_mut(), peer) {
-            let _ = c.handle_timeout(ms(start));
-            while let Some(m) = c.poll_transmit(&mut out) {
+            let _ = c.handle_timeout(at(ms(start)));
+            while let Some(m) = c.poll_transmit(ms(start), &mut out) {
                 sock.send_to(&out[..m], p).unwrap();
             }
             if c.is_established() && !told {
@@ -194,17 +194,19 @@ pub fn secret(name: &str) -> sigil_crypto::SecretKey {
 }
 
 /// Trusts chains to `root` at the current time (the tests' own clock, passed in).
-pub fn anchors(root: &[u8]) -> sigil_dtls::connection::X509Anchors<'static, RustCrypto> {
+pub fn anchors(root: &[u8]) -> sigil_dtls::X509Anchors<'static, RustCrypto> {
     let cert: &'static [u8] = Box::leak(root.to_vec().into_boxed_slice());
     let list: &'static [&'static [u8]] = Box::leak(Box::new([cert]));
-    sigil_dtls::connection::X509Anchors {
+    sigil_dtls::X509Anchors {
         crypto: RustCrypto,
         anchors: list,
-        now: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs(),
-        rpk: sigil_dtls::connection::NoTrust,
+        now: sigil_time::UnixTime::from_secs(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64,
+        ),
+        rpk: sigil_dtls::NoTrust,
     }
 }
 
@@ -231,12 +233,39 @@ impl Trust for Keys {
     }
 }
 
-/// Everything a connection has queued to send.
+/// Everything a connection has queued to send, sent at once: at the time its flight was
+/// built, so the timers stay as the flight set them (a datagram cannot leave earlier; the
+/// instant passed is the clock's origin, which never moves a timer).
 pub fn drain<C: sigil_crypto::CryptoProvider, T: Trust>(c: &mut Connection<C, T>) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
+    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out
+}
+
+/// A point on the tests' virtual clock.
+pub fn at<T: IntoInstant>(t: T) -> sigil_time::Instant {
+    t.into_instant()
+}
+
+/// Milliseconds (an integer) or an instant already.
+pub trait IntoInstant {
+    fn into_instant(self) -> sigil_time::Instant;
+}
+impl IntoInstant for u64 {
+    fn into_instant(self) -> sigil_time::Instant {
+        sigil_time::Instant::from_millis(self)
+    }
+}
+impl IntoInstant for i32 {
+    fn into_instant(self) -> sigil_time::Instant {
+        sigil_time::Instant::from_millis(u64::try_from(self).unwrap())
+    }
+}
+impl IntoInstant for sigil_time::Instant {
+    fn into_instant(self) -> sigil_time::Instant {
+        self
+    }
 }

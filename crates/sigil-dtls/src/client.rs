@@ -1,0 +1,588 @@
+//! The client's handshake, one struct per expected message (RFC 6347 §4.2.1, RFC 5246
+//! §7.3): [`ExpectServerHello`] (HelloVerifyRequest or ServerHello) → [`ExpectCertificate`]
+//! → [`ExpectServerKeyExchange`] → [`ExpectServerHelloDone`] → ChangeCipherSpec → Finished
+//! ([`crate::finished`]). Each consumes itself and one message, checking its type first.
+
+use crate::conn::{aead_of, kx_of, Cx, Hs, Kx, Next, OwnChain};
+use crate::extensions::{
+    self, CertificateTypes, Extension, Hello, HelloExtensions, OUR_SCHEMES, P256_ONLY, RPK_ONLY,
+    UNCOMPRESSED,
+};
+use crate::finished::{ExpectCcs, ExpectFinished};
+use crate::handshake::{ClientHelloParams, Fragment, HelloVerifyRequest, ServerHello};
+use crate::keys::Side;
+use crate::traffic::Session;
+use crate::trust::{self, Credentials, Peer, PeerVerified, Psk, Trust, TrustedKey};
+use crate::wire::{
+    CertificateType, CipherSuite, ClientCertificateType, HandshakeType, NamedGroup, ProtocolVersion,
+};
+use crate::{Error, Reader, Writer};
+use sigil_crypto::{AgreementSecret, CryptoProvider, Rng, SecretKey};
+
+/// HelloVerifyRequests a client answers in one handshake.
+const MAX_HELLO_VERIFY: u8 = 4;
+
+/// What the client brings to every state: its suite, random and credentials.
+pub(crate) struct ClientBase {
+    suite: CipherSuite,
+    client_random: [u8; 32],
+    psk: Option<Psk>,
+    /// The client trusts the server that knows its PSK (the Finished check proves that).
+    psk_verified: Option<PeerVerified>,
+    own_key: Option<SecretKey>,
+    own_chain: OwnChain,
+    /// The server's (resp. this client's) Certificate carries an X.509 chain, not a raw key.
+    server_x509: bool,
+    client_x509: bool,
+    /// The ephemeral ECDH secret for ClientKeyExchange, drawn at connect while the caller's
+    /// RNG is at hand.
+    ephemeral: Option<AgreementSecret>,
+}
+
+impl ClientBase {
+    fn kx(&self) -> Kx {
+        kx_of(self.suite)
+    }
+
+    fn psk_peer(&mut self) -> Result<Peer, Error> {
+        match (&self.psk, self.psk_verified.take()) {
+            (Some(psk), Some(proof)) => Ok(Peer::psk(psk, proof)),
+            _ => Err(Error::UnexpectedMessage("PSK suite without a PSK")),
+        }
+    }
+}
+
+/// The ECDHE-ECDSA suite a client offers for `config`.
+#[cfg(feature = "ecdhe-ecdsa")]
+fn ecdsa_suite(config: &crate::conn::Config) -> CipherSuite {
+    #[cfg(feature = "gcm")]
+    if config.gcm {
+        return CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
+    }
+    let _ = config;
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
+}
+
+/// A cached session the client asks to resume.
+struct Resume {
+    id: [u8; 32],
+    master: [u8; 48],
+    peer: Peer,
+}
+
+/// Sent a ClientHello; expects HelloVerifyRequest or ServerHello.
+pub(crate) struct ExpectServerHello {
+    base: ClientBase,
+    hello_verifies: u8,
+    resume: Option<Resume>,
+}
+
+/// The client's first flight.
+pub(crate) fn start<C: CryptoProvider, T: Trust>(
+    cx: &mut Cx<'_, C, T>,
+    rng: &mut dyn Rng,
+    credentials: Credentials<'_>,
+    session: Option<&Session>,
+) -> Result<ExpectServerHello, Error> {
+    let mut base = ClientBase {
+        suite: CipherSuite::TLS_PSK_WITH_AES_128_CCM_8,
+        client_random: [0; 32],
+        psk: None,
+        psk_verified: None,
+        own_key: None,
+        own_chain: OwnChain::EMPTY,
+        server_x509: false,
+        client_x509: false,
+        ephemeral: None,
+    };
+    match credentials {
+        #[cfg(feature = "psk")]
+        Credentials::Psk { identity, key } => {
+            let (psk, proof) = trust::configured_psk(identity, key)?;
+            base.psk = Some(psk);
+            base.psk_verified = Some(proof);
+        }
+        #[cfg(feature = "ecdhe-psk")]
+        Credentials::EcdhePsk { identity, key } => {
+            let (psk, proof) = trust::configured_psk(identity, key)?;
+            base.psk = Some(psk);
+            base.psk_verified = Some(proof);
+            base.suite = CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256;
+            base.ephemeral = Some(
+                cx.crypto
+                    .generate_agreement(sigil_crypto::AgreementAlgorithm::P256, rng)?,
+            );
+        }
+        #[cfg(feature = "ecdhe-ecdsa")]
+        Credentials::RawPublicKey(key) => {
+            base.suite = ecdsa_suite(cx.config);
+            base.own_key = key.cloned();
+            base.ephemeral = Some(
+                cx.crypto
+                    .generate_agreement(sigil_crypto::AgreementAlgorithm::P256, rng)?,
+            );
+        }
+        #[cfg(feature = "x509")]
+        Credentials::Certificate(own) => {
+            base.suite = ecdsa_suite(cx.config);
+            base.server_x509 = true;
+            base.client_x509 = true;
+            if let Some((chain, key)) = own {
+                base.own_chain = OwnChain::new(chain)?;
+                base.own_key = Some(key.clone());
+            }
+            base.ephemeral = Some(
+                cx.crypto
+                    .generate_agreement(sigil_crypto::AgreementAlgorithm::P256, rng)?,
+            );
+        }
+    }
+    rng.fill(&mut base.client_random)?;
+    cx.rl.aead = aead_of(base.suite);
+    let resume = session.filter(|s| s.suite == base.suite).map(|s| Resume {
+        id: s.id,
+        master: s.master,
+        peer: s.peer().clone(),
+    });
+    let s = ExpectServerHello {
+        base,
+        hello_verifies: 0,
+        resume,
+    };
+    s.send_client_hello(&[], cx)?;
+    Ok(s)
+}
+
+impl ExpectServerHello {
+    fn send_client_hello<C: CryptoProvider, T>(
+        &self,
+        cookie: &[u8],
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<(), Error> {
+        let b = &self.base;
+        let mut list = [Extension::ExtendedMasterSecret; 10];
+        let mut n = 0;
+        let mut add = |e: Extension<'static>| {
+            list[n] = e;
+            n += 1;
+        };
+        add(Extension::ExtendedMasterSecret);
+        add(Extension::RenegotiationInfo(&[]));
+        if b.kx() != Kx::Psk {
+            add(Extension::SupportedGroups(P256_ONLY));
+            add(Extension::EcPointFormats(UNCOMPRESSED));
+        }
+        if b.kx() == Kx::EcdheEcdsa {
+            add(Extension::SignatureAlgorithms(OUR_SCHEMES));
+            // With certificates, the default type X.509 needs no extension.
+            if !b.server_x509 {
+                add(Extension::ServerCertificateType(RPK_ONLY));
+                if b.own_key.is_some() {
+                    add(Extension::ClientCertificateType(RPK_ONLY));
+                }
+            }
+        }
+        if cx.config.connection_id {
+            // connection_id with an empty ID: "send me plain records, I will use yours".
+            add(Extension::ConnectionId(&[]));
+        }
+        let mut ext = [0u8; 64];
+        let mut w = Writer::new(&mut ext);
+        extensions::encode_all(&list[..n], &mut w)?;
+        let en = w.len();
+        let mut body = [0u8; 128 + 255 + 40];
+        let mut w = Writer::new(&mut body);
+        ClientHelloParams {
+            random: &b.client_random,
+            session_id: self.resume.as_ref().map_or(&[][..], |r| &r.id[..]),
+            cookie,
+            cipher_suites: &[b.suite],
+            extensions: &ext[..en],
+        }
+        .write(&mut w)?;
+        let n = w.len();
+        cx.io.flight.clear();
+        cx.io
+            .queue_handshake(HandshakeType::CLIENT_HELLO, &body[..n])?;
+        cx.send_flight()
+    }
+
+    pub fn handle<C: CryptoProvider, T: Trust>(
+        mut self,
+        m: &Fragment<'_>,
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<Next, Error> {
+        match m.msg_type {
+            HandshakeType::HELLO_VERIFY_REQUEST => {
+                // A server may ask again (e.g. after rotating its cookie secret), but not
+                // without end.
+                self.hello_verifies += 1;
+                if self.hello_verifies > MAX_HELLO_VERIFY {
+                    return Err(Error::IllegalParameter("repeated HelloVerifyRequest"));
+                }
+                let hvr = HelloVerifyRequest::parse(m.body)?;
+                // The first ClientHello and the HelloVerifyRequest are not in the transcript.
+                cx.io.transcript.clear();
+                self.send_client_hello(hvr.cookie, cx)?;
+                Ok(Hs::ExpectHelloVerifyOrServerHello(self).into())
+            }
+            HandshakeType::SERVER_HELLO => self.server_hello(m, cx),
+            t => Err(Error::UnexpectedHandshake(t.0)),
+        }
+    }
+
+    fn server_hello<C: CryptoProvider, T: Trust>(
+        self,
+        m: &Fragment<'_>,
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<Next, Error> {
+        let sh = ServerHello::parse(m.body)?;
+        if sh.version != ProtocolVersion::DTLS_1_2 {
+            return Err(Error::UnsupportedVersion(sh.version.0));
+        }
+        if sh.cipher_suite != self.base.suite || sh.compression_method != 0 {
+            return Err(Error::IllegalParameter(
+                "ServerHello cipher suite or compression",
+            ));
+        }
+        let ext = HelloExtensions::decode(sh.extensions, Hello::Server)?;
+        if !ext.extended_master_secret {
+            return Err(Error::MissingExtendedMasterSecret);
+        }
+        ext.check_renegotiation_info(false)?;
+        let resume = self.resume.filter(|r| sh.session_id == &r.id[..]);
+        let kx = self.base.kx();
+        if kx == Kx::EcdheEcdsa && resume.is_none() {
+            let chosen = ext.server_certificate_type;
+            let ok = if self.base.server_x509 {
+                chosen.is_none() || chosen == Some(CertificateTypes::Chosen(CertificateType::X509))
+            } else {
+                chosen == Some(CertificateTypes::Chosen(CertificateType::RAW_PUBLIC_KEY))
+            };
+            if !ok {
+                return Err(Error::IllegalParameter("server certificate type"));
+            }
+        }
+        let client_rpk = ext.client_certificate_type
+            == Some(CertificateTypes::Chosen(CertificateType::RAW_PUBLIC_KEY));
+        if let Some(theirs) = ext.connection_id {
+            if !cx.config.connection_id {
+                return Err(Error::IllegalParameter("unrequested connection_id"));
+            }
+            cx.rl.set_cids(&[], theirs)?;
+        }
+        let server_random = *sh.random;
+        cx.io.transcript.add(m)?;
+        if let Some(r) = resume {
+            // Abbreviated: the server's ChangeCipherSpec and Finished follow. The timer keeps
+            // running until they are in.
+            cx.install_keys(
+                cx.rl.aead,
+                &r.master,
+                &self.base.client_random,
+                &server_random,
+                Side::Client,
+            );
+            return Ok(Hs::ExpectChangeCipherSpec(ExpectCcs {
+                next: ExpectFinished {
+                    side: Side::Client,
+                    suite: self.base.suite,
+                    master: r.master,
+                    session_id: Some(r.id),
+                    peer: r.peer,
+                    resumed: true,
+                },
+            })
+            .into());
+        }
+        let mut hs = AfterHello {
+            base: self.base,
+            server_random,
+            session_id: <[u8; 32]>::try_from(sh.session_id).ok(),
+            client_rpk,
+        };
+        // The timer keeps running until the server's whole flight is in (RFC 6347 §4.2.4):
+        // if the rest is lost, retransmitting the ClientHello makes the server send it again.
+        Ok(match kx {
+            Kx::Psk => {
+                let peer = hs.base.psk_peer()?;
+                Hs::ExpectServerHelloDone(ExpectServerHelloDone {
+                    hs,
+                    peer_point: None,
+                    peer,
+                    cert_requested: false,
+                })
+            }
+            Kx::EcdhePsk => Hs::ExpectServerKeyExchange(ExpectServerKeyExchange {
+                hs,
+                server_key: None,
+            }),
+            Kx::EcdheEcdsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
+        }
+        .into())
+    }
+}
+
+/// What the client knows once the ServerHello is in.
+pub(crate) struct AfterHello {
+    base: ClientBase,
+    server_random: [u8; 32],
+    session_id: Option<[u8; 32]>,
+    /// The server agreed to a raw public key for the client (client_certificate_type).
+    client_rpk: bool,
+}
+
+/// Expects the server's Certificate (ECDHE-ECDSA).
+pub(crate) struct ExpectCertificate {
+    hs: AfterHello,
+}
+
+impl ExpectCertificate {
+    pub fn handle<C: CryptoProvider, T: Trust>(
+        self,
+        m: &Fragment<'_>,
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<Next, Error> {
+        if m.msg_type != HandshakeType::CERTIFICATE || !cfg!(feature = "ecdhe-ecdsa") {
+            return Err(Error::UnexpectedHandshake(m.msg_type.0));
+        }
+        let key = trust::peer_certificate(cx.trust, m.body, self.hs.base.server_x509)?;
+        cx.io.transcript.add(m)?;
+        Ok(Hs::ExpectServerKeyExchange(ExpectServerKeyExchange {
+            hs: self.hs,
+            server_key: Some(key),
+        })
+        .into())
+    }
+}
+
+/// Expects the ServerKeyExchange: signed under the certificate's key (ECDHE-ECDSA), or
+/// unsigned (ECDHE-PSK: the PSK authenticates the exchange through the Finished messages).
+pub(crate) struct ExpectServerKeyExchange {
+    hs: AfterHello,
+    server_key: Option<TrustedKey>,
+}
+
+impl ExpectServerKeyExchange {
+    pub fn handle<C: CryptoProvider, T: Trust>(
+        mut self,
+        m: &Fragment<'_>,
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<Next, Error> {
+        if m.msg_type != HandshakeType::SERVER_KEY_EXCHANGE {
+            return Err(Error::UnexpectedHandshake(m.msg_type.0));
+        }
+        let mut r = Reader::new(m.body);
+        let ecdhe_psk = self.hs.base.kx() == Kx::EcdhePsk;
+        if ecdhe_psk {
+            // psk_identity_hint<0..2^16-1> first (RFC 5489 §2); not used.
+            r.vec16(0, 0xffff, "ServerKeyExchange identity hint")?;
+        }
+        let params = r.take(4, "ServerKeyExchange params")?;
+        if params[0] != 3
+            || params[1..3] != NamedGroup::SECP256R1.0.to_be_bytes()
+            || params[3] != 65
+        {
+            return Err(Error::IllegalParameter("ServerKeyExchange curve"));
+        }
+        let point = r.take(65, "ServerKeyExchange point")?;
+        let peer = if ecdhe_psk {
+            self.hs.base.psk_peer()?
+        } else {
+            if !cfg!(feature = "ecdhe-ecdsa") {
+                return Err(Error::UnexpectedHandshake(m.msg_type.0));
+            }
+            let mut signed = [0u8; 64 + 69];
+            signed[..32].copy_from_slice(&self.hs.base.client_random);
+            signed[32..64].copy_from_slice(&self.hs.server_random);
+            signed[64..68].copy_from_slice(params);
+            signed[68..].copy_from_slice(point);
+            let key = self.server_key.ok_or(Error::UntrustedKey)?;
+            let proof = trust::verify_signed(cx.crypto, &key, &signed, &mut r)?;
+            Peer::key(&key, proof)
+        };
+        r.finish("ServerKeyExchange")?;
+        let mut peer_point = [0u8; 65];
+        peer_point.copy_from_slice(point);
+        cx.io.transcript.add(m)?;
+        Ok(Hs::ExpectServerHelloDone(ExpectServerHelloDone {
+            hs: self.hs,
+            peer_point: Some(peer_point),
+            peer,
+            cert_requested: false,
+        })
+        .into())
+    }
+}
+
+/// Expects CertificateRequest (ECDHE-ECDSA), ServerKeyExchange (PSK identity hint) or
+/// ServerHelloDone; the peer is authenticated by now (or, with a PSK, will be by its Finished).
+pub(crate) struct ExpectServerHelloDone {
+    hs: AfterHello,
+    peer_point: Option<[u8; 65]>,
+    peer: Peer,
+    /// The server asked for the client's key.
+    cert_requested: bool,
+}
+
+impl ExpectServerHelloDone {
+    pub fn handle<C: CryptoProvider, T: Trust>(
+        mut self,
+        m: &Fragment<'_>,
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<Next, Error> {
+        let kx = self.hs.base.kx();
+        match m.msg_type {
+            HandshakeType::SERVER_KEY_EXCHANGE if kx == Kx::Psk => {
+                // psk_identity_hint<0..2^16-1> (RFC 4279 §2); Sigil does not use the hint.
+                let mut r = Reader::new(m.body);
+                r.vec16(0, 0xffff, "ServerKeyExchange identity hint")?;
+                r.finish("ServerKeyExchange")?;
+                cx.io.transcript.add(m)?;
+                Ok(Hs::ExpectServerHelloDone(self).into())
+            }
+            HandshakeType::CERTIFICATE_REQUEST
+                if cfg!(feature = "ecdhe-ecdsa")
+                    && kx == Kx::EcdheEcdsa
+                    && !self.cert_requested =>
+            {
+                let mut r = Reader::new(m.body);
+                let types = r.vec8(1, 255, "CertificateRequest types")?;
+                let schemes = r.vec16(2, 0xfffe, "CertificateRequest schemes")?;
+                r.vec16(0, 0xffff, "CertificateRequest authorities")?;
+                r.finish("CertificateRequest")?;
+                // With a key the server agreed to take, authenticate; otherwise answer with an
+                // empty Certificate and let the server decide (RFC 5246 §7.4.6).
+                let b = &self.hs.base;
+                let usable = b.own_key.as_ref().is_some_and(|key| {
+                    let want = trust::scheme_of(key.algorithm()).0.to_be_bytes();
+                    types.contains(&ClientCertificateType::ECDSA_SIGN.0)
+                        && schemes.chunks_exact(2).any(|c| c == want)
+                });
+                let agreed = if b.client_x509 {
+                    !b.own_chain.is_empty()
+                } else {
+                    self.hs.client_rpk
+                };
+                if !(usable && agreed) {
+                    self.hs.base.own_key = None;
+                }
+                self.cert_requested = true;
+                cx.io.transcript.add(m)?;
+                Ok(Hs::ExpectServerHelloDone(self).into())
+            }
+            HandshakeType::SERVER_HELLO_DONE => {
+                if !m.body.is_empty() {
+                    return Err(Error::Decode("ServerHelloDone"));
+                }
+                cx.io.transcript.add(m)?;
+                self.final_flight(cx)
+            }
+            t => Err(Error::UnexpectedHandshake(t.0)),
+        }
+    }
+
+    /// Flight 5: [Certificate], ClientKeyExchange, [CertificateVerify], ChangeCipherSpec,
+    /// Finished.
+    fn final_flight<C: CryptoProvider, T: Trust>(
+        self,
+        cx: &mut Cx<'_, C, T>,
+    ) -> Result<Next, Error> {
+        cx.io.flight.clear();
+        let Self {
+            hs,
+            peer_point,
+            peer,
+            cert_requested,
+            ..
+        } = self;
+        let AfterHello {
+            mut base,
+            server_random,
+            session_id,
+            ..
+        } = hs;
+        let kx = base.kx();
+        let agree = |eph: &AgreementSecret, cx: &Cx<'_, C, T>| {
+            let point = peer_point.ok_or(Error::UnexpectedHandshake(14))?;
+            cx.crypto
+                .agree(eph, &point)
+                .map_err(|_| Error::IllegalParameter("ServerKeyExchange point"))
+        };
+        let ecdh = if kx == Kx::Psk || kx == Kx::EcdhePsk {
+            // ClientKeyExchange: psk_identity<0..2^16-1>, and with ECDHE-PSK our ephemeral
+            // point (RFC 5489 §2).
+            let psk = base.psk.as_ref().ok_or(Error::UnexpectedHandshake(14))?;
+            let mut cke = [0u8; 130 + 66];
+            let mut w = Writer::new(&mut cke);
+            w.vec16(psk.identity())?;
+            let mut z = None;
+            if kx == Kx::EcdhePsk {
+                let eph = base
+                    .ephemeral
+                    .take()
+                    .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+                w.vec8(cx.crypto.agreement_public_key(&eph)?.as_bytes())?;
+                z = Some(agree(&eph, cx)?);
+            }
+            let n = w.len();
+            cx.io
+                .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..n])?;
+            z
+        } else {
+            if cert_requested {
+                match &base.own_key {
+                    Some(key) => {
+                        let chain = base.client_x509.then_some(&base.own_chain);
+                        cx.queue_certificate(chain, key)?
+                    }
+                    None => cx
+                        .io
+                        .queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0])?,
+                }
+            }
+            // ClientKeyExchange: our ephemeral point (RFC 8422 §5.7), drawn at connect.
+            let eph = base
+                .ephemeral
+                .take()
+                .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+            let point = cx.crypto.agreement_public_key(&eph)?;
+            let z = agree(&eph, cx)?;
+            let mut cke = [0u8; 66];
+            let mut w = Writer::new(&mut cke);
+            w.vec8(point.as_bytes())?;
+            cx.io
+                .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke)?;
+            Some(z)
+        };
+        let master = cx.master_secret(kx, base.psk.as_ref(), ecdh.as_ref())?;
+        cx.install_keys(
+            cx.rl.aead,
+            &master,
+            &base.client_random,
+            &server_random,
+            Side::Client,
+        );
+        if let Some(key) = base.own_key.as_ref().filter(|_| cert_requested) {
+            let mut cv = [0u8; 4 + 72];
+            let mut w = Writer::new(&mut cv);
+            trust::write_signature(cx.crypto, key, cx.io.transcript.bytes(), &mut w)?;
+            let cn = w.len();
+            cx.io
+                .queue_handshake(HandshakeType::CERTIFICATE_VERIFY, &cv[..cn])?;
+        }
+        cx.queue_ccs_finished(&master, Side::Client)?;
+        cx.send_flight()?;
+        Ok(Hs::ExpectChangeCipherSpec(ExpectCcs {
+            next: ExpectFinished {
+                side: Side::Client,
+                suite: base.suite,
+                master,
+                session_id,
+                peer,
+                resumed: false,
+            },
+        })
+        .into())
+    }
+}

@@ -1,0 +1,427 @@
+//! The established connection: keys, the proofs the handshake made, who the peer is, and
+//! the session. No transcript, no reassembly, no kept fragments, no flight buffer: those
+//! belonged to the handshake and are gone. What remains of the handshake is this side's
+//! Finished, when it sent the last flight, so it can answer a retransmitted final flight of
+//! the peer (RFC 6347 §4.2.4).
+
+use crate::conn::{read_alert, Config, RecordLayer, State};
+use crate::finished::FinishedVerified;
+use crate::flight::{Queue, MAX_APP_DATA, MAX_DATAGRAM, RECEIVE_QUEUE_BYTES};
+use crate::handshake::Fragment;
+use crate::keys::VERIFY_DATA_LEN;
+use crate::record::Record;
+use crate::trust::Peer;
+use crate::wire::{AlertDescription, AlertLevel, CipherSuite, ContentType, HandshakeType};
+use crate::{Error, Writer};
+use sigil_crypto::{CryptoProvider, PublicKey};
+use sigil_time::Instant;
+
+/// Bytes of datagrams an established connection holds for the caller: a few application
+/// records, or this side's final flight again.
+pub(crate) const TRAFFIC_QUEUE_BYTES: usize = 2048;
+
+/// What a full handshake leaves for an abbreviated one (RFC 5246 §7.3; RFC 7627 §5.3: the
+/// master secret is an extended one). Keep it as secret as a key. Only an established
+/// connection makes one, so it carries who the peer was proven to be.
+#[derive(Clone)]
+pub struct Session {
+    pub id: [u8; 32],
+    pub suite: CipherSuite,
+    pub master: [u8; 48],
+    peer: Peer,
+}
+
+impl Session {
+    /// The PSK identity the session was authenticated with (empty for key-based sessions).
+    pub fn psk_identity(&self) -> &[u8] {
+        self.peer.psk_identity()
+    }
+
+    /// The peer's public key the session was authenticated with, if any.
+    pub fn peer_public_key(&self) -> Option<&PublicKey> {
+        self.peer.public_key()
+    }
+
+    pub(crate) fn peer(&self) -> &Peer {
+        &self.peer
+    }
+}
+
+impl core::fmt::Debug for Session {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "Session({:?}, <secret>)", self.suite)
+    }
+}
+
+/// What the handshake hands to the established state: only the Finished check makes the
+/// `finished` proof, and `peer` holds the peer's.
+pub(crate) struct Established {
+    pub finished: FinishedVerified,
+    pub peer: Peer,
+    pub suite: CipherSuite,
+    pub master: [u8; 48],
+    pub session_id: Option<[u8; 32]>,
+    pub resumed: bool,
+    /// This side sent the final flight: its Finished (verify_data, message_seq).
+    pub final_flight: Option<([u8; VERIFY_DATA_LEN], u16)>,
+}
+
+/// The established connection without crypto provider: keys, proofs, peer, queues.
+pub struct TrafficCore {
+    rl: RecordLayer,
+    queue: Queue<TRAFFIC_QUEUE_BYTES>,
+    app: Queue<RECEIVE_QUEUE_BYTES>,
+    #[allow(dead_code)]
+    finished: FinishedVerified,
+    peer: Peer,
+    suite: CipherSuite,
+    master: [u8; 48],
+    session_id: Option<[u8; 32]>,
+    resumed: bool,
+    final_flight: Option<([u8; VERIFY_DATA_LEN], u16)>,
+    next_recv_msg: u16,
+    pmtu: u16,
+    failed: Option<Error>,
+    pub(crate) dropped: u32,
+}
+
+impl TrafficCore {
+    /// Takes the record layer and the datagrams not yet sent from the handshake.
+    pub(crate) fn new<const N: usize>(
+        rl: &mut RecordLayer,
+        pending: &mut Queue<N>,
+        done: Established,
+        next_recv_msg: u16,
+        dropped: u32,
+        config: &Config,
+    ) -> Self {
+        let rl = core::mem::replace(rl, RecordLayer::new(rl.aead));
+        let mut t = Self {
+            rl,
+            queue: Queue::new(),
+            app: Queue::new(),
+            finished: done.finished,
+            peer: done.peer,
+            suite: done.suite,
+            master: done.master,
+            session_id: done.session_id,
+            resumed: done.resumed,
+            final_flight: done.final_flight,
+            next_recv_msg,
+            pmtu: config.pmtu.min(MAX_DATAGRAM) as u16,
+            failed: None,
+            dropped,
+        };
+        let mut d = [0u8; MAX_DATAGRAM];
+        while let Some(n) = pending.pop(&mut d) {
+            if t.queue.push(&d[..n]).is_err() {
+                t.dropped += 1;
+            }
+        }
+        t
+    }
+
+    pub(crate) fn state(&self) -> State {
+        match self.failed {
+            Some(e) => State::Failed(e),
+            None => State::Established,
+        }
+    }
+
+    /// Who the peer is, with the proof.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
+    }
+
+    pub fn resumed(&self) -> bool {
+        self.resumed
+    }
+
+    /// The connection ID the peer puts in its records to us (RFC 9146), if negotiated.
+    pub fn connection_id(&self) -> &[u8] {
+        self.rl.own_cid()
+    }
+
+    /// The session a later handshake may resume, if the handshake gave it an ID.
+    pub fn session(&self) -> Option<Session> {
+        Some(Session {
+            id: self.session_id?,
+            suite: self.suite,
+            master: self.master,
+            peer: self.peer.clone(),
+        })
+    }
+
+    pub(crate) fn close<C: CryptoProvider>(&mut self, crypto: &C) -> Result<(), Error> {
+        if self.failed.is_some() {
+            return Err(Error::NotEstablished);
+        }
+        let mut out = [0u8; 64];
+        let n = self.rl.seal(
+            crypto,
+            ContentType::ALERT,
+            1,
+            &[AlertLevel::WARNING.0, AlertDescription::CLOSE_NOTIFY.0],
+            &mut out,
+        )?;
+        self.queue.push(&out[..n])?;
+        self.failed = Some(Error::PeerAlert(AlertDescription::CLOSE_NOTIFY.0));
+        Ok(())
+    }
+
+    pub(crate) fn poll_transmit(&mut self, out: &mut [u8]) -> Option<usize> {
+        self.queue.pop(out)
+    }
+
+    pub(crate) fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
+        self.app.pop(out)
+    }
+
+    pub(crate) fn send<C: CryptoProvider>(&mut self, crypto: &C, data: &[u8]) -> Result<(), Error> {
+        if self.failed.is_some() {
+            return Err(Error::NotEstablished);
+        }
+        let mut out = [0u8; MAX_DATAGRAM];
+        let n = self
+            .rl
+            .seal(crypto, ContentType::APPLICATION_DATA, 1, data, &mut out)?;
+        self.queue.push(&out[..n])
+    }
+
+    fn fail<C: CryptoProvider>(&mut self, crypto: &C, e: Error) -> Result<(), Error> {
+        if self.failed.is_some() {
+            return Err(e);
+        }
+        let mut out = [0u8; 64];
+        if let Some(n) = self.rl.alert_record(crypto, &e, &mut out) {
+            let _ = self.queue.push(&out[..n]);
+        }
+        self.failed = Some(e);
+        Err(e)
+    }
+
+    pub(crate) fn handle_record<C: CryptoProvider>(
+        &mut self,
+        crypto: &C,
+        rec: &Record<'_>,
+    ) -> Result<(), Error> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        let r = self.record(crypto, rec);
+        match r {
+            Err(e) if e.alert().is_none() => {
+                self.dropped += 1;
+                Ok(())
+            }
+            Err(e) => self.fail(crypto, e),
+            Ok(()) => Ok(()),
+        }
+    }
+
+    fn record<C: CryptoProvider>(&mut self, crypto: &C, rec: &Record<'_>) -> Result<(), Error> {
+        let mut buf = [0u8; MAX_DATAGRAM];
+        let (ct, epoch, plain) = self.rl.open(crypto, rec, &mut buf)?;
+        match ct {
+            // Epoch 0 is unauthenticated after the handshake: a plaintext handshake message
+            // (old or new) changes nothing and is never answered (no reflection).
+            ContentType::HANDSHAKE if epoch == 0 => Ok(()),
+            ContentType::HANDSHAKE => {
+                let mut rest = plain;
+                while !rest.is_empty() {
+                    let (f, next) = Fragment::parse(rest)?;
+                    rest = next;
+                    self.handle_fragment(crypto, &f)?;
+                }
+                Ok(())
+            }
+            // A retransmitted ChangeCipherSpec: ignored.
+            ContentType::CHANGE_CIPHER_SPEC => Ok(()),
+            // Once the peer's records are protected, an epoch-0 alert is unauthenticated
+            // (anyone can forge it): dropped, so a spoofed datagram cannot end the connection.
+            ContentType::ALERT if epoch == 0 => Err(Error::UnknownEpoch(0)),
+            ContentType::ALERT => {
+                if let Some(e) = read_alert(plain)? {
+                    self.failed = Some(e);
+                }
+                Ok(())
+            }
+            // Never at epoch 0 (CVE-2020-24585's class).
+            ContentType::APPLICATION_DATA if epoch == 0 => Err(Error::UnexpectedMessage(
+                "application data before the handshake completed",
+            )),
+            ContentType::APPLICATION_DATA => {
+                if plain.len() > MAX_APP_DATA {
+                    return Err(Error::RecordOverflow);
+                }
+                if self.app.push(plain).is_err() {
+                    // The caller is not draining: drop, as a full socket buffer would.
+                    self.dropped += 1;
+                }
+                Ok(())
+            }
+            _ => Err(Error::UnexpectedMessage("unknown content type")),
+        }
+    }
+
+    /// An authenticated handshake fragment after the handshake: the peer's Finished again
+    /// (its final flight was retransmitted, so ours was lost: send it again), or anything new,
+    /// which would be a renegotiation (refused, RFC 5746).
+    fn handle_fragment<C: CryptoProvider>(
+        &mut self,
+        crypto: &C,
+        f: &Fragment<'_>,
+    ) -> Result<(), Error> {
+        if f.message_seq >= self.next_recv_msg {
+            return Err(Error::UnexpectedHandshake(f.msg_type.0));
+        }
+        // One answer per retransmitted flight: on the fragment that ends the peer's Finished.
+        let ends_flight = f.message_seq + 1 == self.next_recv_msg
+            && f.offset as usize + f.body.len() == f.length as usize;
+        if let (true, Some((vd, seq))) = (ends_flight, self.final_flight) {
+            // A full send queue (the caller is not draining) drops the retransmission.
+            if self.resend_final_flight(crypto, &vd, seq).is_err() {
+                self.dropped += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// ChangeCipherSpec (epoch 0) and Finished (epoch 1), in one datagram when the PMTU
+    /// allows, with fresh record sequence numbers.
+    fn resend_final_flight<C: CryptoProvider>(
+        &mut self,
+        crypto: &C,
+        vd: &[u8; VERIFY_DATA_LEN],
+        seq: u16,
+    ) -> Result<(), Error> {
+        let mut d = [0u8; 128];
+        let ccs = self
+            .rl
+            .seal(crypto, ContentType::CHANGE_CIPHER_SPEC, 0, &[1], &mut d)?;
+        let mut msg = [0u8; 12 + VERIFY_DATA_LEN];
+        let mut w = Writer::new(&mut msg);
+        Fragment {
+            msg_type: HandshakeType::FINISHED,
+            length: VERIFY_DATA_LEN as u32,
+            message_seq: seq,
+            offset: 0,
+            body: vd,
+        }
+        .write(&mut w)?;
+        let mut fin = [0u8; 96];
+        let n = self
+            .rl
+            .seal(crypto, ContentType::HANDSHAKE, 1, &msg, &mut fin)?;
+        if ccs + n <= usize::from(self.pmtu) {
+            d[ccs..ccs + n].copy_from_slice(&fin[..n]);
+            self.queue.push(&d[..ccs + n])
+        } else {
+            self.queue.push(&d[..ccs])?;
+            self.queue.push(&fin[..n])
+        }
+    }
+}
+
+/// An established connection on its own, without the handshake's buffers: what a server
+/// keeps per session once the handshake is over ([`crate::Connection::into_traffic`]).
+pub struct Traffic<C> {
+    crypto: C,
+    core: TrafficCore,
+}
+
+impl<C: CryptoProvider> Traffic<C> {
+    pub(crate) fn new(crypto: C, core: TrafficCore) -> Self {
+        Self { crypto, core }
+    }
+
+    pub fn state(&self) -> State {
+        self.core.state()
+    }
+
+    pub fn is_established(&self) -> bool {
+        self.core.failed.is_none()
+    }
+
+    pub fn failure(&self) -> Option<Error> {
+        self.core.failed
+    }
+
+    /// Records dropped: bad MAC, replays, unknown epochs, malformed, or a full queue.
+    pub fn dropped(&self) -> u32 {
+        self.core.dropped
+    }
+
+    /// Who the peer is, with the proof.
+    pub fn peer(&self) -> &Peer {
+        self.core.peer()
+    }
+
+    /// The peer's public key (it proved possession during the handshake).
+    pub fn peer_public_key(&self) -> Option<&PublicKey> {
+        self.core.peer().public_key()
+    }
+
+    /// The PSK identity the peer authenticated with (empty for key-based peers).
+    pub fn psk_identity(&self) -> &[u8] {
+        self.core.peer().psk_identity()
+    }
+
+    pub fn resumed(&self) -> bool {
+        self.core.resumed()
+    }
+
+    pub fn session(&self) -> Option<Session> {
+        self.core.session()
+    }
+
+    pub fn connection_id(&self) -> &[u8] {
+        self.core.connection_id()
+    }
+
+    /// See [`crate::Connection::handle_datagram`].
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<(), Error> {
+        let _ = now;
+        if let Some(e) = self.core.failed {
+            return Err(e);
+        }
+        let cid_len = self.core.connection_id().len();
+        for rec in crate::record::Records::with_cid(datagram, cid_len) {
+            let Ok(rec) = rec else {
+                self.core.dropped += 1;
+                break;
+            };
+            self.core.handle_record(&self.crypto, &rec)?;
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Connection::poll_transmit`].
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        let _ = now;
+        self.core.poll_transmit(out)
+    }
+
+    /// An established connection sets no timer.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Nothing to retransmit once established.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
+        let _ = now;
+        self.core.failed.map_or(Ok(()), Err)
+    }
+
+    pub fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
+        self.core.poll_app_data(out)
+    }
+
+    pub fn send(&mut self, data: &[u8]) -> Result<(), Error> {
+        self.core.send(&self.crypto, data)
+    }
+
+    pub fn close(&mut self) -> Result<(), Error> {
+        self.core.close(&self.crypto)
+    }
+}

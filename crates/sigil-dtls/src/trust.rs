@@ -1,0 +1,403 @@
+//! What each side trusts and authenticates with, and the one proof that the peer is who the
+//! trust store says: [`PeerVerified`]. Only this module makes it, and only after
+//! - a handshake signature (the server's ServerKeyExchange, RFC 8422 §5.4, or the client's
+//!   CertificateVerify, RFC 5246 §7.4.8) verified under a key [`Trust`] accepted
+//!   ([`TrustedKey`], made only here from a Certificate message), or
+//! - the PSK identity was found in the trust store (server, RFC 4279 §2), or the client took
+//!   the key it was configured with (the Finished check then proves the server holds it), or
+//! - a cached session's credentials were checked against the trust store again (resumption).
+
+use crate::keys::MAX_PSK_LEN;
+use crate::spki;
+use crate::traffic::Session;
+use crate::wire::SignatureScheme;
+use crate::{Error, Reader, Writer};
+use sigil_crypto::{CryptoProvider, PublicKey, SecretKey, SignatureAlgorithm};
+use sigil_identity::Identity;
+use sigil_time::UnixTime;
+
+/// What this side trusts: pre-shared keys by identity (RFC 4279 §5.1) and peers' raw public
+/// keys. A connection asks it at the moment the peer presents either.
+pub trait Trust {
+    /// Writes the key for `identity` into `key` and returns its length, or `None`.
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        let _ = (identity, key);
+        None
+    }
+
+    /// Whether the peer's raw public key may authenticate it.
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        let _ = key;
+        false
+    }
+
+    /// Validates the peer's X.509 chain (leaf first) and returns the leaf's key; see
+    /// [`X509Anchors`].
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+        let _ = chain;
+        Err(Error::UnknownCa)
+    }
+}
+
+impl<T: Trust + ?Sized> Trust for &T {
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        (**self).psk(identity, key)
+    }
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        (**self).trusted_key(key)
+    }
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+        (**self).certificate_chain(chain)
+    }
+}
+
+/// Trusts X.509 chains that lead to one of `anchors` (DER certificates) at the caller's time
+/// `now` (RFC 7925 §4.4.2; the time comes from the caller, so the library reads no clock).
+/// Raw public keys are checked by `rpk`.
+pub struct X509Anchors<'a, C, R = NoTrust> {
+    pub crypto: C,
+    pub anchors: &'a [&'a [u8]],
+    pub now: UnixTime,
+    pub rpk: R,
+}
+
+impl<C: CryptoProvider, R: Trust> Trust for X509Anchors<'_, C, R> {
+    fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        self.rpk.psk(identity, key)
+    }
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        self.rpk.trusted_key(key)
+    }
+    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+        crate::x509::verify_chain(&self.crypto, chain, self.anchors, self.now)
+    }
+}
+
+/// Trusts nothing beyond the credentials the client was given (a PSK client needs no store).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoTrust;
+
+impl Trust for NoTrust {}
+
+/// Trusts a raw public key whose RFC 8387 secure identity `I = h(P|O)` (with empty `O`) is on
+/// the list: provisioning feeds identities, and the handshake pins keys to them.
+pub struct PinnedIdentities<'a, C> {
+    pub crypto: C,
+    pub identities: &'a [Identity],
+}
+
+impl<C: CryptoProvider> Trust for PinnedIdentities<'_, C> {
+    fn trusted_key(&self, key: &PublicKey) -> bool {
+        Identity::of_key(&self.crypto, key, b"").is_ok_and(|id| self.identities.contains(&id))
+    }
+}
+
+/// What a client authenticates with.
+#[derive(Clone, Copy)]
+pub enum Credentials<'a> {
+    /// TLS_PSK_WITH_AES_128_CCM_8 with this identity and key.
+    #[cfg(feature = "psk")]
+    Psk { identity: &'a [u8], key: &'a [u8] },
+    /// TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (RFC 8442): the PSK authenticates an
+    /// ephemeral ECDH exchange, so recorded traffic stays secret if the PSK leaks later.
+    #[cfg(feature = "ecdhe-psk")]
+    EcdhePsk { identity: &'a [u8], key: &'a [u8] },
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with a raw public key: `Some(key)` lets the client
+    /// authenticate itself when the server asks; the server's key must be trusted.
+    #[cfg(feature = "ecdhe-ecdsa")]
+    RawPublicKey(Option<&'a SecretKey>),
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with X.509 certificates: the server's chain must
+    /// lead to a trust anchor ([`Trust::certificate_chain`]); `Some((chain, key))` (leaf
+    /// first, DER) authenticates the client when the server asks.
+    #[cfg(feature = "x509")]
+    Certificate(Option<(&'a [&'a [u8]], &'a SecretKey)>),
+}
+
+/// What a server offers.
+#[derive(Clone, Copy)]
+pub struct ServerCredentials<'a> {
+    /// Accept TLS_PSK_WITH_AES_128_CCM_8 and, with the `ecdhe-psk` feature,
+    /// TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (keys come from [`Trust::psk`]).
+    pub psk: bool,
+    /// Accept TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with this raw public key.
+    pub key: Option<&'a SecretKey>,
+    /// With `key`: require the client's raw public key or certificate (CertificateRequest).
+    pub require_client_key: bool,
+    /// With `key`: its X.509 chain (leaf first, DER), offered to clients that do not ask for
+    /// a raw public key.
+    #[cfg(feature = "x509")]
+    pub chain: Option<&'a [&'a [u8]]>,
+    /// The connection ID this server wants in the client's records (RFC 9146), unique among
+    /// its sessions; used when the client offers the extension. Empty: none.
+    pub connection_id: &'a [u8],
+    /// Give each full handshake a session ID so the client may resume it later.
+    pub issue_session_ids: bool,
+    /// The cached session the ClientHello asks for ([`crate::record::RecordFacts`]'s
+    /// `requested_session`), if the caller has it: the handshake is then abbreviated, after
+    /// the peer's credentials are checked against [`Trust`] again.
+    pub resume: Option<&'a Session>,
+}
+
+impl ServerCredentials<'_> {
+    /// Nothing offered; fill in with struct update syntax.
+    pub const NONE: ServerCredentials<'static> = ServerCredentials {
+        psk: false,
+        key: None,
+        require_client_key: false,
+        #[cfg(feature = "x509")]
+        chain: None,
+        connection_id: &[],
+        issue_session_ids: false,
+        resume: None,
+    };
+}
+
+/// Proof that the peer is authenticated by this side's trust store: its handshake signature
+/// verified under a trusted key, or its PSK identity is known. Only this module makes one;
+/// [`crate::traffic::Traffic`] stores it (in [`Peer`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct PeerVerified(());
+
+/// A server that did not ask the client for a key (server-only ECDHE-ECDSA): the client stays
+/// anonymous. Only [`client_not_asked`] makes one, from the server's own configuration.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ClientNotAsked(());
+
+/// Who the peer of an established connection is, with the proof that says so.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// It knows the pre-shared key of this identity.
+    Psk {
+        identity: [u8; 128],
+        len: u8,
+        proof: PeerVerified,
+    },
+    /// It holds the secret of this trusted public key (raw or a certificate's).
+    Key { key: PublicKey, proof: PeerVerified },
+    /// The server did not ask the client to authenticate.
+    Anonymous(ClientNotAsked),
+}
+
+impl Clone for Peer {
+    /// A copy of a proof this side holds (for a session): it cannot be made from nothing.
+    fn clone(&self) -> Self {
+        match self {
+            Self::Psk { identity, len, .. } => Self::Psk {
+                identity: *identity,
+                len: *len,
+                proof: PeerVerified(()),
+            },
+            Self::Key { key, .. } => Self::Key {
+                key: *key,
+                proof: PeerVerified(()),
+            },
+            Self::Anonymous(_) => Self::Anonymous(ClientNotAsked(())),
+        }
+    }
+}
+
+impl Peer {
+    pub(crate) fn psk(psk: &Psk, proof: PeerVerified) -> Self {
+        let mut identity = [0u8; 128];
+        identity[..psk.identity().len()].copy_from_slice(psk.identity());
+        Self::Psk {
+            identity,
+            len: psk.identity_len,
+            proof,
+        }
+    }
+
+    pub(crate) fn key(key: &TrustedKey, proof: PeerVerified) -> Self {
+        Self::Key { key: key.0, proof }
+    }
+
+    /// The PSK identity the peer authenticated with (empty for key-based peers).
+    pub fn psk_identity(&self) -> &[u8] {
+        match self {
+            Self::Psk { identity, len, .. } => &identity[..usize::from(*len).min(128)],
+            _ => &[],
+        }
+    }
+
+    /// The peer's public key, whose possession it proved.
+    pub fn public_key(&self) -> Option<&PublicKey> {
+        match self {
+            Self::Key { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// Server: the client stays anonymous only when this server's offer did not require a key.
+pub(crate) fn client_not_asked(require_client_key: bool) -> Option<ClientNotAsked> {
+    (!require_client_key).then_some(ClientNotAsked(()))
+}
+
+/// A pre-shared key and the identity it goes with (RFC 4279 §2).
+#[derive(Clone)]
+pub(crate) struct Psk {
+    identity: [u8; 128],
+    identity_len: u8,
+    key: [u8; MAX_PSK_LEN],
+    key_len: u8,
+}
+
+impl Psk {
+    fn new(identity: &[u8], key: &[u8]) -> Result<Self, Error> {
+        if identity.len() > 128 || key.is_empty() || key.len() > MAX_PSK_LEN {
+            return Err(Error::Decode("PSK identity or key length"));
+        }
+        let mut p = Psk {
+            identity: [0; 128],
+            identity_len: identity.len() as u8,
+            key: [0; MAX_PSK_LEN],
+            key_len: key.len() as u8,
+        };
+        p.identity[..identity.len()].copy_from_slice(identity);
+        p.key[..key.len()].copy_from_slice(key);
+        Ok(p)
+    }
+
+    pub(crate) fn identity(&self) -> &[u8] {
+        &self.identity[..usize::from(self.identity_len)]
+    }
+
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key[..usize::from(self.key_len)]
+    }
+}
+
+/// Client: the key it was configured with is the only one it trusts; the server proves it
+/// holds the same key with its Finished.
+#[cfg(any(feature = "psk", feature = "ecdhe-psk"))]
+pub(crate) fn configured_psk(identity: &[u8], key: &[u8]) -> Result<(Psk, PeerVerified), Error> {
+    Ok((Psk::new(identity, key)?, PeerVerified(())))
+}
+
+/// Server: the key for the client's PSK identity, if the trust store knows it.
+pub(crate) fn lookup_psk<T: Trust + ?Sized>(
+    trust: &T,
+    identity: &[u8],
+) -> Result<(Psk, PeerVerified), Error> {
+    if identity.len() > 128 {
+        return Err(Error::UnknownPskIdentity);
+    }
+    let mut key = [0u8; MAX_PSK_LEN];
+    let n = trust
+        .psk(identity, &mut key)
+        .filter(|n| (1..=MAX_PSK_LEN).contains(n))
+        .ok_or(Error::UnknownPskIdentity)?;
+    Ok((Psk::new(identity, &key[..n])?, PeerVerified(())))
+}
+
+/// Server: a cached session may be resumed while what the peer authenticated with is still
+/// trusted (RFC 5246 §7.3 leaves the policy to the server).
+pub(crate) fn recheck_session<T: Trust + ?Sized>(
+    trust: &T,
+    session: &Session,
+    require_client_key: bool,
+) -> Option<Peer> {
+    match session.peer() {
+        Peer::Psk { .. } => {
+            let mut k = [0u8; MAX_PSK_LEN];
+            trust
+                .psk(session.psk_identity(), &mut k)
+                .map(|_| session.peer().clone())
+        }
+        // A client key must still be trusted as a key: a session from a certificate whose
+        // key `Trust` does not know otherwise takes a full handshake.
+        Peer::Key { key, .. } => trust.trusted_key(key).then(|| session.peer().clone()),
+        Peer::Anonymous(_) => client_not_asked(require_client_key).map(Peer::Anonymous),
+    }
+}
+
+/// A peer's public key that [`Trust`] accepted (a pinned raw key or the leaf of a valid
+/// chain). Possession is not proven yet: that takes a signature ([`verify_signed`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TrustedKey(PublicKey);
+
+/// A Certificate message (RFC 7250 §3 raw public key, or an RFC 5246 §7.4.2 X.509 chain),
+/// parsed, then checked against [`Trust`].
+pub(crate) fn peer_certificate<T: Trust + ?Sized>(
+    trust: &T,
+    body: &[u8],
+    x509: bool,
+) -> Result<TrustedKey, Error> {
+    if x509 {
+        let mut r = Reader::new(body);
+        let len = r.u24("Certificate")? as usize;
+        let mut list = Reader::new(r.take(len, "certificate_list")?);
+        r.finish("Certificate")?;
+        let mut chain: [&[u8]; crate::x509::MAX_DEPTH + 1] = [&[]; crate::x509::MAX_DEPTH + 1];
+        let mut n = 0;
+        while !list.is_empty() {
+            if n == chain.len() {
+                return Err(Error::BadCertificate("chain too long"));
+            }
+            let l = list.u24("ASN.1Cert")? as usize;
+            chain[n] = list.take(l, "ASN.1Cert")?;
+            n += 1;
+        }
+        return trust.certificate_chain(&chain[..n]).map(TrustedKey);
+    }
+    let mut r = Reader::new(body);
+    let len = r.u24("Certificate")? as usize;
+    let der = r.take(len, "Certificate")?;
+    r.finish("Certificate")?;
+    let key = spki::parse_spki(der)?;
+    if !trust.trusted_key(&key) {
+        return Err(Error::UntrustedKey);
+    }
+    Ok(TrustedKey(key))
+}
+
+pub(crate) fn scheme_of(alg: SignatureAlgorithm) -> SignatureScheme {
+    match alg {
+        SignatureAlgorithm::EcdsaP256 => SignatureScheme::ECDSA_SECP256R1_SHA256,
+        SignatureAlgorithm::Ed25519 => SignatureScheme::ED25519,
+    }
+}
+
+/// `digitally-signed` (RFC 5246 §4.7): scheme, then the signature (DER for ECDSA, raw for
+/// Ed25519, RFC 8422 §5.4).
+pub(crate) fn write_signature<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    key: &SecretKey,
+    message: &[u8],
+    w: &mut Writer<'_>,
+) -> Result<(), Error> {
+    let sig = crypto.sign(key, message)?;
+    w.u16(scheme_of(key.algorithm()).0)?;
+    match key.algorithm() {
+        SignatureAlgorithm::EcdsaP256 => {
+            let mut der = [0u8; 72];
+            let n = spki::ecdsa_to_der(&sig.0, &mut der)?;
+            w.vec16(&der[..n])
+        }
+        SignatureAlgorithm::Ed25519 => w.vec16(&sig.0),
+    }
+}
+
+/// Checks a `digitally-signed` field over `message` under the trusted `key`: the peer holds
+/// the key's secret, so it is authenticated.
+pub(crate) fn verify_signed<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    key: &TrustedKey,
+    message: &[u8],
+    r: &mut Reader<'_>,
+) -> Result<PeerVerified, Error> {
+    let key = &key.0;
+    let scheme = SignatureScheme(r.u16("signature scheme")?);
+    let sig = r.vec16(1, 0xffff, "signature")?;
+    if scheme != scheme_of(key.algorithm()) {
+        return Err(Error::IllegalParameter("signature scheme"));
+    }
+    let raw = match key.algorithm() {
+        SignatureAlgorithm::EcdsaP256 => spki::ecdsa_from_der(sig)?,
+        SignatureAlgorithm::Ed25519 => sig.try_into().map_err(|_| Error::BadSignature)?,
+    };
+    crypto
+        .verify(key, message, &raw)
+        .map(|()| PeerVerified(()))
+        .map_err(|_| Error::BadSignature)
+}
