@@ -240,7 +240,11 @@ pub struct RecordFacts<'a> {
     /// The connection ID of a `tls12_cid` record (RFC 9146 §4), read with the length the
     /// caller's IDs have; empty otherwise.
     pub cid: &'a [u8],
-    /// Set when the record is an epoch-0 handshake record holding a whole ClientHello.
+    /// The type of the first handshake message in an epoch-0 handshake record (read from
+    /// its header; the message may be fragmented or malformed).
+    pub handshake_type: Option<crate::wire::HandshakeType>,
+    /// Set when the record is an epoch-0 handshake record holding a whole, well-formed
+    /// ClientHello.
     pub client_hello: Option<ClientHelloFacts<'a>>,
 }
 
@@ -262,7 +266,13 @@ impl<'a> RecordFacts<'a> {
     pub fn parse(datagram: &'a [u8], cid_len: usize) -> Result<Self, Error> {
         let (rec, _) = Record::parse_with_cid(datagram, cid_len)?;
         let h = rec.header;
-        let client_hello = if h.content_type == ContentType::HANDSHAKE && h.epoch == 0 {
+        let plain_handshake = h.content_type == ContentType::HANDSHAKE && h.epoch == 0;
+        let handshake_type = rec
+            .fragment
+            .first()
+            .filter(|_| plain_handshake)
+            .map(|t| crate::wire::HandshakeType(*t));
+        let client_hello = if plain_handshake {
             crate::handshake::Fragment::parse(rec.fragment)
                 .ok()
                 .filter(|(f, _)| {
@@ -282,12 +292,14 @@ impl<'a> RecordFacts<'a> {
             epoch: h.epoch,
             sequence: h.sequence,
             cid: rec.cid,
+            handshake_type,
             client_hello,
         })
     }
 
-    /// Whether the record is an epoch-0 ClientHello (a new handshake, or a retransmission).
+    /// Whether the record is an epoch-0 handshake record starting with a ClientHello (a new
+    /// handshake, a retransmission, or a malformed one for the cookie check to refuse).
     pub fn is_client_hello(&self) -> bool {
-        self.client_hello.is_some()
+        self.handshake_type == Some(crate::wire::HandshakeType::CLIENT_HELLO)
     }
 }

@@ -7,11 +7,11 @@
 //! the hot path has no hand-offs between tasks or threads. Every table here has a cap: the
 //! dedup cache, the Block1 reassembly buffers, the batch.
 
-use crate::secure::OsRng;
 use crate::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use crate::service::{PeerAuth, Reply, Request, Response, Service, ServiceConfig};
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
+use crate::OsRng;
 use sigil_coap::message::{empty, option};
 use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
@@ -255,7 +255,7 @@ impl Dispatcher {
             }
             let mut wait = 200u64;
             if let Some(t) = secure.as_ref().and_then(|(_, l)| l.poll_timeout()) {
-                wait = wait.min(t.saturating_sub(clock()));
+                wait = wait.min(t.as_millis().saturating_sub(clock()));
             }
             let (plain_ready, secure_ready) =
                 wait_readable(&socket, secure.as_ref().map(|(s, _)| s), wait);
@@ -278,9 +278,13 @@ impl Dispatcher {
                 if secure_ready {
                     drain(dsock, &mut buf, self.config.batch_max, &mut datagrams);
                 }
-                for (peer, bytes) in
-                    self.handle_secure_at(layer, datagrams, clock(), crate::unix_now())
-                {
+                for (peer, bytes) in self.handle_secure_at(
+                    layer,
+                    datagrams,
+                    sigil_time::Instant::from_millis(clock()),
+                    sigil_time::UnixTime::from_secs(crate::unix_now()),
+                    &mut OsRng,
+                ) {
                     if let Err(e) = dsock.send_to(&bytes, peer) {
                         tracing::debug!(error = %e, %peer, "send failed (coaps)");
                         self.count("server.send_failed");
@@ -290,17 +294,18 @@ impl Dispatcher {
         }
     }
 
-    /// The coaps:// path for a batch of datagrams at `now_ms` (the DTLS clock) and `now`
-    /// (Unix seconds): refreshes what DTLS trusts from the authorized list, runs the DTLS
-    /// peers, hands the CoAP messages they carried (with their identities) to the service as
-    /// one batch, protects the answers, and runs due retransmission timers. Returns the
-    /// datagrams to send.
+    /// The coaps:// path for a batch of datagrams at `now` (the DTLS clock) and `unix` (for
+    /// certificates and the service), with the caller's randomness: refreshes what DTLS
+    /// trusts from the authorized list, runs the DTLS peers, hands the CoAP messages they
+    /// carried (with their identities) to the service as one batch, protects the answers, and
+    /// runs due retransmission timers. Returns the datagrams to send.
     pub fn handle_secure_at(
         &mut self,
         layer: &mut SecureLayer,
         datagrams: Vec<Datagram>,
-        now_ms: u64,
-        now: i64,
+        now: sigil_time::Instant,
+        unix: sigil_time::UnixTime,
+        rng: &mut dyn sigil_crypto::Rng,
     ) -> Vec<Datagram> {
         if let Some(c) = self.service.changed_credentials() {
             layer.trust().replace(c);
@@ -308,7 +313,7 @@ impl Dispatcher {
         let mut out = Vec::new();
         let mut batch = Vec::new();
         for (peer, bytes) in datagrams {
-            for d in layer.handle_datagram(now_ms, peer, &bytes, &mut out) {
+            for d in layer.handle_datagram(now, unix, rng, peer, &bytes, &mut out) {
                 batch.push(Inbound {
                     from: Endpoint {
                         addr: d.peer,
@@ -320,11 +325,11 @@ impl Dispatcher {
             }
         }
         if !batch.is_empty() {
-            for (to, bytes) in self.handle_inbound_at(batch, now) {
-                layer.send(to.addr, &bytes, &mut out);
+            for (to, bytes) in self.handle_inbound_at(batch, unix.as_secs()) {
+                layer.send(now, to.addr, &bytes, &mut out);
             }
         }
-        layer.handle_timeout(now_ms, &mut out);
+        layer.handle_timeout(now, unix, &mut out);
         out
     }
 

@@ -24,6 +24,15 @@ pub use secure::DtlsConfig;
 pub use stats::Stats;
 pub use store::{Store, StoreError};
 
+/// The operating system's CSPRNG: the driver's randomness, passed in to the layers below.
+pub struct OsRng;
+
+impl sigil_crypto::Rng for OsRng {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
+        getrandom::fill(buf).map_err(|_| sigil_crypto::CryptoError::Rng)
+    }
+}
+
 /// Seconds since the Unix epoch, the server's only wall-clock read.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()

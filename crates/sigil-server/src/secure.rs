@@ -1,11 +1,14 @@
 //! CoAP over DTLS (coaps://, RFC 7252 §9): the server's table of DTLS peers around the sans-IO
-//! [`sigil_dtls::connection::Connection`].
+//! [`sigil_dtls::Connection`].
 //!
-//! Transport-free like [`crate::driver::Dispatcher`]: datagrams and the caller's clock in,
-//! datagrams and authenticated CoAP messages out. A peer without state gets only the
+//! Transport-free like [`crate::driver::Dispatcher`]: datagrams, the caller's clock (an
+//! [`Instant`] for timers, a [`UnixTime`] for certificates) and the caller's randomness in,
+//! datagrams and authenticated CoAP messages out. What it needs to know about a datagram before
+//! it holds state for the peer it reads through [`RecordFacts`], never at byte offsets. A peer without state gets only the
 //! stateless cookie exchange (no memory, no amplification); a ClientHello with a valid cookie
 //! takes a slot in the handshake table; a completed handshake moves to the session table and
-//! its identity goes with every request it carries ([`PeerAuth`]).
+//! its identity goes with every request it carries ([`PeerAuth`]). A session keeps only the
+//! established [`Traffic`] state, not the handshake's buffers.
 //!
 //! Both tables are capped. When one is full, only stale entries are evicted (a handshake
 //! older than `handshake_timeout`, a session idle longer than `session_idle`); a live session
@@ -17,20 +20,24 @@
 use crate::service::{Credentials, PeerAuth};
 use crate::stats::Stats;
 use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
-use sigil_dtls::connection::{
-    client_hello_random, requested_session, Config, Connection, CookieKey, ServerCredentials,
-    Session, Stateless, Trust, MAX_DATAGRAM,
-};
 use sigil_dtls::keys::MAX_PSK_LEN;
+use sigil_dtls::record::RecordFacts;
+use sigil_dtls::wire::ContentType;
+use sigil_dtls::{
+    Config, Connection, CookieKey, Peer as DtlsPeer, ServerCredentials, Session, Stateless,
+    Traffic, Trust, MAX_DATAGRAM,
+};
 use sigil_identity::Identity;
+use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Largest CoAP message carried in one record (the DTLS layer's application-data cap); the
 /// dispatcher uses 512-byte blocks over DTLS so responses fit.
-pub const MAX_COAP_OVER_DTLS: usize = sigil_dtls::connection::MAX_APP_DATA;
+pub const MAX_COAP_OVER_DTLS: usize = sigil_dtls::MAX_APP_DATA;
 
 /// Length of the connection IDs the server hands out (RFC 9146): 8 random bytes.
 pub const CID_LEN: usize = 8;
@@ -93,14 +100,20 @@ impl DtlsConfig {
     }
 }
 
-/// What DTLS trusts, shared by every connection and refreshed from the authorized list.
+/// What DTLS trusts, shared by every connection and refreshed from the authorized list, with
+/// the time certificates are checked at (the caller's, set on every call into the layer).
 #[derive(Clone, Default)]
-pub struct SharedTrust(Arc<RwLock<Credentials>>, Arc<Vec<Vec<u8>>>);
+pub struct SharedTrust(Arc<RwLock<Credentials>>, Arc<Vec<Vec<u8>>>, Arc<AtomicI64>);
 
 impl SharedTrust {
     /// With trust anchors for client certificates.
     pub fn with_anchors(anchors: Vec<Vec<u8>>) -> Self {
-        Self(Arc::default(), Arc::new(anchors))
+        Self(Arc::default(), Arc::new(anchors), Arc::default())
+    }
+
+    /// The time certificate chains are checked at from now on.
+    fn set_time(&self, now: UnixTime) {
+        self.2.store(now.as_secs(), Ordering::Relaxed);
     }
 
     pub fn replace(&self, c: Credentials) {
@@ -137,7 +150,7 @@ impl Trust for SharedTrust {
     /// provisioning still decides who may connect.
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        let now = crate::unix_now().max(0) as u64;
+        let now = UnixTime::from_secs(self.2.load(Ordering::Relaxed));
         let key = sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, now)?;
         if !self.trusted_key(&key) {
             return Err(sigil_dtls::Error::UntrustedKey);
@@ -146,25 +159,43 @@ impl Trust for SharedTrust {
     }
 }
 
-/// The operating system's CSPRNG.
-pub(crate) struct OsRng;
+type Conn = Connection<RustCrypto, SharedTrust>;
 
-impl Rng for OsRng {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        getrandom::fill(buf).map_err(|_| CryptoError::Rng)
+/// A peer in one of the tables: `K` is a handshaking [`Conn`] or an established [`Traffic`].
+struct Peer<K> {
+    conn: Box<K>,
+    /// The connection ID this server gave the peer (RFC 9146), if the peer took one.
+    cid: Option<[u8; CID_LEN]>,
+    /// The caller's clock at creation and at the last authenticated datagram.
+    created: Instant,
+    last_seen: Instant,
+    /// The client random of the ClientHello that started the handshake.
+    hello_random: [u8; 32],
+    auth: Option<PeerAuth>,
+}
+
+/// What the tables drain from either kind of peer.
+trait Outputs {
+    fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize>;
+    fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize>;
+}
+
+impl Outputs for Conn {
+    fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        Connection::poll_transmit(self, now, out)
+    }
+    fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
+        Connection::poll_app_data(self, out)
     }
 }
 
-type Conn = Connection<RustCrypto, SharedTrust>;
-
-struct Peer {
-    conn: Box<Conn>,
-    /// The connection ID this server gave the peer (RFC 9146), if the peer took one.
-    cid: Option<[u8; CID_LEN]>,
-    /// The caller's clock (ms) at creation and at the last authenticated datagram.
-    created: u64,
-    last_seen: u64,
-    auth: Option<PeerAuth>,
+impl Outputs for Traffic<RustCrypto> {
+    fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        Traffic::poll_transmit(self, now, out)
+    }
+    fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
+        Traffic::poll_app_data(self, out)
+    }
 }
 
 /// An authenticated CoAP message from a session.
@@ -180,12 +211,12 @@ pub struct SecureLayer {
     key: SecretKey,
     cookie: CookieKey,
     trust: SharedTrust,
-    handshakes: HashMap<SocketAddr, Peer>,
-    sessions: HashMap<SocketAddr, Peer>,
+    handshakes: HashMap<SocketAddr, Peer<Conn>>,
+    sessions: HashMap<SocketAddr, Peer<Traffic<RustCrypto>>>,
     /// Sessions by connection ID, to follow a client whose address changed.
     by_cid: HashMap<[u8; CID_LEN], SocketAddr>,
     /// Resumable sessions by session ID, with the time they were made.
-    cache: HashMap<[u8; 32], (Session, u64)>,
+    cache: HashMap<[u8; 32], (Session, Instant)>,
     cache_order: VecDeque<[u8; 32]>,
     stats: Stats,
     buf: Vec<u8>,
@@ -242,27 +273,39 @@ impl SecureLayer {
         self.stats.incr(key);
     }
 
-    /// Handles one datagram from `peer` at `now` (ms). Datagrams to send go to `out`;
-    /// returns the CoAP messages it carried, with the session's identity.
+    /// Handles one datagram from `peer` at `now`, with the caller's Unix time `unix` (for
+    /// certificates) and randomness `rng` (server randoms, ephemeral keys, session and
+    /// connection IDs). Datagrams to send go to `out`; returns the CoAP messages it carried,
+    /// with the session's identity.
     pub fn handle_datagram(
         &mut self,
-        now: u64,
+        now: Instant,
+        unix: UnixTime,
+        rng: &mut dyn Rng,
         peer: SocketAddr,
         datagram: &[u8],
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) -> Vec<Delivered> {
         self.count("dtls.received");
+        self.trust.set_time(unix);
+        let facts = RecordFacts::parse(datagram, CID_LEN).ok();
+        let client_hello = facts.as_ref().is_some_and(RecordFacts::is_client_hello);
         // A ClientHello with a new random from a peer mid-handshake is a client that started
         // over (e.g. rebooted): its old handshake is abandoned instead of blocking it until
         // the handshake timeout.
         // Only a valid cookie (the stateless path) replaces it, so a spoofed ClientHello cannot
         // abort someone else's handshake.
-        if is_client_hello(datagram)
-            && self.handshakes.get(&peer).is_some_and(|p| {
-                client_hello_random(datagram).is_some_and(|r| &r != p.conn.client_random())
-            })
+        let random = facts
+            .as_ref()
+            .and_then(|f| f.client_hello.as_ref())
+            .map(|ch| *ch.random);
+        if client_hello
+            && self
+                .handshakes
+                .get(&peer)
+                .is_some_and(|p| random.is_some_and(|r| r != p.hello_random))
         {
-            self.new_handshake(now, peer, datagram, out);
+            self.new_handshake(now, rng, peer, datagram, facts.as_ref(), out);
             return Vec::new();
         }
         if let Some(mut p) = self.handshakes.remove(&peer) {
@@ -270,7 +313,7 @@ impl SecureLayer {
                 .conn
                 .handle_datagram(now, datagram)
                 .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
-            self.flush(peer, &mut p, out);
+            self.flush(now, peer, &mut p, out);
             match r {
                 Err(e) => {
                     self.count("dtls.handshake_failed");
@@ -284,13 +327,13 @@ impl SecureLayer {
                 }
             }
         }
-        if is_client_hello(datagram) {
-            self.new_handshake(now, peer, datagram, out);
+        if client_hello {
+            self.new_handshake(now, rng, peer, datagram, facts.as_ref(), out);
             return Vec::new();
         }
         let (mut p, moved_from) = match self.sessions.remove(&peer) {
             Some(p) => (p, None),
-            None => match self.session_by_cid(datagram) {
+            None => match facts.as_ref().and_then(|f| self.session_by_cid(f)) {
                 Some((old, p)) => (p, Some(old)),
                 None => {
                     self.count("dtls.no_session");
@@ -298,19 +341,19 @@ impl SecureLayer {
                 }
             },
         };
-        let before = p.conn.dropped;
+        let before = p.conn.dropped();
         let r = p
             .conn
             .handle_datagram(now, datagram)
             .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
-        self.flush(peer, &mut p, out);
+        self.flush(now, peer, &mut p, out);
         if let Err(e) = r {
-            self.forget_cid(&p);
+            self.forget_cid(p.cid);
             self.count("dtls.session_closed");
             tracing::debug!(%peer, error = %e, "DTLS session ended");
             return Vec::new();
         }
-        let authenticated = p.conn.dropped == before;
+        let authenticated = p.conn.dropped() == before;
         if !authenticated {
             self.count("dtls.records_dropped");
         }
@@ -339,18 +382,21 @@ impl SecureLayer {
         if let Some(replaced) = self.sessions.insert(at, p) {
             // The new address had a session of its own (another client behind a rebinding
             // NAT): that one ends.
-            self.forget_cid(&replaced);
+            self.forget_cid(replaced.cid);
         }
         delivered
     }
 
-    /// The session a `tls12_cid` datagram from an unknown address names, taken out of the
+    /// The session a `tls12_cid` record from an unknown address names, taken out of the
     /// table (with its old address).
-    fn session_by_cid(&mut self, datagram: &[u8]) -> Option<(SocketAddr, Peer)> {
-        if datagram.first() != Some(&25) || datagram.len() < 11 + CID_LEN + 2 {
+    fn session_by_cid(
+        &mut self,
+        facts: &RecordFacts<'_>,
+    ) -> Option<(SocketAddr, Peer<Traffic<RustCrypto>>)> {
+        if facts.content_type != ContentType::TLS12_CID {
             return None;
         }
-        let cid: [u8; CID_LEN] = datagram[11..11 + CID_LEN].try_into().ok()?;
+        let cid: [u8; CID_LEN] = facts.cid.try_into().ok()?;
         let old = *self.by_cid.get(&cid)?;
         match self.sessions.remove(&old) {
             Some(p) if p.cid == Some(cid) => Some((old, p)),
@@ -366,17 +412,17 @@ impl SecureLayer {
         }
     }
 
-    fn forget_cid(&mut self, p: &Peer) {
-        if let Some(cid) = p.cid {
+    fn forget_cid(&mut self, cid: Option<[u8; CID_LEN]>) {
+        if let Some(cid) = cid {
             self.by_cid.remove(&cid);
         }
     }
 
     /// A connection ID no session holds.
-    fn fresh_cid(&self) -> Option<[u8; CID_LEN]> {
+    fn fresh_cid(&self, rng: &mut dyn Rng) -> Option<[u8; CID_LEN]> {
         for _ in 0..8 {
             let mut cid = [0u8; CID_LEN];
-            OsRng.fill(&mut cid).ok()?;
+            rng.fill(&mut cid).ok()?;
             if !self.by_cid.contains_key(&cid) {
                 return Some(cid);
             }
@@ -385,7 +431,13 @@ impl SecureLayer {
     }
 
     /// Protects one CoAP message for an established session.
-    pub fn send(&mut self, peer: SocketAddr, message: &[u8], out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+    pub fn send(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        message: &[u8],
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
         let Some(mut p) = self.sessions.remove(&peer) else {
             self.count("dtls.send_without_session");
             return;
@@ -394,72 +446,74 @@ impl SecureLayer {
             self.count("dtls.send_failed");
             tracing::debug!(%peer, error = %e, "cannot protect response");
         }
-        self.flush(peer, &mut p, out);
+        self.flush(now, peer, &mut p, out);
         self.sessions.insert(peer, p);
     }
 
-    /// Retransmissions and expiry; call at [`SecureLayer::poll_timeout`] or sooner.
-    pub fn handle_timeout(&mut self, now: u64, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+    /// Retransmissions and expiry; call at [`SecureLayer::poll_timeout`] or sooner. Only
+    /// handshakes have timers: an established session retransmits nothing on its own.
+    pub fn handle_timeout(
+        &mut self,
+        now: Instant,
+        unix: UnixTime,
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        self.trust.set_time(unix);
         let due: Vec<SocketAddr> = self
             .handshakes
             .iter()
-            .chain(self.sessions.iter())
             .filter(|(_, p)| p.conn.poll_timeout().is_some_and(|t| t <= now))
             .map(|(a, _)| *a)
             .collect();
         for peer in due {
-            for established in [false, true] {
-                let table = if established {
-                    &mut self.sessions
-                } else {
-                    &mut self.handshakes
-                };
-                let Some(mut p) = table.remove(&peer) else {
-                    continue;
-                };
-                let r = p.conn.handle_timeout(now);
-                self.flush(peer, &mut p, out);
-                match r {
-                    Ok(()) => {
-                        let table = if established {
-                            &mut self.sessions
-                        } else {
-                            &mut self.handshakes
-                        };
-                        table.insert(peer, p);
-                    }
-                    Err(_) => {
-                        self.forget_cid(&p);
-                        self.count("dtls.handshake_timeout");
-                    }
+            let Some(mut p) = self.handshakes.remove(&peer) else {
+                continue;
+            };
+            let r = p
+                .conn
+                .handle_timeout(now)
+                .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
+            self.flush(now, peer, &mut p, out);
+            match r {
+                Ok(()) => {
+                    self.handshakes.insert(peer, p);
+                }
+                Err(_) => {
+                    self.forget_cid(p.cid);
+                    self.count("dtls.handshake_timeout");
                 }
             }
         }
-        let stale = self.config.handshake_timeout.as_millis() as u64;
+        let stale = self.config.handshake_timeout;
         let before = self.handshakes.len();
         self.handshakes
-            .retain(|_, p| now.saturating_sub(p.created) < stale);
+            .retain(|_, p| now.saturating_since(p.created) < stale);
         for _ in self.handshakes.len()..before {
             self.count("dtls.handshake_expired");
         }
     }
 
     /// The earliest retransmission timer, if any.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.handshakes
             .values()
-            .chain(self.sessions.values())
             .filter_map(|p| p.conn.poll_timeout())
             .min()
     }
 
-    fn flush(&mut self, peer: SocketAddr, p: &mut Peer, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
-        while let Some(n) = p.conn.poll_transmit(&mut self.buf) {
+    fn flush<K: Outputs>(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        p: &mut Peer<K>,
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        while let Some(n) = p.conn.poll_transmit(now, &mut self.buf) {
             out.push((peer, self.buf[..n].to_vec()));
         }
     }
 
-    fn drain(&mut self, peer: SocketAddr, p: &mut Peer) -> Vec<Delivered> {
+    fn drain<K: Outputs>(&mut self, peer: SocketAddr, p: &mut Peer<K>) -> Vec<Delivered> {
         let mut v = Vec::new();
         while let Some(n) = p.conn.poll_app_data(&mut self.buf) {
             self.count("dtls.app_records");
@@ -476,13 +530,15 @@ impl SecureLayer {
     /// a handshake slot.
     fn new_handshake(
         &mut self,
-        now: u64,
+        now: Instant,
+        rng: &mut dyn Rng,
         peer: SocketAddr,
         datagram: &[u8],
+        facts: Option<&RecordFacts<'_>>,
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
         let addr = peer_bytes(&peer);
-        match self
+        let cookie = match self
             .cookie
             .respond(&RustCrypto, &addr, datagram, &mut self.buf)
         {
@@ -496,8 +552,13 @@ impl SecureLayer {
                 tracing::debug!(%peer, error = %e, "ClientHello dropped");
                 return;
             }
-            Stateless::Accept => {}
-        }
+            Stateless::Accept(cookie) => cookie,
+        };
+        // The cookie checked out, so the ClientHello parsed: its facts are there.
+        let Some(hello) = facts.and_then(|f| f.client_hello) else {
+            self.count("dtls.bad_client_hello");
+            return;
+        };
         if !self.make_room(now) {
             self.count("dtls.refused_tables_full");
             return;
@@ -508,11 +569,12 @@ impl SecureLayer {
             .iter()
             .map(Vec::as_slice)
             .collect();
-        let cid = self.fresh_cid();
-        let lifetime = self.config.session_lifetime.as_millis() as u64;
-        let resume: Option<Session> = requested_session(datagram)
-            .and_then(|id| self.cache.get(&id))
-            .filter(|(_, made)| now.saturating_sub(*made) < lifetime)
+        let cid = self.fresh_cid(rng);
+        let lifetime = self.config.session_lifetime;
+        let resume: Option<Session> = hello
+            .requested_session
+            .and_then(|id| self.cache.get(id))
+            .filter(|(_, made)| now.saturating_since(*made) < lifetime)
             .map(|(s, _)| s.clone());
         let offer = ServerCredentials {
             issue_session_ids: self.config.resumption,
@@ -529,7 +591,8 @@ impl SecureLayer {
             self.trust.clone(),
             self.config.dtls,
             &offer,
-            &mut OsRng,
+            rng,
+            cookie,
             datagram,
             now,
         ) {
@@ -543,10 +606,11 @@ impl SecureLayer {
                     conn: Box::new(conn),
                     created: now,
                     last_seen: now,
+                    hello_random: *hello.random,
                     auth: None,
                 };
                 self.count("dtls.handshake_started");
-                self.flush(peer, &mut p, out);
+                self.flush(now, peer, &mut p, out);
                 if self.handshakes.insert(peer, p).is_some() {
                     self.count("dtls.handshake_restarted");
                 }
@@ -554,7 +618,7 @@ impl SecureLayer {
             Err(e) => {
                 self.count("dtls.handshake_failed");
                 tracing::debug!(%peer, error = %e, "ClientHello refused");
-                if let Some(n) = sigil_dtls::connection::refusal(&e, datagram, &mut self.buf) {
+                if let Some(n) = sigil_dtls::refusal(&e, datagram, &mut self.buf) {
                     out.push((peer, self.buf[..n].to_vec()));
                 }
             }
@@ -562,17 +626,17 @@ impl SecureLayer {
     }
 
     /// Room for one more handshake (which may become a session): evicts stale entries only.
-    fn make_room(&mut self, now: u64) -> bool {
-        let stale_hs = self.config.handshake_timeout.as_millis() as u64;
+    fn make_room(&mut self, now: Instant) -> bool {
+        let stale_hs = self.config.handshake_timeout;
         if self.handshakes.len() >= self.config.max_handshakes {
             self.handshakes
-                .retain(|_, p| now.saturating_sub(p.created) < stale_hs);
+                .retain(|_, p| now.saturating_since(p.created) < stale_hs);
         }
         if self.sessions.len() + self.handshakes.len() >= self.config.max_sessions {
-            let idle = self.config.session_idle.as_millis() as u64;
+            let idle = self.config.session_idle;
             let before = self.sessions.len();
             self.sessions
-                .retain(|_, p| now.saturating_sub(p.last_seen) < idle);
+                .retain(|_, p| now.saturating_since(p.last_seen) < idle);
             for _ in self.sessions.len()..before {
                 self.count("dtls.session_evicted_idle");
             }
@@ -584,39 +648,63 @@ impl SecureLayer {
             && self.sessions.len() + self.handshakes.len() < self.config.max_sessions
     }
 
-    fn established(&mut self, now: u64, peer: SocketAddr, mut p: Peer) -> Vec<Delivered> {
-        p.auth = if let Some(key) = p.conn.peer_public_key() {
-            SharedTrust::identity_of_key(key).map(|identity| PeerAuth::RawPublicKey {
-                identity,
-                key: key.clone(),
-            })
-        } else {
-            std::str::from_utf8(p.conn.psk_identity())
+    /// A completed handshake becomes a session: only its established state is kept.
+    fn established(&mut self, now: Instant, peer: SocketAddr, p: Peer<Conn>) -> Vec<Delivered> {
+        let Peer {
+            conn,
+            cid,
+            created,
+            hello_random,
+            ..
+        } = p;
+        let traffic = match conn.into_traffic() {
+            Ok(t) => t,
+            Err(_) => {
+                self.count("dtls.handshake_failed");
+                return Vec::new();
+            }
+        };
+        let auth = match traffic.peer() {
+            DtlsPeer::Key { key, .. } => {
+                SharedTrust::identity_of_key(key).map(|identity| PeerAuth::RawPublicKey {
+                    identity,
+                    key: *key,
+                })
+            }
+            DtlsPeer::Psk { .. } => std::str::from_utf8(traffic.psk_identity())
                 .ok()
                 .and_then(|t| Identity::parse(t).ok())
-                .map(PeerAuth::Psk)
+                .map(PeerAuth::Psk),
+            DtlsPeer::Anonymous(_) => None,
         };
         self.count("dtls.handshake_completed");
-        if p.conn.resumed() {
+        if traffic.resumed() {
             self.count("dtls.resumed");
-        } else if let Some(session) = p.conn.session() {
+        } else if let Some(session) = traffic.session() {
             self.remember(session, now);
         }
+        let mut p = Peer {
+            conn: Box::new(traffic),
+            cid,
+            created,
+            last_seen: now,
+            hello_random,
+            auth,
+        };
         tracing::debug!(%peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
-        p.last_seen = now;
         let delivered = self.drain(peer, &mut p);
         if let Some(cid) = p.cid {
             self.by_cid.insert(cid, peer);
         }
         if let Some(old) = self.sessions.insert(peer, p) {
             self.count("dtls.session_replaced");
-            self.forget_cid(&old);
+            self.forget_cid(old.cid);
         }
         delivered
     }
 
     /// Keeps a session for resumption, dropping the oldest beyond the cap.
-    fn remember(&mut self, session: Session, now: u64) {
+    fn remember(&mut self, session: Session, now: Instant) {
         let id = session.id;
         if self.cache.insert(id, (session, now)).is_none() {
             self.cache_order.push_back(id);
@@ -638,11 +726,6 @@ impl SecureLayer {
             .filter_map(|p| p.auth.as_ref().map(|a| *a.identity()))
             .collect()
     }
-}
-
-/// Whether the datagram starts with an epoch-0 handshake record holding a ClientHello.
-fn is_client_hello(d: &[u8]) -> bool {
-    d.len() > 13 && d[0] == 22 && d[3] == 0 && d[4] == 0 && d[13] == 1
 }
 
 /// The address bytes the cookie is bound to.

@@ -7,12 +7,13 @@ use sigil_crypto::{
     CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
 };
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
-use sigil_dtls::connection::{Config, Connection, Credentials, Session, Trust};
+use sigil_dtls::{Config, Connection, Credentials, Session, Trust};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -32,9 +33,16 @@ impl Rng for Seeded {
 
 const NOW: i64 = 1_700_000_000;
 
+/// The tests' virtual clock (milliseconds) as the DTLS layer takes it.
+fn ms(t: u64) -> Instant {
+    Instant::from_millis(t)
+}
+
 struct Server {
     d: Dispatcher,
     layer: SecureLayer,
+    /// The server's randomness (the driver passes the OS's in; these tests a seeded one).
+    rng: Seeded,
     stats: Stats,
     _dir: tempfile::TempDir,
     db: std::path::PathBuf,
@@ -62,6 +70,7 @@ impl Server {
         Self {
             d: Dispatcher::new(config, svc, stats.clone()),
             layer,
+            rng: Seeded(1234),
             stats,
             _dir: dir,
             db,
@@ -84,8 +93,9 @@ impl Server {
         self.d.handle_secure_at(
             &mut self.layer,
             datagrams,
-            now_ms,
-            NOW + (now_ms / 1000) as i64,
+            ms(now_ms),
+            UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
+            &mut self.rng,
         )
     }
 
@@ -125,7 +135,7 @@ impl Client {
             Config::default(),
             &mut Seeded(seed),
             creds,
-            now,
+            ms(now),
         )
         .unwrap();
         Self {
@@ -153,17 +163,17 @@ impl Client {
                 self.events.push(e);
             }
         }
-        let _ = self.conn.handle_timeout(now);
+        let _ = self.conn.handle_timeout(ms(now));
         let mut out = vec![];
         let mut buf = [0u8; 1500];
-        while let Some(n) = self.conn.poll_transmit(&mut buf) {
+        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
             out.push((self.addr, buf[..n].to_vec()));
         }
         out
     }
 
     fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        let _ = self.conn.handle_datagram(now, datagram);
+        let _ = self.conn.handle_datagram(ms(now), datagram);
         let mut buf = [0u8; 2048];
         while let Some(n) = self.conn.poll_app_data(&mut buf) {
             match &mut self.device {
@@ -290,7 +300,7 @@ fn resuming_psk_client(
             key,
         },
         session,
-        now,
+        ms(now),
     )
     .unwrap();
     c
@@ -533,11 +543,11 @@ fn first_client_hello(seed: u64) -> Vec<u8> {
             identity: b"x",
             key: &[1; 16],
         },
-        0,
+        ms(0),
     )
     .unwrap();
     let mut buf = [0u8; 1500];
-    let n = c.poll_transmit(&mut buf).unwrap();
+    let n = c.poll_transmit(ms(0), &mut buf).unwrap();
     buf[..n].to_vec()
 }
 
@@ -726,7 +736,7 @@ fn a_connection_id_keeps_the_session_across_an_address_change() {
             identity: text.as_bytes(),
             key: &[9; 16],
         },
-        now,
+        ms(now),
     )
     .unwrap();
     let mut c = Client::new(
