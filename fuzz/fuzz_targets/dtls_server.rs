@@ -9,7 +9,7 @@ use sigil_crypto::{
     PublicKey, Rng, RustCrypto, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN,
     CCM_NONCE_LEN,
 };
-use sigil_dtls::psk::{
+use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, Stateless, Trust,
 };
 
@@ -80,6 +80,11 @@ impl CryptoProvider for Transparent {
     }
 }
 
+/// The fuzz run's virtual clock (milliseconds).
+fn ms(t: u64) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(t)
+}
+
 struct Fixed;
 impl Rng for Fixed {
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
@@ -122,37 +127,38 @@ fuzz_target!(|data: &[u8]| {
             identity: b"id",
             key: b"key!",
         },
-        0,
+        ms(0),
     )
     .unwrap();
     let mut out = [0u8; 2048];
     for (i, d) in datagrams(data).enumerate() {
         let now = i as u64 * 700;
-        let _ = client.handle_datagram(now, d);
-        let _ = client.handle_timeout(now);
-        while client.poll_transmit(&mut out).is_some() {}
+        let _ = client.handle_datagram(ms(now), d);
+        let _ = client.handle_timeout(ms(now));
+        while client.poll_transmit(ms(now), &mut out).is_some() {}
         while client.poll_app_data(&mut out).is_some() {}
         match server.as_mut() {
             None => match cookies.respond(&Transparent, b"peer", d, &mut out) {
                 Stateless::HelloVerify(n) => assert!(n <= d.len()),
-                Stateless::Accept => {
+                Stateless::Accept(cookie) => {
                     server = Connection::accept(
                         Transparent,
                         Keys,
                         Config::default(),
                         &PSK_ONLY,
                         &mut Fixed,
+                        cookie,
                         d,
-                        now,
+                        ms(now),
                     )
                     .ok()
                 }
                 Stateless::Drop(_) => {}
             },
             Some(s) => {
-                let _ = s.handle_datagram(now, d);
-                let _ = s.handle_timeout(now);
-                while s.poll_transmit(&mut out).is_some() {}
+                let _ = s.handle_datagram(ms(now), d);
+                let _ = s.handle_timeout(ms(now));
+                while s.poll_transmit(ms(now), &mut out).is_some() {}
                 while s.poll_app_data(&mut out).is_some() {}
             }
         }

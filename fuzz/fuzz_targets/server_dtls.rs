@@ -45,8 +45,9 @@ fuzz_target!(|data: &[u8]| {
         let out = d.handle_secure_at(
             &mut layer,
             vec![(from, datagram.to_vec())],
-            now,
-            1_700_000_000,
+            sigil_time::Instant::from_millis(now),
+            sigil_time::UnixTime::from_secs(1_700_000_000),
+            &mut Fixed,
         );
         for (_, bytes) in &out {
             assert!(bytes.len() <= 1500);

@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use sigil_client::os::OsRng;
 use sigil_client::Security;
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::Config as DtlsConfig;
+use sigil_dtls::Config as DtlsConfig;
 use sigil_identity::Identity;
 use sigil_objects::ReadingFormat;
 use std::path::PathBuf;
@@ -120,7 +120,7 @@ impl DtlsTimingArgs {
             bail!("--dtls-mtu must be 128-1400 and --dtls-timeout above zero");
         }
         Ok(DtlsConfig {
-            initial_timeout_ms: self.dtls_timeout.as_millis() as u64,
+            initial_timeout: self.dtls_timeout,
             pmtu: self.dtls_mtu,
             gcm: self.dtls_gcm,
             connection_id: self.dtls_connection_id,

@@ -42,7 +42,7 @@ pub struct SensorRun {
     pub phase: f64,
     /// coaps:// credentials, or plain CoAP.
     pub security: Security,
-    pub dtls: sigil_dtls::connection::Config,
+    pub dtls: sigil_dtls::Config,
 }
 
 /// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which

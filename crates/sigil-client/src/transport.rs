@@ -3,7 +3,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use sigil_crypto::{PublicKey, RustCrypto, SecretKey};
-use sigil_dtls::connection::{Config, Connection, Credentials, Trust, MAX_DATAGRAM};
+use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust, MAX_DATAGRAM};
 use sigil_identity::Identity;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -54,16 +54,13 @@ impl Trust for PinnedServer {
 
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        sigil_dtls::x509::verify_chain(
-            &RustCrypto,
-            chain,
-            &anchors,
-            u64::try_from(crate::os::unix_now().as_secs()).unwrap_or(0),
-        )
+        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::os::unix_now())
     }
 }
 
-type Session = Connection<RustCrypto, PinnedServer>;
+type Handshake = Connection<RustCrypto, PinnedServer>;
+/// An established session: only its traffic state, the handshake's buffers dropped.
+type Session = Traffic<RustCrypto>;
 
 /// A socket to one server, plain or protected.
 pub struct Transport {
@@ -80,7 +77,7 @@ pub struct Transport {
     /// Of those, abbreviated ones that resumed the previous session.
     pub resumed: u32,
     /// The session of the last handshake, offered for resumption on reconnect.
-    resumable: Option<sigil_dtls::connection::Session>,
+    resumable: Option<sigil_dtls::Session>,
 }
 
 impl Transport {
@@ -120,8 +117,9 @@ impl Transport {
         self.server
     }
 
-    fn now(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+    /// The DTLS clock: milliseconds since the transport was opened.
+    fn now(&self) -> sigil_time::Instant {
+        sigil_time::Instant::from_millis(self.start.elapsed().as_millis() as u64)
     }
 
     /// (Re-)establishes the DTLS session: a new handshake from the same socket.
@@ -174,10 +172,13 @@ impl Transport {
             Some(s) => Connection::resume(RustCrypto, trust, self.config, rng, credentials, s, now),
             None => Connection::connect(RustCrypto, trust, self.config, rng, credentials, now),
         };
-        let mut conn = Box::new(conn.map_err(|e| anyhow!("DTLS: {e}"))?);
+        let mut conn: Box<Handshake> = Box::new(conn.map_err(|e| anyhow!("DTLS: {e}"))?);
         self.inbox.clear();
+        let mut out = [0u8; MAX_DATAGRAM];
         loop {
-            self.flush(&mut conn).await?;
+            while let Some(n) = conn.poll_transmit(self.now(), &mut out) {
+                self.socket.send_to(&out[..n], self.server).await?;
+            }
             if conn.is_established() {
                 break;
             }
@@ -185,8 +186,8 @@ impl Transport {
                 bail!("DTLS handshake with {}: {e}", self.server);
             }
             let now = self.now();
-            let wake = conn.poll_timeout().unwrap_or(now + 1000);
-            let wait = Duration::from_millis(wake.saturating_sub(now).max(1));
+            let wake = conn.poll_timeout().unwrap_or(now + Duration::from_secs(1));
+            let wait = wake.saturating_since(now).max(Duration::from_millis(1));
             match tokio::time::timeout(wait, self.socket.recv_from(&mut self.buf)).await {
                 Err(_) => conn
                     .handle_timeout(self.now())
@@ -201,6 +202,10 @@ impl Transport {
                 }
             }
         }
+        let mut conn = Box::new(
+            conn.into_traffic()
+                .map_err(|_| anyhow!("DTLS handshake with {} incomplete", self.server))?,
+        );
         self.drain(&mut conn);
         self.flush(&mut conn).await?;
         if conn.resumed() {
@@ -215,7 +220,7 @@ impl Transport {
 
     async fn flush(&mut self, conn: &mut Session) -> Result<()> {
         let mut out = [0u8; MAX_DATAGRAM];
-        while let Some(n) = conn.poll_transmit(&mut out) {
+        while let Some(n) = conn.poll_transmit(self.now(), &mut out) {
             self.socket.send_to(&out[..n], self.server).await?;
         }
         Ok(())
@@ -270,13 +275,13 @@ impl Transport {
                 // The session failed (e.g. the server sent a fatal alert): reconnecting is the
                 // caller's decision.
                 let mut out = [0u8; MAX_DATAGRAM];
-                while let Some(n) = conn.poll_transmit(&mut out) {
+                while let Some(n) = conn.poll_transmit(now, &mut out) {
                     let _ = self.socket.try_send_to(&out[..n], self.server);
                 }
                 bail!("DTLS session with {} ended: {e}", self.server);
             }
             let mut out = [0u8; MAX_DATAGRAM];
-            while let Some(n) = conn.poll_transmit(&mut out) {
+            while let Some(n) = conn.poll_transmit(now, &mut out) {
                 let _ = self.socket.try_send_to(&out[..n], self.server);
             }
             self.session = Some(conn);

@@ -5,10 +5,10 @@
 use anyhow::{Context, Result};
 use serde::Serialize;
 use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::{
+use sigil_dtls::protection::Aead;
+use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, ServerCredentials, Session, Stateless, Trust,
 };
-use sigil_dtls::protection::Aead;
 use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,8 +28,10 @@ pub struct DtlsBench {
     pub record_overhead: Vec<(String, usize)>,
     /// Median server CPU per handshake (µs) and handshakes per core-second, per mode.
     pub server: Vec<(String, f64, f64)>,
-    /// Bytes of one connection's state as this build has it (the x509 feature on).
+    /// Bytes of one connection's state as this build has it (the x509 feature on): during
+    /// the handshake, and once established (what the server keeps per session).
     pub connection_state_bytes: usize,
+    pub established_state_bytes: usize,
 }
 
 /// What both ends of the in-memory runs accept: the bench PSK, any raw public key, and
@@ -53,18 +55,18 @@ impl Trust for BenchTrust {
         chain: &[&[u8]],
     ) -> Result<sigil_crypto::PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.anchors.iter().map(Vec::as_slice).collect();
-        sigil_dtls::x509::verify_chain(
-            &RustCrypto,
-            chain,
-            &anchors,
-            u64::try_from(sigil_client::os::unix_now().as_secs()).unwrap_or(0),
-        )
+        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, sigil_client::os::unix_now())
     }
+}
+
+/// The benchmark's virtual clock (milliseconds) as the DTLS cores take it.
+fn ms(t: u64) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(t)
 }
 
 fn drain<T: Trust>(c: &mut Connection<RustCrypto, T>, out: &mut Vec<Vec<u8>>) {
     let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
+    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
 }
@@ -89,8 +91,10 @@ fn handshake(
     let mut rng = sigil_client::os::OsRng;
     let cookies = CookieKey::new([3; 32]);
     let mut client = match resume {
-        Some(s) => Connection::resume(RustCrypto, trust.0, config, &mut rng, credentials, s, 0)?,
-        None => Connection::connect(RustCrypto, trust.0, config, &mut rng, credentials, 0)?,
+        Some(s) => {
+            Connection::resume(RustCrypto, trust.0, config, &mut rng, credentials, s, ms(0))?
+        }
+        None => Connection::connect(RustCrypto, trust.0, config, &mut rng, credentials, ms(0))?,
     };
     let (mut bytes, mut datagrams, mut server_time) = (0, 0, Duration::ZERO);
     let mut to_server = vec![];
@@ -106,9 +110,16 @@ fn handshake(
             match server.as_mut() {
                 None => match cookies.respond(&RustCrypto, b"peer", &d, &mut out) {
                     Stateless::HelloVerify(n) => to_client.push(out[..n].to_vec()),
-                    Stateless::Accept => {
+                    Stateless::Accept(cookie) => {
                         let mut s = Connection::accept(
-                            RustCrypto, trust.1, config, offer, &mut rng, &d, 1,
+                            RustCrypto,
+                            trust.1,
+                            config,
+                            offer,
+                            &mut rng,
+                            cookie,
+                            &d,
+                            ms(1),
                         )?;
                         drain(&mut s, &mut to_client);
                         server = Some(s);
@@ -116,7 +127,7 @@ fn handshake(
                     Stateless::Drop(e) => anyhow::bail!("server dropped the hello: {e}"),
                 },
                 Some(s) => {
-                    s.handle_datagram(2, &d)?;
+                    s.handle_datagram(ms(2), &d)?;
                     drain(s, &mut to_client);
                 }
             }
@@ -125,7 +136,7 @@ fn handshake(
         for d in to_client {
             bytes += d.len();
             datagrams += 1;
-            client.handle_datagram(3, &d)?;
+            client.handle_datagram(ms(3), &d)?;
         }
         drain(&mut client, &mut to_server);
         if to_server.is_empty() && client.is_established() {
@@ -538,9 +549,8 @@ pub fn run(runs: usize) -> Result<DtlsBench> {
             ),
         ],
         server,
-        connection_state_bytes: std::mem::size_of::<
-            Connection<RustCrypto, sigil_dtls::connection::NoTrust>,
-        >(),
+        connection_state_bytes: std::mem::size_of::<Connection<RustCrypto, sigil_dtls::NoTrust>>(),
+        established_state_bytes: std::mem::size_of::<sigil_dtls::Traffic<RustCrypto>>(),
     })
 }
 
@@ -559,8 +569,8 @@ pub fn print(b: &DtlsBench) {
         println!("record overhead, {suite}: {n} bytes");
     }
     println!(
-        "state of one connection: {} bytes (x509 feature on; the server boxes each)",
-        b.connection_state_bytes
+        "state of one connection: {} bytes handshaking, {} bytes established (x509 feature on; the server boxes each and keeps only the established state)",
+        b.connection_state_bytes, b.established_state_bytes
     );
     for (mode, us, per_core) in &b.server {
         println!("server CPU per handshake, {mode}: {us:.0} µs median ({per_core:.0} handshakes per core-second)");

@@ -378,40 +378,43 @@ pub fn datagrams(mut rec: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// A complete DTLS client handshake on the device: the client's own work for every flight
 /// (the server's flights are replayed from the recording). Output: SHA-256 over every datagram
 /// the client sent, then 1 if the handshake completed.
-fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::connection::Trust>(
+fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::Trust>(
     c: &C,
     trust: T,
-    credentials: sigil_dtls::connection::Credentials<'_>,
+    credentials: sigil_dtls::Credentials<'_>,
     server: &[u8],
     out: &mut [u8],
 ) -> Result<usize, Failure> {
-    use sigil_dtls::connection::{Config, Connection};
+    use sigil_dtls::{Config, Connection};
+    use sigil_time::Instant;
     let mut client = Connection::connect(
         c,
         trust,
         Config::default(),
         &mut BenchRng(1),
         credentials,
-        0,
+        Instant::ZERO,
     )
     .map_err(|_| Failure::Rejected)?;
     let mut sent = [0u8; 1536];
     let mut used = 0;
     let mut buf = [0u8; 1400];
-    let mut drain = |client: &mut Connection<&C, T>, sent: &mut [u8], used: &mut usize| {
-        while let Some(n) = client.poll_transmit(&mut buf) {
-            if let Some(dst) = sent.get_mut(*used..*used + n) {
-                dst.copy_from_slice(&buf[..n]);
-                *used += n;
+    let mut drain =
+        |client: &mut Connection<&C, T>, now: Instant, sent: &mut [u8], used: &mut usize| {
+            while let Some(n) = client.poll_transmit(now, &mut buf) {
+                if let Some(dst) = sent.get_mut(*used..*used + n) {
+                    dst.copy_from_slice(&buf[..n]);
+                    *used += n;
+                }
             }
-        }
-    };
-    drain(&mut client, &mut sent, &mut used);
+        };
+    drain(&mut client, Instant::ZERO, &mut sent, &mut used);
     for (i, d) in datagrams(server).enumerate() {
+        let now = Instant::from_millis(10 + i as u64);
         client
-            .handle_datagram(10 + i as u64, d)
+            .handle_datagram(now, d)
             .map_err(|_| Failure::Rejected)?;
-        drain(&mut client, &mut sent, &mut used);
+        drain(&mut client, now, &mut sent, &mut used);
     }
     let mut answer = [0u8; 33];
     answer[..32].copy_from_slice(&c.sha256(&[&sent[..used]]));
@@ -426,8 +429,8 @@ pub fn dtls_psk_client<C: CryptoProvider + ?Sized>(
 ) -> Result<usize, Failure> {
     dtls_client(
         c,
-        sigil_dtls::connection::NoTrust,
-        sigil_dtls::connection::Credentials::Psk {
+        sigil_dtls::NoTrust,
+        sigil_dtls::Credentials::Psk {
             identity: b"sensor",
             key: &DTLS_PSK,
         },
@@ -446,11 +449,11 @@ pub fn dtls_rpk_client<C: CryptoProvider + ?Sized>(
     let id = [Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?];
     dtls_client(
         c,
-        sigil_dtls::connection::PinnedIdentities {
+        sigil_dtls::PinnedIdentities {
             crypto: c,
             identities: &id,
         },
-        sigil_dtls::connection::Credentials::RawPublicKey(None),
+        sigil_dtls::Credentials::RawPublicKey(None),
         DTLS_RPK_SERVER,
         out,
     )

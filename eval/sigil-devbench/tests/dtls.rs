@@ -14,11 +14,16 @@ use sigil_crypto::{CryptoProvider, RustCrypto};
 use sigil_devbench::{
     dtls_psk_client, dtls_rpk_client, dtls_server_key, BenchRng, DTLS_PSK, MAX_OUTPUT,
 };
-use sigil_dtls::connection::{
+use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, NoTrust, PinnedIdentities, ServerCredentials,
     Stateless, Trust,
 };
 use sigil_identity::Identity;
+
+/// The test's virtual clock (milliseconds) as the DTLS cores take it.
+fn ms(t: u64) -> sigil_time::Instant {
+    sigil_time::Instant::from_millis(t)
+}
 
 struct Psk;
 impl Trust for Psk {
@@ -33,7 +38,7 @@ impl Trust for Psk {
 fn drain<C: CryptoProvider, T: Trust>(c: &mut Connection<C, T>) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(&mut buf) {
+    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out
@@ -58,20 +63,21 @@ fn record<T: Trust, U: Trust>(
         panic!()
     };
     frame(&out[..n]);
-    client.handle_datagram(10, &out[..n]).unwrap();
+    client.handle_datagram(ms(10), &out[..n]).unwrap();
     let ch2 = drain(client);
-    assert_eq!(
-        cookies.respond(&RustCrypto, b"device", &ch2[0], &mut out),
-        Stateless::Accept
-    );
+    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"device", &ch2[0], &mut out)
+    else {
+        panic!("the cookie was refused")
+    };
     let mut server = Connection::accept(
         RustCrypto,
         server_trust,
         Config::default(),
         &offer,
         &mut BenchRng(2),
+        cookie,
         &ch2[0],
-        11,
+        ms(11),
     )
     .unwrap();
     let mut t = 11;
@@ -83,10 +89,10 @@ fn record<T: Trust, U: Trust>(
         for d in flight {
             frame(&d);
             t += 1;
-            client.handle_datagram(t, &d).unwrap();
+            client.handle_datagram(ms(t), &d).unwrap();
         }
         for d in drain(client) {
-            server.handle_datagram(t, &d).unwrap();
+            server.handle_datagram(ms(t), &d).unwrap();
         }
     }
     assert!(client.is_established() && server.is_established());
@@ -110,7 +116,7 @@ fn replayed_client_flights<T: Trust>(
     };
     keep(&mut client);
     for (i, d) in sigil_devbench::datagrams(server).enumerate() {
-        client.handle_datagram(10 + i as u64, d).unwrap();
+        client.handle_datagram(ms(10 + i as u64), d).unwrap();
         keep(&mut client);
     }
     assert!(client.is_established());
@@ -150,7 +156,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
             identity: b"sensor",
             key: &DTLS_PSK,
         },
-        0,
+        ms(0),
     )
     .unwrap();
     let psk = record(
@@ -181,7 +187,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
         Config::default(),
         &mut BenchRng(1),
         Credentials::RawPublicKey(None),
-        0,
+        ms(0),
     )
     .unwrap();
     let rpk = record(
@@ -212,7 +218,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
                 identity: b"sensor",
                 key: &DTLS_PSK,
             },
-            0,
+            ms(0),
         )
         .unwrap(),
         sigil_devbench::DTLS_PSK_SERVER,
@@ -232,7 +238,7 @@ fn recorded_server_flights_and_known_answers_are_current() {
             Config::default(),
             &mut BenchRng(1),
             Credentials::RawPublicKey(None),
-            0,
+            ms(0),
         )
         .unwrap(),
         sigil_devbench::DTLS_RPK_SERVER,

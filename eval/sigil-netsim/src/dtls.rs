@@ -6,13 +6,18 @@ use crate::energy::{Activity, CycleTable, Metered, OpCounts};
 use crate::net::{Emulator, End, LinkConfig, NetStats};
 use crate::SeededRng;
 use sigil_crypto::{PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::connection::{
-    Config, Connection, CookieKey, Credentials, ServerCredentials, Stateless, Trust,
-};
+use sigil_dtls::{Config, Connection, CookieKey, Credentials, ServerCredentials, Stateless, Trust};
+use sigil_time::{Instant, UnixTime};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Inside the test PKI's validity (2026-01-01).
-const NOW_UNIX: u64 = 1_767_225_600;
+const NOW_UNIX: UnixTime = UnixTime::from_secs(1_767_225_600);
+
+/// The emulator's clock (milliseconds) as the DTLS cores take it.
+fn ms(t: u64) -> Instant {
+    Instant::from_millis(t)
+}
 
 /// The handshakes the experiments compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -181,8 +186,8 @@ pub fn handshake(
     let client_chain: Vec<&[u8]> = p.client_chain.iter().map(Vec::as_slice).collect();
     let server_chain: Vec<&[u8]> = p.server_chain.iter().map(Vec::as_slice).collect();
     let config = |initial| Config {
-        initial_timeout_ms: initial,
-        max_timeout_ms: timers.max_ms,
+        initial_timeout: Duration::from_millis(initial),
+        max_timeout: Duration::from_millis(timers.max_ms),
         pmtu,
         ..Config::default()
     };
@@ -221,7 +226,7 @@ pub fn handshake(
         config(timers.client_initial_ms),
         &mut SeededRng(seed ^ 0xc1),
         credentials,
-        0,
+        ms(0),
     )
     .expect("client config is valid");
     emu.compute(End::Device, meter.cycles());
@@ -237,12 +242,12 @@ pub fn handshake(
         // Datagrams leave when the device's CPU is done; each flight's timer runs from then.
         let leave = [emu.cpu_free_at_us(End::Device), emu.now_us()];
         let mut sent = [false; 2];
-        while let Some(n) = client.poll_transmit_at(leave[0] / 1000, &mut buf) {
+        while let Some(n) = client.poll_transmit(ms(leave[0] / 1000), &mut buf) {
             emu.send(End::Device, &buf[..n]);
             sent[0] = true;
         }
         if let Some(s) = server.as_mut() {
-            while let Some(n) = s.poll_transmit_at(leave[1] / 1000, &mut buf) {
+            while let Some(n) = s.poll_transmit(ms(leave[1] / 1000), &mut buf) {
                 emu.send(End::Server, &buf[..n]);
                 sent[1] = true;
             }
@@ -263,11 +268,11 @@ pub fn handshake(
         }
         let next = [
             emu.next_arrival_us(),
-            client.poll_timeout().map(|t| t * 1000),
+            client.poll_timeout().map(|t| t.as_millis() * 1000),
             server
                 .as_ref()
                 .and_then(|s| s.poll_timeout())
-                .map(|t| t * 1000),
+                .map(|t| t.as_millis() * 1000),
         ]
         .into_iter()
         .flatten()
@@ -275,9 +280,9 @@ pub fn handshake(
         let Some(next) = next else { break };
         let arrived = emu.advance(next.max(emu.now_us()));
         let now_ms = emu.now_ms();
-        let _ = client.handle_timeout(now_ms);
+        let _ = client.handle_timeout(ms(now_ms));
         if let Some(s) = server.as_mut() {
-            let _ = s.handle_timeout(now_ms);
+            let _ = s.handle_timeout(ms(now_ms));
         }
         for (to, d) in arrived {
             let i = usize::from(to == End::Server);
@@ -285,12 +290,12 @@ pub fn handshake(
                 longest[i] = longest[i].max(emu.now_us().saturating_sub(t) / 1000);
             }
             if to == End::Device {
-                let _ = client.handle_datagram(now_ms, &d);
+                let _ = client.handle_datagram(ms(now_ms), &d);
                 continue;
             }
             match server.as_mut() {
                 Some(s) => {
-                    let _ = s.handle_datagram(now_ms, &d);
+                    let _ = s.handle_datagram(ms(now_ms), &d);
                 }
                 None => {
                     let mut out = [0u8; 256];
@@ -298,15 +303,16 @@ pub fn handshake(
                         Stateless::HelloVerify(n) => {
                             emu.send(End::Server, &out[..n]);
                         }
-                        Stateless::Accept => {
+                        Stateless::Accept(cookie) => {
                             server = Connection::accept(
                                 RustCrypto,
                                 SimTrust(None),
                                 config(timers.server_initial_ms),
                                 &offer,
                                 &mut SeededRng(seed ^ 0x5e),
+                                cookie,
                                 &d,
-                                now_ms,
+                                ms(now_ms),
                             )
                             .ok();
                         }
@@ -353,24 +359,24 @@ impl Secure {
         self.client.send(request).ok()?;
         self.emu.compute(End::Device, self.meter.cycles() - before);
         let mut buf = vec![0u8; 2048];
-        while let Some(n) = self.client.poll_transmit(&mut buf) {
+        while let Some(n) = self.client.poll_transmit(ms(self.emu.now_ms()), &mut buf) {
             self.emu.send(End::Device, &buf[..n]);
         }
         while let Some(t) = self.emu.next_arrival_us() {
             for (to, d) in self.emu.advance(t) {
                 let now_ms = self.emu.now_ms();
                 if to == End::Server {
-                    let _ = self.server.handle_datagram(now_ms, &d);
+                    let _ = self.server.handle_datagram(ms(now_ms), &d);
                     while let Some(n) = self.server.poll_app_data(&mut buf) {
                         let answer = respond(&buf[..n]);
                         self.server.send(&answer).ok()?;
                     }
-                    while let Some(n) = self.server.poll_transmit(&mut buf) {
+                    while let Some(n) = self.server.poll_transmit(ms(now_ms), &mut buf) {
                         self.emu.send(End::Server, &buf[..n]);
                     }
                 } else {
                     let before = self.meter.cycles();
-                    let _ = self.client.handle_datagram(now_ms, &d);
+                    let _ = self.client.handle_datagram(ms(now_ms), &d);
                     self.emu.compute(End::Device, self.meter.cycles() - before);
                     if let Some(n) = self.client.poll_app_data(&mut buf) {
                         let done = self.emu.cpu_free_at_us(End::Device);

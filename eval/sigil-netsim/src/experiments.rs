@@ -294,7 +294,10 @@ pub fn fig9_record_overhead() -> Value {
     let mut s = s.expect("clean handshake");
     s.client.send(&[0u8; 100]).expect("send");
     let mut buf = [0u8; 512];
-    let n = s.client.poll_transmit(&mut buf).expect("a record");
+    let n = s
+        .client
+        .poll_transmit(sigil_time::Instant::ZERO, &mut buf)
+        .expect("a record");
     let ccm8 = n - 100;
     let sizes: Vec<usize> = (1..=1000).collect();
     let l = Latency::default();
