@@ -304,3 +304,92 @@ fn sha256(b: &[u8]) -> [u8; 32] {
     use sigil_crypto::CryptoProvider;
     RustCrypto.sha256(&[b])
 }
+
+#[test]
+fn typed_extensions_encode_to_the_rfc_bytes_and_decode_back() {
+    use sigil_dtls::extensions::{
+        CertificateTypes, Extension, Hello, HelloExtensions, OUR_SCHEMES, P256_ONLY, RPK_ONLY,
+        UNCOMPRESSED,
+    };
+    use sigil_dtls::handshake::Extensions;
+    use sigil_dtls::wire::{CertificateType, ExtensionType};
+    let list = [
+        Extension::ExtendedMasterSecret,
+        Extension::RenegotiationInfo(&[]),
+        Extension::SupportedGroups(P256_ONLY),
+        Extension::EcPointFormats(UNCOMPRESSED),
+        Extension::SignatureAlgorithms(OUR_SCHEMES),
+        Extension::ServerCertificateType(RPK_ONLY),
+        Extension::ConnectionId(&[]),
+        Extension::Unknown(ExtensionType(0x1234), &[5, 6]),
+    ];
+    let mut buf = [0u8; 128];
+    let mut w = Writer::new(&mut buf);
+    sigil_dtls::extensions::encode_all(&list, &mut w).unwrap();
+    let n = w.len();
+    #[rustfmt::skip]
+    let want: &[u8] = &[
+        0x00, 0x17, 0x00, 0x00,                         // extended_master_secret (RFC 7627)
+        0xff, 0x01, 0x00, 0x01, 0x00,                   // renegotiation_info, empty (RFC 5746)
+        0x00, 0x0a, 0x00, 0x04, 0x00, 0x02, 0x00, 0x17, // supported_groups [secp256r1]
+        0x00, 0x0b, 0x00, 0x02, 0x01, 0x00,             // ec_point_formats [uncompressed]
+        0x00, 0x0d, 0x00, 0x06, 0x00, 0x04, 0x04, 0x03, 0x08, 0x07, // signature_algorithms
+        0x00, 0x14, 0x00, 0x02, 0x01, 0x02,             // server_certificate_type [RawPublicKey]
+        0x00, 0x36, 0x00, 0x01, 0x00,                   // connection_id, empty (RFC 9146)
+        0x12, 0x34, 0x00, 0x02, 0x05, 0x06,             // unknown, kept as it came
+    ];
+    assert_eq!(&buf[..n], want);
+    let ext = Extensions::parse(&buf[..n]).unwrap();
+    let decoded: Vec<Extension<'_>> = ext
+        .iter()
+        .map(|(t, d)| Extension::decode(t, d, Hello::Client).unwrap())
+        .collect();
+    assert_eq!(decoded, list);
+    let h = HelloExtensions::decode(ext, Hello::Client).unwrap();
+    assert!(h.extended_master_secret && h.offers_p256());
+    assert_eq!(h.check_renegotiation_info(false), Ok(()));
+    assert!(h
+        .server_certificate_type
+        .is_some_and(|t| t.allows(CertificateType::RAW_PUBLIC_KEY)));
+    assert_eq!(h.connection_id, Some(&[][..]));
+    // In a ServerHello the certificate type is one value, not a list (RFC 7250 §3).
+    assert_eq!(
+        Extension::decode(ExtensionType::SERVER_CERTIFICATE_TYPE, &[2], Hello::Server),
+        Ok(Extension::ServerCertificateType(CertificateTypes::Chosen(
+            CertificateType::RAW_PUBLIC_KEY
+        )))
+    );
+}
+
+#[test]
+fn malformed_known_extensions_are_refused_and_renegotiation_is_detected() {
+    use sigil_dtls::extensions::{Extension, Hello, HelloExtensions};
+    use sigil_dtls::handshake::Extensions;
+    use sigil_dtls::wire::ExtensionType;
+    let bad: [(ExtensionType, &[u8]); 5] = [
+        (ExtensionType::EXTENDED_MASTER_SECRET, &[0]),
+        (ExtensionType::SUPPORTED_GROUPS, &[0, 3, 0, 23, 0]),
+        (ExtensionType::SIGNATURE_ALGORITHMS, &[0, 2, 4]),
+        (ExtensionType::CONNECTION_ID, &[17; 18]),
+        (ExtensionType::RENEGOTIATION_INFO, &[2, 0]),
+    ];
+    for (t, d) in bad {
+        assert!(
+            matches!(
+                Extension::decode(t, d, Hello::Client),
+                Err(Error::Decode(_))
+            ),
+            "{t:?}"
+        );
+    }
+    // A non-empty renegotiated_connection is a renegotiation; absent without the SCSV too.
+    let reneg = [0xff, 0x01, 0x00, 0x02, 0x01, 0xaa];
+    let h = HelloExtensions::decode(Extensions::parse(&reneg).unwrap(), Hello::Client).unwrap();
+    assert_eq!(h.check_renegotiation_info(true), Err(Error::Renegotiation));
+    let none = HelloExtensions::default();
+    assert_eq!(
+        none.check_renegotiation_info(false),
+        Err(Error::Renegotiation)
+    );
+    assert_eq!(none.check_renegotiation_info(true), Ok(()));
+}

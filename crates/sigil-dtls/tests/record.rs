@@ -212,3 +212,99 @@ fn regression_cve_2020_24585_cleartext_epoch_0_data_is_not_application_data() {
         Err(Error::BadRecordMac)
     );
 }
+
+/// An epoch-0 record carrying one whole ClientHello with the given random, session ID and
+/// cookie.
+fn client_hello_datagram(random: &[u8; 32], session_id: &[u8], cookie: &[u8]) -> Vec<u8> {
+    use sigil_dtls::handshake::{ClientHelloParams, Fragment};
+    use sigil_dtls::wire::{CipherSuite, HandshakeType};
+    let mut body = [0u8; 256];
+    let mut w = Writer::new(&mut body);
+    ClientHelloParams {
+        random,
+        session_id,
+        cookie,
+        cipher_suites: &[CipherSuite::TLS_PSK_WITH_AES_128_CCM_8],
+        extensions: &[0x00, 0x17, 0x00, 0x00],
+    }
+    .write(&mut w)
+    .unwrap();
+    let n = w.len();
+    let mut frag = [0u8; 300];
+    let mut w = Writer::new(&mut frag);
+    Fragment {
+        msg_type: HandshakeType::CLIENT_HELLO,
+        length: n as u32,
+        message_seq: 1,
+        offset: 0,
+        body: &body[..n],
+    }
+    .write(&mut w)
+    .unwrap();
+    let f = w.len();
+    let mut d = header(22, 0xfefd, 0, 5, f as u16);
+    d.extend_from_slice(&frag[..f]);
+    d
+}
+
+#[test]
+fn record_facts_read_a_client_hello_where_rfc_6347_puts_it() {
+    use sigil_dtls::record::RecordFacts;
+    let d = client_hello_datagram(&[7; 32], &[9; 32], &[1, 2]);
+    let facts = RecordFacts::parse(&d, 8).unwrap();
+    assert_eq!(facts.content_type, ContentType::HANDSHAKE);
+    assert_eq!((facts.epoch, facts.sequence), (0, 5));
+    assert!(facts.cid.is_empty());
+    assert!(facts.is_client_hello());
+    let ch = facts.client_hello.unwrap();
+    // Record header 13, handshake header 12, client_version 2: the random is at 27..59.
+    assert_eq!(ch.random, &[7; 32]);
+    assert_eq!(&d[27..59], &[7; 32]);
+    assert_eq!(ch.requested_session, Some(&[9; 32]));
+    assert!(ch.has_cookie);
+    // No session ID (or one of another length) asks for nothing; no cookie is the first hello.
+    let d = client_hello_datagram(&[7; 32], &[], &[]);
+    let ch = RecordFacts::parse(&d, 8).unwrap().client_hello.unwrap();
+    assert_eq!(ch.requested_session, None);
+    assert!(!ch.has_cookie);
+    let d = client_hello_datagram(&[7; 32], &[9; 16], &[]);
+    let ch = RecordFacts::parse(&d, 8).unwrap().client_hello.unwrap();
+    assert_eq!(ch.requested_session, None);
+}
+
+#[test]
+fn record_facts_read_the_connection_id_of_a_tls12_cid_record() {
+    use sigil_dtls::record::RecordFacts;
+    // tls12_cid, DTLS 1.2, epoch 1, sequence 3, an 8-byte CID, length 4 (RFC 9146 §4).
+    let mut d = vec![25, 0xfe, 0xfd, 0, 1, 0, 0, 0, 0, 0, 3];
+    d.extend_from_slice(&[0xc1; 8]);
+    d.extend_from_slice(&[0, 4, 1, 2, 3, 4]);
+    let facts = RecordFacts::parse(&d, 8).unwrap();
+    assert_eq!(facts.content_type, ContentType::TLS12_CID);
+    assert_eq!((facts.epoch, facts.sequence), (1, 3));
+    assert_eq!(facts.cid, &[0xc1; 8]);
+    assert!(!facts.is_client_hello() && facts.client_hello.is_none());
+}
+
+#[test]
+fn record_facts_refuse_truncated_records_and_do_not_mistake_fragments_for_hellos() {
+    use sigil_dtls::record::RecordFacts;
+    let d = client_hello_datagram(&[7; 32], &[], &[]);
+    for n in 0..d.len() {
+        assert!(RecordFacts::parse(&d[..n], 8).is_err(), "{n} bytes");
+    }
+    // The first fragment of a ClientHello: a ClientHello record (for the cookie check to
+    // refuse), but no facts of a whole one.
+    let mut frag = d.clone();
+    frag[13 + 9..13 + 12].copy_from_slice(&[0, 0, 10]); // fragment_length 10
+    frag.truncate(13 + 12 + 10);
+    frag[11..13].copy_from_slice(&22u16.to_be_bytes());
+    let facts = RecordFacts::parse(&frag, 8).unwrap();
+    assert!(facts.is_client_hello());
+    assert_eq!(facts.client_hello, None);
+    // A ClientHello in epoch 1 is no plaintext hello.
+    let mut e1 = d.clone();
+    e1[4] = 1;
+    let facts = RecordFacts::parse(&e1, 8).unwrap();
+    assert!(!facts.is_client_hello() && facts.client_hello.is_none());
+}

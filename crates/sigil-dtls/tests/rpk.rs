@@ -281,6 +281,8 @@ fn regression_certificate_without_certificate_verify_is_refused() {
     assert_eq!(server.dropped(), before + 2);
     assert_eq!(server.state(), State::ExpectCertificateVerify);
     assert!(!server.is_established());
+    // The client's key is trusted but its possession not proven: not exposed.
+    assert!(server.peer_public_key().is_none());
 }
 
 #[test]
