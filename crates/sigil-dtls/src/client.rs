@@ -1,5 +1,5 @@
 //! The client's handshake, one struct per expected message (RFC 6347 §4.2.1, RFC 5246
-//! §7.3): [`ExpectServerHello`] (HelloVerifyRequest or ServerHello) → [`ExpectCertificate`]
+//! §7.3): [`ExpectHelloVerifyOrServerHello`] (HelloVerifyRequest or ServerHello) → [`ExpectCertificate`]
 //! → [`ExpectServerKeyExchange`] → [`ExpectServerHelloDone`] → ChangeCipherSpec → Finished
 //! ([`crate::finished`]). Each consumes itself and one message, checking its type first.
 
@@ -71,7 +71,7 @@ struct Resume {
 }
 
 /// Sent a ClientHello; expects HelloVerifyRequest or ServerHello.
-pub(crate) struct ExpectServerHello {
+pub struct ExpectHelloVerifyOrServerHello {
     base: ClientBase,
     hello_verifies: u8,
     resume: Option<Resume>,
@@ -83,7 +83,7 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
     rng: &mut dyn Rng,
     credentials: Credentials<'_>,
     session: Option<&Session>,
-) -> Result<ExpectServerHello, Error> {
+) -> Result<ExpectHelloVerifyOrServerHello, Error> {
     let mut base = ClientBase {
         suite: CipherSuite::TLS_PSK_WITH_AES_128_CCM_8,
         client_random: [0; 32],
@@ -144,7 +144,7 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
         master: s.master,
         peer: s.peer().clone(),
     });
-    let s = ExpectServerHello {
+    let s = ExpectHelloVerifyOrServerHello {
         base,
         hello_verifies: 0,
         resume,
@@ -153,7 +153,7 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
     Ok(s)
 }
 
-impl ExpectServerHello {
+impl ExpectHelloVerifyOrServerHello {
     fn send_client_hello<C: CryptoProvider, T>(
         &self,
         cookie: &[u8],
@@ -207,7 +207,7 @@ impl ExpectServerHello {
         cx.send_flight()
     }
 
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         mut self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,
@@ -333,12 +333,12 @@ pub(crate) struct AfterHello {
 }
 
 /// Expects the server's Certificate (ECDHE-ECDSA).
-pub(crate) struct ExpectCertificate {
+pub struct ExpectCertificate {
     hs: AfterHello,
 }
 
 impl ExpectCertificate {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,
@@ -358,13 +358,13 @@ impl ExpectCertificate {
 
 /// Expects the ServerKeyExchange: signed under the certificate's key (ECDHE-ECDSA), or
 /// unsigned (ECDHE-PSK: the PSK authenticates the exchange through the Finished messages).
-pub(crate) struct ExpectServerKeyExchange {
+pub struct ExpectServerKeyExchange {
     hs: AfterHello,
     server_key: Option<TrustedKey>,
 }
 
 impl ExpectServerKeyExchange {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         mut self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,
@@ -417,7 +417,7 @@ impl ExpectServerKeyExchange {
 
 /// Expects CertificateRequest (ECDHE-ECDSA), ServerKeyExchange (PSK identity hint) or
 /// ServerHelloDone; the peer is authenticated by now (or, with a PSK, will be by its Finished).
-pub(crate) struct ExpectServerHelloDone {
+pub struct ExpectServerHelloDone {
     hs: AfterHello,
     peer_point: Option<[u8; 65]>,
     peer: Peer,
@@ -426,7 +426,7 @@ pub(crate) struct ExpectServerHelloDone {
 }
 
 impl ExpectServerHelloDone {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         mut self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,

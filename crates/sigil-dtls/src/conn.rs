@@ -5,7 +5,7 @@
 //!
 //! Underneath it is one of two things: a handshake (one state struct per expected message,
 //! [`crate::client`] and [`crate::server`], sharing the transcript, reassembly and flight
-//! buffers of [`HsIo`]), or the established [`TrafficCore`], which holds none of those.
+//! buffers of `HsIo`), or the established [`TrafficCore`], which holds none of those.
 //! Record intake (epochs, replay windows, connection IDs, record protection) is here.
 
 use crate::extensions::MAX_CID;
@@ -95,7 +95,7 @@ pub enum State {
 /// One handshake state per expected message (named after it, hence the common prefix).
 #[allow(clippy::enum_variant_names)]
 pub(crate) enum Hs {
-    ExpectHelloVerifyOrServerHello(client::ExpectServerHello),
+    ExpectHelloVerifyOrServerHello(client::ExpectHelloVerifyOrServerHello),
     ExpectServerCertificate(client::ExpectCertificate),
     ExpectServerKeyExchange(client::ExpectServerKeyExchange),
     ExpectServerHelloDone(client::ExpectServerHelloDone),

@@ -1,6 +1,6 @@
 //! The end of every handshake, for both roles: the peer's ChangeCipherSpec, then its Finished
 //! (RFC 5246 §7.4.9). [`FinishedVerified`] is the proof that the Finished matched this side's
-//! transcript under the negotiated keys, and only [`verify_finished`] makes one; the
+//! transcript under the negotiated keys, and only `verify_finished` makes one; the
 //! established state cannot be built without it.
 
 use crate::conn::{Cx, Next};
@@ -33,30 +33,30 @@ fn verify_finished<C: CryptoProvider + ?Sized>(
 }
 
 /// Expects the peer's ChangeCipherSpec; the keys are installed already.
-pub(crate) struct ExpectCcs {
-    pub next: ExpectFinished,
+pub struct ExpectCcs {
+    pub(crate) next: ExpectFinished,
 }
 
 impl ExpectCcs {
     /// The peer switched to epoch 1 (the record layer now reads it).
-    pub fn handle_ccs(self) -> ExpectFinished {
+    pub(crate) fn handle_ccs(self) -> ExpectFinished {
         self.next
     }
 }
 
 /// Expects the peer's Finished in epoch 1.
-pub(crate) struct ExpectFinished {
+pub struct ExpectFinished {
     /// This side's role.
-    pub side: Side,
-    pub suite: CipherSuite,
-    pub master: [u8; 48],
-    pub session_id: Option<[u8; 32]>,
-    pub peer: Peer,
-    pub resumed: bool,
+    pub(crate) side: Side,
+    pub(crate) suite: CipherSuite,
+    pub(crate) master: [u8; 48],
+    pub(crate) session_id: Option<[u8; 32]>,
+    pub(crate) peer: Peer,
+    pub(crate) resumed: bool,
 }
 
 impl ExpectFinished {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         self,
         m: &Fragment<'_>,
         epoch: u16,

@@ -45,9 +45,6 @@ pub struct RecordKeys {
     pub salt: [u8; 4],
 }
 
-/// The CCM-8 suites' keys (the name the record tests use).
-pub type Ccm8Keys = RecordKeys;
-
 impl core::fmt::Debug for RecordKeys {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "RecordKeys({:?}, <redacted>)", self.aead)

@@ -1,5 +1,6 @@
-//! The server's handshake, one struct per expected message: [`accept`] (which takes the
-//! [`CookieVerified`] proof) answers the ClientHello with the server's flight, then
+//! The server's handshake, one struct per expected message: `accept` (behind
+//! [`crate::Connection::accept`], which takes the [`CookieVerified`] proof) answers the
+//! ClientHello with the server's flight, then
 //! [`ExpectCertificate`] (mutual authentication) → [`ExpectClientKeyExchange`] →
 //! [`ExpectCertificateVerify`] (mutual) → ChangeCipherSpec → Finished ([`crate::finished`]).
 
@@ -317,14 +318,14 @@ fn ephemeral_params<C: CryptoProvider, T>(
 }
 
 /// Mutual authentication: expects the client's Certificate.
-pub(crate) struct ExpectCertificate {
+pub struct ExpectCertificate {
     base: ServerBase,
     ephemeral: AgreementSecret,
     x509: bool,
 }
 
 impl ExpectCertificate {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,
@@ -350,7 +351,7 @@ impl ExpectCertificate {
 
 /// Expects the ClientKeyExchange: the PSK identity (looked up in the trust store), the
 /// client's ephemeral point, or both.
-pub(crate) struct ExpectClientKeyExchange {
+pub struct ExpectClientKeyExchange {
     base: ServerBase,
     ephemeral: Option<AgreementSecret>,
     /// The client's trusted key, whose possession its CertificateVerify must prove.
@@ -359,7 +360,7 @@ pub(crate) struct ExpectClientKeyExchange {
 }
 
 impl ExpectClientKeyExchange {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,
@@ -441,14 +442,14 @@ fn expect_ccs(base: ServerBase, master: [u8; 48], peer: Peer) -> Hs {
 
 /// Mutual authentication: expects the client's CertificateVerify, its signature over every
 /// handshake message before it (RFC 5246 §7.4.8).
-pub(crate) struct ExpectCertificateVerify {
+pub struct ExpectCertificateVerify {
     base: ServerBase,
     master: [u8; 48],
     client_key: TrustedKey,
 }
 
 impl ExpectCertificateVerify {
-    pub fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         self,
         m: &Fragment<'_>,
         cx: &mut Cx<'_, C, T>,

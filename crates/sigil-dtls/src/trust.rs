@@ -2,7 +2,7 @@
 //! trust store says: [`PeerVerified`]. Only this module makes it, and only after
 //! - a handshake signature (the server's ServerKeyExchange, RFC 8422 §5.4, or the client's
 //!   CertificateVerify, RFC 5246 §7.4.8) verified under a key [`Trust`] accepted
-//!   ([`TrustedKey`], made only here from a Certificate message), or
+//!   (`TrustedKey`, made only here from a Certificate message), or
 //! - the PSK identity was found in the trust store (server, RFC 4279 §2), or the client took
 //!   the key it was configured with (the Finished check then proves the server holds it), or
 //! - a cached session's credentials were checked against the trust store again (resumption).
@@ -159,7 +159,7 @@ impl ServerCredentials<'_> {
 pub struct PeerVerified(());
 
 /// A server that did not ask the client for a key (server-only ECDHE-ECDSA): the client stays
-/// anonymous. Only [`client_not_asked`] makes one, from the server's own configuration.
+/// anonymous. Only `client_not_asked` makes one, from the server's own configuration.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ClientNotAsked(());
 

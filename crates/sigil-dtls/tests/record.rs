@@ -2,7 +2,7 @@
 //! protection, and the regressions for published bug classes that live at this layer.
 
 use sigil_crypto::RustCrypto;
-use sigil_dtls::protection::{self, Ccm8Keys, OVERHEAD};
+use sigil_dtls::protection::{self, RecordKeys, OVERHEAD};
 use sigil_dtls::record::{Record, RecordHeader, Records, ReplayWindow, HEADER_LEN};
 use sigil_dtls::wire::{AlertDescription, ContentType, ProtocolVersion};
 use sigil_dtls::{Error, Writer};
@@ -110,8 +110,8 @@ fn replay_window_moves_only_when_told_the_record_authenticated() {
     assert_eq!(w.highest(), Some(10));
 }
 
-fn keys(b: u8) -> Ccm8Keys {
-    Ccm8Keys {
+fn keys(b: u8) -> RecordKeys {
+    RecordKeys {
         aead: protection::Aead::Ccm8,
         key: [b; 16],
         salt: [b ^ 0x5a; 4],
