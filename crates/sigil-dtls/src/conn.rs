@@ -154,8 +154,8 @@ impl Hs {
             Self::ExpectClientCertificate(s) => s.handle(m, cx),
             Self::ExpectClientKeyExchange(s) => s.handle(m, cx),
             Self::ExpectCertificateVerify(s) => s.handle(m, cx),
-            // A handshake message where the ChangeCipherSpec belongs (a Finished without it,
-            // in epoch 0, is the CVE-2014-0224 class).
+            // A handshake message where the ChangeCipherSpec belongs: the peer skipped it (a
+            // Finished sent without switching keys is refused here).
             Self::ExpectChangeCipherSpec(_) => Err(Error::UnexpectedHandshake(m.msg_type.0)),
             Self::ExpectFinished(s) => s.handle(m, epoch, cx),
         }
@@ -981,7 +981,7 @@ impl Handshaking {
                 }
                 return Ok(done);
             }
-            ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(crypto, epoch, plain),
+            ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(epoch, plain),
             // Once the peer's records are protected, an epoch-0 alert is unauthenticated
             // (anyone can forge it): dropped, so a spoofed datagram cannot end the connection.
             ContentType::ALERT if epoch < self.rl.read_epoch => Err(Error::UnknownEpoch(epoch)),
@@ -1020,12 +1020,7 @@ impl Handshaking {
         self.fail(crypto, e).map(|()| None)
     }
 
-    fn handle_ccs<C: CryptoProvider>(
-        &mut self,
-        _crypto: &C,
-        epoch: u16,
-        plain: &[u8],
-    ) -> Result<(), Error> {
+    fn handle_ccs(&mut self, epoch: u16, plain: &[u8]) -> Result<(), Error> {
         if plain != [1] {
             return Err(Error::Decode("ChangeCipherSpec"));
         }
