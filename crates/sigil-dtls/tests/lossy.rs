@@ -4,13 +4,12 @@
 //! resumption: at least 99.9% of the handshakes complete, and no application record is
 //! delivered twice.
 
-use sigil_crypto::{
-    CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
-};
-use sigil_dtls::{
-    Config, Connection, CookieKey, Credentials, ServerCredentials, Session, Stateless, Trust,
-};
+use core::time::Duration;
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_dtls::{Config, Connection, Credentials, ServerCredentials, Session, Trust};
 use sigil_identity::Identity;
+use sigil_testkit::dtls::{at, server, Link, Loss, Pair, Stats};
+use sigil_testkit::{pki, Seeded};
 use std::sync::OnceLock;
 
 /// 2026-01-01, inside the test PKI's validity.
@@ -26,48 +25,32 @@ enum Mode {
 }
 
 /// Long-term credentials of both ends (made once).
-struct Pki {
+struct Keys {
     server_key: SecretKey,
     client_key: SecretKey,
     ids: Vec<Identity>,
-    root: Vec<u8>,
-    server_chain: Vec<Vec<u8>>,
     server_cert_key: SecretKey,
-    client_chain: Vec<Vec<u8>>,
     client_cert_key: SecretKey,
 }
 
-fn pki() -> &'static Pki {
-    static P: OnceLock<Pki> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/x509/");
-        let der = |n: &str| std::fs::read(format!("{dir}{n}.der")).unwrap();
-        let key = |n: &str| {
-            let h = std::fs::read_to_string(format!("{dir}{n}.key")).unwrap();
-            SecretKey::from_bytes(
-                SignatureAlgorithm::EcdsaP256,
-                &hex::decode(h.trim()).unwrap(),
-            )
-            .unwrap()
-        };
+fn keys() -> &'static Keys {
+    static K: OnceLock<Keys> = OnceLock::new();
+    K.get_or_init(|| {
         let server_key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(1))
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded::new(1))
             .unwrap();
         let client_key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(2))
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded::new(2))
             .unwrap();
         let id = |k: &SecretKey| {
             Identity::of_key(&RustCrypto, &RustCrypto.public_key(k).unwrap(), b"").unwrap()
         };
-        let client_cert_key = key("client");
-        Pki {
+        let client_cert_key = pki::secret(pki::CLIENT_KEY);
+        Keys {
             ids: vec![id(&server_key), id(&client_key), id(&client_cert_key)],
             server_key,
             client_key,
-            root: der("root"),
-            server_chain: vec![der("server"), der("intermediate")],
-            server_cert_key: key("server"),
-            client_chain: vec![der("client"), der("intermediate")],
+            server_cert_key: pki::secret(pki::SERVER_KEY),
             client_cert_key,
         }
     })
@@ -83,10 +66,10 @@ impl Trust for AllTrust {
         })
     }
     fn trusted_key(&self, key: &PublicKey) -> bool {
-        Identity::of_key(&RustCrypto, key, b"").is_ok_and(|id| pki().ids.contains(&id))
+        Identity::of_key(&RustCrypto, key, b"").is_ok_and(|id| keys().ids.contains(&id))
     }
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
-        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &[&pki().root], NOW_UNIX)
+        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &[pki::ROOT], NOW_UNIX)
     }
 }
 
@@ -94,57 +77,9 @@ impl Trust for AllTrust {
 fn cached_session() -> &'static (Session, Session) {
     static S: OnceLock<(Session, Session)> = OnceLock::new();
     S.get_or_init(|| {
-        let o = run_mode(Mode::Psk, 424242, u64::MAX, 0);
+        let o = run_mode(Mode::Psk, 424242, None, 0);
         (o.client_session.unwrap(), o.server_session.unwrap())
     })
-}
-
-struct Counter(u64);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 33) as u8;
-        }
-        Ok(())
-    }
-}
-
-/// The link: a seeded xorshift decides each datagram's fate.
-struct Link {
-    state: u64,
-    one_in: u64,
-    /// (deliver at ms, towards the server?, bytes)
-    in_flight: Vec<(u64, bool, Vec<u8>)>,
-    sent: usize,
-}
-
-impl Link {
-    fn roll(&mut self) -> u64 {
-        self.state ^= self.state << 13;
-        self.state ^= self.state >> 7;
-        self.state ^= self.state << 17;
-        self.state
-    }
-
-    fn send(&mut self, now: u64, to_server: bool, d: Vec<u8>) {
-        self.sent += 1;
-        if self.roll() % self.one_in == 0 {
-            return; // dropped
-        }
-        let delay = if self.roll() % self.one_in == 0 {
-            50 + self.roll() % 400
-        } else {
-            10
-        };
-        if self.roll() % self.one_in == 0 {
-            self.in_flight.push((now + delay + 5, to_server, d.clone())); // duplicated
-        }
-        self.in_flight.push((now + delay, to_server, d));
-    }
 }
 
 struct Outcome {
@@ -153,41 +88,42 @@ struct Outcome {
     delivered: Vec<Vec<u8>>,
     client_session: Option<Session>,
     server_session: Option<Session>,
+    stats: Stats,
 }
 
-fn run(seed: u64, one_in: u64, readings: usize) -> Outcome {
+fn run(seed: u64, one_in: Option<u32>, readings: usize) -> Outcome {
     run_mode(Mode::Psk, seed, one_in, readings)
 }
 
-fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
-    let p = pki();
+/// One handshake of `mode` over a link that drops, duplicates and delays each datagram with
+/// probability `1/one_in` (`None`: a clean link), seeded by `seed`; then `readings`
+/// application records from the client.
+fn run_mode(mode: Mode, seed: u64, one_in: Option<u32>, readings: usize) -> Outcome {
+    let k = keys();
+    let mtu = (mode == Mode::X509SmallMtu).then_some(256);
     let config = Config {
-        pmtu: if mode == Mode::X509SmallMtu {
-            256
-        } else {
-            1152
-        },
+        pmtu: mtu.unwrap_or(1152),
         connection_id: mode == Mode::PskConnectionId,
         ..Config::default()
     };
-    let client_chain: Vec<&[u8]> = p.client_chain.iter().map(Vec::as_slice).collect();
-    let server_chain: Vec<&[u8]> = p.server_chain.iter().map(Vec::as_slice).collect();
+    let client_chain = pki::client_chain();
+    let server_chain = pki::server_chain();
     let psk = Credentials::Psk {
         identity: b"sensor",
         key: &[7; 16],
     };
     let credentials = match mode {
         Mode::Psk | Mode::PskConnectionId | Mode::PskResumption => psk,
-        Mode::RawPublicKeys => Credentials::RawPublicKey(Some(&p.client_key)),
-        Mode::X509SmallMtu => Credentials::Certificate(Some((&client_chain, &p.client_cert_key))),
+        Mode::RawPublicKeys => Credentials::RawPublicKey(Some(&k.client_key)),
+        Mode::X509SmallMtu => Credentials::Certificate(Some((&client_chain, &k.client_cert_key))),
     };
     let resume = (mode == Mode::PskResumption).then(|| cached_session());
     let offer = ServerCredentials {
         psk: true,
         key: Some(if mode == Mode::X509SmallMtu {
-            &p.server_cert_key
+            &k.server_cert_key
         } else {
-            &p.server_key
+            &k.server_key
         }),
         chain: Some(&server_chain),
         require_client_key: matches!(mode, Mode::RawPublicKeys | Mode::X509SmallMtu),
@@ -195,144 +131,81 @@ fn run_mode(mode: Mode, seed: u64, one_in: u64, readings: usize) -> Outcome {
         issue_session_ids: true,
         resume: resume.map(|(_, s)| s),
     };
-    let cookies = CookieKey::new([seed as u8; 32]);
-    let mut link = Link {
-        state: seed.wrapping_mul(0x9e3779b97f4a7c15) | 1,
-        one_in,
-        in_flight: vec![],
-        sent: 0,
-    };
-    let mut client = match resume {
+    let mut rng = Seeded::new(seed);
+    let client = match resume {
         Some((cs, _)) => Connection::resume(
             RustCrypto,
             AllTrust,
             config,
-            &mut Counter(seed),
+            &mut rng,
             credentials,
             cs,
             at(0),
         ),
-        None => Connection::connect(
-            RustCrypto,
-            AllTrust,
-            config,
-            &mut Counter(seed),
-            credentials,
-            at(0),
-        ),
+        None => Connection::connect(RustCrypto, AllTrust, config, &mut rng, credentials, at(0)),
     }
     .unwrap();
-    let mut server: Option<Connection<RustCrypto, AllTrust>> = None;
-    let mut now = 0u64;
-    let mut buf = [0u8; 2048];
-    let mut to_send: Vec<Vec<u8>> = (0..readings)
-        .map(|i| format!("reading {i}").into_bytes())
-        .collect();
-    let mut delivered = vec![];
-    while now < 600_000 {
-        while let Some(n) = client.poll_transmit(at(now), &mut buf) {
-            link.send(now, true, buf[..n].to_vec());
+    let link = Link {
+        latency: Duration::from_millis(10),
+        loss: one_in.map_or(Loss::NONE, Loss::one_in),
+        mtu,
+        seed,
+    };
+    let accept = server(AllTrust, config, offer, Seeded::new(seed ^ 0xff));
+    let mut pair = Pair::new(client, accept, link);
+    let limit = Duration::from_secs(600);
+    let established = pair.run_until_established(limit);
+    if established {
+        for i in (0..readings).rev() {
+            pair.send_client(format!("reading {i}").as_bytes()).unwrap();
         }
-        if let Some(s) = server.as_mut() {
-            while let Some(n) = s.poll_transmit(at(now), &mut buf) {
-                link.send(now, false, buf[..n].to_vec());
-            }
-            while let Some(n) = s.poll_app_data(&mut buf) {
-                delivered.push(buf[..n].to_vec());
-            }
-        }
-        if client.is_established() {
-            if let Some(r) = to_send.pop() {
-                client.send(&r).unwrap();
-                continue;
-            }
-            if server.as_ref().is_some_and(|s| s.is_established()) && link.in_flight.is_empty() {
-                break;
-            }
-        }
-        if client.failure().is_some() {
-            break;
-        }
-        // Advance virtual time to the next event.
-        let next = [
-            link.in_flight.iter().map(|(t, _, _)| *t).min(),
-            client.poll_timeout().map(|t| t.as_millis()),
-            server
-                .as_ref()
-                .and_then(|s| s.poll_timeout())
-                .map(|t| t.as_millis()),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let Some(next) = next else { break };
-        now = now.max(next);
-        client.handle_timeout(at(now)).ok();
-        if let Some(s) = server.as_mut() {
-            s.handle_timeout(at(now)).ok();
-        }
-        let (due, later): (Vec<_>, Vec<_>) =
-            link.in_flight.drain(..).partition(|(t, _, _)| *t <= now);
-        link.in_flight = later;
-        for (_, to_server, d) in due {
-            if !to_server {
-                let _ = client.handle_datagram(at(now), &d);
-                continue;
-            }
-            match server.as_mut() {
-                Some(s) => {
-                    let _ = s.handle_datagram(at(now), &d);
-                }
-                None => {
-                    let mut out = [0u8; 256];
-                    match cookies.respond(&RustCrypto, b"peer", &d, &mut out) {
-                        Stateless::HelloVerify(n) => link.send(now, false, out[..n].to_vec()),
-                        Stateless::Accept(cookie) => {
-                            server = Connection::accept(
-                                RustCrypto,
-                                AllTrust,
-                                config,
-                                &offer,
-                                &mut Counter(seed ^ 0xff),
-                                cookie,
-                                &d,
-                                at(now),
-                            )
-                            .ok();
-                        }
-                        Stateless::Drop(_) => {}
-                    }
-                }
-            }
-        }
+        pair.run_until_quiet();
     }
-    let established =
-        client.is_established() && server.as_ref().is_some_and(|s| s.is_established());
+    // Every datagram fits the link's MTU: the PMTU cut the flights, and the ClientHello,
+    // which goes whole, fits too.
+    assert_eq!(
+        pair.stats.to_server.too_big + pair.stats.to_client.too_big,
+        0
+    );
     if !established && std::env::var("LOSSY_DEBUG").is_ok() {
         eprintln!(
-            "{mode:?} seed {seed}: client {:?} server {:?} t={now}",
-            client.state(),
-            server.as_ref().map(|s| s.state())
+            "{mode:?} seed {seed}: client {:?} server {:?} t={} {:?}",
+            pair.client.state(),
+            pair.server.as_ref().map(|s| s.state()),
+            pair.now(),
+            pair.stats,
         );
     }
-    let _ = link.sent;
     Outcome {
         established,
-        resumed: client.resumed() && server.as_ref().is_some_and(|s| s.resumed()),
-        delivered,
-        client_session: client.session(),
-        server_session: server.as_ref().and_then(|s| s.session()),
+        resumed: pair.client.resumed() && pair.server.as_ref().is_some_and(|s| s.resumed()),
+        delivered: std::mem::take(&mut pair.server_received),
+        client_session: pair.client.session(),
+        server_session: pair.server.as_ref().and_then(|s| s.session()),
+        stats: pair.stats,
     }
 }
 
 #[test]
 fn a_thousand_handshakes_over_a_lossy_link() {
     let mut complete = 0;
+    let mut link = Stats::default();
     for seed in 1..=1000u64 {
-        let o = run(seed, 10, 5);
+        let o = run(seed, Some(10), 5);
         if o.established {
             complete += 1;
         }
+        for (all, one) in [
+            (&mut link.to_server, o.stats.to_server),
+            (&mut link.to_client, o.stats.to_client),
+        ] {
+            all.datagrams += one.datagrams;
+            all.dropped += one.dropped;
+            all.duplicated += one.duplicated;
+            all.delayed += one.delayed;
+        }
+        link.client_retransmissions += o.stats.client_retransmissions;
+        link.server_retransmissions += o.stats.server_retransmissions;
         let mut seen = std::collections::HashSet::new();
         for d in &o.delivered {
             assert!(
@@ -342,14 +215,22 @@ fn a_thousand_handshakes_over_a_lossy_link() {
             );
         }
     }
-    eprintln!("{complete}/1000 handshakes completed over a 1-in-10 lossy link");
+    eprintln!("{complete}/1000 handshakes completed over a 1-in-10 lossy link: {link:?}");
+    // The link did what it says, both ways: about one datagram in ten lost, duplicated,
+    // delayed; and the lost flights were recovered by retransmission.
+    for f in [link.to_server, link.to_client] {
+        for n in [f.dropped, f.duplicated, f.delayed] {
+            assert!(n * 20 > f.datagrams && n * 5 < f.datagrams, "{f:?}");
+        }
+    }
+    assert!(link.client_retransmissions > 0 && link.server_retransmissions > 0);
     assert!(complete >= 999, "{complete}/1000 handshakes completed");
 }
 
 #[test]
 fn a_clean_link_completes_every_time_and_delivers_everything() {
     for seed in 1..=20u64 {
-        let o = run(seed, u64::MAX, 5);
+        let o = run(seed, None, 5);
         assert!(o.established, "seed {seed}");
         assert_eq!(o.delivered.len(), 5, "seed {seed}");
     }
@@ -360,7 +241,7 @@ fn a_clean_link_completes_every_time_and_delivers_everything() {
 fn lossy_runs(mode: Mode, n: u64) -> u64 {
     let mut complete = 0;
     for seed in 1..=n {
-        let o = run_mode(mode, seed, 10, 3);
+        let o = run_mode(mode, seed, Some(10), 3);
         if o.established {
             complete += 1;
             if mode == Mode::PskResumption {
@@ -412,14 +293,9 @@ fn every_mode_completes_on_a_clean_link() {
         Mode::PskConnectionId,
         Mode::PskResumption,
     ] {
-        let o = run_mode(mode, 7, u64::MAX, 3);
+        let o = run_mode(mode, 7, None, 3);
         assert!(o.established, "{mode:?}");
         assert_eq!(o.delivered.len(), 3, "{mode:?}");
         assert_eq!(o.resumed, mode == Mode::PskResumption, "{mode:?}");
     }
-}
-
-/// A point on the test's virtual clock, in milliseconds.
-fn at(ms: u64) -> sigil_time::Instant {
-    sigil_time::Instant::from_millis(ms)
 }

@@ -3,11 +3,15 @@
 //!
 //! - [`rng`]: deterministic randomness ([`Seeded`], [`Fixed`], [`Counter`]). Never for keys
 //!   that protect anything.
+//! - [`dtls`]: a DTLS client and server in memory with virtual time, on a link with latency,
+//!   seeded loss (drop, duplicate, delay) and an MTU, the server running the real stateless
+//!   cookie exchange before it accepts ([`dtls::Pair`]).
 //! - [`pki`]: the test PKI (root, intermediate, server and client certificates and keys, and
 //!   the certificates that must be refused), generated with pyca/cryptography and kept as files.
 //! - [`readings`]: signed readings in either wire form, with the key and identity that verify
 //!   them.
 
+pub mod dtls;
 pub mod pki;
 pub mod readings;
 pub mod rng;

@@ -20,10 +20,22 @@ der!(EXPIRED, "expired.der");
 der!(OTHER_ROOT, "other-root.der");
 der!(LEAF_AS_ISSUER, "leaf-as-issuer.der");
 der!(STRANGER, "stranger.der");
-// Raw P-256 private scalars of the leaves (32 bytes).
+// The leaves' P-256 private scalars, as hex text (read them with [`secret`]).
 der!(SERVER_KEY, "server.key");
 der!(CLIENT_KEY, "client.key");
+der!(EXPIRED_KEY, "expired.key");
 der!(STRANGER_KEY, "stranger.key");
+
+/// A private key of the test PKI from its hex text (`SERVER_KEY`, `CLIENT_KEY`, ...).
+pub fn secret(hex_text: &[u8]) -> sigil_crypto::SecretKey {
+    let text = core::str::from_utf8(hex_text).expect("hex text").trim();
+    let raw: Vec<u8> = (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect();
+    sigil_crypto::SecretKey::from_bytes(sigil_crypto::SignatureAlgorithm::EcdsaP256, &raw)
+        .expect("a P-256 scalar")
+}
 
 /// The directory of the PEM and DER files, for tests that hand them to other programs.
 pub fn dir() -> std::path::PathBuf {
