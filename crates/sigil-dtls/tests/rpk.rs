@@ -2,142 +2,91 @@
 //! identities, server-only and mutual, and the state-machine refusals found by state fuzzing
 //! in other stacks.
 
-use sigil_crypto::{CryptoError, CryptoProvider, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_dtls::record::Record;
 use sigil_dtls::wire::{AlertDescription, ContentType};
-use sigil_dtls::{
-    Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, State,
-    Stateless,
-};
+use sigil_dtls::{Config, Connection, Credentials, PinnedIdentities, ServerCredentials, State};
 use sigil_dtls::{Error, Writer};
 use sigil_identity::Identity;
+use sigil_testkit::dtls::{at, drain, server, Link, Pair};
+use sigil_testkit::Counter;
 
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(29);
-            *b = self.0;
-        }
-        Ok(())
-    }
+/// The tests' randomness: each byte steps by 29 from the seed.
+fn rng(seed: u8) -> Counter {
+    Counter::new(seed, 29)
 }
 
 fn key(alg: SignatureAlgorithm, seed: u8) -> (SecretKey, Identity) {
-    let sk = RustCrypto.generate(alg, &mut Counter(seed)).unwrap();
+    let sk = RustCrypto.generate(alg, &mut rng(seed)).unwrap();
     let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap();
     (sk, id)
 }
 
-type Client<'a> = Connection<RustCrypto, PinnedIdentities<'a, RustCrypto>>;
-type Server<'a> = Connection<RustCrypto, PinnedIdentities<'a, RustCrypto>>;
+type Pinned<'a> = PinnedIdentities<'a, RustCrypto>;
+type Server<'a> = Connection<RustCrypto, Pinned<'a>>;
 
-fn drain<T: sigil_dtls::Trust>(c: &mut Connection<RustCrypto, T>) -> Vec<Vec<u8>> {
-    let mut out = vec![];
-    let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
-        out.push(buf[..n].to_vec());
-    }
-    out
-}
-
-fn start<'a>(
+/// Through the cookie exchange to the server's `accept` (its flight 4 still queued); the
+/// server is `None` if it refused the ClientHello (the error is in `errors`).
+fn start<'a: 'k, 'k>(
     client_key: Option<&SecretKey>,
     client_trust: &'a [Identity],
-    server_key: &SecretKey,
+    server_key: &'k SecretKey,
     server_trust: &'a [Identity],
     mutual: bool,
-) -> (Client<'a>, Result<Server<'a>, Error>) {
-    let cookies = CookieKey::new([5; 32]);
-    let mut client = Connection::connect(
+) -> Pair<'k, Pinned<'a>, Pinned<'a>> {
+    let client = Connection::connect(
         RustCrypto,
         PinnedIdentities {
             crypto: RustCrypto,
             identities: client_trust,
         },
         Config::default(),
-        &mut Counter(1),
+        &mut rng(1),
         Credentials::RawPublicKey(client_key),
         at(0),
     )
     .unwrap();
-    let ch1 = drain(&mut client);
-    let mut out = [0u8; 512];
-    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"peer", &ch1[0], &mut out) else {
-        panic!()
+    let offer = ServerCredentials {
+        psk: false,
+        key: Some(server_key),
+        require_client_key: mutual,
+        ..ServerCredentials::NONE
     };
-    client.handle_datagram(at(1), &out[..n]).unwrap();
-    let ch2 = drain(&mut client);
-    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"peer", &ch2[0], &mut out) else {
-        panic!("expected the cookie to be accepted");
+    let trust = PinnedIdentities {
+        crypto: RustCrypto,
+        identities: server_trust,
     };
-    let server = Connection::accept(
-        RustCrypto,
-        PinnedIdentities {
-            crypto: RustCrypto,
-            identities: server_trust,
-        },
-        Config::default(),
-        &ServerCredentials {
-            psk: false,
-            key: Some(server_key),
-            require_client_key: mutual,
-            ..ServerCredentials::NONE
-        },
-        &mut Counter(90),
-        cookie,
-        &ch2[0],
-        at(2),
-    );
-    (client, server)
+    let accept = server(trust, Config::default(), offer, rng(90));
+    let mut pair = Pair::new(client, accept, Link::PERFECT);
+    pair.run_until_accepted();
+    pair
 }
 
-fn pump<T: sigil_dtls::Trust, U: sigil_dtls::Trust>(
-    a: &mut Connection<RustCrypto, T>,
-    b: &mut Connection<RustCrypto, U>,
-) -> (usize, Vec<Error>) {
-    let (mut bytes, mut errors) = (0, vec![]);
-    loop {
-        let (x, y) = (drain(a), drain(b));
-        if x.is_empty() && y.is_empty() {
-            return (bytes, errors);
-        }
-        for d in x {
-            bytes += d.len();
-            if let Err(e) = b.handle_datagram(at(3), &d) {
-                errors.push(e);
-            }
-        }
-        for d in y {
-            bytes += d.len();
-            if let Err(e) = a.handle_datagram(at(3), &d) {
-                errors.push(e);
-            }
-        }
-    }
+/// The rest of the handshake, until quiet: the bytes of flights 4 to 6 and the errors.
+fn pump(pair: &mut Pair<'_, Pinned<'_>, Pinned<'_>>) -> (usize, Vec<Error>) {
+    let (sent, failed) = (pair.log.len(), pair.errors.len());
+    pair.run_until_quiet();
+    let bytes = pair.log[sent..].iter().map(|d| d.bytes.len()).sum();
+    (bytes, pair.errors[failed..].to_vec())
 }
 
 #[test]
 fn server_authenticated_handshake_pins_the_server_key_to_its_identity() {
     let (server_key, server_id) = key(SignatureAlgorithm::EcdsaP256, 1);
     let trust = [server_id];
-    let (mut client, server) = start(None, &trust, &server_key, &[], false);
-    let mut server = server.unwrap();
-    let (bytes, errors) = pump(&mut client, &mut server);
+    let mut pair = start(None, &trust, &server_key, &[], false);
+    let (bytes, errors) = pump(&mut pair);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(client.is_established() && server.is_established());
+    assert!(pair.client.is_established() && pair.server().is_established());
     assert_eq!(
-        client.peer_public_key(),
+        pair.client.peer_public_key(),
         Some(&RustCrypto.public_key(&server_key).unwrap())
     );
-    assert_eq!(server.peer_public_key(), None);
+    assert_eq!(pair.server().peer_public_key(), None);
     println!("ECDHE-ECDSA-CCM8, raw public key, server-only: flights 4-6 {bytes} bytes");
-    client.send(b"reading").unwrap();
-    for d in drain(&mut client) {
-        server.handle_datagram(at(4), &d).unwrap();
-    }
-    let mut buf = [0u8; 32];
-    assert_eq!(server.poll_app_data(&mut buf), Some(7));
+    pair.send_client(b"reading").unwrap();
+    pair.run_until_quiet();
+    assert_eq!(pair.server_received, [b"reading"]);
 }
 
 #[test]
@@ -145,13 +94,12 @@ fn mutual_handshake_with_ed25519_client_and_p256_server() {
     let (server_key, server_id) = key(SignatureAlgorithm::EcdsaP256, 2);
     let (client_key, client_id) = key(SignatureAlgorithm::Ed25519, 3);
     let (ct, st) = ([server_id], [client_id]);
-    let (mut client, server) = start(Some(&client_key), &ct, &server_key, &st, true);
-    let mut server = server.unwrap();
-    let (_, errors) = pump(&mut client, &mut server);
+    let mut pair = start(Some(&client_key), &ct, &server_key, &st, true);
+    let (_, errors) = pump(&mut pair);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(client.is_established() && server.is_established());
+    assert!(pair.client.is_established() && pair.server().is_established());
     // The server authorizes by the identity the client's key hashes to.
-    let pk = server.peer_public_key().unwrap();
+    let pk = pair.server().peer_public_key().unwrap();
     assert_eq!(Identity::of_key(&RustCrypto, pk, b"").unwrap(), client_id);
 }
 
@@ -160,11 +108,10 @@ fn mutual_handshake_with_p256_on_both_sides() {
     let (server_key, server_id) = key(SignatureAlgorithm::EcdsaP256, 4);
     let (client_key, client_id) = key(SignatureAlgorithm::EcdsaP256, 5);
     let (ct, st) = ([server_id], [client_id]);
-    let (mut client, server) = start(Some(&client_key), &ct, &server_key, &st, true);
-    let mut server = server.unwrap();
-    let (bytes, errors) = pump(&mut client, &mut server);
+    let mut pair = start(Some(&client_key), &ct, &server_key, &st, true);
+    let (bytes, errors) = pump(&mut pair);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(client.is_established() && server.is_established());
+    assert!(pair.client.is_established() && pair.server().is_established());
     println!("ECDHE-ECDSA-CCM8, raw public keys, mutual: flights 4-6 {bytes} bytes");
 }
 
@@ -173,13 +120,12 @@ fn an_untrusted_server_key_fails_with_certificate_unknown() {
     let (server_key, _) = key(SignatureAlgorithm::EcdsaP256, 6);
     let (_, other_id) = key(SignatureAlgorithm::EcdsaP256, 7);
     let trust = [other_id];
-    let (mut client, server) = start(None, &trust, &server_key, &[], false);
-    let mut server = server.unwrap();
-    let (_, errors) = pump(&mut client, &mut server);
+    let mut pair = start(None, &trust, &server_key, &[], false);
+    let (_, errors) = pump(&mut pair);
     assert_eq!(errors.first(), Some(&Error::UntrustedKey));
-    assert_eq!(client.state(), State::Failed(Error::UntrustedKey));
+    assert_eq!(pair.client.state(), State::Failed(Error::UntrustedKey));
     assert_eq!(
-        server.state(),
+        pair.server().state(),
         State::Failed(Error::PeerAlert(AlertDescription::CERTIFICATE_UNKNOWN.0))
     );
 }
@@ -189,19 +135,19 @@ fn an_unprovisioned_client_key_is_refused_by_the_server() {
     let (server_key, server_id) = key(SignatureAlgorithm::EcdsaP256, 8);
     let (client_key, _) = key(SignatureAlgorithm::Ed25519, 9);
     let ct = [server_id];
-    let (mut client, server) = start(Some(&client_key), &ct, &server_key, &[], true);
-    let mut server = server.unwrap();
-    let (_, errors) = pump(&mut client, &mut server);
+    let mut pair = start(Some(&client_key), &ct, &server_key, &[], true);
+    let (_, errors) = pump(&mut pair);
     assert!(errors.contains(&Error::UntrustedKey));
-    assert!(!server.is_established() && !client.is_established());
+    assert!(!pair.server().is_established() && !pair.client.is_established());
 }
 
 #[test]
 fn mutual_authentication_needs_a_client_that_offers_a_key() {
     let (server_key, server_id) = key(SignatureAlgorithm::EcdsaP256, 10);
     let ct = [server_id];
-    let (_, server) = start(None, &ct, &server_key, &[], true);
-    assert_eq!(server.err(), Some(Error::NoCommonCipherSuite));
+    let pair = start(None, &ct, &server_key, &[], true);
+    assert!(pair.server.is_none());
+    assert_eq!(pair.errors, [Error::NoCommonCipherSuite]);
 }
 
 /// The server of a mutual handshake after flight 4, and the client's real flight 5 split into
@@ -211,8 +157,8 @@ fn mutual_until_flight_5() -> (Vec<Vec<u8>>, Server<'static>, Identity) {
     let (client_key, client_id) = key(SignatureAlgorithm::EcdsaP256, 12);
     let ct: &'static [Identity] = Box::leak(Box::new([server_id]));
     let st: &'static [Identity] = Box::leak(Box::new([client_id]));
-    let (mut client, server) = start(Some(&client_key), ct, &server_key, st, true);
-    let mut server = server.unwrap();
+    let (mut client, server) = start(Some(&client_key), ct, &server_key, st, true).into_parts();
+    let mut server = server.expect("the server accepted");
     for d in drain(&mut server) {
         client.handle_datagram(at(3), &d).unwrap();
     }
@@ -347,8 +293,8 @@ fn regression_finished_without_change_cipher_spec_is_refused() {
 fn a_tampered_server_key_exchange_signature_fails() {
     let (server_key, server_id) = key(SignatureAlgorithm::EcdsaP256, 13);
     let trust = [server_id];
-    let (mut client, server) = start(None, &trust, &server_key, &[], false);
-    let mut server = server.unwrap();
+    let (mut client, server) = start(None, &trust, &server_key, &[], false).into_parts();
+    let mut server = server.expect("the server accepted");
     let mut flight4 = drain(&mut server);
     // Flip one byte of the ephemeral point inside ServerKeyExchange (third record).
     let d = &mut flight4[0];
@@ -363,9 +309,4 @@ fn a_tampered_server_key_exchange_signature_fails() {
         result = result.and(client.handle_datagram(at(3), d));
     }
     assert_eq!(result, Err(Error::BadSignature));
-}
-
-/// A point on the test's virtual clock, in milliseconds.
-fn at(ms: u64) -> sigil_time::Instant {
-    sigil_time::Instant::from_millis(ms)
 }

@@ -2,80 +2,57 @@
 //! TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 (RFC 5289), each negotiated and carrying data both
 //! ways, with the record overhead each implies and the refusals that matter.
 
-mod common;
-
-use common::{at, drain, Counter, Keys};
 use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::record::Record;
-use sigil_dtls::wire::{CipherSuite, ContentType};
+use sigil_dtls::wire::{AlertDescription, CipherSuite, ContentType};
 use sigil_dtls::Error;
 use sigil_dtls::{
-    Config, Connection, CookieKey, CookieVerified, Credentials, PinnedIdentities,
-    ServerCredentials, Stateless, Trust,
+    Config, Connection, CookieVerified, Credentials, PinnedIdentities, ServerCredentials, Trust,
 };
 use sigil_identity::Identity;
+use sigil_testkit::dtls::{at, drain, Link, Pair, Side, SENSOR_PSK as Keys};
+use sigil_testkit::Counter;
 
-/// Cookie exchange, accept, then datagrams both ways until quiet. Returns the server (if it
-/// accepted), the errors and every datagram seen.
-fn run<T: Trust, U: Trust>(
-    client: &mut Connection<RustCrypto, T>,
-    accept: impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, U>, Error>,
-) -> (Option<Connection<RustCrypto, U>>, Vec<Error>, Vec<Vec<u8>>) {
-    let cookies = CookieKey::new([1; 32]);
-    let ch1 = drain(client);
-    let mut out = [0u8; 512];
-    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"p", &ch1[0], &mut out) else {
-        panic!()
-    };
-    client.handle_datagram(at(1), &out[..n]).unwrap();
-    let ch2 = drain(client);
-    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"p", &ch2[0], &mut out) else {
-        panic!("the cookie was refused")
-    };
-    let mut server = match accept(cookie, &ch2[0]) {
-        Ok(s) => s,
-        Err(e) => return (None, vec![e], vec![]),
-    };
-    let (mut errors, mut seen) = (vec![], vec![]);
-    for _ in 0..10 {
-        let (x, y) = (drain(client), drain(&mut server));
-        if x.is_empty() && y.is_empty() {
-            break;
-        }
-        for d in x {
-            errors.extend(server.handle_datagram(at(2), &d).err());
-            seen.push(d);
-        }
-        for d in y {
-            errors.extend(client.handle_datagram(at(2), &d).err());
-            seen.push(d);
-        }
-    }
-    errors.extend(client.failure());
-    errors.extend(server.failure());
-    (Some(server), errors, seen)
+/// The tests' randomness: each byte steps by 37 from the seed.
+fn rng(seed: u8) -> Counter {
+    Counter::new(seed, 37)
+}
+
+/// Cookie exchange, accept, then datagrams both ways until quiet, on a perfect link.
+fn run<'a, T: Trust, U: Trust>(
+    client: Connection<RustCrypto, T>,
+    accept: impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, U>, Error> + 'a,
+) -> Pair<'a, T, U> {
+    let mut pair = Pair::new(client, |cookie, d, _| accept(cookie, d), Link::PERFECT);
+    pair.run_until_quiet();
+    pair
+}
+
+/// The errors either side returned, then the failure of each.
+fn errors_of<T: Trust, U: Trust>(pair: &Pair<'_, T, U>) -> Vec<Error> {
+    let mut errors = pair.errors.clone();
+    errors.extend(pair.client.failure());
+    errors.extend(pair.server.as_ref().and_then(|s| s.failure()));
+    errors
+}
+
+/// Every datagram of the run, both ways.
+fn seen<T, U>(pair: &Pair<'_, T, U>) -> Vec<Vec<u8>> {
+    pair.log.iter().map(|d| d.bytes.clone()).collect()
 }
 
 /// Application data both ways; returns the size of the record carrying `data`.
-fn exchange<T: Trust, U: Trust>(
-    c: &mut Connection<RustCrypto, T>,
-    s: &mut Connection<RustCrypto, U>,
-    data: &[u8],
-) -> usize {
-    c.send(data).unwrap();
-    let recs = drain(c);
-    for d in &recs {
-        s.handle_datagram(at(3), d).unwrap();
-    }
-    let mut buf = [0u8; 256];
-    let n = s.poll_app_data(&mut buf).unwrap();
-    assert_eq!(&buf[..n], data);
-    s.send(b"ack").unwrap();
-    for d in drain(s) {
-        c.handle_datagram(at(3), &d).unwrap();
-    }
-    assert_eq!(c.poll_app_data(&mut buf), Some(3));
-    recs[0].len()
+fn exchange<T: Trust, U: Trust>(pair: &mut Pair<'_, T, U>, data: &[u8]) -> usize {
+    pair.send_client(data).unwrap();
+    pair.run_until_quiet();
+    let record = pair.log.last().unwrap();
+    assert_eq!(record.to, Side::Server);
+    let n = record.bytes.len();
+    assert_eq!(std::mem::take(&mut pair.server_received), [data]);
+    pair.send_server(b"ack").unwrap();
+    pair.run_until_quiet();
+    assert_eq!(std::mem::take(&mut pair.client_received), [b"ack"]);
+    n
 }
 
 fn server_hello_suite(seen: &[Vec<u8>]) -> u16 {
@@ -99,11 +76,11 @@ const PSK_OFFER: ServerCredentials<'static> = ServerCredentials {
 
 #[test]
 fn ecdhe_psk_negotiates_and_protects_with_ccm8() {
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(1),
+        &mut rng(1),
         Credentials::EcdhePsk {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
@@ -111,39 +88,39 @@ fn ecdhe_psk_negotiates_and_protects_with_ccm8() {
         at(0),
     )
     .unwrap();
-    let (s, errors, seen) = run(&mut c, |cookie, d| {
+    let mut pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
-            &mut Counter(9),
+            &mut rng(9),
             cookie,
             d,
             at(2),
         )
     });
-    let mut s = s.unwrap();
+    let errors = errors_of(&pair);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(c.is_established() && s.is_established());
+    assert!(pair.client.is_established() && pair.server().is_established());
     assert_eq!(
-        server_hello_suite(&seen),
+        server_hello_suite(&seen(&pair)),
         CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256.0
     );
-    assert_eq!(s.psk_identity(), b"sensor-1");
+    assert_eq!(pair.server().psk_identity(), b"sensor-1");
     assert_eq!(
-        exchange(&mut c, &mut s, b"reading") - b"reading".len(),
+        exchange(&mut pair, b"reading") - b"reading".len(),
         13 + 8 + 8
     );
 }
 
 #[test]
 fn ecdhe_psk_with_the_wrong_key_never_completes() {
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(2),
+        &mut rng(2),
         Credentials::EcdhePsk {
             identity: b"sensor-1",
             key: b"not the right 16",
@@ -151,30 +128,32 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
         at(0),
     )
     .unwrap();
-    let (s, errors, _) = run(&mut c, |cookie, d| {
+    let mut pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
-            &mut Counter(9),
+            &mut rng(9),
             cookie,
             d,
             at(2),
         )
     });
-    let s = s.unwrap();
-    assert!(!c.is_established() && !s.is_established());
+    let errors = errors_of(&pair);
+    let s = pair.server();
+    assert!(!s.is_established());
+    assert!(!pair.client.is_established());
     // The client's Finished does not decrypt under the server's keys: dropped silently (RFC
     // 6347 §4.1.2.7), counted, and the client's handshake later times out.
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(s.dropped() >= 1);
+    assert!(pair.server().dropped() >= 1);
     // An unknown identity is named as such.
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(3),
+        &mut rng(3),
         Credentials::EcdhePsk {
             identity: b"stranger",
             key: b"0123456789abcdef",
@@ -182,28 +161,29 @@ fn ecdhe_psk_with_the_wrong_key_never_completes() {
         at(0),
     )
     .unwrap();
-    let (_, errors, _) = run(&mut c, |cookie, d| {
+    let pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
-            &mut Counter(9),
+            &mut rng(9),
             cookie,
             d,
             at(2),
         )
     });
+    let errors = errors_of(&pair);
     assert!(errors.contains(&Error::UnknownPskIdentity), "{errors:?}");
 }
 
 #[test]
 fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
     let sk = RustCrypto
-        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(5))
+        .generate(SignatureAlgorithm::EcdsaP256, &mut rng(5))
         .unwrap();
     let ck = RustCrypto
-        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(6))
+        .generate(SignatureAlgorithm::EcdsaP256, &mut rng(6))
         .unwrap();
     let sid = [Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap()];
     let cid = [Identity::of_key(&RustCrypto, &RustCrypto.public_key(&ck).unwrap(), b"").unwrap()];
@@ -211,14 +191,14 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
         gcm: true,
         ..Config::default()
     };
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         PinnedIdentities {
             crypto: RustCrypto,
             identities: &sid,
         },
         config,
-        &mut Counter(7),
+        &mut rng(7),
         Credentials::RawPublicKey(Some(&ck)),
         at(0),
     )
@@ -228,7 +208,7 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
         require_client_key: true,
         ..ServerCredentials::NONE
     };
-    let (s, errors, seen) = run(&mut c, |cookie, d| {
+    let mut pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             PinnedIdentities {
@@ -237,20 +217,21 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
             },
             Config::default(),
             &offer,
-            &mut Counter(8),
+            &mut rng(8),
             cookie,
             d,
             at(2),
         )
     });
-    let mut s = s.unwrap();
+    let errors = errors_of(&pair);
+    assert!(pair.server.is_some());
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(
-        server_hello_suite(&seen),
+        server_hello_suite(&seen(&pair)),
         CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256.0
     );
     assert_eq!(
-        exchange(&mut c, &mut s, b"reading") - b"reading".len(),
+        exchange(&mut pair, b"reading") - b"reading".len(),
         13 + 8 + 16
     );
 }
@@ -259,11 +240,11 @@ fn ecdhe_ecdsa_with_gcm_negotiates_and_adds_a_16_byte_tag() {
 fn a_psk_only_server_refuses_a_client_offering_only_ecdhe_psk_without_p256() {
     // The suite needs secp256r1; a ClientHello without supported_groups [23] cannot have it.
     // (Sigil's client always sends it, so check the server's decision directly.)
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(4),
+        &mut rng(4),
         Credentials::EcdhePsk {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
@@ -275,20 +256,25 @@ fn a_psk_only_server_refuses_a_client_offering_only_ecdhe_psk_without_p256() {
         psk: false,
         ..ServerCredentials::NONE
     };
-    let (s, errors, _) = run(&mut c, |cookie, d| {
+    let pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &offer,
-            &mut Counter(9),
+            &mut rng(9),
             cookie,
             d,
             at(2),
         )
     });
-    assert!(s.is_none());
-    assert_eq!(errors, vec![Error::NoCommonCipherSuite]);
+    assert!(pair.server.is_none());
+    assert_eq!(pair.errors, vec![Error::NoCommonCipherSuite]);
+    // The stateless server's refusal reaches the client, which stops at once.
+    assert_eq!(
+        pair.client.failure(),
+        Some(Error::PeerAlert(AlertDescription::HANDSHAKE_FAILURE.0))
+    );
 }
 
 #[test]
@@ -297,11 +283,11 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
         connection_id: true,
         ..Config::default()
     };
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         config,
-        &mut Counter(11),
+        &mut rng(11),
         Credentials::Psk {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
@@ -315,23 +301,24 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
         connection_id: &cid,
         ..ServerCredentials::NONE
     };
-    let (s, errors, seen) = run(&mut c, |cookie, d| {
+    let mut pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &offer,
-            &mut Counter(12),
+            &mut rng(12),
             cookie,
             d,
             at(2),
         )
     });
-    let mut s = s.unwrap();
+    let errors = errors_of(&pair);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(c.is_established() && s.is_established());
-    assert_eq!(s.connection_id(), &cid);
+    assert!(pair.client.is_established() && pair.server().is_established());
+    assert_eq!(pair.server().connection_id(), &cid);
     // The client's Finished went out as a tls12_cid record naming the server's ID.
+    let seen = seen(&pair);
     let cid_records: Vec<_> = seen
         .iter()
         .flat_map(|d| sigil_dtls::record::Records::with_cid(d, cid.len()))
@@ -345,11 +332,12 @@ fn connection_id_records_carry_the_servers_id_and_plain_ones_are_dropped() {
         "exactly the client's Finished"
     );
     // Application data: 8 + 1 more bytes than without the ID.
-    let n = exchange(&mut c, &mut s, b"reading");
+    let n = exchange(&mut pair, b"reading");
     assert_eq!(n - b"reading".len(), 13 + 8 + 8 + cid.len() + 1);
     // The same record with the ID flipped, or re-framed without the ID, is dropped.
-    c.send(b"again").unwrap();
-    let rec = drain(&mut c).remove(0);
+    pair.client.send(b"again").unwrap();
+    let rec = drain(&mut pair.client).remove(0);
+    let s = pair.server();
     let mut other = rec.clone();
     other[11] ^= 0xff;
     let before = s.dropped();
@@ -372,11 +360,11 @@ fn without_an_offer_from_the_server_no_connection_id_is_used() {
         connection_id: true,
         ..Config::default()
     };
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         config,
-        &mut Counter(13),
+        &mut rng(13),
         Credentials::Psk {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
@@ -384,21 +372,22 @@ fn without_an_offer_from_the_server_no_connection_id_is_used() {
         at(0),
     )
     .unwrap();
-    let (s, errors, seen) = run(&mut c, |cookie, d| {
+    let mut pair = run(c, |cookie, d| {
         Connection::accept(
             RustCrypto,
             Keys,
             Config::default(),
             &PSK_OFFER,
-            &mut Counter(14),
+            &mut rng(14),
             cookie,
             d,
             at(2),
         )
     });
+    let errors = errors_of(&pair);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(s.unwrap().connection_id().is_empty());
-    assert!(seen
+    assert!(pair.server().connection_id().is_empty());
+    assert!(seen(&pair)
         .iter()
         .flat_map(|d| sigil_dtls::record::Records::new(d))
         .all(|r| r.unwrap().header.content_type != ContentType::TLS12_CID));

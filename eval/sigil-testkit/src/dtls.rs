@@ -327,8 +327,31 @@ impl<'a, T: Trust, U: Trust> Pair<'a, T, U> {
     /// Runs until the server has made its connection (its first flight still queued, not
     /// sent): the cookie exchange is over. False if it refused, or nothing more happens.
     pub fn run_until_accepted(&mut self) -> bool {
-        self.run_until(Duration::MAX, |p| p.server.is_some() || p.has_failed())
-            && self.server.is_some()
+        loop {
+            if self.server.is_some() {
+                return true;
+            }
+            if self.has_failed() {
+                return false;
+            }
+            self.transmit();
+            let Some(next) = self.next_event() else {
+                return false;
+            };
+            self.now = self.now.max(next);
+            self.fire_timers();
+            let mut due = self.take_due().into_iter();
+            while let Some((_, to, bytes)) = due.next() {
+                self.deliver(to, &bytes);
+                if self.server.is_some() {
+                    // What arrived with the accepted ClientHello waits for the next run.
+                    let mut rest: Vec<_> = due.collect();
+                    rest.append(&mut self.in_flight);
+                    self.in_flight = rest;
+                    return true;
+                }
+            }
+        }
     }
 
     /// Sends what both ends queued and delivers everything in flight (timers that come due
@@ -357,29 +380,45 @@ impl<'a, T: Trust, U: Trust> Pair<'a, T, U> {
             if done(self) {
                 return true;
             }
-            let next = [
-                self.in_flight.iter().map(|d| d.0).min(),
-                self.client.poll_timeout(),
-                self.server.as_ref().and_then(|s| s.poll_timeout()),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let Some(next) = next else { return false };
+            let Some(next) = self.next_event() else {
+                return false;
+            };
             if next > end {
                 return false;
             }
             self.now = self.now.max(next);
             self.fire_timers();
-            let now = self.now;
-            let (due, later) = core::mem::take(&mut self.in_flight)
-                .into_iter()
-                .partition(|d| d.0 <= now);
-            self.in_flight = later;
-            for (_, to, bytes) in due {
+            for (_, to, bytes) in self.take_due() {
                 self.deliver(to, &bytes);
             }
         }
+    }
+
+    /// The next arrival or timer.
+    fn next_event(&self) -> Option<Instant> {
+        [
+            self.in_flight.iter().map(|d| d.0).min(),
+            self.client.poll_timeout(),
+            self.server.as_ref().and_then(|s| s.poll_timeout()),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The datagrams that have arrived by now, in the order sent.
+    fn take_due(&mut self) -> Vec<(Instant, Side, Vec<u8>)> {
+        let now = self.now;
+        let (due, later) = core::mem::take(&mut self.in_flight)
+            .into_iter()
+            .partition(|d| d.0 <= now);
+        self.in_flight = later;
+        due
+    }
+
+    /// Both connections, for a test to drive by hand from here.
+    pub fn into_parts(self) -> (Connection<RustCrypto, T>, Option<Connection<RustCrypto, U>>) {
+        (self.client, self.server)
     }
 
     /// Both connections once established, as their [`Traffic`] alone.
