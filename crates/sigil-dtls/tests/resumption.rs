@@ -2,64 +2,42 @@
 //! keys, the fallback to a full handshake when the server lost the session or no longer
 //! trusts the peer, and loss of the final flight.
 
-mod common;
-
-use common::{at, drain, Counter, Keys};
+use core::time::Duration;
 use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::Error;
 use sigil_dtls::{
-    Config, Connection, CookieKey, CookieVerified, Credentials, PinnedIdentities,
-    ServerCredentials, Session, Stateless, Trust,
+    Config, Connection, CookieVerified, Credentials, PinnedIdentities, ServerCredentials, Session,
+    Trust,
 };
 use sigil_identity::Identity;
+use sigil_testkit::dtls::{at, drain, Link, OnePsk, Pair, Side, SENSOR_PSK as Keys};
+use sigil_testkit::Counter;
 
-/// Cookie exchange, then the server from `accept`, then both until quiet; `drop_client` drops
-/// that many of the client's datagrams after the ClientHello. Returns the server and the bytes
-/// exchanged after the cookie.
-fn run<T: Trust, U: Trust>(
-    client: &mut Connection<RustCrypto, T>,
-    accept: impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, U>, Error>,
-    mut drop_client: usize,
-) -> (Connection<RustCrypto, U>, usize) {
-    let cookies = CookieKey::new([3; 32]);
-    let ch1 = drain(client);
-    let mut out = [0u8; 512];
-    let Stateless::HelloVerify(n) = cookies.respond(&RustCrypto, b"p", &ch1[0], &mut out) else {
-        panic!()
-    };
-    client.handle_datagram(at(1), &out[..n]).unwrap();
-    let ch2 = drain(client);
-    let mut bytes = ch2[0].len();
-    let Stateless::Accept(cookie) = cookies.respond(&RustCrypto, b"p", &ch2[0], &mut out) else {
-        panic!("the cookie was refused")
-    };
-    let mut server = accept(cookie, &ch2[0]).unwrap();
-    let mut now = 2;
-    for _ in 0..40 {
-        let (x, y) = (drain(client), drain(&mut server));
-        if x.is_empty() && y.is_empty() {
-            if server.poll_timeout().is_none() && client.poll_timeout().is_none() {
-                break;
-            }
-            now += 1_000;
-            let _ = server.handle_timeout(at(now));
-            let _ = client.handle_timeout(at(now));
-            continue;
-        }
-        for d in x {
-            if drop_client > 0 {
-                drop_client -= 1;
-                continue;
-            }
-            bytes += d.len();
-            let _ = server.handle_datagram(at(now), &d);
-        }
-        for d in y {
-            bytes += d.len();
-            let _ = client.handle_datagram(at(now), &d);
-        }
-    }
-    (server, bytes)
+/// The tests' randomness: each byte steps by 37 from the seed.
+fn rng(seed: u8) -> Counter {
+    Counter::new(seed, 37)
+}
+
+/// Cookie exchange, then the server from `accept`, then both until neither has anything
+/// to send or wait for; `drop_client` of the client's datagrams after the ClientHello are
+/// lost. Returns the pair and the bytes that arrived from the accepted ClientHello on.
+fn run<'a, T: Trust, U: Trust>(
+    client: Connection<RustCrypto, T>,
+    accept: impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, U>, Error> + 'a,
+    drop_client: usize,
+) -> (Pair<'a, T, U>, usize) {
+    let mut pair = Pair::new(client, |cookie, d, _| accept(cookie, d), Link::PERFECT);
+    assert!(pair.run_until_accepted(), "{:?}", pair.errors);
+    let from = pair.log.len() - 1;
+    assert_eq!(pair.log[from].to, Side::Server, "the accepted ClientHello");
+    pair.lose_next(Side::Server, drop_client);
+    assert!(pair.run_until_idle(Duration::from_secs(40)));
+    let bytes = pair.log[from..]
+        .iter()
+        .filter(|d| !d.lost)
+        .map(|d| d.bytes.len())
+        .sum();
+    (pair, bytes)
 }
 
 const PSK: Credentials<'static> = Credentials::Psk {
@@ -71,7 +49,7 @@ const PSK: Credentials<'static> = Credentials::Psk {
 fn psk_server<'a>(
     resume: Option<&'a Session>,
     seed: u8,
-) -> impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, Keys>, Error> + 'a {
+) -> impl FnOnce(CookieVerified, &[u8]) -> Result<Connection<RustCrypto, OnePsk>, Error> + 'a {
     move |cookie, d| {
         let offer = ServerCredentials {
             psk: true,
@@ -84,7 +62,7 @@ fn psk_server<'a>(
             Keys,
             Config::default(),
             &offer,
-            &mut Counter(seed),
+            &mut rng(seed),
             cookie,
             d,
             at(2),
@@ -93,16 +71,11 @@ fn psk_server<'a>(
 }
 
 fn full_psk() -> (Session, Session, usize) {
-    let mut c = Connection::connect(
-        RustCrypto,
-        Keys,
-        Config::default(),
-        &mut Counter(1),
-        PSK,
-        at(0),
-    )
-    .unwrap();
-    let (s, bytes) = run(&mut c, psk_server(None, 50), 0);
+    let c =
+        Connection::connect(RustCrypto, Keys, Config::default(), &mut rng(1), PSK, at(0)).unwrap();
+    let (pair, bytes) = run(c, psk_server(None, 50), 0);
+    let (c, s) = pair.into_parts();
+    let s = s.expect("the server accepted");
     assert!(c.is_established() && s.is_established() && !c.resumed());
     (
         c.session().expect("a session ID was issued"),
@@ -116,17 +89,19 @@ fn a_psk_session_resumes_with_an_abbreviated_handshake() {
     let (client_session, server_session, full_bytes) = full_psk();
     assert_eq!(client_session.id, server_session.id);
     assert_eq!(client_session.master, server_session.master);
-    let mut c = Connection::resume(
+    let c = Connection::resume(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(2),
+        &mut rng(2),
         PSK,
         &client_session,
         at(0),
     )
     .unwrap();
-    let (mut s, bytes) = run(&mut c, psk_server(Some(&server_session), 51), 0);
+    let (pair, bytes) = run(c, psk_server(Some(&server_session), 51), 0);
+    let (mut c, s) = pair.into_parts();
+    let mut s = s.expect("the server accepted");
     assert!(c.resumed() && s.resumed());
     assert_eq!(s.psk_identity(), b"sensor-1");
     assert!(
@@ -145,17 +120,19 @@ fn a_psk_session_resumes_with_an_abbreviated_handshake() {
 #[test]
 fn without_the_cached_session_the_server_does_a_full_handshake() {
     let (client_session, _, _) = full_psk();
-    let mut c = Connection::resume(
+    let c = Connection::resume(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(3),
+        &mut rng(3),
         PSK,
         &client_session,
         at(0),
     )
     .unwrap();
-    let (s, _) = run(&mut c, psk_server(None, 52), 0);
+    let (pair, _) = run(c, psk_server(None, 52), 0);
+    let (c, s) = pair.into_parts();
+    let s = s.expect("the server accepted");
     assert!(
         c.is_established() && s.is_established(),
         "{:?} {:?}",
@@ -170,28 +147,32 @@ fn without_the_cached_session_the_server_does_a_full_handshake() {
 #[test]
 fn a_lost_final_flight_is_recovered_by_the_servers_timer() {
     let (client_session, server_session, _) = full_psk();
-    let mut c = Connection::resume(
+    let c = Connection::resume(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(4),
+        &mut rng(4),
         PSK,
         &client_session,
         at(0),
     )
     .unwrap();
     // The client's ChangeCipherSpec + Finished datagram is lost once.
-    let (s, _) = run(&mut c, psk_server(Some(&server_session), 53), 1);
+    let (pair, _) = run(c, psk_server(Some(&server_session), 53), 1);
+    assert_eq!(pair.stats.to_server.dropped, 1);
+    assert_eq!(pair.stats.server_retransmissions, 1);
+    let (c, s) = pair.into_parts();
+    let s = s.expect("the server accepted");
     assert!(c.resumed() && s.resumed());
 }
 
 #[test]
 fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     let sk = RustCrypto
-        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(5))
+        .generate(SignatureAlgorithm::EcdsaP256, &mut rng(5))
         .unwrap();
     let ck = RustCrypto
-        .generate(SignatureAlgorithm::Ed25519, &mut Counter(6))
+        .generate(SignatureAlgorithm::Ed25519, &mut rng(6))
         .unwrap();
     let sid = [Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap()];
     let cpk = RustCrypto.public_key(&ck).unwrap();
@@ -214,7 +195,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
                 },
                 Config::default(),
                 &o,
-                &mut Counter(seed),
+                &mut rng(seed),
                 cookie,
                 d,
                 at(2),
@@ -222,7 +203,7 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
         }
     };
     let trusted: &'static [Identity] = Box::leak(Box::new(cid));
-    let client = |rng: u8| {
+    let client = |seed: u8| {
         Connection::connect(
             RustCrypto,
             PinnedIdentities {
@@ -230,31 +211,35 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
                 identities: &sid,
             },
             Config::default(),
-            &mut Counter(rng),
+            &mut rng(seed),
             Credentials::RawPublicKey(Some(&ck)),
             at(0),
         )
         .unwrap()
     };
-    let mut c = client(7);
-    let (s, _) = run(&mut c, offer(None, trusted, 60), 0);
+    let c = client(7);
+    let (pair, _) = run(c, offer(None, trusted, 60), 0);
+    let (c, s) = pair.into_parts();
+    let s = s.expect("the server accepted");
     assert!(s.is_established());
     let (cs, ss) = (c.session().unwrap(), s.session().unwrap());
     assert_eq!(ss.peer_public_key(), Some(&cpk));
-    let mut c2 = Connection::resume(
+    let c2 = Connection::resume(
         RustCrypto,
         PinnedIdentities {
             crypto: RustCrypto,
             identities: &sid,
         },
         Config::default(),
-        &mut Counter(8),
+        &mut rng(8),
         Credentials::RawPublicKey(Some(&ck)),
         &cs,
         at(0),
     )
     .unwrap();
-    let (s2, _) = run(&mut c2, offer(Some(&ss), trusted, 61), 0);
+    let (pair, _) = run(c2, offer(Some(&ss), trusted, 61), 0);
+    let (c2, s2) = pair.into_parts();
+    let s2 = s2.expect("the server accepted");
     assert!(c2.resumed() && s2.resumed());
     assert_eq!(
         s2.peer_public_key(),
@@ -263,36 +248,40 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     );
     // The client's identity is revoked: the cached session is not resumed, and the full
     // handshake it falls back to fails.
-    let mut c3 = Connection::resume(
+    let c3 = Connection::resume(
         RustCrypto,
         PinnedIdentities {
             crypto: RustCrypto,
             identities: &sid,
         },
         Config::default(),
-        &mut Counter(9),
+        &mut rng(9),
         Credentials::RawPublicKey(Some(&ck)),
         &cs,
         at(0),
     )
     .unwrap();
-    let (s3, _) = run(&mut c3, offer(Some(&ss), &[], 62), 0);
+    let (pair, _) = run(c3, offer(Some(&ss), &[], 62), 0);
+    let (_, s3) = pair.into_parts();
+    let s3 = s3.expect("the server accepted");
     assert!(!s3.resumed() && !s3.is_established());
     assert_eq!(s3.failure(), Some(Error::UntrustedKey));
 }
 
 #[test]
 fn close_notify_ends_both_sides() {
-    let mut c = Connection::connect(
+    let c = Connection::connect(
         RustCrypto,
         Keys,
         Config::default(),
-        &mut Counter(20),
+        &mut rng(20),
         PSK,
         at(0),
     )
     .unwrap();
-    let (mut s, _) = run(&mut c, psk_server(None, 70), 0);
+    let (pair, _) = run(c, psk_server(None, 70), 0);
+    let (mut c, s) = pair.into_parts();
+    let mut s = s.expect("the server accepted");
     assert!(c.is_established());
     c.close().unwrap();
     assert!(c.send(b"x").is_err(), "nothing is sent after close");

@@ -144,8 +144,8 @@ impl Link {
 /// One end of the pair; as a datagram's `to`, where it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
-    Client,
     Server,
+    Client,
 }
 
 /// What one direction of the link carried.
@@ -227,6 +227,8 @@ pub struct Pair<'a, T, U> {
     now: Instant,
     /// In flight, in the order sent: (arrival, to, bytes).
     in_flight: Vec<(Instant, Side, Vec<u8>)>,
+    /// Datagrams still to be lost on purpose, towards the server and towards the client.
+    lose: [usize; 2],
     /// Every datagram sent, in order, with what became of it.
     pub log: Vec<Datagram>,
     pub stats: Stats,
@@ -255,6 +257,7 @@ impl<'a, T: Trust, U: Trust> Pair<'a, T, U> {
             link,
             now: Instant::ZERO,
             in_flight: vec![],
+            lose: [0; 2],
             log: vec![],
             stats: Stats::default(),
             errors: vec![],
@@ -300,6 +303,13 @@ impl<'a, T: Trust, U: Trust> Pair<'a, T, U> {
     /// Nothing is in flight.
     pub fn link_is_empty(&self) -> bool {
         self.in_flight.is_empty()
+    }
+
+    /// The next `n` datagrams sent towards `to` are lost (counted as dropped), whatever the
+    /// link's loss draws: a loss placed by hand.
+    pub fn lose_next(&mut self, to: Side, n: usize) -> &mut Self {
+        self.lose[to as usize] += n;
+        self
     }
 
     /// Queues `data` as one application record from the client.
@@ -475,7 +485,11 @@ impl<'a, T: Trust, U: Trust> Pair<'a, T, U> {
         flow.datagrams += 1;
         flow.bytes += bytes.len() as u64;
         let too_big = link.mtu.is_some_and(|m| bytes.len() > m);
-        let lost = too_big || self.rng.chance(link.loss.drop);
+        let by_hand = !too_big && self.lose[to as usize] > 0;
+        if by_hand {
+            self.lose[to as usize] -= 1;
+        }
+        let lost = too_big || by_hand || self.rng.chance(link.loss.drop);
         if too_big {
             flow.too_big += 1;
         } else if lost {
