@@ -5,10 +5,11 @@
 
 mod common;
 
-use common::{anchors, at, der, free_port, kill, pki, run_client, secret, serve_one, TestRng};
+use common::{anchors, at, clock_seeded, der, free_port, kill, pki, run_client, secret, serve_one};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_dtls::{Config, Connection, Credentials, PinnedIdentities, ServerCredentials, Trust};
 use sigil_identity::Identity;
+use sigil_testkit::Seeded;
 use std::io::Write;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -72,7 +73,7 @@ fn sigil_key(dir: &Path, seed: u8) -> (SecretKey, PathBuf, Identity) {
     let sk = RustCrypto
         .generate(
             SignatureAlgorithm::EcdsaP256,
-            &mut TestRng(seed as u64 * 7919 + 1),
+            &mut Seeded::new(seed as u64 * 7919 + 1),
         )
         .unwrap();
     let pk = RustCrypto.public_key(&sk).unwrap();
@@ -166,7 +167,7 @@ fn our_psk_client_against_gnutls_serv() {
         RustCrypto,
         sigil_dtls::NoTrust,
         Config::default(),
-        &mut TestRng::new(),
+        &mut clock_seeded(),
         Credentials::Psk {
             identity: b"sensor-1",
             key: PSK,
@@ -210,7 +211,7 @@ fn gnutls_cli_psk_against_our_server() {
                 Keys,
                 Config::default(),
                 &offer,
-                &mut TestRng::new(),
+                &mut clock_seeded(),
                 cookie,
                 d,
                 at(now),
@@ -252,7 +253,7 @@ fn our_rpk_client_against_gnutls_serv_server_only_and_mutual() {
                 identities: &server_id,
             },
             Config::default(),
-            &mut TestRng::new(),
+            &mut clock_seeded(),
             Credentials::RawPublicKey(mutual.then_some(&client_key)),
             at(0),
         )
@@ -307,7 +308,7 @@ fn gnutls_cli_rpk_against_our_server_server_only_and_mutual() {
                     },
                     Config::default(),
                     &offer,
-                    &mut TestRng::new(),
+                    &mut clock_seeded(),
                     cookie,
                     d,
                     at(now),
@@ -364,7 +365,7 @@ fn our_x509_client_against_gnutls_serv_server_only_and_mutual() {
                 pmtu: mtu.unwrap_or(1152),
                 ..Config::default()
             },
-            &mut TestRng::new(),
+            &mut clock_seeded(),
             Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
             at(0),
         )
@@ -425,7 +426,7 @@ fn gnutls_cli_x509_against_our_server_server_only_and_mutual() {
                     anchors(&root),
                     config,
                     &offer,
-                    &mut TestRng::new(),
+                    &mut clock_seeded(),
                     cookie,
                     d,
                     at(now),

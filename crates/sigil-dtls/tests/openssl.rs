@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{at, free_port, kill, run_client, serve_one, TestRng};
+use common::{at, clock_seeded, free_port, kill, run_client, serve_one};
 use sigil_crypto::RustCrypto;
 use sigil_dtls::{Config, Connection, Credentials, NoTrust, ServerCredentials, Trust};
 use std::io::Write;
@@ -53,7 +53,7 @@ fn our_psk_client_against_openssl_s_server() {
         RustCrypto,
         NoTrust,
         Config::default(),
-        &mut TestRng::new(),
+        &mut clock_seeded(),
         Credentials::Psk {
             identity: b"Client_identity",
             key: PSK,
@@ -110,7 +110,7 @@ fn openssl_s_client_against_our_psk_server() {
                 Keys,
                 Config::default(),
                 &offer,
-                &mut TestRng::new(),
+                &mut clock_seeded(),
                 cookie,
                 d,
                 at(now),
@@ -202,7 +202,7 @@ fn our_x509_client_against_s_server_with(mutual: bool, mtu: Option<usize>, gcm: 
         RustCrypto,
         anchors(&root),
         config,
-        &mut TestRng::new(),
+        &mut clock_seeded(),
         Credentials::Certificate(mutual.then_some((&chain[..], &ck))),
         at(0),
     )
@@ -305,7 +305,7 @@ fn s_client_against_our_x509_server_with(mutual: bool, mtu: Option<usize>, ciphe
                 anchors(&root),
                 config,
                 &offer,
-                &mut TestRng::new(),
+                &mut clock_seeded(),
                 cookie,
                 d,
                 at(now),
@@ -359,7 +359,7 @@ fn our_client_resumes_a_session_with_openssl_s_server() {
         RustCrypto,
         NoTrust,
         Config::default(),
-        &mut TestRng::new(),
+        &mut clock_seeded(),
         creds,
         at(0),
     )
@@ -373,7 +373,7 @@ fn our_client_resumes_a_session_with_openssl_s_server() {
         RustCrypto,
         NoTrust,
         Config::default(),
-        &mut TestRng::new(),
+        &mut clock_seeded(),
         creds,
         &session,
         at(0),
@@ -449,7 +449,7 @@ fn openssl_s_client_resumes_a_session_with_our_server() {
                     Keys,
                     Config::default(),
                     &offer,
-                    &mut TestRng::new(),
+                    &mut clock_seeded(),
                     cookie,
                     d,
                     at(now),

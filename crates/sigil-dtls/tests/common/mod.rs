@@ -2,33 +2,23 @@
 //! caller's real clock, until a condition holds or ten seconds pass.
 #![allow(dead_code)]
 
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_dtls::{Connection, CookieKey, CookieVerified, Stateless, Trust};
+use sigil_testkit::Seeded;
 use std::io::Read;
 use std::net::{SocketAddr, UdpSocket};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-/// Test randomness: a clock-seeded xorshift, so runs differ. Never for production.
-pub struct TestRng(pub u64);
-impl TestRng {
-    pub fn new() -> Self {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        Self(t.as_nanos() as u64 | 1)
-    }
-}
-impl Rng for TestRng {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            *b = self.0 as u8;
-        }
-        Ok(())
-    }
+/// Test randomness seeded from the clock, so runs differ; the seed is printed, so a failing
+/// run can be replayed with `Seeded::new(seed)`. Never for production.
+pub fn clock_seeded() -> Seeded {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let seed = t.as_nanos() as u64 | 1;
+    eprintln!("randomness: Seeded::new({seed})");
+    Seeded::new(seed)
 }
 
 pub fn free_port() -> u16 {
@@ -174,9 +164,12 @@ pub fn serve_one<T: Trust>(
     (conn, received)
 }
 
-/// A file of the test PKI (vectors/gen_x509.py).
+/// A file of the test PKI (vectors/gen_x509.py), for the other implementation to read.
 pub fn pki(name: &str) -> String {
-    format!("{}/tests/data/x509/{name}", env!("CARGO_MANIFEST_DIR"))
+    sigil_testkit::pki::dir()
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
 }
 
 pub fn der(name: &str) -> Vec<u8> {
@@ -185,12 +178,7 @@ pub fn der(name: &str) -> Vec<u8> {
 
 /// A test PKI private key (raw P-256 scalar in hex).
 pub fn secret(name: &str) -> sigil_crypto::SecretKey {
-    let h = std::fs::read_to_string(pki(&format!("{name}.key"))).unwrap();
-    sigil_crypto::SecretKey::from_bytes(
-        sigil_crypto::SignatureAlgorithm::EcdsaP256,
-        &hex::decode(h.trim()).unwrap(),
-    )
-    .unwrap()
+    sigil_testkit::pki::secret(&std::fs::read(pki(&format!("{name}.key"))).unwrap())
 }
 
 /// Trusts chains to `root` at the current time (the tests' own clock, passed in).
@@ -208,41 +196,6 @@ pub fn anchors(root: &[u8]) -> sigil_dtls::X509Anchors<'static, RustCrypto> {
         ),
         rpk: sigil_dtls::NoTrust,
     }
-}
-
-/// Deterministic test randomness: each byte steps by 37 from the seed.
-pub struct Counter(pub u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(37);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
-/// The in-memory tests' PSK store: identity "sensor-1", key "0123456789abcdef".
-pub struct Keys;
-impl Trust for Keys {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        (identity == b"sensor-1").then(|| {
-            key[..16].copy_from_slice(b"0123456789abcdef");
-            16
-        })
-    }
-}
-
-/// Everything a connection has queued to send, sent at once: at the time its flight was
-/// built, so the timers stay as the flight set them (a datagram cannot leave earlier; the
-/// instant passed is the clock's origin, which never moves a timer).
-pub fn drain<C: sigil_crypto::CryptoProvider, T: Trust>(c: &mut Connection<C, T>) -> Vec<Vec<u8>> {
-    let mut out = vec![];
-    let mut buf = [0u8; 2048];
-    while let Some(n) = c.poll_transmit(sigil_time::Instant::ZERO, &mut buf) {
-        out.push(buf[..n].to_vec());
-    }
-    out
 }
 
 /// A point on the tests' virtual clock.
