@@ -1,8 +1,8 @@
-//! Handshakes over a seeded lossy link: datagrams are dropped, duplicated and delayed (which
-//! reorders them), each with probability 1/N. For PSK, raw public keys (mutual) and X.509
-//! (mutual, at a 256-byte MTU so certificates are fragmented), with connection IDs and with
-//! resumption: at least 99.9% of the handshakes complete, and no application record is
-//! delivered twice.
+//! Handshakes over a seeded lossy link (the test kit's in-memory pair): datagrams are dropped,
+//! duplicated and delayed (which reorders them), each with probability 1/N. For PSK, raw
+//! public keys (mutual) and X.509 (mutual, at a 256-byte PMTU so certificates are fragmented,
+//! on a link that loses anything larger), with connection IDs and with resumption: at least
+//! 99.9% of the handshakes complete, and no application record is delivered twice.
 
 use core::time::Duration;
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
@@ -25,7 +25,7 @@ enum Mode {
 }
 
 /// Long-term credentials of both ends (made once).
-struct Keys {
+struct LongTerm {
     server_key: SecretKey,
     client_key: SecretKey,
     ids: Vec<Identity>,
@@ -33,8 +33,8 @@ struct Keys {
     client_cert_key: SecretKey,
 }
 
-fn keys() -> &'static Keys {
-    static K: OnceLock<Keys> = OnceLock::new();
+fn keys() -> &'static LongTerm {
+    static K: OnceLock<LongTerm> = OnceLock::new();
     K.get_or_init(|| {
         let server_key = RustCrypto
             .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded::new(1))
@@ -46,7 +46,7 @@ fn keys() -> &'static Keys {
             Identity::of_key(&RustCrypto, &RustCrypto.public_key(k).unwrap(), b"").unwrap()
         };
         let client_cert_key = pki::secret(pki::CLIENT_KEY);
-        Keys {
+        LongTerm {
             ids: vec![id(&server_key), id(&client_key), id(&client_cert_key)],
             server_key,
             client_key,

@@ -29,8 +29,8 @@
 //! From then on the pair serves that one peer.
 //!
 //! Time moves only from event to event (a datagram's arrival, a retransmission timer), so a
-//! ten-minute handshake over a bad link runs in microseconds and the same seed gives the same
-//! run.
+//! ten-minute handshake over a bad link waits for no real clock, and the same seed gives the
+//! same run.
 
 use crate::rng::Seeded;
 use core::time::Duration;
