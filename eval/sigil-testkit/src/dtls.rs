@@ -194,7 +194,7 @@ pub struct Datagram {
     pub at: Instant,
     pub to: Side,
     pub bytes: Vec<u8>,
-    /// Dropped, or too big: it never arrived.
+    /// Dropped (drawn, or placed by hand) or too big: it never arrived.
     pub lost: bool,
 }
 
