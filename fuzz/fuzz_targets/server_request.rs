@@ -5,8 +5,8 @@
 //! and every answer is a well-formed CoAP message.
 use libfuzzer_sys::fuzz_target;
 use sigil_coap::Message;
-use sigil_server::service::{Service, ServiceConfig};
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::{Dispatcher, ServerConfig, Service, ServiceConfig, Stats, Store};
+use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
         .enumerate()
         .map(|(i, part)| (peers[i % 2], part.to_vec()))
         .collect();
-    for (_, out) in d.handle_at(batch, 1_700_000_000) {
+    for (_, out) in d.handle_at(batch, Instant::ZERO, UnixTime::from_secs(1_700_000_000)) {
         Message::parse(&out).expect("the server sends only well-formed CoAP");
     }
 });

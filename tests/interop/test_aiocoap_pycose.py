@@ -110,7 +110,8 @@ def test_discovery_registration_lookup_and_publication_with_aiocoap_and_pycose(s
     lookup = run(request(GET, f"{server.uri}/rd-lookup/ep?ep={dev.identity}"))
     assert lookup.code == Code.CONTENT and dev.identity in lookup.payload.decode()
     res = parse_links(run(request(GET, f"{server.uri}/rd-lookup/res?ep={dev.identity}")).payload.decode())
-    assert len(res) == 1 and res[0]["href"] == "/" + topic and res[0]["key"] == b64(dev.pub)
+    # RFC 9176 §6: lookup targets are resolved against the address the request was sent to.
+    assert len(res) == 1 and res[0]["href"] == f"{server.uri}/{topic}" and res[0]["key"] == b64(dev.pub)
 
     # Readings signed by pycose are accepted by the broker, tampered ones are not.
     for seq in (1, 2, 3):
@@ -143,7 +144,8 @@ def test_pycose_verifies_readings_from_a_sigil_sensor(server, tmp_path, alg):
     res = parse_links(run(request(GET, f"{server.uri}/rd-lookup/res?ep={ident}")).payload.decode())
     key = base64.urlsafe_b64decode(res[0]["key"] + "==")
     assert identity_of(alg, key) == ident, "the registered key hashes to the identity"
-    hist = cbor2.loads(run(request(GET, f"{server.uri}{res[0]['href']}?n=10", accept=60)).payload)
+    assert res[0]["href"].startswith(server.uri + "/ps/")
+    hist = cbor2.loads(run(request(GET, f"{res[0]['href']}?n=10", accept=60)).payload)
     assert len(hist) == 5
     for raw in hist:
         m = Sign1Message.decode(raw)

@@ -69,6 +69,16 @@ impl AppReport {
     }
 }
 
+/// The path of a lookup target. The directory answers absolute URIs (RFC 9176 §6:
+/// `coap://host:port/ps/N/m`); the application fetches the path over its own connection to
+/// the broker, so a directory cannot send it elsewhere.
+fn target_path(target: &str) -> &str {
+    match target.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => target,
+    }
+}
+
 /// Parses an RD resource lookup answer (RFC 9176 §6).
 pub fn parse_lookup(text: &str) -> Result<Vec<Announced>> {
     let mut out = Vec::new();
@@ -84,7 +94,7 @@ pub fn parse_lookup(text: &str) -> Result<Vec<Announced>> {
             .flatten();
         out.push(Announced {
             ep: ep.to_string(),
-            href: l.target.to_string(),
+            href: target_path(l.target).to_string(),
             content_format: l.attr("ct").and_then(|c| c.parse().ok()),
             key: announced.map(|a| *a.key()),
             group: announced.map(|a| a.group().collect()).unwrap_or_default(),
@@ -295,6 +305,15 @@ pub async fn run(
                         },
                     )
                     .await?;
+                if resp.code != Code::CONTENT {
+                    // e.g. 4.00 for n over the broker's limit (docs/wire-formats.md).
+                    anyhow::bail!(
+                        "broker answered {} for {}: {}",
+                        resp.code,
+                        a.href,
+                        String::from_utf8_lossy(&resp.payload)
+                    );
+                }
                 let mut d = Decoder::new(&resp.payload);
                 let count = d.array().unwrap_or(0);
                 (0..count)
@@ -319,4 +338,19 @@ pub async fn run(
     }
     client.close().await;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_targets_resolve_to_their_path() {
+        assert_eq!(target_path("coap://127.0.0.1:5683/ps/3/m"), "/ps/3/m");
+        assert_eq!(target_path("coaps://[::1]:5684/ps/3/m"), "/ps/3/m");
+        assert_eq!(target_path("/ps/3/m"), "/ps/3/m");
+        assert_eq!(target_path("coap://host"), "/");
+        let a = parse_lookup("<coap://h:1/ps/7/m>;ep=\"x\";ct=18").unwrap();
+        assert_eq!(a[0].href, "/ps/7/m");
+    }
 }

@@ -2,41 +2,38 @@
 //! (draft-ietf-core-coap-pubsub) that verify every signed reading before storing it
 //! (RFC 8387 §7), on an embedded SQLite database.
 //!
-//! - [`store`]: the database: schema migrations, the authorized identity list, registrations,
-//!   readings and freshness state.
-//! - [`service`]: the request handling of the RD and the broker, synchronous and
-//!   transport-free: CoAP requests in, CoAP responses out, one database transaction per batch.
-//! - [`driver`]: the UDP driver: deduplication, block-wise transfer, batching; coap:// and
-//!   coaps:// sockets served by one thread.
+//! From the socket up (docs/architecture.md):
+//! - [`socket`]: the thread that owns the sockets, binds, polls, reads batches and sends
+//!   answers; the only reader of the OS clocks and randomness.
 //! - [`secure`]: CoAP over DTLS: the capped handshake and session tables around
-//!   `sigil-dtls`, and the authenticated identity each request carries.
-//! - [`stats`]: counters of accepted and rejected messages by reason.
+//!   `sigil-dtls`, and the authenticated identity each request carries ([`auth`]).
+//! - [`coap`]: the message layer (RFC 7252, RFC 7959): parsing, deduplication, Block1/Block2,
+//!   piggybacked and Non-confirmable responses; time passed in.
+//! - [`service`]: one database transaction per batch around the handlers.
+//! - [`routes`]: the path table. [`rd`]: the Resource Directory. [`broker`]: topics,
+//!   publication, latest reading and history.
+//! - [`context`]: [`Request`], [`Reply`], the per-batch context, and [`Rejection`], each
+//!   refusal's CoAP code and counter.
+//! - [`store`]: the database. [`stats`]: counters by reason. [`provision`]: identity lists.
 
-pub mod driver;
+pub mod auth;
+pub mod broker;
+pub mod coap;
+pub mod context;
 pub mod provision;
+pub mod rd;
+pub mod routes;
 pub mod secure;
 pub mod service;
+pub mod socket;
 pub mod stats;
 pub mod store;
 
-pub use driver::{Dispatcher, DtlsEndpoint, Endpoint, Inbound, Server, ServerConfig, ServerHandle};
+pub use auth::{Credentials, PeerAuth};
+pub use coap::{Dispatcher, Endpoint, Inbound};
+pub use context::{Operation, Rejection, Reply, Request, Response};
 pub use secure::DtlsConfig;
+pub use service::{Service, ServiceConfig};
+pub use socket::{Clock, DtlsEndpoint, OsRng, Server, ServerConfig, ServerHandle, StartError};
 pub use stats::Stats;
 pub use store::{Store, StoreError};
-
-/// The operating system's CSPRNG: the driver's randomness, passed in to the layers below.
-pub struct OsRng;
-
-impl sigil_crypto::Rng for OsRng {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
-        getrandom::fill(buf).map_err(|_| sigil_crypto::CryptoError::Rng)
-    }
-}
-
-/// Seconds since the Unix epoch, the server's only wall-clock read.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}

@@ -1,7 +1,7 @@
 //! CoAP over DTLS (coaps://, RFC 7252 §9): the server's table of DTLS peers around the sans-IO
 //! [`sigil_dtls::Connection`].
 //!
-//! Transport-free like [`crate::driver::Dispatcher`]: datagrams, the caller's clock (an
+//! Transport-free like [`crate::coap::Dispatcher`]: datagrams, the caller's clock (an
 //! [`Instant`] for timers, a [`UnixTime`] for certificates) and the caller's randomness in,
 //! datagrams and authenticated CoAP messages out. What it needs to know about a datagram before
 //! it holds state for the peer it reads through [`RecordFacts`], never at byte offsets. A peer without state gets only the
@@ -17,7 +17,7 @@
 //! that rebooted) starts a new handshake beside it, and replaces the session only once the
 //! new handshake completes (RFC 6347 §4.2.8).
 
-use crate::service::{Credentials, PeerAuth};
+use crate::auth::{Credentials, PeerAuth};
 use crate::stats::Stats;
 use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
 use sigil_dtls::keys::MAX_PSK_LEN;

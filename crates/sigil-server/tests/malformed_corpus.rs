@@ -3,8 +3,9 @@
 
 use sigil_coap::Message;
 use sigil_objects::{cose::CoseSign1, senml, ReadingFormat, SignedReading};
-use sigil_server::service::{Reply, Request, Service, ServiceConfig};
+use sigil_server::{Reply, Request, Service, ServiceConfig};
 use sigil_server::{Stats, Store};
+use sigil_time::UnixTime;
 
 fn corpus() -> Vec<(String, Vec<u8>)> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/malformed");
@@ -80,17 +81,14 @@ fn the_service_answers_every_corpus_file_as_a_publication_and_a_registration() {
             ),
         ] {
             let req = Request {
-                peer: "127.0.0.1:1".parse().unwrap(),
                 message_id: Some(1),
-                code,
                 path: path.into_iter().map(String::from).collect(),
                 query: query.into_iter().map(String::from).collect(),
                 content_format: cf,
-                accept: None,
                 payload: data.clone(),
-                auth: None,
+                ..Request::new("127.0.0.1:1".parse().unwrap(), code)
             };
-            let replies = svc.handle_batch(&[req], 1_700_000_000);
+            let replies = svc.handle_batch(&[req], UnixTime::from_secs(1_700_000_000));
             assert_eq!(replies.len(), 1);
             match &replies[0] {
                 Reply::Response(r) => assert!(r.code.class() == 4, "{:?}", r.code),

@@ -32,14 +32,18 @@ fn ms(t: u64) -> Instant {
     Instant::from_millis(t)
 }
 
+/// The wall clock `ms` into a test that starts at [`NOW`].
+fn wall(ms: u64) -> UnixTime {
+    UnixTime::from_secs(NOW + (ms / 1000) as i64)
+}
+
 fn dispatcher(db: &Path, max_ahead: u64) -> (Dispatcher, Stats) {
     let stats = Stats::default();
     let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
     config.service.freshness.max_ahead = max_ahead;
     config.service.verify_workers = 2;
     let store = Store::open(db).unwrap();
-    let svc =
-        sigil_server::service::Service::new(store, config.service.clone(), stats.clone()).unwrap();
+    let svc = sigil_server::Service::new(store, config.service.clone(), stats.clone()).unwrap();
     (Dispatcher::new(config, svc, stats.clone()), stats)
 }
 
@@ -96,7 +100,7 @@ impl Sensor {
                 self.events.push(e);
             }
             if !out.is_empty() {
-                for (_, reply) in d.handle_at(out, NOW + (*now / 1000) as i64) {
+                for (_, reply) in d.handle_at(out, Instant::from_millis(*now), wall(*now)) {
                     self.device
                         .handle_datagram(ms(*now), &mut self.storage, &reply)
                         .unwrap();
@@ -259,7 +263,11 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
     let mut buf = [0u8; 2048];
     let n = s.device.poll_transmit(&mut buf).unwrap();
     let first = buf[..n].to_vec();
-    let _lost = d.handle_at(vec![(s.addr, first.clone())], NOW);
+    let _lost = d.handle_at(
+        vec![(s.addr, first.clone())],
+        Instant::from_millis(now),
+        wall(now),
+    );
     // The device retransmits after ACK_TIMEOUT; the dedup cache answers.
     s.step(&mut d, &mut now, 100_000);
     assert_eq!(s.acked(), vec![seq]);
@@ -268,14 +276,18 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
     // answer, from the database.
     drop(d);
     let (mut d2, stats2) = dispatcher(&db, 1000);
-    let replies = d2.handle_at(vec![(s.addr, first.clone())], NOW);
+    let replies = d2.handle_at(vec![(s.addr, first.clone())], Instant::ZERO, wall(0));
     assert_eq!(
         sigil_coap::Message::parse(&replies[0].1).unwrap().code,
         sigil_coap::Code::CHANGED
     );
     assert_eq!(stats2.get("publish.duplicate"), 1);
     // The same bytes from another address are a replay: Reset, nothing stored.
-    let replies = d2.handle_at(vec![(SocketAddr::from(([127, 0, 0, 1], 9)), first)], NOW);
+    let replies = d2.handle_at(
+        vec![(SocketAddr::from(([127, 0, 0, 1], 9)), first)],
+        Instant::ZERO,
+        wall(0),
+    );
     assert_eq!(
         sigil_coap::Message::parse(&replies[0].1).unwrap().mtype,
         sigil_coap::MessageType::Reset
@@ -448,7 +460,7 @@ fn trust_on_first_use_is_off_by_default_and_adds_identities_when_on() {
     let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
     assert!(!config.service.danger_trust_on_first_use);
     config.service.danger_trust_on_first_use = true;
-    let svc = sigil_server::service::Service::new(
+    let svc = sigil_server::Service::new(
         Store::open(&db).unwrap(),
         config.service.clone(),
         stats.clone(),
@@ -508,7 +520,11 @@ fn large_history_is_served_block_by_block() {
     let mut block = None;
     let mut blocks = 0;
     loop {
-        let replies = d.handle_at(vec![(client, get(100 + blocks, block))], NOW);
+        let replies = d.handle_at(
+            vec![(client, get(100 + blocks, block))],
+            Instant::from_millis(now),
+            wall(now),
+        );
         let m = Message::parse(&replies[0].1).unwrap();
         assert_eq!(m.code, Code::CONTENT);
         let b2 = m
@@ -532,7 +548,8 @@ fn large_history_is_served_block_by_block() {
     // A block past the end is refused.
     let replies = d.handle_at(
         vec![(client, get(999, Some(BlockOption::new(99, false, 6))))],
-        NOW,
+        Instant::from_millis(now),
+        wall(now),
     );
     assert_eq!(
         Message::parse(&replies[0].1).unwrap().code,
@@ -565,7 +582,8 @@ fn regression_block2_past_the_end_does_not_recurse() {
         let n = b.finish();
         let replies = d.handle_at(
             vec![(SocketAddr::from(([127, 0, 0, 1], 9)), buf[..n].to_vec())],
-            NOW,
+            Instant::ZERO,
+            wall(0),
         );
         let m = Message::parse(&replies[0].1).unwrap();
         assert_eq!(m.code, Code::BAD_OPTION, "block {num}");
@@ -598,7 +616,7 @@ fn raw(
         b.finish_with_payload(payload).unwrap()
     };
     let client = SocketAddr::from(([127, 0, 0, 1], 49999));
-    let replies = d.handle_at(vec![(client, buf[..n].to_vec())], NOW);
+    let replies = d.handle_at(vec![(client, buf[..n].to_vec())], Instant::ZERO, wall(0));
     replies.first().map(|(_, r)| {
         let m = Message::parse(r).unwrap();
         (m.code, m.payload.to_vec())
@@ -688,13 +706,13 @@ fn non_confirmable_readings_are_stored_and_verify_end_to_end() {
     bad[2..4].copy_from_slice(&0xbeefu16.to_be_bytes());
     let end = bad.len() - 1;
     bad[end] ^= 1;
-    d.handle_at(vec![(s.addr, bad)], NOW);
+    d.handle_at(vec![(s.addr, bad)], Instant::ZERO, wall(0));
     assert_eq!(stats.get("publish.accepted"), 5);
     assert_eq!(verified_history(&mut d, &topic, &key, &id), seqs);
     // Nor is the same reading delivered again in a new Non-confirmable message (a replay).
     let mut again = last;
     again[2..4].copy_from_slice(&0xbef0u16.to_be_bytes());
-    d.handle_at(vec![(s.addr, again)], NOW);
+    d.handle_at(vec![(s.addr, again)], Instant::ZERO, wall(0));
     assert_eq!(stats.get("publish.accepted"), 5);
     assert_eq!(verified_history(&mut d, &topic, &key, &id), seqs);
 }
@@ -824,7 +842,7 @@ fn removal_needs_a_fresh_signature_by_the_registered_key_and_drops_the_topic() {
     // A reading for the removed topic (the device's last one, in a new message) is refused.
     let mut again = s.sent.last().unwrap().clone();
     again[2..4].copy_from_slice(&9003u16.to_be_bytes());
-    let replies = d.handle_at(vec![(s.addr, again)], NOW);
+    let replies = d.handle_at(vec![(s.addr, again)], Instant::ZERO, wall(0));
     let m = sigil_coap::Message::parse(&replies[0].1).unwrap();
     assert_eq!(m.code, Code::NOT_FOUND);
     // Removing it again: it is gone.

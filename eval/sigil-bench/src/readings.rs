@@ -234,7 +234,7 @@ pub async fn server(sensors: usize, per_sensor: usize, quiet: bool) -> Result<Se
             dev.identity(),
             sigil_server::store::IdentityKind::Device,
             "bench",
-            sigil_server::unix_now(),
+            sigil_client::os::unix_now().as_secs(),
         )?;
         let mut c = CoapClient::connect(addr, TransmissionParameters::default()).await?;
         dev.handle_timeout(Instant::from_millis(0), &mut storage)

@@ -161,8 +161,8 @@ pub fn signed_readings(
     let addr: SocketAddr = "[fe80::ff:fe00:1]:5683".parse().expect("address");
     let config = ServerConfig::new(addr, db.clone());
     let store = Store::open(&db).expect("store");
-    let service = sigil_server::service::Service::new(store, config.service.clone(), stats.clone())
-        .expect("service");
+    let service =
+        sigil_server::Service::new(store, config.service.clone(), stats.clone()).expect("service");
     let mut server = Dispatcher::new(config, service, stats);
 
     let meter = Metered::new(table);
@@ -235,7 +235,11 @@ pub fn signed_readings(
                     continue;
                 }
                 let now_s = NOW_UNIX + (now_ms / 1000) as i64;
-                for (_, reply) in server.handle_at(vec![(addr, d)], now_s) {
+                for (_, reply) in server.handle_at(
+                    vec![(addr, d)],
+                    sigil_time::Instant::from_millis(now_ms),
+                    sigil_time::UnixTime::from_secs(now_s),
+                ) {
                     emu.send(End::Server, &reply);
                 }
             }

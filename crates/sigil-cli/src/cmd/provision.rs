@@ -47,7 +47,7 @@ pub enum ProvisionAction {
 pub fn run(a: ProvisionArgs) -> Result<i32> {
     let store = sigil_server::Store::open(&a.db)
         .with_context(|| format!("cannot open database {}", a.db.display()))?;
-    let now = sigil_server::unix_now();
+    let now = sigil_client::os::unix_now().as_secs();
     match a.action {
         ProvisionAction::Add {
             identity,

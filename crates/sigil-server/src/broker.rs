@@ -1,0 +1,391 @@
+//! The publish-subscribe broker (draft-ietf-core-coap-pubsub) of RFC 8387 §7: topic discovery,
+//! publication (verify before store), the latest reading and the history.
+//!
+//! A topic `/ps/N/<href>` is a resource the registration `/rd/N` announced. Publication needs
+//! a live registration; the stored readings stay readable after the registration's lifetime
+//! has run out (each carries its own proof), until the registration is removed.
+
+use crate::auth::mismatched;
+use crate::context::{content, diagnostic, Ctx, Operation, Rejection, Reply, Request, Response};
+use crate::rd::{Entry, B64};
+use crate::service::State;
+use crate::store::{Batch, NewReading, StoreError};
+use base64::Engine;
+use sigil_coap::link::write_link;
+use sigil_coap::{Code, ContentFormat};
+use sigil_freshness::{self as freshness, Verdict};
+use sigil_identity::Identity;
+use sigil_objects::cose::SeqField;
+use sigil_objects::senml::{self, OwnedValue};
+use sigil_objects::{ReadingFormat, SignedReading};
+use sigil_time::UnixTime;
+
+/// Readings a history request returns when it gives no `n`.
+pub const DEFAULT_HISTORY: u32 = 10;
+
+/// Result of the parallel signature check of one publication.
+#[derive(Clone, Debug)]
+pub(crate) struct Checked {
+    reg_id: i64,
+    ep: Identity,
+    seq: u64,
+    timestamp: Option<u64>,
+    content_format: u16,
+    decoded: String,
+    /// Low-bits mode: the full number was reconstructed from the high-water mark.
+    lsb: Option<(u8, u64)>,
+}
+
+/// What step 1 found for one request: `None` for a request that is no publication.
+pub(crate) type Check = Option<Result<Checked, Rejection>>;
+
+pub(crate) fn is_publish(req: &Request) -> bool {
+    req.code == Code::PUT && req.path.first().is_some_and(|p| p == "ps") && req.path.len() == 3
+}
+
+/// The ETag of a topic's current representation: its latest sequence number, 8 bytes
+/// big-endian (RFC 7252 §5.10.6).
+pub fn etag(seq: u64) -> Vec<u8> {
+    seq.to_be_bytes().to_vec()
+}
+
+impl State {
+    /// Step 1: signature checks of all publications, spread over worker threads.
+    pub(crate) fn check_publications(&self, requests: &[Request], now: UnixTime) -> Vec<Check> {
+        let mut out: Vec<Check> = vec![None; requests.len()];
+        let jobs: Vec<usize> = (0..requests.len())
+            .filter(|i| is_publish(&requests[*i]))
+            .collect();
+        if jobs.is_empty() {
+            return out;
+        }
+        // Small batches are verified inline; larger ones on the persistent worker pool.
+        let results: Vec<(usize, Result<Checked, Rejection>)> = match &self.pool {
+            Some(pool) if jobs.len() >= 4 => {
+                use rayon::prelude::*;
+                pool.install(|| {
+                    jobs.par_iter()
+                        .map(|&i| (i, self.check_one(&requests[i], now)))
+                        .collect()
+                })
+            }
+            _ => jobs
+                .iter()
+                .map(|&i| (i, self.check_one(&requests[i], now)))
+                .collect(),
+        };
+        for (i, r) in results {
+            out[i] = Some(r);
+        }
+        out
+    }
+
+    /// Everything about a publication that does not depend on other requests in the batch.
+    fn check_one(&self, req: &Request, now: UnixTime) -> Result<Checked, Rejection> {
+        let (entry, href) = self
+            .topic(req)
+            .filter(|(e, _)| e.is_live(now.as_secs()))
+            .ok_or(Rejection::UnknownTopic)?;
+        let unsupported = Rejection::UnsupportedFormat(Operation::Publish);
+        let cf = req.content_format.ok_or(unsupported)?;
+        let format = ReadingFormat::from_content_format(cf).ok_or(unsupported)?;
+        if entry.content_format(href).is_some_and(|t| t != cf) {
+            return Err(unsupported);
+        }
+        let reading = SignedReading::parse(format, &req.payload)?;
+        if reading.kid != entry.reg.ep {
+            return Err(Rejection::KidMismatch);
+        }
+        let highest = self.highest.get(&entry.reg.ep).copied().unwrap_or(0);
+        let (seq, lsb) = match reading.seq {
+            SeqField::Full(s) => (s, None),
+            SeqField::LowBits { k, bits } => (
+                freshness::reconstruct(highest, k, bits).ok_or(Rejection::SequenceMismatch)?,
+                Some((k, bits)),
+            ),
+        };
+        let mut buf = vec![0u8; reading.senml_len_bound()];
+        let senml_bytes = reading.senml(&mut buf)?;
+        let decoded = decode_senml(format, senml_bytes).ok_or(Rejection::MalformedSenml)?;
+        let mut scratch = vec![0u8; reading.scratch_len()];
+        reading.verify_end_to_end(
+            &self.crypto,
+            &entry.reg.key,
+            &entry.reg.ep,
+            seq,
+            &mut scratch,
+        )?;
+        Ok(Checked {
+            reg_id: entry.reg.id,
+            ep: entry.reg.ep,
+            seq,
+            timestamp: reading.timestamp,
+            content_format: cf,
+            decoded,
+            lsb,
+        })
+    }
+
+    /// The registration and href a `/ps/N/<href>` path names, live or expired.
+    fn topic<'r>(&self, req: &'r Request) -> Option<(&Entry, &'r str)> {
+        let [ps, n, href] = req.path.as_slice() else {
+            return None;
+        };
+        if ps != "ps" {
+            return None;
+        }
+        let entry = self.entries.get(&n.parse::<i64>().ok()?)?;
+        entry.hosts(href).then_some((entry, href.as_str()))
+    }
+}
+
+/// Decodes and validates the SenML pack, returning the resolved records as JSON.
+fn decode_senml(format: ReadingFormat, bytes: &[u8]) -> Option<String> {
+    let resolved = match format {
+        ReadingFormat::Cose => {
+            let pack = senml::Pack::parse_cbor(bytes).ok()?;
+            senml::resolve(pack.records())
+        }
+        ReadingFormat::Jws => {
+            let recs = senml::parse_json(bytes).ok()?;
+            senml::resolve(recs.iter().map(|r| r.as_record()))
+        }
+    }
+    .ok()?;
+    let json: Vec<serde_json::Value> = resolved
+        .iter()
+        .map(|r| {
+            let mut m = serde_json::Map::new();
+            m.insert("n".into(), r.name.clone().into());
+            if let Some(u) = &r.unit {
+                m.insert("u".into(), u.clone().into());
+            }
+            match &r.value {
+                Some(OwnedValue::Number(v)) => {
+                    m.insert("v".into(), (*v).into());
+                }
+                Some(OwnedValue::String(s)) => {
+                    m.insert("vs".into(), s.clone().into());
+                }
+                Some(OwnedValue::Bool(b)) => {
+                    m.insert("vb".into(), (*b).into());
+                }
+                Some(OwnedValue::Data(d)) => {
+                    m.insert("vd".into(), B64.encode(d).into());
+                }
+                None => {}
+            }
+            if let Some(s) = r.sum {
+                m.insert("s".into(), s.into());
+            }
+            m.insert("t".into(), r.time.into());
+            serde_json::Value::Object(m)
+        })
+        .collect();
+    serde_json::to_string(&json).ok()
+}
+
+type Handled = Result<Reply, StoreError>;
+
+impl Ctx<'_> {
+    /// The registration and href a `/ps/N/<href>` path names as this batch sees it, live or
+    /// expired.
+    fn topic_entry(&self, req: &Request) -> Option<(Entry, String)> {
+        let [_, n, href] = req.path.as_slice() else {
+            return None;
+        };
+        let e = self.entry(n.parse().ok()?)?;
+        e.hosts(href).then(|| (e.clone(), href.clone()))
+    }
+
+    /// `GET /ps`: topic discovery, the topics of live registrations (RFC 6690 link format).
+    pub fn topics(&mut self) -> Reply {
+        self.count("request.topics");
+        let mut links = Vec::new();
+        for e in self.live_entries() {
+            for (href, ct, rt) in &e.resources {
+                let ct = ct.map(|c| c.to_string());
+                let mut attrs: Vec<(&str, Option<&str>)> = vec![("rt", rt.as_deref())];
+                attrs.retain(|a| a.1.is_some());
+                if let Some(ct) = &ct {
+                    attrs.push(("ct", Some(ct.as_str())));
+                }
+                let mut s = String::new();
+                let _ = write_link(&mut s, &format!("/ps/{}/{}", e.reg.id, href), &attrs);
+                links.push(s);
+            }
+        }
+        content(ContentFormat::LINK_FORMAT, links.join(",").into_bytes())
+    }
+
+    /// `PUT /ps/N/<href>`: verify (done in step 1), authorize, check freshness, evaluate
+    /// If-Match / If-None-Match against the topic's latest reading (RFC 7252 §5.10.8), store.
+    pub fn publish(&mut self, b: &Batch<'_>, req: &Request, check: &Check) -> Handled {
+        let checked = match check {
+            Some(Ok(c)) => c.clone(),
+            Some(Err(why)) => return Ok(self.reject(*why, req)),
+            None => return Ok(self.reject(Rejection::UnknownTopic, req)),
+        };
+        let Some(entry) = self
+            .entry(checked.reg_id)
+            .filter(|e| e.is_live(self.secs()))
+            .cloned()
+        else {
+            return Ok(self.reject(Rejection::UnknownTopic, req));
+        };
+        if !self.is_authorized(&entry.reg.authorized_by) {
+            return Ok(self.reject(Rejection::NotAuthorized(Operation::Publish), req));
+        }
+        if mismatched(req.auth.as_ref(), &entry.reg.ep, &entry.reg.key) {
+            return Ok(self.reject(Rejection::PeerMismatch(Operation::Publish), req));
+        }
+        let mut checked = checked;
+        let highest = self.highest(&checked.ep);
+        if let Some((k, bits)) = checked.lsb {
+            // Another reading of this device earlier in the batch may have moved the mark.
+            let seq = freshness::reconstruct(highest, k, bits).unwrap_or(0);
+            if seq != checked.seq {
+                let Some(c) = self
+                    .svc
+                    .check_one(req, self.now)
+                    .ok()
+                    .filter(|c| c.seq == seq)
+                else {
+                    return Ok(self.reject(Rejection::SequenceMismatch, req));
+                };
+                checked = c;
+            }
+        }
+        match freshness::check(highest, checked.seq, &self.svc.config.freshness) {
+            Verdict::Fresh => {}
+            verdict => {
+                // A retransmission of the Confirmable message that delivered a stored reading
+                // (same sender, same message ID, same bytes) gets its original answer; the
+                // same bytes from anyone else, or in a new message, are a replay.
+                if let Some(stored) = b.reading(&checked.ep, checked.seq)? {
+                    if stored.raw == req.payload
+                        && req.message_id.is_some()
+                        && stored.message_id == req.message_id
+                        && stored.peer == req.peer.to_string()
+                    {
+                        self.count("publish.duplicate");
+                        return Ok(Reply::Response(Response {
+                            code: Code::CHANGED,
+                            ..Default::default()
+                        }));
+                    }
+                }
+                let why = match verdict {
+                    Verdict::TooFarAhead { .. } => Rejection::OutOfWindow,
+                    _ => Rejection::Replay,
+                };
+                return Ok(self.reject(why, req));
+            }
+        }
+        let latest = b.latest_reading(&checked.ep)?.map(|r| etag(r.seq));
+        if !req.conditions.hold(latest.as_deref().map(Some)) {
+            return Ok(self.reject(Rejection::PreconditionFailed, req));
+        }
+        let topic = req.path.join("/");
+        let now = self.secs();
+        b.insert_reading(&NewReading {
+            registration: checked.reg_id,
+            ep: &checked.ep,
+            topic: &topic,
+            seq: checked.seq,
+            timestamp: checked.timestamp,
+            content_format: checked.content_format,
+            raw: &req.payload,
+            decoded: &checked.decoded,
+            received_at: now,
+            peer: &req.peer.to_string(),
+            message_id: req.message_id,
+        })?;
+        b.set_highest(&checked.ep, checked.seq, now)?;
+        self.new_highest.insert(checked.ep, checked.seq);
+        self.count("publish.accepted");
+        tracing::debug!(ep = %checked.ep, seq = checked.seq, "reading stored");
+        Ok(Reply::Response(Response {
+            code: Code::CHANGED,
+            ..Default::default()
+        }))
+    }
+
+    /// `GET /ps/N/<href>`: the latest reading, or the history with `n` (1 to `max_history`,
+    /// default [`DEFAULT_HISTORY`]) and `after` (a sequence number).
+    pub fn read_topic(&mut self, b: &Batch<'_>, req: &Request) -> Handled {
+        let Some((entry, href)) = self.topic_entry(req) else {
+            return Ok(self.reject(Rejection::NotFound, req));
+        };
+        let ep = entry.reg.ep;
+        let history = req.query("n").is_some() || req.query("after").is_some();
+        if !history {
+            self.count("request.latest");
+            if req
+                .accept
+                .is_some_and(|a| Some(a) != entry.content_format(&href))
+            {
+                return Ok(self.reject(Rejection::NotAcceptable, req));
+            }
+            let latest = b.latest_reading(&ep)?;
+            let tag = latest.as_ref().map(|r| etag(r.seq));
+            if !req.conditions.hold(tag.as_deref().map(Some)) {
+                return Ok(self.reject(Rejection::PreconditionFailed, req));
+            }
+            return Ok(match latest {
+                Some(r) => Reply::Response(Response {
+                    code: Code::CONTENT,
+                    content_format: Some(r.content_format),
+                    etag: tag,
+                    payload: r.raw,
+                    ..Default::default()
+                }),
+                None => diagnostic(Code::NOT_FOUND, "no reading yet"),
+            });
+        }
+        self.count("request.history");
+        let max = u64::from(self.svc.config.max_history);
+        let n = match req.query_int("n", 1, max) {
+            Ok(n) => n.map_or(DEFAULT_HISTORY.min(self.svc.config.max_history), |n| {
+                n as u32
+            }),
+            Err(why) => return Ok(self.reject(why, req)),
+        };
+        let after = match req.query_int("after", 0, u64::MAX) {
+            Ok(a) => a,
+            Err(why) => return Ok(self.reject(why, req)),
+        };
+        if !req.accepts(ContentFormat::CBOR) {
+            return Ok(self.reject(Rejection::NotAcceptable, req));
+        }
+        let latest = b.latest_reading(&ep)?.map(|r| etag(r.seq));
+        if !req.conditions.hold(latest.as_deref().map(Some)) {
+            return Ok(self.reject(Rejection::PreconditionFailed, req));
+        }
+        let readings = match after {
+            Some(after) => b.history(&ep, after, n)?,
+            None => b.recent(&ep, n)?,
+        };
+        // A CBOR array of byte strings, each the exact signed reading as received.
+        let mut out = Vec::new();
+        cbor_head(&mut out, 4, readings.len() as u64);
+        for r in &readings {
+            cbor_head(&mut out, 2, r.raw.len() as u64);
+            out.extend_from_slice(&r.raw);
+        }
+        Ok(content(ContentFormat::CBOR, out))
+    }
+}
+
+fn cbor_head(out: &mut Vec<u8>, major: u8, n: u64) {
+    let mut buf = [0u8; 9];
+    let mut e = sigil_objects::cbor::Encoder::new(&mut buf);
+    let r = match major {
+        4 => e.array(n as usize).map(|_| ()),
+        _ => e.bytes_header(n as usize).map(|_| ()),
+    };
+    if r.is_ok() {
+        let len = e.finish();
+        out.extend_from_slice(&buf[..len]);
+    }
+}

@@ -1,0 +1,574 @@
+//! The CoAP message layer (RFC 7252 §4, §5) around [`Service`]: parsing, message
+//! deduplication (§4.5), block-wise transfer (RFC 7959), piggybacked and Non-confirmable
+//! responses (§5.2), and the refusals that need no resource (unknown critical options,
+//! proxying, malformed Block options).
+//!
+//! Transport-free and clock-free: datagrams and the caller's time in, datagrams out, so the
+//! socket thread, tests, the emulator and the fuzzers drive the same code. `now` is monotonic
+//! ([`Instant`]: dedup and Block1 expiry); `wall` is the wall clock ([`UnixTime`]:
+//! registrations' lifetimes and stored timestamps), handed to the service. Every table here
+//! has a cap: the dedup cache and the Block1 reassembly buffers.
+
+use crate::context::{Preconditions, Rejection, Reply, Request, Response};
+use crate::secure::SecureLayer;
+use crate::service::Service;
+use crate::socket::ServerConfig;
+use crate::stats::Stats;
+use sigil_coap::message::{empty, option};
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::Rng;
+use sigil_time::{Instant, UnixTime};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+/// A received datagram and its sender.
+pub type Datagram = (SocketAddr, Vec<u8>);
+
+/// Where a CoAP message came from: the plain socket, or a DTLS session (coaps://).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    pub secure: bool,
+}
+
+impl Endpoint {
+    pub fn plain(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            secure: false,
+        }
+    }
+}
+
+/// A CoAP message as received, with the identity its DTLS session authenticated.
+#[derive(Clone, Debug)]
+pub struct Inbound {
+    pub from: Endpoint,
+    pub auth: Option<crate::auth::PeerAuth>,
+    pub bytes: Vec<u8>,
+}
+
+/// A remembered exchange: `None` while the first copy is still being handled.
+struct DedupEntry {
+    response: Option<Vec<u8>>,
+    at: Instant,
+}
+
+struct Assembly {
+    body: Vec<u8>,
+    next: u32,
+    at: Instant,
+}
+
+/// A request waiting for its batch, with what is needed to answer it.
+struct Pending {
+    from: Endpoint,
+    mtype: MessageType,
+    mid: u16,
+    token: Vec<u8>,
+    block2: Option<BlockOption>,
+    /// Block1 of the final block, echoed in the response (RFC 7959 §2.3).
+    block1: Option<BlockOption>,
+    request: Request,
+}
+
+/// Everything about CoAP that is not RD or broker logic: parsing, deduplication, Block1
+/// reassembly, Block2 slicing and response encoding, around a [`Service`].
+pub struct Dispatcher {
+    config: ServerConfig,
+    service: Service,
+    stats: Stats,
+    dedup: HashMap<(Endpoint, u16), DedupEntry>,
+    dedup_order: VecDeque<((Endpoint, u16), Instant)>,
+    assemblies: HashMap<(Endpoint, String), Assembly>,
+}
+
+impl Dispatcher {
+    /// `config.listen` (and the DTLS listen address) name the addresses requests arrive at:
+    /// links the server answers with are resolved against them (RFC 9176 §6).
+    pub fn new(config: ServerConfig, service: Service, stats: Stats) -> Self {
+        Self {
+            config,
+            service,
+            stats,
+            dedup: HashMap::new(),
+            dedup_order: VecDeque::new(),
+            assemblies: HashMap::new(),
+        }
+    }
+
+    /// The coaps:// path for a batch of datagrams at `now` (the DTLS clock too) and `wall`
+    /// (certificates and the service), with the caller's randomness: refreshes what DTLS
+    /// trusts from the authorized list, runs the DTLS peers, hands the
+    /// CoAP messages they carried (with their identities) to the service as one batch,
+    /// protects the answers, and runs due retransmission timers. Returns the datagrams to
+    /// send.
+    pub fn handle_secure_at(
+        &mut self,
+        layer: &mut SecureLayer,
+        datagrams: Vec<Datagram>,
+        now: Instant,
+        wall: UnixTime,
+        rng: &mut dyn Rng,
+    ) -> Vec<Datagram> {
+        if let Some(c) = self.service.changed_credentials() {
+            layer.trust().replace(c);
+        }
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        for (peer, bytes) in datagrams {
+            for d in layer.handle_datagram(now, wall, rng, peer, &bytes, &mut out) {
+                batch.push(Inbound {
+                    from: Endpoint {
+                        addr: d.peer,
+                        secure: true,
+                    },
+                    auth: d.auth,
+                    bytes: d.message,
+                });
+            }
+        }
+        if !batch.is_empty() {
+            for (to, bytes) in self.handle_inbound_at(batch, now, wall) {
+                layer.send(now, to.addr, &bytes, &mut out);
+            }
+        }
+        layer.handle_timeout(now, wall, &mut out);
+        out
+    }
+
+    /// Forgets exchanges older than EXCHANGE_LIFETIME (RFC 7252 §4.8.2) and stale Block1
+    /// transfers; trims the dedup cache to its cap.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let lifetime = self.config.transmission.exchange_lifetime();
+        while let Some((key, at)) = self.dedup_order.front().copied() {
+            if now.saturating_since(at) < lifetime && self.dedup.len() <= self.config.dedup_capacity
+            {
+                break;
+            }
+            self.dedup_order.pop_front();
+            if self.dedup.get(&key).is_some_and(|e| e.at == at) {
+                self.dedup.remove(&key);
+            }
+        }
+        self.assemblies
+            .retain(|_, a| now.saturating_since(a.at) < lifetime);
+    }
+
+    fn count(&self, key: &str) {
+        self.stats.incr(key);
+    }
+
+    /// Handles one batch of plain-CoAP datagrams (one database commit) at `now` and `wall`;
+    /// returns the datagrams to send.
+    pub fn handle_at(
+        &mut self,
+        batch: Vec<Datagram>,
+        now: Instant,
+        wall: UnixTime,
+    ) -> Vec<Datagram> {
+        let batch = batch
+            .into_iter()
+            .map(|(addr, bytes)| Inbound {
+                from: Endpoint::plain(addr),
+                auth: None,
+                bytes,
+            })
+            .collect();
+        self.handle_inbound_at(batch, now, wall)
+            .into_iter()
+            .map(|(e, b)| (e.addr, b))
+            .collect()
+    }
+
+    /// Handles a batch of CoAP messages from plain and secure endpoints; the answers go back
+    /// to the endpoint each request came from.
+    pub fn handle_inbound_at(
+        &mut self,
+        batch: Vec<Inbound>,
+        now: Instant,
+        wall: UnixTime,
+    ) -> Vec<(Endpoint, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut pending: Vec<Pending> = Vec::new();
+        for d in &batch {
+            self.stats.incr("coap.received");
+            if let Some(p) = self.intake(d, now, &mut out) {
+                pending.push(p);
+            }
+        }
+        if pending.is_empty() {
+            self.handle_timeout(now);
+            return out;
+        }
+        let requests: Vec<Request> = pending.iter().map(|p| p.request.clone()).collect();
+        let replies = self.service.handle_batch(&requests, wall);
+        for (p, reply) in pending.into_iter().zip(replies) {
+            let bytes = match reply {
+                Reply::Response(r) => encode_response(&p, r, self.szx_for(p.from)),
+                Reply::Reset => Some(empty(MessageType::Reset, p.mid).to_vec()),
+                Reply::Nothing => None,
+            };
+            if p.mtype == MessageType::Confirmable {
+                if let Some(e) = self.dedup.get_mut(&(p.from, p.mid)) {
+                    e.response = bytes.clone();
+                }
+            }
+            if let Some(b) = bytes {
+                out.push((p.from, b));
+            }
+        }
+        self.handle_timeout(now);
+        out
+    }
+
+    /// Block2 size for an endpoint: over DTLS at most 512-byte blocks, so a response fits in
+    /// one record.
+    fn szx_for(&self, from: Endpoint) -> u8 {
+        if from.secure {
+            self.config.block2_szx.min(5)
+        } else {
+            self.config.block2_szx
+        }
+    }
+
+    /// `scheme://authority` a request was sent to: Uri-Host and Uri-Port if given (RFC 7252
+    /// §6.4), else the address of the socket it arrived on.
+    fn origin(&self, from: Endpoint, msg: &Message<'_>) -> String {
+        let (scheme, local) = match (from.secure, &self.config.dtls) {
+            (true, Some(d)) => ("coaps", d.listen),
+            _ => ("coap", self.config.listen),
+        };
+        let host = msg
+            .option(option::URI_HOST)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_graphic() && c != '/'));
+        let host = match host {
+            Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+            Some(h) => h.to_string(),
+            None => match local.ip() {
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+                ip => ip.to_string(),
+            },
+        };
+        let port = msg
+            .uint_option(option::URI_PORT)
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(local.port());
+        format!("{scheme}://{host}:{port}")
+    }
+
+    /// Parses, deduplicates and reassembles one datagram. Returns a request for the service,
+    /// or answers it directly (into `out`).
+    fn intake(
+        &mut self,
+        d: &Inbound,
+        now: Instant,
+        out: &mut Vec<(Endpoint, Vec<u8>)>,
+    ) -> Option<Pending> {
+        let msg = match Message::parse(&d.bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.count("coap.malformed");
+                tracing::debug!(peer = %d.from.addr, error = %e, "malformed datagram");
+                // RFC 7252 §4.2: a Confirmable message with a format error is rejected with
+                // Reset if its header could be read.
+                if d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1 && (d.bytes[0] >> 4) & 3 == 0 {
+                    out.push((
+                        d.from,
+                        empty(
+                            MessageType::Reset,
+                            u16::from_be_bytes([d.bytes[2], d.bytes[3]]),
+                        )
+                        .to_vec(),
+                    ));
+                }
+                return None;
+            }
+        };
+        match msg.mtype {
+            MessageType::Acknowledgement | MessageType::Reset => {
+                // The server sends no Confirmable messages, so nothing waits for these.
+                self.count("coap.unexpected_ack_or_reset");
+                return None;
+            }
+            _ => {}
+        }
+        if msg.code == Code::EMPTY {
+            // CoAP ping (§4.3): answer Reset.
+            if msg.mtype == MessageType::Confirmable {
+                self.count("coap.ping");
+                out.push((d.from, empty(MessageType::Reset, msg.message_id).to_vec()));
+            }
+            return None;
+        }
+        if !msg.code.is_request() {
+            self.count("coap.unexpected_response");
+            if msg.mtype == MessageType::Confirmable {
+                out.push((d.from, empty(MessageType::Reset, msg.message_id).to_vec()));
+            }
+            return None;
+        }
+        // Deduplication (§4.5): a retransmitted Confirmable request gets the same answer.
+        if msg.mtype == MessageType::Confirmable {
+            let key = (d.from, msg.message_id);
+            if let Some(e) = self.dedup.get(&key) {
+                self.count("coap.duplicate");
+                if let Some(r) = &e.response {
+                    out.push((d.from, r.clone()));
+                }
+                return None;
+            }
+            self.dedup.insert(
+                key,
+                DedupEntry {
+                    response: None,
+                    at: now,
+                },
+            );
+            self.dedup_order.push_back((key, now));
+            if self.dedup.len() > self.config.dedup_capacity {
+                self.handle_timeout(now);
+            }
+        }
+        // §5.7.2, §5.10.2: a request for a proxy to a server that is none.
+        if msg.option(option::PROXY_URI).is_some() || msg.option(option::PROXY_SCHEME).is_some() {
+            self.refuse(d.from, &msg, Rejection::ProxyingNotSupported, out);
+            return None;
+        }
+        if let Some(n) = msg.unknown_critical_option() {
+            self.refuse(d.from, &msg, Rejection::UnknownCriticalOption(n), out);
+            return None;
+        }
+        let (Ok(path), Ok(query)) = (
+            msg.uri_path().collect::<Result<Vec<_>, _>>(),
+            msg.uri_query().collect::<Result<Vec<_>, _>>(),
+        ) else {
+            self.refuse(d.from, &msg, Rejection::NotUtf8, out);
+            return None;
+        };
+        let block2 = match msg.block2() {
+            Some(Ok(b)) => Some(b),
+            Some(Err(_)) => {
+                self.refuse(d.from, &msg, Rejection::BadBlockOption, out);
+                return None;
+            }
+            None => None,
+        };
+        let mut payload = msg.payload.to_vec();
+        let mut block1_echo = None;
+        match msg.block1() {
+            Some(Err(_)) => {
+                self.refuse(d.from, &msg, Rejection::BadBlockOption, out);
+                return None;
+            }
+            Some(Ok(b1)) => {
+                let key = (d.from, format!("{}?{}", path.join("/"), query.join("&")));
+                match self.reassemble(key, b1, msg.payload, now) {
+                    Err(why) => {
+                        self.refuse(d.from, &msg, why, out);
+                        return None;
+                    }
+                    Ok(None) => {
+                        // RFC 7959 §2.3: acknowledge the block with 2.31 Continue.
+                        self.count("coap.block1_continue");
+                        let r = Response {
+                            code: Code::CONTINUE,
+                            ..Default::default()
+                        };
+                        self.answer_directly(d.from, &msg, Some(b1), r, out);
+                        return None;
+                    }
+                    Ok(Some(body)) => {
+                        payload = body;
+                        block1_echo = Some(b1);
+                    }
+                }
+            }
+            None => {}
+        }
+        Some(Pending {
+            from: d.from,
+            mtype: msg.mtype,
+            mid: msg.message_id,
+            token: msg.token.to_vec(),
+            block2,
+            block1: block1_echo,
+            request: Request {
+                peer: d.from.addr,
+                message_id: (msg.mtype == MessageType::Confirmable).then_some(msg.message_id),
+                code: msg.code,
+                path: path.into_iter().map(str::to_string).collect(),
+                query: query.into_iter().map(str::to_string).collect(),
+                content_format: msg.content_format().map(|c| c.0),
+                accept: msg.accept().map(|c| c.0),
+                payload,
+                conditions: Preconditions {
+                    if_match: msg
+                        .option_values(option::IF_MATCH)
+                        .map(<[u8]>::to_vec)
+                        .collect(),
+                    if_none_match: msg.option(option::IF_NONE_MATCH).is_some(),
+                },
+                origin: self.origin(d.from, &msg),
+                auth: d.auth.clone(),
+            },
+        })
+    }
+
+    /// One Block1 block (RFC 7959 §2.3): `Ok(None)` while more are expected, the whole body
+    /// after the last one.
+    fn reassemble(
+        &mut self,
+        key: (Endpoint, String),
+        b1: BlockOption,
+        part: &[u8],
+        now: Instant,
+    ) -> Result<Option<Vec<u8>>, Rejection> {
+        if b1.num == 0 {
+            let per_peer = self.assemblies.keys().filter(|(p, _)| *p == key.0).count();
+            if per_peer >= self.config.max_assemblies_per_peer
+                || self.assemblies.len() >= self.config.max_assemblies
+            {
+                return Err(Rejection::TooManyTransfers);
+            }
+            self.assemblies.insert(
+                key.clone(),
+                Assembly {
+                    body: Vec::new(),
+                    next: 0,
+                    at: now,
+                },
+            );
+        }
+        let Some(a) = self.assemblies.get_mut(&key) else {
+            return Err(Rejection::Block1NotStarted);
+        };
+        if b1.num != a.next || a.body.len() != b1.offset() || (b1.more && part.len() != b1.size()) {
+            self.assemblies.remove(&key);
+            return Err(Rejection::Block1OutOfSequence);
+        }
+        if a.body.len() + part.len() > self.config.max_body {
+            self.assemblies.remove(&key);
+            return Err(Rejection::BodyTooLarge);
+        }
+        a.body.extend_from_slice(part);
+        a.next += 1;
+        a.at = now;
+        if b1.more {
+            return Ok(None);
+        }
+        Ok(self.assemblies.remove(&key).map(|a| a.body))
+    }
+
+    /// Refuses a request below the service (counted under the refusal's counter).
+    fn refuse(
+        &mut self,
+        peer: Endpoint,
+        msg: &Message<'_>,
+        why: Rejection,
+        out: &mut Vec<(Endpoint, Vec<u8>)>,
+    ) {
+        self.count(why.counter());
+        tracing::debug!(peer = %peer.addr, reason = why.reason(), "request refused");
+        let r = Response {
+            code: why.code(),
+            payload: why.diagnostic().into_bytes(),
+            ..Default::default()
+        };
+        self.answer_directly(peer, msg, None, r, out);
+    }
+
+    /// Answers a request without the service (a refusal, or 2.31 Continue), and remembers
+    /// the answer for retransmissions of the same message.
+    fn answer_directly(
+        &mut self,
+        peer: Endpoint,
+        msg: &Message<'_>,
+        block1: Option<BlockOption>,
+        response: Response,
+        out: &mut Vec<(Endpoint, Vec<u8>)>,
+    ) {
+        let p = Pending {
+            from: peer,
+            mtype: msg.mtype,
+            mid: msg.message_id,
+            token: msg.token.to_vec(),
+            block2: None,
+            block1,
+            request: Request::new(peer.addr, Code::EMPTY),
+        };
+        if let Some(b) = encode_response(&p, response, self.szx_for(peer)) {
+            if let Some(e) = self.dedup.get_mut(&(peer, msg.message_id)) {
+                e.response = Some(b.clone());
+            }
+            out.push((peer, b));
+        }
+    }
+}
+
+/// Encodes a response: piggybacked in an ACK for a Confirmable request, Non-confirmable
+/// otherwise (§5.2); large bodies are cut into Block2 blocks (RFC 7959 §2.4).
+fn encode_response(p: &Pending, r: Response, default_szx: u8) -> Option<Vec<u8>> {
+    let (mtype, mid) = match p.mtype {
+        MessageType::Confirmable => (MessageType::Acknowledgement, p.mid),
+        // A response to a NON request is NON with a fresh message ID; derive it from the
+        // request's so it is stable for the same request.
+        _ => (MessageType::NonConfirmable, p.mid.wrapping_add(0x8000)),
+    };
+    let szx = p.block2.map_or(default_szx, |b| b.szx.min(default_szx));
+    let block_size = 1usize << (szx + 4);
+    let (body, block2) = if r.payload.len() > block_size || p.block2.is_some_and(|b| b.num > 0) {
+        let want = BlockOption::new(p.block2.map_or(0, |b| b.num), false, szx);
+        match want.slice(&r.payload) {
+            Some((part, more)) => (part.to_vec(), Some(BlockOption::new(want.num, more, szx))),
+            None => {
+                // Block past the end: 4.02 (RFC 7959 §2.2), answered without Block2.
+                let plain = Pending {
+                    from: p.from,
+                    mtype: p.mtype,
+                    mid: p.mid,
+                    token: p.token.clone(),
+                    block2: None,
+                    block1: None,
+                    request: Request::new(p.from.addr, Code::EMPTY),
+                };
+                let why = Rejection::BlockOutOfRange;
+                let refusal = Response {
+                    code: why.code(),
+                    payload: why.diagnostic().into_bytes(),
+                    ..Default::default()
+                };
+                return encode_response(&plain, refusal, default_szx);
+            }
+        }
+    } else {
+        (r.payload.clone(), None)
+    };
+    let mut buf =
+        vec![0u8; body.len() + 256 + r.location_path.iter().map(|s| s.len() + 3).sum::<usize>()];
+    let mut b = MessageBuilder::new(&mut buf, mtype, r.code, mid, &p.token).ok()?;
+    if let Some(etag) = &r.etag {
+        b.option(option::ETAG, etag).ok()?;
+    }
+    for seg in &r.location_path {
+        b.option(option::LOCATION_PATH, seg.as_bytes()).ok()?;
+    }
+    if let Some(cf) = r.content_format {
+        b.uint_option(option::CONTENT_FORMAT, u32::from(cf)).ok()?;
+    }
+    if let Some(b2) = block2 {
+        let (v, n) = b2.encode().ok()?;
+        b.option(option::BLOCK2, &v[..n]).ok()?;
+    }
+    if let Some(b1) = p.block1 {
+        let (v, n) = b1.encode().ok()?;
+        b.option(option::BLOCK1, &v[..n]).ok()?;
+    }
+    if block2.is_some_and(|b| b.num == 0) {
+        b.uint_option(option::SIZE2, r.payload.len() as u32).ok()?;
+    }
+    let n = b.finish_with_payload(&body).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}

@@ -1,0 +1,499 @@
+//! What every handler works with: the [`Request`] as the message layer hands it up, the
+//! [`Reply`] it gets, the one [`Rejection`] type (CoAP code and counter in one place), and the
+//! per-batch context [`Ctx`] that sees the batch's own writes before they are committed.
+
+use crate::auth::PeerAuth;
+use crate::rd::Entry;
+use crate::service::State;
+use sigil_coap::{Code, ContentFormat};
+use sigil_identity::Identity;
+use sigil_objects::ReadingError;
+use sigil_time::UnixTime;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+/// A CoAP request after parsing and block-wise reassembly.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub peer: SocketAddr,
+    /// The message ID if the request came Confirmable (for retransmission detection); `None`
+    /// for a Non-confirmable request.
+    pub message_id: Option<u16>,
+    pub code: Code,
+    pub path: Vec<String>,
+    pub query: Vec<String>,
+    pub content_format: Option<u16>,
+    pub accept: Option<u16>,
+    pub payload: Vec<u8>,
+    /// If-Match / If-None-Match (RFC 7252 §5.10.8).
+    pub conditions: Preconditions,
+    /// `scheme://authority` the request was sent to (Uri-Host and Uri-Port if the client gave
+    /// them, RFC 7252 §6.4; otherwise the server's own address), to resolve the links it
+    /// answers with (RFC 9176 §6).
+    pub origin: String,
+    /// The peer the transport authenticated (coaps://), `None` over plain CoAP.
+    pub auth: Option<PeerAuth>,
+}
+
+impl Request {
+    /// A request with no options and no payload (for answers made below the handlers).
+    pub fn new(peer: SocketAddr, code: Code) -> Self {
+        Self {
+            peer,
+            message_id: None,
+            code,
+            path: vec![],
+            query: vec![],
+            content_format: None,
+            accept: None,
+            payload: vec![],
+            conditions: Preconditions::default(),
+            origin: String::new(),
+            auth: None,
+        }
+    }
+
+    pub fn confirmable(&self) -> bool {
+        self.message_id.is_some()
+    }
+
+    /// The value of query parameter `name` (`name=value`; `name` alone gives "").
+    pub fn query(&self, name: &str) -> Option<&str> {
+        self.query.iter().find_map(|q| {
+            let (k, v) = q.split_once('=').unwrap_or((q.as_str(), ""));
+            (k == name).then_some(v)
+        })
+    }
+
+    /// An integer query parameter within `min..=max`; absent is `Ok(None)`, anything else
+    /// that is not such an integer is a [`Rejection::BadQuery`].
+    pub fn query_int(
+        &self,
+        name: &'static str,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<u64>, Rejection> {
+        let Some(v) = self.query(name) else {
+            return Ok(None);
+        };
+        match v.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(Rejection::BadQuery { name, min, max }),
+        }
+    }
+
+    /// Whether the client accepts `cf` (no Accept option accepts anything, RFC 7252 §5.10.4).
+    pub fn accepts(&self, cf: ContentFormat) -> bool {
+        self.accept.is_none_or(|a| a == cf.0)
+    }
+}
+
+/// The conditional-request options of RFC 7252 §5.10.8.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// Every If-Match value, in order; an empty value means "the target exists".
+    pub if_match: Vec<Vec<u8>>,
+    pub if_none_match: bool,
+}
+
+impl Preconditions {
+    /// Whether the request may be performed on a target whose current representation is
+    /// `current` (`None`: the target does not exist; `Some(etag)`: it exists, with that ETag
+    /// if it has one). §5.10.8.1: any If-Match value must match (an empty one matches any
+    /// existing target); §5.10.8.2: If-None-Match requires that the target does not exist.
+    pub fn hold(&self, current: Option<Option<&[u8]>>) -> bool {
+        if !self.if_match.is_empty() {
+            let Some(etag) = current else {
+                return false;
+            };
+            if !self
+                .if_match
+                .iter()
+                .any(|v| v.is_empty() || etag.is_some_and(|e| e == v.as_slice()))
+            {
+                return false;
+            }
+        }
+        !(self.if_none_match && current.is_some())
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    pub code: Code,
+    pub content_format: Option<u16>,
+    pub payload: Vec<u8>,
+    pub location_path: Vec<String>,
+    pub etag: Option<Vec<u8>>,
+}
+
+/// What to answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Response(Response),
+    /// A Reset (RFC 7252 §4.2), the §8.2 signal to resynchronise.
+    Reset,
+    /// Nothing (a rejected Non-confirmable message).
+    Nothing,
+}
+
+pub(crate) fn respond(code: Code) -> Reply {
+    Reply::Response(Response {
+        code,
+        ..Default::default()
+    })
+}
+
+pub(crate) fn diagnostic(code: Code, text: &str) -> Reply {
+    Reply::Response(Response {
+        code,
+        payload: text.as_bytes().to_vec(),
+        ..Default::default()
+    })
+}
+
+pub(crate) fn content(cf: ContentFormat, payload: Vec<u8>) -> Reply {
+    Reply::Response(Response {
+        code: Code::CONTENT,
+        content_format: Some(cf.0),
+        payload,
+        ..Default::default()
+    })
+}
+
+/// The operation a refusal belongs to, for the reasons both share (their counters keep the
+/// operation's prefix).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Registration, update or removal (RFC 9176 §5).
+    Register,
+    /// Publication of a signed reading.
+    Publish,
+}
+
+/// Every reason the server refuses a request. [`Rejection::code`] and
+/// [`Rejection::counter`] are the one place each reason meets its CoAP code and its counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    // The message layer (RFC 7252 §5.4.1, §5.7.2; RFC 7959).
+    /// An unrecognized critical option (§5.4.1).
+    UnknownCriticalOption(u16),
+    /// Proxy-Uri or Proxy-Scheme: this server is no proxy (§5.7.2, §5.10.2).
+    ProxyingNotSupported,
+    /// Uri-Path or Uri-Query is not UTF-8 (§5.10.1).
+    NotUtf8,
+    /// A Block1 or Block2 option that does not decode (RFC 7959 §2.2).
+    BadBlockOption,
+    /// A Block2 number past the end of the body (RFC 7959 §2.2).
+    BlockOutOfRange,
+    /// Block1 continuing a transfer that never started (RFC 7959 §2.3).
+    Block1NotStarted,
+    /// Block1 out of order or with a wrong size (RFC 7959 §2.3).
+    Block1OutOfSequence,
+    /// A reassembled body over `max_body` (RFC 7959 §2.9.3).
+    BodyTooLarge,
+    /// The Block1 reassembly table (per peer or in all) is full.
+    TooManyTransfers,
+
+    // Any resource.
+    NotFound,
+    MethodNotAllowed,
+    /// The Accept option names a format the resource does not offer (§5.10.4).
+    NotAcceptable,
+    /// If-Match or If-None-Match does not hold (§5.10.8).
+    PreconditionFailed,
+    /// A query parameter that is not an integer in `min..=max`.
+    BadQuery {
+        name: &'static str,
+        min: u64,
+        max: u64,
+    },
+
+    // The Resource Directory (RFC 9176 §5) and the key check of RFC 8387 §7 step 1.
+    UnsupportedFormat(Operation),
+    MissingEp,
+    BadEp,
+    MalformedLinkFormat,
+    MissingKey,
+    BadKey,
+    BadGroup,
+    /// The announced key does not hash to `ep`.
+    KeyMismatch,
+    /// The identity (or its kit) is not on the authorized list.
+    NotAuthorized(Operation),
+    /// The DTLS session does not speak for the entry.
+    PeerMismatch(Operation),
+    /// `sq`/`ss` that do not parse.
+    MalformedResync,
+    /// `ss` is not the device's signature over `sq`.
+    BadResyncSignature,
+    /// A removal with neither `sq`/`ss` nor an authenticated session.
+    UnsignedRemoval,
+    /// A signed removal whose `sq` is not above the high-water mark (a replayed statement).
+    StaleRemoval,
+    /// `/rd/N` is not a live registration.
+    UnknownRegistration,
+
+    // The broker: a publication (RFC 8387 §7, §8.2).
+    UnknownTopic,
+    KidMismatch,
+    BadSignature,
+    AlgorithmMismatch,
+    SequenceMismatch,
+    /// The sequence number is not above the high-water mark (§8.2).
+    Replay,
+    /// The sequence number is too far ahead (§8.2).
+    OutOfWindow,
+    MalformedSenml,
+    MalformedCose,
+    MalformedJws,
+    MalformedReading,
+}
+
+impl Rejection {
+    /// The CoAP response code (RFC 7252 §5.9). [`Rejection::Replay`] and
+    /// [`Rejection::OutOfWindow`] are answered with Reset instead (see [`Rejection::reply`]).
+    pub const fn code(&self) -> Code {
+        use Rejection::*;
+        match self {
+            UnknownCriticalOption(_) | BadBlockOption | BlockOutOfRange => Code::BAD_OPTION,
+            // 5.05 Proxying Not Supported.
+            ProxyingNotSupported => Code::new(5, 5),
+            NotUtf8 | BadQuery { .. } => Code::BAD_REQUEST,
+            Block1NotStarted | Block1OutOfSequence => Code::REQUEST_ENTITY_INCOMPLETE,
+            BodyTooLarge => Code::REQUEST_ENTITY_TOO_LARGE,
+            TooManyTransfers => Code::SERVICE_UNAVAILABLE,
+            NotFound | UnknownRegistration | UnknownTopic => Code::NOT_FOUND,
+            MethodNotAllowed => Code::METHOD_NOT_ALLOWED,
+            NotAcceptable => Code::NOT_ACCEPTABLE,
+            PreconditionFailed => Code::PRECONDITION_FAILED,
+            UnsupportedFormat(_) => Code::UNSUPPORTED_CONTENT_FORMAT,
+            MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
+            | MalformedResync => Code::BAD_REQUEST,
+            MalformedSenml | MalformedCose | MalformedJws | MalformedReading => Code::BAD_REQUEST,
+            KeyMismatch | NotAuthorized(_) | PeerMismatch(_) | KidMismatch => Code::FORBIDDEN,
+            Replay | OutOfWindow => Code::FORBIDDEN,
+            BadResyncSignature | UnsignedRemoval | StaleRemoval => Code::UNAUTHORIZED,
+            BadSignature | AlgorithmMismatch | SequenceMismatch => Code::UNAUTHORIZED,
+        }
+    }
+
+    /// The counter (see [`crate::Stats`]) this refusal is counted under. The names are read
+    /// by `sigil demo`, the end-to-end tests and docs/security.md: keep them stable.
+    pub const fn counter(&self) -> &'static str {
+        use Operation::*;
+        use Rejection::*;
+        match self {
+            UnknownCriticalOption(_)
+            | ProxyingNotSupported
+            | NotUtf8
+            | BadBlockOption
+            | BlockOutOfRange
+            | Block1NotStarted
+            | Block1OutOfSequence
+            | BodyTooLarge
+            | TooManyTransfers => "coap.rejected_request",
+            NotFound => "request.not_found",
+            MethodNotAllowed => "request.method_not_allowed",
+            NotAcceptable => "request.not_acceptable",
+            PreconditionFailed => "request.precondition_failed",
+            BadQuery { .. } => "request.rejected.bad_query",
+            UnsupportedFormat(Register) => "register.rejected.unsupported_content_format",
+            UnsupportedFormat(Publish) => "publish.rejected.unsupported_content_format",
+            MissingEp => "register.rejected.missing_ep",
+            BadEp => "register.rejected.bad_ep",
+            MalformedLinkFormat => "register.rejected.malformed_link_format",
+            MissingKey => "register.rejected.missing_key",
+            BadKey => "register.rejected.bad_key",
+            BadGroup => "register.rejected.bad_group",
+            KeyMismatch => "register.rejected.identity_mismatch",
+            NotAuthorized(Register) => "register.rejected.unauthorized_identity",
+            NotAuthorized(Publish) => "publish.rejected.unauthorized_identity",
+            PeerMismatch(Register) => "register.rejected.dtls_identity_mismatch",
+            PeerMismatch(Publish) => "publish.rejected.dtls_identity_mismatch",
+            MalformedResync | BadResyncSignature => "register.rejected.bad_resync_signature",
+            UnsignedRemoval => "register.rejected.unsigned_removal",
+            StaleRemoval => "register.rejected.stale_removal",
+            UnknownRegistration => "register.rejected.not_found",
+            UnknownTopic => "publish.rejected.unknown_topic",
+            KidMismatch => "publish.rejected.kid_mismatch",
+            BadSignature => "publish.rejected.bad_signature",
+            AlgorithmMismatch => "publish.rejected.algorithm_mismatch",
+            SequenceMismatch => "publish.rejected.sequence_mismatch",
+            Replay => "publish.rejected.replay",
+            OutOfWindow => "publish.rejected.out_of_window",
+            MalformedSenml => "publish.rejected.malformed_senml",
+            MalformedCose => "publish.rejected.malformed_cose",
+            MalformedJws => "publish.rejected.malformed_jws",
+            MalformedReading => "publish.rejected.malformed_reading",
+        }
+    }
+
+    /// The diagnostic payload (RFC 7252 §5.5.2): what the peer did, in a few words.
+    pub fn diagnostic(&self) -> String {
+        use Rejection::*;
+        match self {
+            UnknownCriticalOption(n) => format!("unrecognized critical option {n}"),
+            ProxyingNotSupported => "this server is not a proxy".into(),
+            NotUtf8 => "Uri-Path or Uri-Query is not UTF-8".into(),
+            BadBlockOption => "bad Block option".into(),
+            BlockOutOfRange => "block out of range".into(),
+            Block1NotStarted => "Block1 transfer not started".into(),
+            Block1OutOfSequence => "Block1 out of sequence".into(),
+            BodyTooLarge => "body too large".into(),
+            TooManyTransfers => "too many block-wise transfers".into(),
+            NotFound | MethodNotAllowed | NotAcceptable | PreconditionFailed => String::new(),
+            BadQuery { name, min, max } => {
+                format!("{name} must be an integer from {min} to {max}")
+            }
+            UnsignedRemoval => "removal must be signed (sq, ss)".into(),
+            StaleRemoval => "removal sequence number not above the last one seen".into(),
+            other => other.reason().into(),
+        }
+    }
+
+    /// The short name logs use (the counter without its prefix).
+    pub fn reason(&self) -> &'static str {
+        let c = self.counter();
+        c.rsplit('.').next().unwrap_or(c)
+    }
+
+    /// The answer: a response with [`Rejection::code`] and the diagnostic, except that a
+    /// replayed or out-of-window publication is answered with Reset if Confirmable and not
+    /// at all otherwise (RFC 8387 §8.2: the device resynchronises by re-registering).
+    pub fn reply(&self, confirmable: bool) -> Reply {
+        match self {
+            Self::Replay | Self::OutOfWindow if confirmable => Reply::Reset,
+            Self::Replay | Self::OutOfWindow => Reply::Nothing,
+            _ => diagnostic(self.code(), &self.diagnostic()),
+        }
+    }
+}
+
+impl From<&ReadingError> for Rejection {
+    fn from(e: &ReadingError) -> Self {
+        match e {
+            ReadingError::Cose(_) => Self::MalformedCose,
+            ReadingError::Jws(_) => Self::MalformedJws,
+            ReadingError::Senml(_) => Self::MalformedSenml,
+            ReadingError::KidMismatch => Self::KidMismatch,
+            ReadingError::BadSignature => Self::BadSignature,
+            ReadingError::AlgorithmMismatch => Self::AlgorithmMismatch,
+            ReadingError::SequenceMismatch => Self::SequenceMismatch,
+            _ => Self::MalformedReading,
+        }
+    }
+}
+
+impl From<ReadingError> for Rejection {
+    fn from(e: ReadingError) -> Self {
+        Self::from(&e)
+    }
+}
+
+/// Per-batch handling context: the service's caches, plus what this batch changed (visible
+/// to later requests of the same batch, applied to the caches only after the commit).
+pub(crate) struct Ctx<'a> {
+    pub svc: &'a State,
+    pub now: UnixTime,
+    pub new_highest: &'a mut HashMap<Identity, u64>,
+    pub new_entries: &'a mut Vec<Entry>,
+    pub removed: &'a mut Vec<i64>,
+    pub new_authorized: &'a mut Vec<Identity>,
+    pub counts: &'a mut BTreeMap<&'static str, u64>,
+}
+
+impl Ctx<'_> {
+    pub fn count(&mut self, key: &'static str) {
+        *self.counts.entry(key).or_insert(0) += 1;
+    }
+
+    /// Counts and logs a refusal and makes its answer.
+    pub fn reject(&mut self, why: Rejection, req: &Request) -> Reply {
+        self.count(why.counter());
+        tracing::warn!(reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused");
+        why.reply(req.confirmable())
+    }
+
+    /// The wall clock in the seconds the store keeps.
+    pub fn secs(&self) -> i64 {
+        self.now.as_secs()
+    }
+
+    pub fn highest(&self, ep: &Identity) -> u64 {
+        self.new_highest
+            .get(ep)
+            .or_else(|| self.svc.highest.get(ep))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A registration as this batch sees it, live or expired.
+    pub fn entry(&self, id: i64) -> Option<&Entry> {
+        if self.removed.contains(&id) {
+            return None;
+        }
+        self.new_entries
+            .iter()
+            .rev()
+            .find(|e| e.reg.id == id)
+            .or_else(|| self.svc.entries.get(&id))
+    }
+
+    pub fn is_authorized(&self, id: &Identity) -> bool {
+        self.svc.authorized.contains_key(id) || self.new_authorized.contains(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preconditions_follow_rfc7252_5_10_8() {
+        let none = Preconditions::default();
+        let exists = Preconditions {
+            if_match: vec![vec![]],
+            if_none_match: false,
+        };
+        let tag = Preconditions {
+            if_match: vec![vec![9], vec![1, 2]],
+            if_none_match: false,
+        };
+        let absent = Preconditions {
+            if_match: vec![],
+            if_none_match: true,
+        };
+        for p in [&none, &exists, &tag, &absent] {
+            assert_eq!(p.hold(Some(Some(&[1, 2]))), p != &absent);
+        }
+        assert!(none.hold(None) && absent.hold(None));
+        assert!(!exists.hold(None) && !tag.hold(None));
+        assert!(exists.hold(Some(None)));
+        assert!(!tag.hold(Some(None)) && !tag.hold(Some(Some(&[3]))));
+    }
+
+    #[test]
+    fn every_refusal_has_a_counter_under_its_operation() {
+        for (r, c) in [
+            (
+                Rejection::NotAuthorized(Operation::Register),
+                "register.rejected.unauthorized_identity",
+            ),
+            (
+                Rejection::NotAuthorized(Operation::Publish),
+                "publish.rejected.unauthorized_identity",
+            ),
+            (
+                Rejection::KeyMismatch,
+                "register.rejected.identity_mismatch",
+            ),
+            (Rejection::Replay, "publish.rejected.replay"),
+        ] {
+            assert_eq!(r.counter(), c);
+        }
+        assert_eq!(Rejection::Replay.reply(true), Reply::Reset);
+        assert_eq!(Rejection::OutOfWindow.reply(false), Reply::Nothing);
+        assert_eq!(Rejection::ProxyingNotSupported.code(), Code::new(5, 5));
+    }
+}
