@@ -205,7 +205,7 @@ impl Dispatcher {
         let replies = self.service.handle_batch(&requests, wall);
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
-                Reply::Response(r) => encode_response(&p, r, self.szx_for(p.from)),
+                Reply::Response(r) => encode_response(&p, r, self.szx_for(p.from), &self.stats),
                 Reply::Reset => Some(empty(MessageType::Reset, p.mid).to_vec()),
                 Reply::Nothing => None,
             };
@@ -498,7 +498,7 @@ impl Dispatcher {
             block1,
             request: Request::new(peer.addr, Code::EMPTY),
         };
-        if let Some(b) = encode_response(&p, response, self.szx_for(peer)) {
+        if let Some(b) = encode_response(&p, response, self.szx_for(peer), &self.stats) {
             if let Some(e) = self.dedup.get_mut(&(peer, msg.message_id)) {
                 e.response = Some(b.clone());
             }
@@ -509,7 +509,7 @@ impl Dispatcher {
 
 /// Encodes a response: piggybacked in an ACK for a Confirmable request, Non-confirmable
 /// otherwise (§5.2); large bodies are cut into Block2 blocks (RFC 7959 §2.4).
-fn encode_response(p: &Pending, r: Response, default_szx: u8) -> Option<Vec<u8>> {
+fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> Option<Vec<u8>> {
     let (mtype, mid) = match p.mtype {
         MessageType::Confirmable => (MessageType::Acknowledgement, p.mid),
         // A response to a NON request is NON with a fresh message ID; derive it from the
@@ -534,12 +534,13 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8) -> Option<Vec<u8>>
                     request: Request::new(p.from.addr, Code::EMPTY),
                 };
                 let why = Rejection::BlockOutOfRange;
+                stats.incr(why.counter());
                 let refusal = Response {
                     code: why.code(),
                     payload: why.diagnostic().into_bytes(),
                     ..Default::default()
                 };
-                return encode_response(&plain, refusal, default_szx);
+                return encode_response(&plain, refusal, default_szx, stats);
             }
         }
     } else {
