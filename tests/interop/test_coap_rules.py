@@ -10,7 +10,7 @@ import pytest
 from aiocoap import GET, POST, PUT, Message
 from aiocoap.numbers.codes import Code
 
-from conftest import SIGIL
+from conftest import SIGIL, free_port, sigil, wait_ready
 from test_aiocoap_pycose import Ed25519Device, b64, parse_links, register, request, run, senml
 
 CLIENT = shutil.which("coap-client-notls") or shutil.which("coap-client") or shutil.which("coap-client-gnutls")
@@ -231,3 +231,22 @@ def test_sigil_app_follows_absolute_targets(server, tmp_path):
     out = subprocess.run([SIGIL, "app", "--server", server.uri, "--json"],
                          capture_output=True, text=True, check=True, timeout=120)
     assert '"verified": 3' in out.stdout, out.stdout
+
+
+def test_lookup_targets_name_the_address_a_wildcard_listener_was_reached_at(tmp_path):
+    port, dport = free_port(), free_port()
+    proc = subprocess.Popen([SIGIL, "server", "--listen", f"0.0.0.0:{port}", "--dtls-listen", f"0.0.0.0:{dport}",
+                             "--db", str(tmp_path / "w.db")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(port)
+        dev = Ed25519Device()
+        sigil("provision", "--db", str(tmp_path / "w.db"), "add", dev.identity)
+        uri = f"coap://127.0.0.1:{port}"
+        links = f'</m>;rt="sigil.env";ct=18;key="{b64(dev.pub)}";alg=-8'
+        resp = run(request(POST, f"{uri}/rd?ep={dev.identity}&lt=300", links.encode(), content_format=40))
+        assert resp.code == Code.CREATED
+        (res,) = parse_links(run(request(GET, f"{uri}/rd-lookup/res")).payload.decode())
+        assert res["href"] == f"{uri}/ps/{resp.opt.location_path[1]}/m"
+    finally:
+        proc.kill()
+        proc.wait()

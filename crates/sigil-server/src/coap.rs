@@ -19,7 +19,7 @@ use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::Rng;
 use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// A received datagram and its sender.
 pub type Datagram = (SocketAddr, Vec<u8>);
@@ -44,6 +44,9 @@ impl Endpoint {
 #[derive(Clone, Debug)]
 pub struct Inbound {
     pub from: Endpoint,
+    /// The address the datagram was sent to, when the socket reports it (a server on a
+    /// wildcard address); links in answers are resolved against it.
+    pub to: Option<IpAddr>,
     pub auth: Option<crate::auth::PeerAuth>,
     pub bytes: Vec<u8>,
 }
@@ -111,18 +114,33 @@ impl Dispatcher {
         wall: UnixTime,
         rng: &mut dyn Rng,
     ) -> Vec<Datagram> {
+        let received = datagrams.into_iter().map(|(p, b)| (p, None, b)).collect();
+        self.handle_secure_received(layer, received, now, wall, rng)
+    }
+
+    /// [`Dispatcher::handle_secure_at`] with each datagram's destination address, when the
+    /// socket reports it.
+    pub fn handle_secure_received(
+        &mut self,
+        layer: &mut SecureLayer,
+        datagrams: Vec<(SocketAddr, Option<IpAddr>, Vec<u8>)>,
+        now: Instant,
+        wall: UnixTime,
+        rng: &mut dyn Rng,
+    ) -> Vec<Datagram> {
         if let Some(c) = self.service.changed_credentials() {
             layer.trust().replace(c);
         }
         let mut out = Vec::new();
         let mut batch = Vec::new();
-        for (peer, bytes) in datagrams {
+        for (peer, to, bytes) in datagrams {
             for d in layer.handle_datagram(now, wall, rng, peer, &bytes, &mut out) {
                 batch.push(Inbound {
                     from: Endpoint {
                         addr: d.peer,
                         secure: true,
                     },
+                    to,
                     auth: d.auth,
                     bytes: d.message,
                 });
@@ -171,6 +189,7 @@ impl Dispatcher {
             .into_iter()
             .map(|(addr, bytes)| Inbound {
                 from: Endpoint::plain(addr),
+                to: None,
                 auth: None,
                 bytes,
             })
@@ -233,12 +252,16 @@ impl Dispatcher {
     }
 
     /// `scheme://authority` a request was sent to: Uri-Host and Uri-Port if given (RFC 7252
-    /// §6.4), else the address of the socket it arrived on.
-    fn origin(&self, from: Endpoint, msg: &Message<'_>) -> String {
-        let (scheme, local) = match (from.secure, &self.config.dtls) {
+    /// §6.4), else the datagram's destination address (or the socket's, when the socket
+    /// layer did not report it) and the socket's port.
+    fn origin(&self, d: &Inbound, msg: &Message<'_>) -> String {
+        let (scheme, mut local) = match (d.from.secure, &self.config.dtls) {
             (true, Some(d)) => ("coaps", d.listen),
             _ => ("coap", self.config.listen),
         };
+        if let Some(to) = d.to {
+            local.set_ip(to);
+        }
         let host = msg
             .option(option::URI_HOST)
             .and_then(|h| std::str::from_utf8(h).ok())
@@ -410,7 +433,7 @@ impl Dispatcher {
                         .collect(),
                     if_none_match: msg.option(option::IF_NONE_MATCH).is_some(),
                 },
-                origin: self.origin(d.from, &msg),
+                origin: self.origin(d, &msg),
                 auth: d.auth.clone(),
             },
         })

@@ -8,7 +8,7 @@
 //! (one database commit), and sends the answers. [`Server::start`] is async so a tokio
 //! program can start and stop it; the hot path has no hand-offs between tasks or threads.
 
-use crate::coap::{Datagram, Dispatcher};
+use crate::coap::{Dispatcher, Endpoint, Inbound};
 use crate::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use crate::service::{Service, ServiceConfig};
 use crate::stats::Stats;
@@ -19,7 +19,7 @@ use sigil_crypto::{
 };
 use sigil_identity::Identity;
 use sigil_time::{Instant, UnixTime};
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -153,6 +153,11 @@ impl Server {
                     None => server_key(&store)?,
                 };
                 let dsock = bind_udp(dc.listen, config.receive_buffer)?;
+                if dc.listen.ip().is_unspecified() {
+                    if let Err(e) = report_destinations(&dsock) {
+                        tracing::warn!(error = %e, "coaps:// lookup targets will name the wildcard address");
+                    }
+                }
                 let mut secret = [0u8; 32];
                 OsRng
                     .fill(&mut secret)
@@ -165,6 +170,11 @@ impl Server {
         };
         let service = Service::new(store, config.service.clone(), stats.clone())?;
         let socket = bind_udp(config.listen, config.receive_buffer)?;
+        if config.listen.ip().is_unspecified() {
+            if let Err(e) = report_destinations(&socket) {
+                tracing::warn!(error = %e, "lookup targets will name the wildcard address");
+            }
+        }
         let local_addr = socket.local_addr()?;
         // The addresses actually bound (a port 0 was chosen by the kernel): links in answers
         // are resolved against them.
@@ -250,12 +260,22 @@ fn run(
         }
         let (plain_ready, secure_ready) =
             wait_readable(&socket, secure.as_ref().map(|(s, _)| s), wait);
-        let mut plain: Vec<Datagram> = Vec::new();
+        let mut plain: Vec<Received> = Vec::new();
         if plain_ready {
             drain(&socket, &mut buf, batch_max, &mut plain);
         }
         if !plain.is_empty() {
-            for (peer, bytes) in d.handle_at(plain, clock.now(), clock.wall()) {
+            let batch = plain
+                .into_iter()
+                .map(|(peer, to, bytes)| Inbound {
+                    from: Endpoint::plain(peer),
+                    to,
+                    auth: None,
+                    bytes,
+                })
+                .collect();
+            for (to, bytes) in d.handle_inbound_at(batch, clock.now(), clock.wall()) {
+                let peer = to.addr;
                 if let Err(e) = socket.send_to(&bytes, peer) {
                     tracing::debug!(error = %e, %peer, "send failed");
                     stats.incr("server.send_failed");
@@ -265,12 +285,12 @@ fn run(
             d.handle_timeout(clock.now());
         }
         if let Some((dsock, layer)) = &mut secure {
-            let mut datagrams: Vec<Datagram> = Vec::new();
+            let mut received: Vec<Received> = Vec::new();
             if secure_ready {
-                drain(dsock, &mut buf, batch_max, &mut datagrams);
+                drain(dsock, &mut buf, batch_max, &mut received);
             }
             for (peer, bytes) in
-                d.handle_secure_at(layer, datagrams, clock.now(), clock.wall(), &mut OsRng)
+                d.handle_secure_received(layer, received, clock.now(), clock.wall(), &mut OsRng)
             {
                 if let Err(e) = dsock.send_to(&bytes, peer) {
                     tracing::debug!(error = %e, %peer, "send failed (coaps)");
@@ -306,11 +326,14 @@ fn server_key(store: &Store) -> Result<SecretKey, StartError> {
     })
 }
 
+/// A datagram, its sender, and the address it was sent to if the kernel reported it.
+type Received = (SocketAddr, Option<IpAddr>, Vec<u8>);
+
 /// Reads what is queued on a non-blocking socket, up to `max` datagrams.
-fn drain(socket: &std::net::UdpSocket, buf: &mut [u8], max: usize, into: &mut Vec<Datagram>) {
+fn drain(socket: &UdpSocket, buf: &mut [u8], max: usize, into: &mut Vec<Received>) {
     while into.len() < max {
-        match socket.recv_from(buf) {
-            Ok((n, peer)) => into.push((peer, buf[..n].to_vec())),
+        match recv_with_destination(socket, buf) {
+            Ok((n, peer, to)) => into.push((peer, to, buf[..n].to_vec())),
             // WouldBlock ends the drain; ICMP errors surface here on some platforms: keep
             // serving.
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -321,6 +344,112 @@ fn drain(socket: &std::net::UdpSocket, buf: &mut [u8], max: usize, into: &mut Ve
                 }
             }
         }
+    }
+}
+
+/// Asks the kernel to report each datagram's destination address (IP_PKTINFO,
+/// IPV6_RECVPKTINFO, RFC 3542 §6): on a wildcard address the server then knows which of its
+/// addresses a request was sent to.
+fn report_destinations(socket: &UdpSocket) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (level, name) = if socket.local_addr()?.is_ipv6() {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: `on` outlives the call and its size is passed with it.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `recvmsg`: the datagram into `buf`, its sender, and its destination address if the socket
+/// reports it (see [`report_destinations`]).
+fn recv_with_destination(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr, Option<IpAddr>)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: all-zero is a valid value of these plain C structures.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for one in6_pktinfo control message, 8-byte aligned.
+    let mut control = [0u64; 16];
+    // SAFETY: as above.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: every pointer in `msg` points into live buffers of the lengths given.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let peer = socket_addr(&name)
+        .ok_or_else(|| std::io::Error::other("datagram from an address that is not IP"))?;
+    let mut to = None;
+    // SAFETY: the kernel filled `control` up to `msg_controllen`; the CMSG macros stay
+    // within it, and the payloads are read unaligned as the structure the header names.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let h = &*c;
+            if h.cmsg_level == libc::IPPROTO_IP && h.cmsg_type == libc::IP_PKTINFO {
+                let info: libc::in_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                to = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    info.ipi_addr.s_addr,
+                ))));
+            } else if h.cmsg_level == libc::IPPROTO_IPV6 && h.cmsg_type == libc::IPV6_PKTINFO {
+                let info: libc::in6_pktinfo = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    let len = usize::try_from(n).unwrap_or(0).min(buf.len());
+    Ok((len, peer, to))
+}
+
+fn socket_addr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: libc::sockaddr_in =
+                unsafe { std::ptr::read_unaligned((s as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: libc::sockaddr_in6 =
+                unsafe { std::ptr::read_unaligned((s as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
     }
 }
 

@@ -8,7 +8,7 @@ use sigil_crypto::{CryptoError, Rng, RustCrypto};
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::{Dispatcher, Endpoint, Inbound, ServerConfig, Stats, Store};
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
@@ -195,8 +195,8 @@ impl Bench {
         self.as_device(put)
     }
 
-    /// A request from another client.
-    fn request(&mut self, code: Code, path: &str, opts: &[(u16, Vec<u8>)]) -> Answer {
+    /// A Confirmable request from another client.
+    fn build(&mut self, code: Code, path: &str, opts: &[(u16, Vec<u8>)]) -> Vec<u8> {
         self.mid += 1;
         let mut buf = [0u8; 512];
         let b =
@@ -214,7 +214,12 @@ impl Bench {
                 .filter(|s| !s.is_empty())
                 .map(|s| (option::URI_QUERY, s.as_bytes().to_vec())),
         );
-        let m = with_options(&base, &all);
+        with_options(&base, &all)
+    }
+
+    /// A request from another client, and its answer.
+    fn request(&mut self, code: Code, path: &str, opts: &[(u16, Vec<u8>)]) -> Answer {
+        let m = self.build(code, path, opts);
         let mut answers = self.deliver(CLIENT, m);
         assert_eq!(answers.len(), 1);
         answers.remove(0)
@@ -453,5 +458,20 @@ fn lookup_targets_are_resolved_against_where_the_request_went() {
             .starts_with(&format!("<coap://[::1]:5683/{topic}>;")),
         "{}",
         v6.payload()
+    );
+    // Without Uri-Host, the destination address the socket reported (a wildcard listener).
+    let m = b.build(Code::GET, "rd-lookup/res", &[]);
+    let inbound = Inbound {
+        from: Endpoint::plain(CLIENT),
+        to: Some("192.0.2.7".parse().unwrap()),
+        auth: None,
+        bytes: m,
+    };
+    let out =
+        b.d.handle_inbound_at(vec![inbound], Instant::from_millis(b.now_ms), b.wall());
+    let text = String::from_utf8_lossy(Message::parse(&out[0].1).unwrap().payload).into_owned();
+    assert!(
+        text.starts_with(&format!("<coap://192.0.2.7:5683/{topic}>;")),
+        "{text}"
     );
 }
