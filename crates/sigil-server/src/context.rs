@@ -329,6 +329,35 @@ impl Rejection {
         }
     }
 
+    /// The operation refused, for a registration or publication refusal; `None` for the
+    /// refusals any request can get.
+    pub const fn operation(&self) -> Option<Operation> {
+        use Rejection::*;
+        match self {
+            UnknownCriticalOption(_)
+            | ProxyingNotSupported
+            | NotUtf8
+            | BadBlockOption
+            | BlockOutOfRange
+            | Block1NotStarted
+            | Block1OutOfSequence
+            | BodyTooLarge
+            | TooManyTransfers
+            | NotFound
+            | MethodNotAllowed
+            | NotAcceptable
+            | PreconditionFailed
+            | BadQuery { .. } => None,
+            UnsupportedFormat(op) | NotAuthorized(op) | PeerMismatch(op) => Some(*op),
+            MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
+            | KeyMismatch | MalformedResync | BadResyncSignature | UnsignedRemoval
+            | StaleRemoval | UnknownRegistration => Some(Operation::Register),
+            UnknownTopic | KidMismatch | BadSignature | AlgorithmMismatch | SequenceMismatch
+            | Replay | OutOfWindow | MalformedSenml | MalformedCose | MalformedJws
+            | MalformedReading => Some(Operation::Publish),
+        }
+    }
+
     /// The diagnostic payload (RFC 7252 §5.5.2): what the peer did, in a few words.
     pub fn diagnostic(&self) -> String {
         use Rejection::*;
@@ -411,7 +440,14 @@ impl Ctx<'_> {
     /// Counts and logs a refusal and makes its answer.
     pub fn reject(&mut self, why: Rejection, req: &Request) -> Reply {
         self.count(why.counter());
-        tracing::warn!(reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused");
+        match why.operation() {
+            Some(op) => {
+                tracing::warn!(?op, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
+            }
+            None => {
+                tracing::debug!(reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
+            }
+        }
         why.reply(req.confirmable())
     }
 

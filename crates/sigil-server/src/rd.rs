@@ -118,7 +118,6 @@ type Handled = Result<Reply, StoreError>;
 
 impl Ctx<'_> {
     fn refuse(&mut self, why: Rejection, req: &Request) -> Handled {
-        tracing::debug!(ep = req.query("ep").unwrap_or(""), "registration refused");
         Ok(self.reject(why, req))
     }
 

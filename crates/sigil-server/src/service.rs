@@ -39,7 +39,7 @@ pub struct ServiceConfig {
     pub danger_trust_on_first_use: bool,
     /// Threads for signature verification within a batch.
     pub verify_workers: usize,
-    /// Most readings returned by one history request.
+    /// Most readings one history request may ask for (`n`); more is refused with 4.00.
     pub max_history: u32,
     /// Lifetime when a registration gives none (RFC 9176 §5: 90000 s).
     pub default_lifetime: u32,
