@@ -265,7 +265,13 @@ impl Dispatcher {
         let host = msg
             .option(option::URI_HOST)
             .and_then(|h| std::str::from_utf8(h).ok())
-            .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_graphic() && c != '/'));
+            // A reg-name or IP literal (RFC 3986 §3.2.2); anything else is ignored so it cannot
+            // end up in the link format of the answer.
+            .filter(|h| {
+                !h.is_empty()
+                    && h.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-._~:[]%".contains(c))
+            });
         let host = match host {
             Some(h) if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
             Some(h) => h.to_string(),

@@ -459,6 +459,18 @@ fn lookup_targets_are_resolved_against_where_the_request_went() {
         "{}",
         v6.payload()
     );
+    // A Uri-Host that is no host name cannot reach the link format.
+    let odd = b.request(
+        Code::GET,
+        "rd-lookup/res",
+        &[(option::URI_HOST, b"a>;x=\"1".to_vec())],
+    );
+    assert!(
+        odd.payload()
+            .starts_with(&format!("<coap://127.0.0.1:5683/{topic}>;")),
+        "{}",
+        odd.payload()
+    );
     // Without Uri-Host, the destination address the socket reported (a wildcard listener).
     let m = b.build(Code::GET, "rd-lookup/res", &[]);
     let inbound = Inbound {
