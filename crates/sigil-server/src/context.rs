@@ -1,6 +1,6 @@
 //! What every handler works with: the [`Request`] as the message layer hands it up, the
 //! [`Reply`] it gets, the one [`Rejection`] type (CoAP code and counter in one place), and the
-//! per-batch context [`Ctx`] that sees the batch's own writes before they are committed.
+//! per-batch context `Ctx` that sees the batch's own writes before they are committed.
 
 use crate::auth::PeerAuth;
 use crate::rd::Entry;

@@ -1,6 +1,6 @@
 //! The socket side: the one thread that owns the coap:// and coaps:// sockets, waits for
 //! them, reads batches of datagrams and sends the answers. It is the only place in the
-//! server that reads the operating system's clocks ([`Clock`]) and randomness ([`OsRng`]);
+//! server that reads the operating system's clocks ([`Clock`]) and randomness (`OsRng`);
 //! everything below it ([`crate::coap`], the service, the handlers) takes time as an argument.
 //!
 //! It blocks until a socket is readable (or a timer is due), drains whatever else is queued

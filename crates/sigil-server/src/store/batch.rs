@@ -14,7 +14,7 @@ pub struct Batch<'t> {
 }
 
 impl Batch<'_> {
-    /// See [`Store::add_identity`].
+    /// See [`super::Store::add_identity`].
     pub fn add_identity(
         &self,
         id: &Identity,
