@@ -14,7 +14,8 @@ pub struct AppArgs {
     /// The application's own list of trusted identities (same format as `provision import`).
     #[arg(long)]
     pub trust: Option<PathBuf>,
-    /// Fetch only the newest N readings per sensor (default: all).
+    /// Fetch only the newest N readings per sensor (default: all). N is at most the broker's
+    /// limit per request (100 for `sigil server`, docs/wire-formats.md).
     #[arg(long)]
     pub history: Option<u32>,
     #[arg(long)]
