@@ -487,3 +487,61 @@ fn lookup_targets_are_resolved_against_where_the_request_went() {
         "{text}"
     );
 }
+
+/// Requests with the options these rules read (If-Match, If-None-Match, Accept, Uri-Host,
+/// Uri-Port, Proxy-*, queries), with bytes changed at random: every answer is well-formed
+/// CoAP and nothing panics.
+#[test]
+fn mutated_requests_get_well_formed_answers() {
+    let mut b = Bench::new(3600);
+    b.register();
+    b.publish(1.0, &[]);
+    let topic = b.topic();
+    let seeds: Vec<Vec<u8>> = vec![
+        b.build(
+            Code::GET,
+            &format!("{topic}?n=5&after=0"),
+            &[(option::IF_MATCH, vec![0; 8])],
+        ),
+        b.build(Code::PUT, &topic, &[(option::IF_NONE_MATCH, vec![])]),
+        b.build(
+            Code::GET,
+            "rd-lookup/res?page=0&count=1",
+            &[
+                (option::URI_HOST, b"h.example".to_vec()),
+                (option::URI_PORT, uint(1)),
+                (option::ACCEPT, uint(40)),
+            ],
+        ),
+        b.build(
+            Code::GET,
+            ".well-known/core",
+            &[(option::PROXY_SCHEME, b"coap".to_vec())],
+        ),
+        b.build(Code::POST, "rd?ep=00&lt=1", &[]),
+    ];
+    let mut rng = Seeded(42);
+    for i in 0..4000u32 {
+        let mut m = seeds[i as usize % seeds.len()].clone();
+        let mut r = [0u8; 4];
+        rng.fill(&mut r).unwrap();
+        for k in 0..(1 + r[0] % 4) {
+            let pos = 4 + (usize::from(r[1]) + 31 * usize::from(k)) % (m.len().max(5) - 4);
+            if pos < m.len() {
+                m[pos] = m[pos].wrapping_add(r[2] | 1).rotate_left(u32::from(k));
+            }
+        }
+        if r[3] % 7 == 0 {
+            m.truncate(m.len() - usize::from(r[3]) % m.len().min(6));
+        }
+        // A fresh message ID each time, so every datagram reaches the handlers.
+        m[2..4].copy_from_slice(&(i as u16).to_be_bytes());
+        b.now_ms += 1;
+        for a in b.deliver(CLIENT, m) {
+            Message::parse(&a.0).expect("answers are well-formed CoAP");
+        }
+    }
+    // Most of them still parse and reach the handlers.
+    let malformed = b.stats.get("coap.malformed");
+    assert!(malformed < 2000, "{:?}", b.stats.snapshot());
+}
