@@ -153,7 +153,7 @@ def test_the_largest_lifetime_is_accepted(server):
     assert ep["lt"] == str(2 ** 32 - 1)
 
 
-@pytest.mark.parametrize("query", ["n=-1", "n=abc", "n=0", "n=101", "after=abc", "after=-1"])
+@pytest.mark.parametrize("query", ["n=-1", "n=abc", "n=0", "n=101", "n=%2B5", "after=abc", "after=-1"])
 def test_bad_history_queries_are_refused(server, topic_with_device, query):
     dev, topic = topic_with_device
     publish(server, dev, topic, 1)

@@ -76,8 +76,14 @@ impl Request {
         let Some(v) = self.query(name) else {
             return Ok(None);
         };
-        match v.parse::<u64>() {
-            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        // Digits only: `u64::from_str` would also take a leading `+`.
+        let n = v
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| v.parse::<u64>().ok())
+            .flatten();
+        match n {
+            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
             _ => Err(Rejection::BadQuery { name, min, max }),
         }
     }
@@ -507,6 +513,27 @@ mod tests {
         assert!(!exists.hold(None) && !tag.hold(None));
         assert!(exists.hold(Some(None)));
         assert!(!tag.hold(Some(None)) && !tag.hold(Some(Some(&[3]))));
+    }
+
+    #[test]
+    fn integer_queries_are_digits_within_their_range() {
+        let mut r = Request::new("127.0.0.1:1".parse().unwrap(), Code::GET);
+        for (q, ok) in [
+            ("n=5", Some(Some(5))),
+            ("n=007", Some(Some(7))),
+            ("x=1", Some(None)),
+            ("n=+5", None),
+            ("n=-1", None),
+            ("n=", None),
+            ("n", None),
+            ("n=5 ", None),
+            ("n=11", None),
+            ("n=0", None),
+            ("n=99999999999999999999999", None),
+        ] {
+            r.query = vec![q.to_string()];
+            assert_eq!(r.query_int("n", 1, 10).ok(), ok, "{q}");
+        }
     }
 
     #[test]
