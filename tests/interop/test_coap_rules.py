@@ -94,6 +94,14 @@ def test_link_format_resources_refuse_other_formats(server, path):
     assert ok.code == Code.CONTENT and ok.opt.content_format == LINK_FORMAT
 
 
+@pytest.mark.skipif(CLIENT is None, reason="libcoap3-bin is installed by scripts/install-test-deps")
+def test_libcoap_accept_json_on_discovery_gets_4_06(server):
+    out = subprocess.run([CLIENT, "-m", "get", "-A", str(JSON), f"{server.uri}/.well-known/core"],
+                         capture_output=True, text=True, timeout=30)
+    assert "4.06" in out.stdout + out.stderr, (out.stdout, out.stderr)
+    assert "</rd>" not in out.stdout
+
+
 def test_topics_offer_their_format_and_cbor_history_only(server, topic_with_device):
     dev, topic = topic_with_device
     publish(server, dev, topic, 1)
