@@ -4,27 +4,14 @@
 //! outside with aiocoap and libcoap in tests/interop/test_coap_rules.py.
 
 use sigil_coap::{option, Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::{Rng, RustCrypto};
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, Endpoint, Inbound, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
-
-struct Seeded(u64);
-impl Rng for Seeded {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 33) as u8;
-        }
-        Ok(())
-    }
-}
 
 const NOW: i64 = 1_700_000_000;
 const DEVICE: SocketAddr =

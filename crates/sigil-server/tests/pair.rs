@@ -1,29 +1,16 @@
 //! Devices and the server in memory, with virtual time: the real device state machine talks
 //! CoAP to the real dispatcher and service over a lossless (or deliberately lossy) "link".
 
-use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::path::Path;
-
-struct Seeded(u64);
-impl Rng for Seeded {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 33) as u8;
-        }
-        Ok(())
-    }
-}
 
 const NOW: i64 = 1_700_000_000;
 

@@ -3,9 +3,7 @@
 //! Authorization by the DTLS-authenticated identity, and the capped tables under floods.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{
-    CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm,
-};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_dtls::{Config, Connection, Credentials, Session, Trust};
 use sigil_identity::Identity;
@@ -13,23 +11,10 @@ use sigil_objects::senml::{Record, Value};
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::time::Duration;
-
-struct Seeded(u64);
-impl Rng for Seeded {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 33) as u8;
-        }
-        Ok(())
-    }
-}
 
 const NOW: i64 = 1_700_000_000;
 
