@@ -540,9 +540,11 @@ impl RecordLayer {
         if cid_record && rec.cid != self.own_cid() {
             return Err(Error::BadRecordMac);
         }
+        // Nothing this side sends is longer than a datagram it builds; a longer record is
+        // unauthenticated yet (anyone can send one), so it is dropped, not fatal.
         let frag = buf
             .get_mut(..rec.fragment.len())
-            .ok_or(Error::RecordOverflow)?;
+            .ok_or(Error::Unauthenticated("record longer than a datagram"))?;
         frag.copy_from_slice(rec.fragment);
         let plain: &[u8] = if h.epoch == 0 {
             frag
@@ -982,9 +984,12 @@ impl Handshaking {
                 return Ok(done);
             }
             ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(epoch, plain),
-            // Once the peer's records are protected, an epoch-0 alert is unauthenticated
-            // (anyone can forge it): dropped, so a spoofed datagram cannot end the connection.
-            ContentType::ALERT if epoch < self.rl.read_epoch => Err(Error::UnknownEpoch(epoch)),
+            // Once the peer's records are protected, an epoch-0 record other than a
+            // retransmission (handshake, ChangeCipherSpec) is unauthenticated (anyone can
+            // forge it): dropped, so a spoofed datagram cannot end the handshake.
+            _ if epoch < self.rl.read_epoch => Err(Error::Unauthenticated(
+                "plaintext record after the peer's ChangeCipherSpec",
+            )),
             ContentType::ALERT => match read_alert(plain) {
                 Ok(Some(e)) => {
                     self.failed = Some(e);
@@ -1029,6 +1034,10 @@ impl Handshaking {
             // exist) is the CVE-2017-7243 class of bug.
             Some(Hs::ExpectChangeCipherSpec(s)) if epoch == 0 => {
                 self.rl.read_epoch = 1;
+                // The peer's next message (Finished) comes in epoch 1: epoch-0 fragments held
+                // for it or beyond were not the peer's and must not be joined to it.
+                self.reassembler.reset();
+                self.ahead = Ahead::new();
                 self.state = Some(Hs::ExpectFinished(s.handle_ccs()));
                 Ok(())
             }
@@ -1068,6 +1077,13 @@ impl Handshaking {
                 }
             }
             return Ok(None);
+        }
+        // After the peer's ChangeCipherSpec its new messages are protected: a plaintext one
+        // is not the peer's (a retransmission of an older one was handled above).
+        if epoch < self.rl.read_epoch {
+            return Err(Error::Unauthenticated(
+                "plaintext handshake message after the peer's ChangeCipherSpec",
+            ));
         }
         if f.message_seq > self.next_recv_msg {
             // Ahead of the expected message (an earlier datagram of the flight was lost):

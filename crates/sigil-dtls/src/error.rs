@@ -87,6 +87,11 @@ pub enum Error {
     /// CVE-2017-7243 class), and dropped rather than fatal, since over a lossy link it may
     /// simply have overtaken the handshake messages before it (the peer retransmits).
     UnexpectedChangeCipherSpec,
+    /// A record anyone could have sent where only the peer's protected records count: a
+    /// plaintext (epoch-0) record other than a retransmitted handshake message once the peer
+    /// protects its records, or a record too long to be authenticated here (names what).
+    /// Dropped, never fatal, so a forged datagram cannot end the connection.
+    Unauthenticated(&'static str),
 }
 
 impl Error {
@@ -131,7 +136,7 @@ impl Error {
             Self::UnsupportedCertificate => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::CertificateExpired => AlertDescription::CERTIFICATE_EXPIRED,
             Self::UnknownCa => AlertDescription::UNKNOWN_CA,
-            Self::UnexpectedChangeCipherSpec => return None,
+            Self::UnexpectedChangeCipherSpec | Self::Unauthenticated(_) => return None,
         })
     }
 }
@@ -201,6 +206,7 @@ impl fmt::Display for Error {
             Self::UnexpectedChangeCipherSpec => {
                 f.write_str("ChangeCipherSpec out of order (dropped)")
             }
+            Self::Unauthenticated(what) => write!(f, "unauthenticated {what} (dropped)"),
         }
     }
 }

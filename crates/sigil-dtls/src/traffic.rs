@@ -237,19 +237,19 @@ impl TrafficCore {
             }
             // A retransmitted ChangeCipherSpec: ignored.
             ContentType::CHANGE_CIPHER_SPEC => Ok(()),
-            // Once the peer's records are protected, an epoch-0 alert is unauthenticated
-            // (anyone can forge it): dropped, so a spoofed datagram cannot end the connection.
-            ContentType::ALERT if epoch == 0 => Err(Error::UnknownEpoch(0)),
+            // Any other epoch-0 record (alert, application data, an unknown type) is
+            // unauthenticated (anyone can forge it): dropped, so a spoofed datagram cannot end
+            // the connection. Application data is never taken from epoch 0 (CVE-2020-24585's
+            // class).
+            _ if epoch == 0 => Err(Error::Unauthenticated(
+                "plaintext record after the handshake",
+            )),
             ContentType::ALERT => {
                 if let Some(e) = read_alert(plain)? {
                     self.failed = Some(e);
                 }
                 Ok(())
             }
-            // Never at epoch 0 (CVE-2020-24585's class).
-            ContentType::APPLICATION_DATA if epoch == 0 => Err(Error::UnexpectedMessage(
-                "application data before the handshake completed",
-            )),
             ContentType::APPLICATION_DATA => {
                 if plain.len() > MAX_APP_DATA {
                     return Err(Error::RecordOverflow);
