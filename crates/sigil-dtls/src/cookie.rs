@@ -18,9 +18,19 @@ pub struct CookieKey {
 }
 
 /// Proof that a ClientHello carried a cookie this server made for that peer and that
-/// ClientHello. Only [`CookieKey::respond`] makes one.
+/// ClientHello. Only [`CookieKey::respond`] makes one, and it stands for that ClientHello
+/// alone (its SHA-256): [`crate::Connection::accept`] refuses any other.
 #[derive(Debug, PartialEq, Eq)]
-pub struct CookieVerified(());
+pub struct CookieVerified {
+    client_hello: [u8; 32],
+}
+
+impl CookieVerified {
+    /// Whether `body` (a ClientHello's) is the one this proof was made for.
+    pub(crate) fn is_for<C: CryptoProvider + ?Sized>(&self, crypto: &C, body: &[u8]) -> bool {
+        constant_time_eq(&crypto.sha256(&[body]), &self.client_hello)
+    }
+}
 
 /// What the stateless server does with a datagram from a peer it holds no state for.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,7 +83,9 @@ impl CookieKey {
         };
         let expected = self.cookie(crypto, peer, &ch);
         if ch.cookie.len() == COOKIE_LEN && constant_time_eq(ch.cookie, &expected) {
-            return Stateless::Accept(CookieVerified(()));
+            return Stateless::Accept(CookieVerified {
+                client_hello: crypto.sha256(&[ch_fragment.body]),
+            });
         }
         // HelloVerifyRequest: record and message sequence numbers mirror the ClientHello's
         // (RFC 6347 §4.2.1, §4.2.2), version DTLS 1.0 as the RFC recommends.

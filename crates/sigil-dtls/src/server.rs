@@ -33,10 +33,15 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
     cx: &mut Cx<'_, C, T>,
     offer: &ServerCredentials<'_>,
     rng: &mut dyn Rng,
-    _cookie: CookieVerified,
+    cookie: CookieVerified,
     datagram: &[u8],
 ) -> Result<(Hs, u16), Error> {
     let (rec, f) = first_client_hello(datagram)?;
+    if !cookie.is_for(cx.crypto, f.body) {
+        return Err(Error::IllegalParameter(
+            "ClientHello other than the one whose cookie was checked",
+        ));
+    }
     let ch = ClientHello::parse(f.body)?;
     if ch.version != ProtocolVersion::DTLS_1_2 {
         return Err(Error::UnsupportedVersion(ch.version.0));
