@@ -328,6 +328,7 @@ impl HsIo {
             // A new flight starts with the initial timeout and a fresh retransmission budget.
             self.timer.timeout = config.initial_timeout;
             self.timer.retransmissions = 0;
+            self.timer.answers = 0;
         }
         // During the handshake the queue holds only flight datagrams, and any the caller has
         // not sent yet belong to an earlier (re)transmission this one supersedes.
@@ -1068,7 +1069,14 @@ impl Handshaking {
             // flight (the fragment every complete retransmission carries exactly once).
             let ends_flight = f.message_seq + 1 == self.next_recv_msg
                 && f.offset as usize + f.body.len() == f.length as usize;
-            if self.io.flight.used > 0 && ends_flight && self.io.timer.deadline.is_some() {
+            // At most `max_retransmissions` answers per flight: an epoch-0 fragment can be
+            // forged by anyone, and each answer is a whole flight (no reflector).
+            if self.io.flight.used > 0
+                && ends_flight
+                && self.io.timer.deadline.is_some()
+                && self.io.timer.answers < config.max_retransmissions
+            {
+                self.io.timer.answers += 1;
                 // A full send queue (the caller is not draining) drops the retransmission
                 // rather than failing the connection.
                 match self.io.send_flight(crypto, &mut self.rl, config, now, true) {

@@ -239,6 +239,9 @@ pub(crate) struct Timer {
     pub deadline: Option<Instant>,
     pub timeout: Duration,
     pub retransmissions: u32,
+    /// Times the flight went out again in answer to a retransmission of the peer's previous
+    /// flight; capped like `retransmissions`, since anyone can send what looks like one.
+    pub answers: u32,
     /// The deadline was set when the flight was built; the first datagram handed to the caller
     /// sets it again from that moment.
     pub armed_by_send: bool,
@@ -250,6 +253,7 @@ impl Timer {
             deadline: None,
             timeout: initial,
             retransmissions: 0,
+            answers: 0,
             armed_by_send: false,
         }
     }

@@ -298,3 +298,27 @@ fn plaintext_fragment_of_the_finished_before_the_change_cipher_spec_is_not_joine
         assert_eq!(server.state(), State::Established, "message_seq {seq}");
     }
 }
+
+#[test]
+fn repeated_ends_of_the_previous_flight_get_a_bounded_number_of_answers() {
+    // The server sent its flight 4 and waits for the client's flight 5. Each epoch-0 fragment
+    // that ends the client's ClientHello (anyone can forge one: a byte at the end, fresh
+    // record numbers) looks like a retransmitted flight 3 and is answered with flight 4 again
+    // (RFC 6347 §4.2.4), but not without end: that would make the server a reflector.
+    let (_client, mut server) = start();
+    let first = drain(&mut server);
+    assert!(!first.is_empty());
+    let mut answers = 0;
+    for i in 0..100u64 {
+        // ClientHello (1), message_seq 1 (the second ClientHello), its last byte.
+        let hs = [1, 0, 0, 100, 0, 1, 0, 0, 99, 0, 0, 1, 0];
+        let _ = server.handle_datagram(t(10 + i), &plaintext(22, 1000 + i, &hs));
+        if !drain(&mut server).is_empty() {
+            answers += 1;
+        }
+    }
+    assert!(
+        answers <= Config::default().max_retransmissions,
+        "{answers} answers to 100 forged datagrams"
+    );
+}
