@@ -44,9 +44,9 @@ impl ClientBase {
         kx_of(self.suite)
     }
 
-    fn psk_peer(&mut self) -> Result<Peer, Error> {
+    fn psk_peer<C: CryptoProvider + ?Sized>(&mut self, crypto: &C) -> Result<Peer, Error> {
         match (&self.psk, self.psk_verified.take()) {
-            (Some(psk), Some(proof)) => Ok(Peer::psk(psk, proof)),
+            (Some(psk), Some(proof)) => Ok(Peer::psk(crypto, psk, proof)),
             _ => Err(Error::UnexpectedMessage("PSK suite without a PSK")),
         }
     }
@@ -305,7 +305,7 @@ impl ExpectHelloVerifyOrServerHello {
         // if the rest is lost, retransmitting the ClientHello makes the server send it again.
         Ok(match kx {
             Kx::Psk => {
-                let peer = hs.base.psk_peer()?;
+                let peer = hs.base.psk_peer(cx.crypto)?;
                 Hs::ExpectServerHelloDone(ExpectServerHelloDone {
                     hs,
                     peer_point: None,
@@ -387,7 +387,7 @@ impl ExpectServerKeyExchange {
         }
         let point = r.take(65, "ServerKeyExchange point")?;
         let peer = if ecdhe_psk {
-            self.hs.base.psk_peer()?
+            self.hs.base.psk_peer(cx.crypto)?
         } else {
             if !cfg!(feature = "ecdhe-ecdsa") {
                 return Err(Error::UnexpectedHandshake(m.msg_type.0));

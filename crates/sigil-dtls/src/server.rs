@@ -77,7 +77,8 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
         .resume
         .filter(|sess| ch.session_id == sess.id && ch.cipher_suites().any(|s| s == sess.suite))
         .and_then(|sess| {
-            trust::recheck_session(cx.trust, sess, offer.require_client_key).map(|p| (sess, p))
+            trust::recheck_session(cx.crypto, cx.trust, sess, offer.require_client_key)
+                .map(|p| (sess, p))
         });
     // The client's preference order decides among the suites this server offers.
     let suite = ch
@@ -393,7 +394,7 @@ impl ExpectClientKeyExchange {
             };
             r.finish("ClientKeyExchange")?;
             let (psk, proof) = trust::lookup_psk(cx.trust, identity)?;
-            let peer = Peer::psk(&psk, proof);
+            let peer = Peer::psk(cx.crypto, &psk, proof);
             let z = match point {
                 None => None,
                 Some(point) => Some(agree(point)?),

@@ -170,6 +170,8 @@ pub enum Peer {
     Psk {
         identity: [u8; 128],
         len: u8,
+        /// Which key it was (resumption needs the same one still).
+        key: PskCheck,
         proof: PeerVerified,
     },
     /// It holds the secret of this trusted public key (raw or a certificate's).
@@ -182,9 +184,12 @@ impl Clone for Peer {
     /// A copy of a proof this side holds (for a session): it cannot be made from nothing.
     fn clone(&self) -> Self {
         match self {
-            Self::Psk { identity, len, .. } => Self::Psk {
+            Self::Psk {
+                identity, len, key, ..
+            } => Self::Psk {
                 identity: *identity,
                 len: *len,
+                key: *key,
                 proof: PeerVerified(()),
             },
             Self::Key { key, .. } => Self::Key {
@@ -196,13 +201,35 @@ impl Clone for Peer {
     }
 }
 
+/// Which pre-shared key a peer authenticated with: a keyed hash of it, so a cached session
+/// can tell whether the identity's key was replaced since (the key itself is not kept).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PskCheck([u8; 32]);
+
+impl PskCheck {
+    fn of<C: CryptoProvider + ?Sized>(crypto: &C, key: &[u8]) -> Self {
+        Self(crypto.hmac_sha256(key, &[b"sigil-dtls session psk"]))
+    }
+}
+
+impl core::fmt::Debug for PskCheck {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("PskCheck(<secret>)")
+    }
+}
+
 impl Peer {
-    pub(crate) fn psk(psk: &Psk, proof: PeerVerified) -> Self {
+    pub(crate) fn psk<C: CryptoProvider + ?Sized>(
+        crypto: &C,
+        psk: &Psk,
+        proof: PeerVerified,
+    ) -> Self {
         let mut identity = [0u8; 128];
         identity[..psk.identity().len()].copy_from_slice(psk.identity());
         Self::Psk {
             identity,
             len: psk.identity_len,
+            key: PskCheck::of(crypto, psk.key()),
             proof,
         }
     }
@@ -292,17 +319,21 @@ pub(crate) fn lookup_psk<T: Trust + ?Sized>(
 
 /// Server: a cached session may be resumed while what the peer authenticated with is still
 /// trusted (RFC 5246 §7.3 leaves the policy to the server).
-pub(crate) fn recheck_session<T: Trust + ?Sized>(
+pub(crate) fn recheck_session<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
+    crypto: &C,
     trust: &T,
     session: &Session,
     require_client_key: bool,
 ) -> Option<Peer> {
     match session.peer() {
-        Peer::Psk { .. } => {
+        // The identity must still have the same key: a replaced key (after a leak) must not
+        // leave sessions made with the old one resumable.
+        Peer::Psk { key, .. } => {
             let mut k = [0u8; MAX_PSK_LEN];
-            trust
+            let n = trust
                 .psk(session.psk_identity(), &mut k)
-                .map(|_| session.peer().clone())
+                .filter(|n| (1..=MAX_PSK_LEN).contains(n))?;
+            (PskCheck::of(crypto, &k[..n]) == *key).then(|| session.peer().clone())
         }
         // A client key must still be trusted as a key: a session from a certificate whose
         // key `Trust` does not know otherwise takes a full handshake.
