@@ -966,6 +966,18 @@ impl Handshaking {
             }
             Err(e) => return self.fail(crypto, e).map(|()| None),
         };
+        // Once the peer protects its records, a malformed plaintext one is not the peer's:
+        // dropped rather than fatal.
+        let after_ccs = epoch < self.rl.read_epoch;
+        let forged = |e: Error| {
+            if after_ccs && e.alert().is_some() {
+                Error::Unauthenticated(
+                    "malformed plaintext record after the peer's ChangeCipherSpec",
+                )
+            } else {
+                e
+            }
+        };
         let r = match ct {
             ContentType::HANDSHAKE => {
                 let mut rest = plain;
@@ -979,12 +991,12 @@ impl Handshaking {
                                 Err(e) => return self.error(crypto, e),
                             }
                         }
-                        Err(e) => return self.error(crypto, e),
+                        Err(e) => return self.error(crypto, forged(e)),
                     }
                 }
                 return Ok(done);
             }
-            ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(epoch, plain),
+            ContentType::CHANGE_CIPHER_SPEC => self.handle_ccs(epoch, plain).map_err(forged),
             // Once the peer's records are protected, an epoch-0 record other than a
             // retransmission (handshake, ChangeCipherSpec) is unauthenticated (anyone can
             // forge it): dropped, so a spoofed datagram cannot end the handshake.

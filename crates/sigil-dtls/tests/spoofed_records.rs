@@ -322,3 +322,11 @@ fn repeated_ends_of_the_previous_flight_get_a_bounded_number_of_answers() {
         "{answers} answers to 100 forged datagrams"
     );
 }
+
+#[test]
+fn malformed_plaintext_records_after_the_peers_change_cipher_spec_do_not_end_the_handshake() {
+    handshake_survives(&plaintext(22, 70, &[0xff])); // a truncated handshake header
+    handshake_survives(&plaintext(22, 71, &[20, 0, 0, 12, 0, 9, 0, 0, 0, 0, 0, 0])); // zero-length
+    handshake_survives(&plaintext(20, 72, &[2])); // a ChangeCipherSpec that is not [1]
+    handshake_survives(&plaintext(21, 73, &[2])); // a truncated alert
+}
