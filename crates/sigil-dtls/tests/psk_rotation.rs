@@ -103,10 +103,10 @@ fn handshake(
     .unwrap();
     for _ in 0..6 {
         while let Some(n) = server.poll_transmit(t, &mut buf) {
-            let _ = client.handle_datagram(t, &buf[..n].to_vec());
+            let _ = client.handle_datagram(t, &buf[..n]);
         }
         while let Some(n) = client.poll_transmit(t, &mut buf) {
-            let _ = server.handle_datagram(t, &buf[..n].to_vec());
+            let _ = server.handle_datagram(t, &buf[..n]);
         }
     }
     (client, server)
