@@ -1013,7 +1013,9 @@ impl Handshaking {
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
             },
-            // Never before the peer's Finished verified (CVE-2020-24585's class).
+            // Never before the peer's Finished verified (CVE-2020-24585's class): a protected
+            // record that overtook the Finished is dropped, a plaintext one refused.
+            ContentType::APPLICATION_DATA if epoch == 1 => Err(Error::EarlyApplicationData),
             ContentType::APPLICATION_DATA => Err(Error::UnexpectedMessage(
                 "application data before the handshake completed",
             )),

@@ -92,6 +92,10 @@ pub enum Error {
     /// protects its records, or a record too long to be authenticated here (names what).
     /// Dropped, never fatal, so a forged datagram cannot end the connection.
     Unauthenticated(&'static str),
+    /// Protected application data before the peer's Finished verified (a record that
+    /// overtook the Finished): dropped, never delivered (RFC 6347 §4.1 lets a side discard
+    /// records it cannot use yet).
+    EarlyApplicationData,
 }
 
 impl Error {
@@ -136,7 +140,9 @@ impl Error {
             Self::UnsupportedCertificate => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::CertificateExpired => AlertDescription::CERTIFICATE_EXPIRED,
             Self::UnknownCa => AlertDescription::UNKNOWN_CA,
-            Self::UnexpectedChangeCipherSpec | Self::Unauthenticated(_) => return None,
+            Self::UnexpectedChangeCipherSpec
+            | Self::Unauthenticated(_)
+            | Self::EarlyApplicationData => return None,
         })
     }
 }
@@ -207,6 +213,9 @@ impl fmt::Display for Error {
                 f.write_str("ChangeCipherSpec out of order (dropped)")
             }
             Self::Unauthenticated(what) => write!(f, "unauthenticated {what} (dropped)"),
+            Self::EarlyApplicationData => {
+                f.write_str("application data before the peer's Finished (dropped)")
+            }
         }
     }
 }

@@ -330,3 +330,36 @@ fn malformed_plaintext_records_after_the_peers_change_cipher_spec_do_not_end_the
     handshake_survives(&plaintext(20, 72, &[2])); // a ChangeCipherSpec that is not [1]
     handshake_survives(&plaintext(21, 73, &[2])); // a truncated alert
 }
+
+#[test]
+fn application_data_that_overtakes_the_peers_finished_is_dropped_not_fatal() {
+    // The server's final flight is ChangeCipherSpec, Finished; its first application record
+    // overtakes the Finished. The client must not deliver it (the Finished is not verified
+    // yet), and must not give up the handshake over a reordering either.
+    let (mut client, mut server) = start();
+    for d in drain(&mut server) {
+        client.handle_datagram(t(3), &d).unwrap();
+    }
+    for d in drain(&mut client) {
+        server.handle_datagram(t(4), &d).unwrap();
+    }
+    assert_eq!(server.state(), State::Established);
+    let flight6: Vec<Vec<u8>> = drain(&mut server).iter().flat_map(|d| split(d)).collect();
+    let [ccs, finished] = &flight6[..] else {
+        panic!("expected ChangeCipherSpec, Finished");
+    };
+    server.send(b"early").unwrap();
+    let early = drain(&mut server);
+    client.handle_datagram(t(5), ccs).unwrap();
+    assert_eq!(client.handle_datagram(t(5), &early[0]), Ok(()));
+    assert_eq!(client.state(), State::ExpectFinished);
+    let mut buf = [0u8; 64];
+    assert_eq!(client.poll_app_data(&mut buf), None);
+    client.handle_datagram(t(6), finished).unwrap();
+    assert_eq!(client.state(), State::Established);
+    assert_eq!(
+        client.poll_app_data(&mut buf),
+        None,
+        "delivered before the Finished"
+    );
+}
