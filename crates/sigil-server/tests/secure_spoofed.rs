@@ -2,28 +2,15 @@
 //! addresses are not authenticated): plaintext records sent in the client's name must not end
 //! its session, nor move its replay window, and the client's own records keep flowing.
 
-use sigil_crypto::{CryptoError, CryptoProvider, Rng, RustCrypto, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::{Config, Connection, Credentials, NoTrust};
 use sigil_identity::Identity;
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
-use sigil_server::service::Credentials as Provisioned;
+use sigil_server::Credentials as Provisioned;
 use sigil_server::Stats;
+use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
-
-struct Seeded(u64);
-impl Rng for Seeded {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 33) as u8;
-        }
-        Ok(())
-    }
-}
 
 const UNIX: UnixTime = UnixTime::from_secs(1_700_000_000);
 const PSK: &[u8; 16] = b"0123456789abcdef";
