@@ -195,31 +195,120 @@ fn every_crate_is_where_its_side_says() {
     }
 }
 
+/// The oldest Rust Sigil's own code builds with (`Option::is_none_or` is 1.82).
+const CODE_NEEDS: (u32, u32) = (1, 82);
+
+fn version(v: &str) -> (u32, u32) {
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// For every workspace crate, the newest `rust-version` among what it links (normal and build
+/// dependencies, transitively, for any target) in the locked dependency graph.
+fn needed_by_dependencies() -> BTreeMap<String, ((u32, u32), String)> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages: BTreeMap<&str, &serde_json::Value> = v["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p))
+        .collect();
+    let links: BTreeMap<&str, Vec<&str>> = v["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let deps = n["deps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| {
+                    d["dep_kinds"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|k| k["kind"].is_null() || k["kind"] == "build")
+                })
+                .map(|d| d["pkg"].as_str().unwrap())
+                .collect();
+            (n["id"].as_str().unwrap(), deps)
+        })
+        .collect();
+    let mut needs = BTreeMap::new();
+    for member in v["workspace_members"].as_array().unwrap() {
+        let member = member.as_str().unwrap();
+        let (mut seen, mut todo) = (BTreeSet::new(), vec![member]);
+        let mut newest = ((0, 0), String::from("nothing"));
+        while let Some(id) = todo.pop() {
+            for &d in &links[id] {
+                if seen.insert(d) {
+                    todo.push(d);
+                    let p = packages[d];
+                    let r = p["rust_version"].as_str().map(version).unwrap_or((0, 0));
+                    if r > newest.0 {
+                        newest = (r, p["name"].as_str().unwrap().to_string());
+                    }
+                }
+            }
+        }
+        needs.insert(
+            packages[member]["name"].as_str().unwrap().to_string(),
+            newest,
+        );
+    }
+    needs
+}
+
 #[test]
-fn every_crate_is_a_workspace_dependency_with_the_true_rust_version() {
+fn every_crate_is_a_workspace_dependency() {
     let ws = workspace();
     let root =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml")).unwrap();
-    let declared = root
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("rust-version = "))
-        .expect("workspace rust-version")
-        .trim_matches('"')
-        .to_string();
-    for (name, p) in &ws {
+    for name in ws.keys() {
         assert!(
             root.lines().any(|l| l.starts_with(&format!("{name} = {{"))),
             "{name} is missing from [workspace.dependencies]"
         );
-        assert_eq!(p.rust_version.as_deref(), Some(declared.as_str()), "{name}");
     }
-    // The toolchain this runs on is at least the one declared.
+}
+
+#[test]
+fn every_rust_version_is_true() {
+    let ws = workspace();
+    let needs = needed_by_dependencies();
+    for (name, p) in &ws {
+        let declared = version(p.rust_version.as_deref().expect("a rust-version"));
+        let (deps, by) = &needs[name];
+        let true_value = CODE_NEEDS.max(*deps);
+        assert_eq!(
+            declared, true_value,
+            "{name} declares rust-version {declared:?}, but it needs {true_value:?} \
+             (its own code {CODE_NEEDS:?}, {by} {deps:?})"
+        );
+    }
+    // The toolchain this runs on meets every declared value.
     let rustc = Command::new("rustc").arg("--version").output().unwrap();
-    let have = String::from_utf8_lossy(&rustc.stdout).to_string();
-    let minor = |v: &str| -> u32 { v.split('.').nth(1).unwrap().parse().unwrap() };
-    let have_minor = minor(have.split_whitespace().nth(1).unwrap());
-    assert!(
-        have_minor >= minor(&declared),
-        "{have} is older than {declared}"
+    let have = version(
+        String::from_utf8_lossy(&rustc.stdout)
+            .split_whitespace()
+            .nth(1)
+            .unwrap(),
     );
+    for (name, p) in &ws {
+        let declared = version(p.rust_version.as_deref().unwrap());
+        assert!(
+            have >= declared,
+            "{name} needs {declared:?}, rustc is {have:?}"
+        );
+    }
 }
