@@ -16,11 +16,77 @@ pub use batch::Batch;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("database schema version {found} is newer than this program knows ({known})")]
-    SchemaTooNew { found: i64, known: i64 },
+    Sqlite(rusqlite::Error),
+    #[error(
+        "database schema version {found} is not one this server knows (it knows 0 to {known})"
+    )]
+    SchemaUnknown { found: i64, known: i64 },
+    /// The file is a SQLite database, but not one of Sigil's; it was left untouched.
+    #[error("not a Sigil database: {0}; the file was left untouched")]
+    Foreign(String),
+    /// SQLITE_CORRUPT, SQLITE_NOTADB or a failed `PRAGMA quick_check`.
+    #[error("the database file is damaged ({0}): restore it from a backup")]
+    Damaged(String),
+    /// SQLITE_FULL or another write that failed for lack of space: nothing was stored.
+    #[error("the database is full or the disk has no space left ({0}); nothing was stored")]
+    Full(String),
     #[error("corrupt row in {table}: {what}")]
     Corrupt { table: &'static str, what: String },
+}
+
+impl From<rusqlite::Error> for StoreError {
+    /// Sorts SQLite's errors: damage and lack of space get their own variants, so that what
+    /// is reported says what is wrong (a damaged page otherwise surfaces as e.g. "invalid
+    /// utf-8" from a column read).
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ffi::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseCorrupt) | Some(ErrorCode::NotADatabase) => {
+                Self::Damaged(e.to_string())
+            }
+            Some(ErrorCode::DiskFull) => Self::Full(e.to_string()),
+            _ => Self::Sqlite(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// True when the failure is for lack of space: worth retrying once space returns.
+    pub fn is_full(&self) -> bool {
+        matches!(self, Self::Full(_))
+    }
+}
+
+/// `PRAGMA application_id` of a Sigil database ("Sgl1").
+pub const APPLICATION_ID: i32 = 0x5367_6c31;
+
+/// The WAL file is truncated to at most this many bytes after a checkpoint
+/// (`PRAGMA journal_size_limit`).
+pub const WAL_LIMIT_BYTES: i64 = 1024 * 1024;
+
+/// Pages in the WAL after which a commit runs an automatic checkpoint.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 200;
+
+/// Every this many committed transactions the store runs `wal_checkpoint(TRUNCATE)`.
+const CHECKPOINT_EVERY: u32 = 64;
+
+/// The tables each schema version has (a Sigil database from before `application_id` was set
+/// is recognised by them).
+fn tables_of_version(version: i64) -> &'static [&'static str] {
+    const V1: &[&str] = &["freshness", "identities", "readings", "registrations"];
+    const V2: &[&str] = &[
+        "dtls_psk",
+        "freshness",
+        "identities",
+        "readings",
+        "registrations",
+        "server_key",
+    ];
+    match version {
+        1 => V1,
+        2 => V2,
+        _ => &[],
+    }
 }
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
@@ -186,12 +252,25 @@ pub fn decode_keys(text: &str) -> Option<Vec<PublicKey>> {
 
 pub struct Store {
     conn: Connection,
+    /// Commits since the last explicit checkpoint.
+    commits: std::cell::Cell<u32>,
 }
 
 impl Store {
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    ///
+    /// An existing file is first inspected read-only: a file that is not a SQLite database,
+    /// a damaged one, one of another application, or one whose schema version this server
+    /// does not know is refused without a single byte of it (or its journal mode) changed.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let exists = std::fs::metadata(path)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false);
+        let stamp = if exists { inspect(path)? } else { true };
         let conn = Connection::open(path)?;
+        if stamp {
+            conn.pragma_update(None, "application_id", APPLICATION_ID)?;
+        }
         Self::init(conn)
     }
 
@@ -204,9 +283,65 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        let mut store = Self { conn };
+        conn.pragma_update(None, "journal_size_limit", WAL_LIMIT_BYTES)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
+        let mut store = Self {
+            conn,
+            commits: std::cell::Cell::new(0),
+        };
         store.migrate()?;
+        // A WAL left large by an earlier run (e.g. one that ended while the disk was full)
+        // is folded back and truncated now.
+        store.checkpoint();
         Ok(store)
+    }
+
+    /// Copies the WAL into the database and truncates it to zero bytes. Failures (e.g. the
+    /// disk is still full, or a reader holds a snapshot) are left for the next attempt.
+    pub fn checkpoint(&self) {
+        self.commits.set(0);
+        let r = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            });
+        match r {
+            Ok((0, _, _)) => {}
+            Ok((busy, log, done)) => {
+                tracing::debug!(busy, log, done, "WAL checkpoint incomplete; retried later")
+            }
+            Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed; retried later"),
+        }
+    }
+
+    /// Caps the database at `pages` pages (`PRAGMA max_page_count`, for this connection):
+    /// writes beyond it fail as if the disk were full. Returns the cap now in force.
+    #[doc(hidden)]
+    pub fn set_max_page_count(&self, pages: u64) -> Result<u64, StoreError> {
+        Ok(self
+            .conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                r.get::<_, i64>(0)
+            })? as u64)
+    }
+
+    /// After a commit: a periodic checkpoint. After a failed transaction: an immediate one,
+    /// so that the WAL does not keep the space a full disk needs back.
+    fn after_transaction<T>(&self, r: &Result<T, StoreError>) {
+        match r {
+            Ok(_) => {
+                let n = self.commits.get() + 1;
+                self.commits.set(n);
+                if n >= CHECKPOINT_EVERY {
+                    self.checkpoint();
+                }
+            }
+            Err(_) => self.checkpoint(),
+        }
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
@@ -214,8 +349,8 @@ impl Store {
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))?;
         let known = MIGRATIONS.len() as i64;
-        if version > known {
-            return Err(StoreError::SchemaTooNew {
+        if !(0..=known).contains(&version) {
+            return Err(StoreError::SchemaUnknown {
                 found: version,
                 known,
             });
@@ -451,10 +586,14 @@ impl Store {
         &mut self,
         f: impl FnOnce(&Batch<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let tx = self.conn.transaction()?;
-        let out = f(&Batch { tx: &tx })?;
-        tx.commit()?;
-        Ok(out)
+        let r = (|| {
+            let tx = self.conn.transaction()?;
+            let out = f(&Batch { tx: &tx })?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        self.after_transaction(&r);
+        r
     }
 
     /// Like [`Store::transaction`] through a shared reference. The caller must not start a
@@ -463,11 +602,78 @@ impl Store {
         &self,
         f: impl FnOnce(&Batch<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let tx = self.conn.unchecked_transaction()?;
-        let out = f(&Batch { tx: &tx })?;
-        tx.commit()?;
-        Ok(out)
+        let r = (|| {
+            let tx = self.conn.unchecked_transaction()?;
+            let out = f(&Batch { tx: &tx })?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        self.after_transaction(&r);
+        r
     }
+}
+
+/// Inspects an existing file through a read-only connection, before anything writes to it.
+/// Returns whether the Sigil `application_id` is still to be set (a fresh or older database).
+fn inspect(path: &Path) -> Result<bool, StoreError> {
+    use rusqlite::OpenFlags;
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    let app: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let mut st = conn.prepare(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+         ORDER BY name",
+    )?;
+    let tables = st
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    drop(st);
+    let check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
+    if check != "ok" {
+        return Err(StoreError::Damaged(format!("quick_check: {check}")));
+    }
+    if app != 0 && app != APPLICATION_ID {
+        return Err(StoreError::Foreign(format!(
+            "application_id is {app:#x}, not Sigil's {APPLICATION_ID:#x}"
+        )));
+    }
+    let known = MIGRATIONS.len() as i64;
+    if !(0..=known).contains(&version) {
+        return Err(StoreError::SchemaUnknown {
+            found: version,
+            known,
+        });
+    }
+    if app == APPLICATION_ID {
+        return Ok(false);
+    }
+    let expected = tables_of_version(version);
+    let other: Vec<&str> = tables
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !expected.contains(t))
+        .collect();
+    let missing: Vec<&str> = expected
+        .iter()
+        .copied()
+        .filter(|t| !tables.iter().any(|x| x == t))
+        .collect();
+    if !missing.is_empty() {
+        return Err(StoreError::Foreign(format!(
+            "no table {} (schema version {version})",
+            missing.join(", ")
+        )));
+    }
+    if !other.is_empty() {
+        return Err(StoreError::Foreign(format!(
+            "other tables {} (schema version {version})",
+            other.join(", ")
+        )));
+    }
+    Ok(true)
 }
 
 fn query_readings(
