@@ -74,7 +74,11 @@ impl Sensor {
             if out.is_empty() {
                 return;
             }
-            for (_, reply) in d.handle_at(out, NOW + (now / 1000) as i64) {
+            for (_, reply) in d.handle_at(
+                out,
+                Instant::from_millis(now),
+                UnixTime::from_secs(NOW + (now / 1000) as i64),
+            ) {
                 self.device
                     .handle_datagram(Instant::from_millis(now), &mut self.storage, &reply)
                     .unwrap();
