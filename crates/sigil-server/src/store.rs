@@ -11,7 +11,11 @@ use std::collections::HashMap;
 use std::path::Path;
 
 mod batch;
+mod check;
+mod wal;
 pub use batch::Batch;
+use wal::WAL_AUTOCHECKPOINT_PAGES;
+pub use wal::WAL_LIMIT_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -59,35 +63,6 @@ impl StoreError {
 
 /// `PRAGMA application_id` of a Sigil database ("Sgl1").
 pub const APPLICATION_ID: i32 = 0x5367_6c31;
-
-/// The WAL file is truncated to at most this many bytes after a checkpoint
-/// (`PRAGMA journal_size_limit`).
-pub const WAL_LIMIT_BYTES: i64 = 1024 * 1024;
-
-/// Pages in the WAL after which a commit runs an automatic checkpoint.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 200;
-
-/// Every this many committed transactions the store runs `wal_checkpoint(TRUNCATE)`.
-const CHECKPOINT_EVERY: u32 = 64;
-
-/// The tables each schema version has (a Sigil database from before `application_id` was set
-/// is recognised by them).
-fn tables_of_version(version: i64) -> &'static [&'static str] {
-    const V1: &[&str] = &["freshness", "identities", "readings", "registrations"];
-    const V2: &[&str] = &[
-        "dtls_psk",
-        "freshness",
-        "identities",
-        "readings",
-        "registrations",
-        "server_key",
-    ];
-    match version {
-        1 => V1,
-        2 => V2,
-        _ => &[],
-    }
-}
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -266,7 +241,7 @@ impl Store {
         let exists = std::fs::metadata(path)
             .map(|m| m.len() > 0)
             .unwrap_or(false);
-        let stamp = if exists { inspect(path)? } else { true };
+        let stamp = if exists { check::inspect(path)? } else { true };
         let conn = Connection::open(path)?;
         if stamp {
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
@@ -294,54 +269,6 @@ impl Store {
         // is folded back and truncated now.
         store.checkpoint();
         Ok(store)
-    }
-
-    /// Copies the WAL into the database and truncates it to zero bytes. Failures (e.g. the
-    /// disk is still full, or a reader holds a snapshot) are left for the next attempt.
-    pub fn checkpoint(&self) {
-        self.commits.set(0);
-        let r = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            });
-        match r {
-            Ok((0, _, _)) => {}
-            Ok((busy, log, done)) => {
-                tracing::debug!(busy, log, done, "WAL checkpoint incomplete; retried later")
-            }
-            Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed; retried later"),
-        }
-    }
-
-    /// Caps the database at `pages` pages (`PRAGMA max_page_count`, for this connection):
-    /// writes beyond it fail as if the disk were full. Returns the cap now in force.
-    #[doc(hidden)]
-    pub fn set_max_page_count(&self, pages: u64) -> Result<u64, StoreError> {
-        Ok(self
-            .conn
-            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
-                r.get::<_, i64>(0)
-            })? as u64)
-    }
-
-    /// After a commit: a periodic checkpoint. After a failed transaction: an immediate one,
-    /// so that the WAL does not keep the space a full disk needs back.
-    fn after_transaction<T>(&self, r: &Result<T, StoreError>) {
-        match r {
-            Ok(_) => {
-                let n = self.commits.get() + 1;
-                self.commits.set(n);
-                if n >= CHECKPOINT_EVERY {
-                    self.checkpoint();
-                }
-            }
-            Err(_) => self.checkpoint(),
-        }
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
@@ -611,69 +538,6 @@ impl Store {
         self.after_transaction(&r);
         r
     }
-}
-
-/// Inspects an existing file through a read-only connection, before anything writes to it.
-/// Returns whether the Sigil `application_id` is still to be set (a fresh or older database).
-fn inspect(path: &Path) -> Result<bool, StoreError> {
-    use rusqlite::OpenFlags;
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    let app: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0))?;
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let mut st = conn.prepare(
-        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
-         ORDER BY name",
-    )?;
-    let tables = st
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    drop(st);
-    let check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
-    if check != "ok" {
-        return Err(StoreError::Damaged(format!("quick_check: {check}")));
-    }
-    if app != 0 && app != APPLICATION_ID {
-        return Err(StoreError::Foreign(format!(
-            "application_id is {app:#x}, not Sigil's {APPLICATION_ID:#x}"
-        )));
-    }
-    let known = MIGRATIONS.len() as i64;
-    if !(0..=known).contains(&version) {
-        return Err(StoreError::SchemaUnknown {
-            found: version,
-            known,
-        });
-    }
-    if app == APPLICATION_ID {
-        return Ok(false);
-    }
-    let expected = tables_of_version(version);
-    let other: Vec<&str> = tables
-        .iter()
-        .map(String::as_str)
-        .filter(|t| !expected.contains(t))
-        .collect();
-    let missing: Vec<&str> = expected
-        .iter()
-        .copied()
-        .filter(|t| !tables.iter().any(|x| x == t))
-        .collect();
-    if !missing.is_empty() {
-        return Err(StoreError::Foreign(format!(
-            "no table {} (schema version {version})",
-            missing.join(", ")
-        )));
-    }
-    if !other.is_empty() {
-        return Err(StoreError::Foreign(format!(
-            "other tables {} (schema version {version})",
-            other.join(", ")
-        )));
-    }
-    Ok(true)
 }
 
 fn query_readings(
