@@ -64,6 +64,9 @@ impl StoreError {
 /// `PRAGMA application_id` of a Sigil database ("Sgl1").
 pub const APPLICATION_ID: i32 = 0x5367_6c31;
 
+/// How long a statement waits for another connection (e.g. `sigil provision`) to finish.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
     // 1: the first schema.
@@ -255,7 +258,7 @@ impl Store {
     }
 
     fn init(conn: Connection) -> Result<Self, StoreError> {
-        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT_BYTES)?;

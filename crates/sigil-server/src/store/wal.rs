@@ -19,6 +19,9 @@ impl Store {
     /// disk is still full, or a reader holds a snapshot) are left for the next attempt.
     pub fn checkpoint(&self) {
         self.commits.set(0);
+        // Never wait for another connection's reader or writer here (TRUNCATE would otherwise
+        // wait up to the busy timeout): what cannot be done now is done next time.
+        let _ = self.conn.busy_timeout(std::time::Duration::ZERO);
         let r = self
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
@@ -28,6 +31,7 @@ impl Store {
                     r.get::<_, i64>(2)?,
                 ))
             });
+        let _ = self.conn.busy_timeout(super::BUSY_TIMEOUT);
         match r {
             Ok((0, _, _)) => {}
             Ok((busy, log, done)) => {
