@@ -91,7 +91,14 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
         tracing::warn!("trust on first use is ON: unknown identities are added at registration");
     }
     let stats = sigil_server::Stats::default();
-    let server = sigil_server::Server::start(config, stats.clone()).await?;
+    let db = config.database.clone();
+    let server = match sigil_server::Server::start(config, stats.clone()).await {
+        Ok(s) => s,
+        Err(sigil_server::StartError::Store(e)) => {
+            anyhow::bail!("cannot open database {}: {e}", db.display())
+        }
+        Err(e) => return Err(e.into()),
+    };
     println!("sigil server listening on coap://{}", server.local_addr);
     if let Some(d) = &server.dtls {
         println!(
