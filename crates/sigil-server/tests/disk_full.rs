@@ -6,30 +6,17 @@
 //! Needs permission to mount a tmpfs; without it the test says so and skips (the same
 //! failure paths are covered portably by `storage_faults.rs` through `max_page_count`).
 
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::{IdentityKind, WAL_LIMIT_BYTES};
 use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-struct Seeded(u64);
-impl Rng for Seeded {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            *b = (self.0 >> 33) as u8;
-        }
-        Ok(())
-    }
-}
 
 const NOW: i64 = 1_700_000_000;
 
