@@ -49,6 +49,15 @@ impl From<rusqlite::Error> for StoreError {
                 Self::Damaged(e.to_string())
             }
             Some(ErrorCode::DiskFull) => Self::Full(e.to_string()),
+            // Sigil writes only valid UTF-8 into its text columns.
+            _ if matches!(
+                e,
+                rusqlite::Error::Utf8Error(..)
+                    | rusqlite::Error::FromSqlConversionFailure(_, rusqlite::types::Type::Text, _)
+            ) =>
+            {
+                Self::Damaged(format!("a text column holds invalid UTF-8: {e}"))
+            }
             _ => Self::Sqlite(e),
         }
     }

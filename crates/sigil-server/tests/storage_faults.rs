@@ -288,3 +288,21 @@ fn a_full_database_stores_nothing_keeps_the_wal_bounded_and_recovers() {
     assert_eq!(keys, stored);
     assert!(wal_len(&db) <= WAL_LIMIT_BYTES as u64);
 }
+
+#[test]
+fn invalid_text_in_a_column_is_reported_as_damage_not_as_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    sigil_db(&db);
+    Connection::open(&db)
+        .unwrap()
+        .execute("UPDATE identities SET label = CAST(X'FF00FE' AS TEXT)", [])
+        .unwrap();
+    let s = Store::open(&db).unwrap();
+    let msg = s.list_identities().unwrap_err().to_string();
+    assert!(
+        msg.starts_with("the database file is damaged (a text column holds invalid UTF-8")
+            && msg.ends_with("): restore it from a backup"),
+        "{msg}"
+    );
+}
