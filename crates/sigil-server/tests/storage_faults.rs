@@ -185,6 +185,7 @@ fn damaged_and_non_database_files_are_reported_as_damaged() {
             && msg.ends_with("): restore it from a backup"),
         "{msg}"
     );
+    assert!(!msg.contains('\n'), "{msg}");
     assert_untouched(&db, &before, "delete");
 
     // Not a database at all.

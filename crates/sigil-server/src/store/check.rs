@@ -45,7 +45,10 @@ pub(super) fn inspect(path: &Path) -> Result<bool, StoreError> {
     drop(st);
     let check: String = conn.query_row("PRAGMA quick_check(1)", [], |r| r.get(0))?;
     if check != "ok" {
-        return Err(StoreError::Damaged(format!("quick_check: {check}")));
+        return Err(StoreError::Damaged(format!(
+            "quick_check: {}",
+            check.replace('\n', " ")
+        )));
     }
     if app != 0 && app != APPLICATION_ID {
         return Err(StoreError::Foreign(format!(
