@@ -154,7 +154,9 @@ pub struct DtlsArgs {
     /// PSK identity (default: the client's own identity).
     #[arg(long)]
     pub psk_identity: Option<String>,
-    /// rpk: the identity of the server's key, as printed by `sigil server`.
+    /// rpk: the identity of the server's key, as printed by `sigil server`. cert: if given, the
+    /// certified server key must also hash to it (recommended when the CA certifies devices
+    /// too).
     #[arg(long)]
     pub server_identity: Option<String>,
     /// rpk: the client's key file (`alg:hex` secret; P-256 made if missing). A sensor uses its
@@ -223,7 +225,17 @@ impl DtlsArgs {
                     }
                     (Some(_), None, None) => bail!("--cert needs --cert-key"),
                 };
-                Ok(Security::Certificate { own, anchors })
+                let server = self
+                    .server_identity
+                    .as_deref()
+                    .map(Identity::parse)
+                    .transpose()
+                    .map_err(|e| anyhow::anyhow!("--server-identity: {e}"))?;
+                Ok(Security::Certificate {
+                    own,
+                    anchors,
+                    server,
+                })
             }
             DtlsMode::Rpk => {
                 let server = self

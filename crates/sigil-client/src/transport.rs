@@ -29,10 +29,14 @@ pub enum Security {
         server: Identity,
     },
     /// The same suite with X.509: the server's chain must lead to one of `anchors` (DER);
-    /// `own` is the client's chain (leaf first, DER) and the key it certifies.
+    /// `own` is the client's chain (leaf first, DER) and the key it certifies. With `server`,
+    /// the certified key must also hash to that identity: a CA that certifies devices as well
+    /// as the server would otherwise let any device's certificate stand in for the server
+    /// (RFC 7925 §4.4.1 asks the client to check which server a certificate names).
     Certificate {
         own: Option<(Vec<Vec<u8>>, SecretKey)>,
         anchors: Vec<Vec<u8>>,
+        server: Option<Identity>,
     },
 }
 
@@ -43,7 +47,8 @@ impl Security {
 }
 
 /// Trusts exactly the server's pinned identity (raw public keys), or chains to the anchors
-/// at the current time (X.509).
+/// at the current time (X.509), whose certified key must hash to the pinned identity when
+/// there is one.
 struct PinnedServer(Option<Identity>, Vec<Vec<u8>>);
 
 impl Trust for PinnedServer {
@@ -54,7 +59,12 @@ impl Trust for PinnedServer {
 
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::os::unix_now())
+        let key =
+            sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::os::unix_now())?;
+        match self.0 {
+            Some(_) if !self.trusted_key(&key) => Err(sigil_dtls::Error::UntrustedKey),
+            _ => Ok(key),
+        }
     }
 }
 
@@ -159,6 +169,7 @@ impl Transport {
         };
         let pinned = match &self.security {
             Security::RawPublicKey { server, .. } => Some(*server),
+            Security::Certificate { server, .. } => *server,
             _ => None,
         };
         let anchors = match &self.security {
@@ -353,6 +364,36 @@ pub fn parse_uri(uri: &str) -> Result<ServerUri> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sigil_testkit::pki;
+
+    fn identity_of(der: &[u8]) -> Identity {
+        let key = sigil_dtls::x509::parse(der).unwrap().key;
+        Identity::of_key(&RustCrypto, &key, b"").unwrap()
+    }
+
+    #[test]
+    fn a_pinned_x509_server_must_be_the_one_the_certificate_names() {
+        let anchors = vec![pki::ROOT.to_vec()];
+        let chain = pki::server_chain();
+        // Chained to the anchor, no identity pinned: the CA alone decides.
+        assert!(PinnedServer(None, anchors.clone())
+            .certificate_chain(&chain)
+            .is_ok());
+        // Pinned to the server's identity: accepted.
+        let server = identity_of(pki::SERVER);
+        let key = PinnedServer(Some(server), anchors.clone())
+            .certificate_chain(&chain)
+            .unwrap();
+        assert_eq!(Identity::of_key(&RustCrypto, &key, b"").unwrap(), server);
+        // A device certified by the same CA cannot stand in for the pinned server.
+        let device_chain = pki::client_chain();
+        assert_eq!(
+            PinnedServer(Some(server), anchors)
+                .certificate_chain(&device_chain)
+                .unwrap_err(),
+            sigil_dtls::Error::UntrustedKey
+        );
+    }
 
     #[test]
     fn uris() {
