@@ -103,6 +103,10 @@ pub struct DtlsTimingArgs {
     /// Initial DTLS retransmission timeout (RFC 6347: 1 s; constrained links: e.g. 5 s).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub dtls_timeout: Duration,
+    /// Retransmissions of a DTLS handshake flight before that handshake attempt fails
+    /// (a sensor then tries again after a back-off).
+    #[arg(long, default_value_t = 7)]
+    pub dtls_retransmit: u32,
     /// Path MTU for DTLS records (handshake messages are fragmented to fit).
     #[arg(long, default_value_t = 1152)]
     pub dtls_mtu: usize,
@@ -119,11 +123,15 @@ impl DtlsTimingArgs {
         if !(128..=1400).contains(&self.dtls_mtu) || self.dtls_timeout.is_zero() {
             bail!("--dtls-mtu must be 128-1400 and --dtls-timeout above zero");
         }
+        if !(1..=20).contains(&self.dtls_retransmit) {
+            bail!("--dtls-retransmit must be 1-20");
+        }
         Ok(DtlsConfig {
             initial_timeout: self.dtls_timeout,
             pmtu: self.dtls_mtu,
             gcm: self.dtls_gcm,
             connection_id: self.dtls_connection_id,
+            max_retransmissions: self.dtls_retransmit,
             ..Default::default()
         })
     }
@@ -168,6 +176,67 @@ pub struct DtlsArgs {
 }
 
 impl DtlsArgs {
+    /// Checks every credential argument that does not need the client's own key (mode
+    /// against scheme, the PSK, the pinned server identity, certificate and key files,
+    /// timing), creating nothing: a command calls this before it creates any state.
+    pub fn check(&self, secure: bool) -> Result<()> {
+        self.timing.config()?;
+        let mode = match (&self.dtls, secure) {
+            (None, false) => return Ok(()),
+            (Some(_), false) => bail!("--dtls needs a coaps:// server URI"),
+            (None, true) => bail!("a coaps:// server needs --dtls psk|ecdhe-psk|rpk|cert"),
+            (Some(m), true) => *m,
+        };
+        match mode {
+            DtlsMode::Psk | DtlsMode::EcdhePsk => {
+                self.psk_key()?;
+            }
+            DtlsMode::Cert => {
+                let ca = self
+                    .ca
+                    .as_ref()
+                    .context("--dtls cert needs --ca (trust anchors, PEM)")?;
+                read_certs(ca)?;
+                if let Some(c) = &self.cert {
+                    let chain = read_certs(c)?;
+                    sigil_dtls::x509::parse(&chain[0])
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
+                }
+                if let Some(k) = &self.cert_key {
+                    read_key(k)?;
+                }
+            }
+            DtlsMode::Rpk => {
+                let server = self
+                    .server_identity
+                    .as_deref()
+                    .context("--dtls rpk needs --server-identity (printed by `sigil server`)")?;
+                Identity::parse(server).map_err(|e| anyhow::anyhow!("--server-identity: {e}"))?;
+                if let Some(f) = &self.key_file {
+                    if f.exists() {
+                        read_key_file(f)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The pre-shared key of --psk or --psk-file: hex, 16 to 64 bytes.
+    fn psk_key(&self) -> Result<Vec<u8>> {
+        let hex_text = match (&self.psk, &self.psk_file) {
+            (Some(h), None) => h.clone(),
+            (None, Some(f)) => std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?,
+            _ => bail!("--dtls psk needs exactly one of --psk or --psk-file"),
+        };
+        let key = hex::decode(hex_text.trim()).context("PSK is not hex")?;
+        if !(16..=64).contains(&key.len()) {
+            bail!("a PSK has 16 to 64 bytes");
+        }
+        Ok(key)
+    }
+
     /// The credentials for `uri`; `own` is the client's identity and key when it has one.
     pub fn security(&self, secure: bool, own: Option<(Identity, SecretKey)>) -> Result<Security> {
         let mode = match (&self.dtls, secure) {
@@ -178,16 +247,7 @@ impl DtlsArgs {
         };
         match mode {
             DtlsMode::Psk | DtlsMode::EcdhePsk => {
-                let hex_text = match (&self.psk, &self.psk_file) {
-                    (Some(h), None) => h.clone(),
-                    (None, Some(f)) => std::fs::read_to_string(f)
-                        .with_context(|| format!("cannot read {}", f.display()))?,
-                    _ => bail!("--dtls psk needs exactly one of --psk or --psk-file"),
-                };
-                let key = hex::decode(hex_text.trim()).context("PSK is not hex")?;
-                if !(16..=64).contains(&key.len()) {
-                    bail!("a PSK has 16 to 64 bytes");
-                }
+                let key = self.psk_key()?;
                 let identity = match (&self.psk_identity, &own) {
                     (Some(i), _) => i.clone(),
                     (None, Some((id, _))) => id.to_string(),
@@ -275,14 +335,8 @@ pub fn read_key(path: &std::path::Path) -> Result<SecretKey> {
 
 /// Reads an `alg:hex` secret key file, or makes a P-256 key there (and says its identity).
 pub fn load_or_make_key(path: &std::path::Path) -> Result<SecretKey> {
-    if let Ok(text) = std::fs::read_to_string(path) {
-        let (alg, hex_text) = text
-            .trim()
-            .split_once(':')
-            .context("key file: expected alg:hex")?;
-        let alg = parse_alg(alg).map_err(|e| anyhow::anyhow!(e))?;
-        let bytes = hex::decode(hex_text).context("key file: not hex")?;
-        return SecretKey::from_bytes(alg, &bytes).map_err(|e| anyhow::anyhow!("key file: {e}"));
+    if path.exists() {
+        return read_key_file(path);
     }
     let key = RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut OsRng)
@@ -307,4 +361,17 @@ pub fn load_or_make_key(path: &std::path::Path) -> Result<SecretKey> {
         path.display()
     );
     Ok(key)
+}
+
+/// Reads an `alg:hex` secret key file.
+pub fn read_key_file(path: &std::path::Path) -> Result<SecretKey> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (alg, hex_text) = text
+        .trim()
+        .split_once(':')
+        .context("key file: expected alg:hex")?;
+    let alg = parse_alg(alg).map_err(|e| anyhow::anyhow!(e))?;
+    let bytes = hex::decode(hex_text).context("key file: not hex")?;
+    SecretKey::from_bytes(alg, &bytes).map_err(|e| anyhow::anyhow!("key file: {e}"))
 }

@@ -62,12 +62,16 @@ pub async fn run<S: DeviceStorage>(
     mut stop: watch::Receiver<bool>,
     mut on_event: impl FnMut(&Event),
 ) -> Result<SensorReport> {
-    let mut transport = Transport::open(run.server, run.security.clone(), run.dtls).await?;
+    let mut transport = Transport::bind(run.server, run.security.clone(), run.dtls).await?;
     let start = Instant::now();
     let mut report = SensorReport {
         identity: device.identity().to_string(),
         ..Default::default()
     };
+    if transport.is_secure() && !connect(&mut transport, &mut stop).await {
+        // Stopped before the first session: nothing was published.
+        return Ok(report);
+    }
     let mut buf = vec![0u8; 2048];
     let mut reconnect = false;
     // Retransmissions since the server last said anything: over DTLS, two in a row mean the
@@ -184,4 +188,94 @@ pub async fn run<S: DeviceStorage>(
     report.dtls_handshakes = transport.handshakes;
     report.dtls_resumed = transport.resumed;
     Ok(report)
+}
+
+/// First delay between failed DTLS handshakes; it doubles up to [`BACKOFF_CAP`].
+pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// Longest delay between DTLS handshake attempts.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
+
+/// The delay before handshake attempt `attempt + 1` (0-based count of failures so far):
+/// `BACKOFF_FIRST * 2^attempt`, capped at [`BACKOFF_CAP`], then scaled by `jitter` (0.0 to
+/// 1.0) to between 75 % and 125 % of that, so that sensors restarted together spread out.
+pub fn backoff(attempt: u32, jitter: f64) -> Duration {
+    let base = BACKOFF_FIRST
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(BACKOFF_CAP);
+    let jitter = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    base.mul_f64(0.75 + 0.5 * jitter)
+}
+
+fn jitter() -> f64 {
+    let mut b = [0u8; 2];
+    if getrandom::fill(&mut b).is_err() {
+        return 0.5;
+    }
+    f64::from(u16::from_le_bytes(b)) / f64::from(u16::MAX)
+}
+
+/// The first DTLS handshake, retried with exponential back-off and jitter until it succeeds
+/// (true) or `stop` turns true (false). Failures are logged at most once a minute, plus the
+/// first one.
+async fn connect(transport: &mut Transport, stop: &mut watch::Receiver<bool>) -> bool {
+    let mut failures = 0u32;
+    let mut last_log: Option<Instant> = None;
+    loop {
+        if *stop.borrow() {
+            return false;
+        }
+        let result = tokio::select! {
+            r = transport.handshake() => r,
+            _ = stop_requested(stop) => return false,
+        };
+        let Err(e) = result else {
+            if failures > 0 {
+                tracing::warn!(attempts = failures + 1, "DTLS session established");
+            }
+            return true;
+        };
+        let delay = backoff(failures, jitter());
+        failures = failures.saturating_add(1);
+        if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            last_log = Some(Instant::now());
+            tracing::warn!(error = %e, failures, retry_in = ?delay, "DTLS handshake failed; retrying");
+            eprintln!(
+                "sensor: DTLS handshake failed ({e:#}); retrying in {:.1} s (failure {failures})",
+                delay.as_secs_f64()
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop_requested(stop) => return false,
+        }
+    }
+}
+
+/// Resolves once `stop` turns true; never if its sender is gone without doing so.
+async fn stop_requested(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_is_capped_and_jittered() {
+        assert_eq!(backoff(0, 0.5), Duration::from_secs(1));
+        assert_eq!(backoff(1, 0.5), Duration::from_secs(2));
+        assert_eq!(backoff(3, 0.5), Duration::from_secs(8));
+        assert_eq!(backoff(6, 0.5), BACKOFF_CAP);
+        assert_eq!(backoff(u32::MAX, 0.5), BACKOFF_CAP);
+        assert_eq!(backoff(0, 0.0), Duration::from_millis(750));
+        assert_eq!(backoff(0, 1.0), Duration::from_millis(1250));
+        assert_eq!(backoff(40, 1.0), BACKOFF_CAP.mul_f64(1.25));
+        assert_eq!(backoff(2, f64::NAN), Duration::from_secs(4));
+    }
 }

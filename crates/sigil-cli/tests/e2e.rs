@@ -782,3 +782,88 @@ fn app_refuses_a_tampered_stored_reading_and_a_lying_directory() {
     srv.kill().unwrap();
     srv.wait().unwrap();
 }
+
+/// A coaps:// sensor started before its server: its handshakes fail (nothing listens), it
+/// keeps retrying with back-off instead of exiting, and once `sigil server` starts on that
+/// port with the sensor's PSK provisioned, every reading is acknowledged and stored.
+#[test]
+fn coaps_sensor_retries_its_handshake_until_the_server_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let state = dir.path().join("s");
+    let id = first_line(sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--print-identity",
+    ]));
+    assert!(sigil(&["provision", "--db", dbs, "add", &id])
+        .status
+        .success());
+    let psk = first_line(sigil(&["provision", "--db", dbs, "psk", &id]));
+    let (port, dport) = (free_port(), free_port());
+    let started = Instant::now();
+    let mut sensor = Command::new(SIGIL)
+        .args([
+            "sensor",
+            "--server",
+            &format!("coaps://127.0.0.1:{dport}"),
+            "--state",
+            state.to_str().unwrap(),
+            "--dtls",
+            "psk",
+            "--psk",
+            &psk,
+            "--dtls-timeout",
+            "100ms",
+            "--dtls-retransmit",
+            "2",
+            "--interval",
+            "100ms",
+            "--count",
+            "5",
+            "--ack-timeout",
+            "500ms",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Each attempt gives up after 0.7 s; in 3 s the first one has failed long since.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        sensor.try_wait().unwrap().is_none(),
+        "the sensor exited instead of retrying its handshake"
+    );
+    let mut srv = secure_server(&db, port, dport);
+    wait_ready(port);
+    let deadline = started + Duration::from_secs(30);
+    while sensor.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if sensor.try_wait().unwrap().is_none() {
+        sensor.kill().unwrap();
+    }
+    let out = sensor.wait_with_output().unwrap();
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("retrying"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let acked = report["acknowledged"].as_array().unwrap();
+    assert_eq!(acked.len(), 5, "{report}");
+    assert!(report["dtls_handshakes"].as_u64().unwrap() >= 1, "{report}");
+    let stored = sigil_server::Store::open(&db)
+        .unwrap()
+        .reading_keys()
+        .unwrap();
+    for seq in acked {
+        assert!(
+            stored.contains(&(id.clone(), seq.as_u64().unwrap())),
+            "acknowledged reading {seq} not stored: {stored:?}"
+        );
+    }
+}

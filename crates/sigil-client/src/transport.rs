@@ -94,13 +94,23 @@ impl Transport {
     /// Binds a socket and, for coaps://, completes the DTLS handshake (retransmitting with
     /// the configured timers) before returning.
     pub async fn open(server: SocketAddr, security: Security, config: Config) -> Result<Self> {
+        let mut t = Self::bind(server, security, config).await?;
+        if t.security.is_secure() {
+            t.handshake().await?;
+        }
+        Ok(t)
+    }
+
+    /// Binds a socket for `server` without a DTLS handshake: for coaps://, the caller runs
+    /// [`Transport::handshake`] (and retries it) before sending.
+    pub async fn bind(server: SocketAddr, security: Security, config: Config) -> Result<Self> {
         let bind: SocketAddr = if server.is_ipv6() {
             "[::]:0".parse()?
         } else {
             "0.0.0.0:0".parse()?
         };
         let socket = UdpSocket::bind(bind).await?;
-        let mut t = Self {
+        Ok(Self {
             socket,
             server,
             security,
@@ -112,11 +122,7 @@ impl Transport {
             handshakes: 0,
             resumed: 0,
             resumable: None,
-        };
-        if t.security.is_secure() {
-            t.handshake().await?;
-        }
-        Ok(t)
+        })
     }
 
     pub fn is_secure(&self) -> bool {

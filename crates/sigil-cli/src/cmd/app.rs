@@ -25,15 +25,21 @@ pub struct AppArgs {
 }
 
 pub async fn run(a: AppArgs) -> Result<i32> {
+    // Every argument is checked before the first datagram.
     let uri = parse_uri(&a.server)?;
-    let security = a.dtls.security(uri.secure, None)?;
-    let t = Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
     let trust = match &a.trust {
-        Some(p) => Some(app::load_trust(
-            &std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
-        )?),
+        Some(p) => Some(
+            app::load_trust(
+                &std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read {}", p.display()))?,
+            )
+            .with_context(|| format!("--trust {}", p.display()))?,
+        ),
         None => None,
     };
+    a.dtls.check(uri.secure)?;
+    let security = a.dtls.security(uri.secure, None)?;
+    let t = Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
     let report = app::run(t, trust.as_ref(), a.history).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

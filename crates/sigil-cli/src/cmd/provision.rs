@@ -8,6 +8,9 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct ProvisionArgs {
+    /// The server's database. `add` and `import` create it if it does not exist; the other
+    /// actions refuse a path where there is none. Input is checked before the database is
+    /// opened, so a refused command creates nothing.
     #[arg(long, default_value = "sigil.db")]
     pub db: PathBuf,
     #[command(subcommand)]
@@ -45,6 +48,43 @@ pub enum ProvisionAction {
 }
 
 pub fn run(a: ProvisionArgs) -> Result<i32> {
+    // Validate the input before the database is opened (or created): a refused identity,
+    // list or key leaves no file behind. Only `add` and `import` create a missing database.
+    let creates = match &a.action {
+        ProvisionAction::Add { identity, .. } => {
+            Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            true
+        }
+        ProvisionAction::Import { file } => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            for e in sigil_identity::list::entries(&text) {
+                e.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            }
+            true
+        }
+        ProvisionAction::Psk { identity, key } => {
+            Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if let Some(h) = key {
+                let k = hex::decode(h.trim()).context("--key is not hex")?;
+                if !(16..=64).contains(&k.len()) {
+                    bail!("a PSK has 16 to 64 bytes");
+                }
+            }
+            false
+        }
+        ProvisionAction::Revoke { identity } => {
+            Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+            false
+        }
+        ProvisionAction::List { .. } => false,
+    };
+    if !creates && !a.db.exists() {
+        bail!(
+            "no database at {} (`sigil provision add` or `import` creates one)",
+            a.db.display()
+        );
+    }
     let store = sigil_server::Store::open(&a.db)
         .with_context(|| format!("cannot open database {}", a.db.display()))?;
     let now = sigil_client::os::unix_now().as_secs();

@@ -15,12 +15,14 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct SensorArgs {
-    /// The server, coap://host[:port].
+    /// The server, coap://host[:port] or coaps://host[:port] (with --dtls). Every argument
+    /// is checked before the state directory is created or the device boots.
     #[arg(long, default_value = "coap://127.0.0.1:5683")]
     pub server: String,
     /// Directory holding the device's key and sequence reservation.
     #[arg(long)]
     pub state: PathBuf,
+    /// Time between readings (above zero).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Stop after this many readings.
@@ -38,7 +40,7 @@ pub struct SensorArgs {
     /// Publish every n-th reading as Confirmable (1: all, 0: none).
     #[arg(long, default_value_t = 1)]
     pub confirm_every: u32,
-    /// Registration lifetime in seconds.
+    /// Registration lifetime in seconds (at least 60).
     #[arg(long, default_value_t = 300)]
     pub lifetime: u32,
     /// Forget the key and sequence state first: a new key pair and a new identity.
@@ -60,7 +62,8 @@ pub struct SensorArgs {
 }
 
 pub async fn run(a: SensorArgs) -> Result<i32> {
-    // Validate every argument before touching the device's state.
+    // Validate every argument before touching the device's state: a refused argument
+    // creates no state directory, no key and no sequence reservation.
     let transmission = a.transmission.parameters()?;
     if a.lsb_bits.is_some() && a.format == ReadingFormat::Jws {
         bail!("--lsb-bits works with --format cose only");
@@ -68,20 +71,34 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
     if a.lsb_bits.is_some_and(|k| !(1..=32).contains(&k)) {
         bail!("--lsb-bits must be between 1 and 32");
     }
+    if a.interval.is_zero() {
+        bail!("--interval must be above zero");
+    }
+    if a.lifetime < 60 {
+        bail!("--lifetime must be at least 60 seconds (RFC 9176)");
+    }
+    if a.count == Some(0) {
+        bail!("--count must be at least 1");
+    }
+    let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
+    a.dtls.check(uri.secure)?;
+    let dtls = a.dtls.timing.config()?;
+    let kit: Vec<PublicKey> = match &a.kit {
+        Some(p) => std::fs::read_to_string(p)
+            .with_context(|| format!("cannot read --kit {}", p.display()))?
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i, l.trim()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+            .map(|(i, l)| parse_key(l).with_context(|| format!("{} line {}", p.display(), i + 1)))
+            .collect::<Result<_>>()?,
+        None => vec![],
+    };
     let mut storage = FileStorage::open(&a.state)?;
     if a.factory_reset {
         storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("factory reset: key and sequence state erased; a new identity follows");
     }
-    let kit: Vec<PublicKey> = match &a.kit {
-        Some(p) => std::fs::read_to_string(p)?
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(parse_key)
-            .collect::<Result<_>>()?,
-        None => vec![],
-    };
     let config = DeviceConfig {
         algorithm: a.alg,
         format: a.format,
@@ -117,7 +134,6 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         id.label(),
         device.public_key().algorithm().name()
     );
-    let uri = parse_uri(&a.server)?;
     let security = a
         .dtls
         .security(uri.secure, Some((id, storage_key(&mut storage)?)))?;
@@ -132,7 +148,7 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         readings: a.count,
         phase: f64::from(id.as_bytes()[0]) / 40.0,
         security,
-        dtls: a.dtls.timing.config()?,
+        dtls,
     };
     let report = sensor::run(device, storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "device event")
