@@ -74,6 +74,10 @@ pub async fn run<S: DeviceStorage>(
     }
     let mut buf = vec![0u8; 2048];
     let mut reconnect = false;
+    // Failed reconnect handshakes in a row, and when the next may start (back-off).
+    let mut reconnect_failures = 0u32;
+    let mut reconnect_after = Instant::now();
+    let mut reconnect_logged: Option<Instant> = None;
     // Retransmissions since the server last said anything: over DTLS, two in a row mean the
     // session is probably gone (the server restarted), so the sensor handshakes again.
     let mut retx_seen = 0u32;
@@ -112,13 +116,28 @@ pub async fn run<S: DeviceStorage>(
             retx_seen = device.stats.retransmissions;
             reconnect = true;
         }
-        if reconnect {
+        if reconnect && Instant::now() >= reconnect_after && !*stop.borrow() {
             // The server lost or ended the DTLS session (restart, eviction, fatal alert): a
-            // new handshake, retried with the DTLS timers until the server answers.
+            // new handshake; a failed one is tried again after an exponential back-off, while
+            // the device's own timers keep running.
             reconnect = false;
-            if let Err(e) = transport.handshake().await {
-                tracing::warn!(error = %e, "DTLS reconnect failed");
-                reconnect = true;
+            let result = tokio::select! {
+                r = transport.handshake() => Some(r),
+                _ = stop_requested(&mut stop) => None,
+            };
+            match result {
+                Some(Ok(())) => reconnect_failures = 0,
+                Some(Err(e)) => {
+                    let delay = backoff(reconnect_failures, jitter());
+                    reconnect_failures = reconnect_failures.saturating_add(1);
+                    reconnect_after = Instant::now() + delay;
+                    reconnect = true;
+                    if reconnect_logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                        reconnect_logged = Some(Instant::now());
+                        tracing::warn!(error = %e, failures = reconnect_failures, retry_in = ?delay, "DTLS reconnect failed; retrying");
+                    }
+                }
+                None => {}
             }
         }
         while let Some(n) = device.poll_transmit(&mut buf) {
@@ -164,7 +183,14 @@ pub async fn run<S: DeviceStorage>(
         if want_more && device.can_publish() {
             wake = wake.min(next_reading);
         }
-        let sleep = wake.saturating_since(now).max(Duration::from_millis(1));
+        let mut sleep = wake.saturating_since(now).max(Duration::from_millis(1));
+        if reconnect {
+            sleep = sleep.min(
+                reconnect_after
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            );
+        }
         tokio::select! {
             r = transport.recv() => {
                 match r {
@@ -194,6 +220,8 @@ pub async fn run<S: DeviceStorage>(
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Longest delay between DTLS handshake attempts.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
+/// Failed handshakes are logged once, then at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The delay before handshake attempt `attempt + 1` (0-based count of failures so far):
 /// `BACKOFF_FIRST * 2^attempt`, capped at [`BACKOFF_CAP`], then scaled by `jitter` (0.0 to
@@ -240,7 +268,7 @@ async fn connect(transport: &mut Transport, stop: &mut watch::Receiver<bool>) ->
         };
         let delay = backoff(failures, jitter());
         failures = failures.saturating_add(1);
-        if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+        if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
             last_log = Some(Instant::now());
             tracing::warn!(error = %e, failures, retry_in = ?delay, "DTLS handshake failed; retrying");
             eprintln!(
