@@ -867,3 +867,48 @@ fn coaps_sensor_retries_its_handshake_until_the_server_starts() {
         );
     }
 }
+
+/// Ctrl-C (SIGINT) stops a coaps:// sensor promptly while its handshake is still being
+/// retransmitted to a server that is not there.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_a_sensor_in_the_middle_of_its_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("s");
+    let mut sensor = Command::new(SIGIL)
+        .args([
+            "sensor",
+            "--server",
+            &format!("coaps://127.0.0.1:{}", free_port()),
+            "--state",
+            state.to_str().unwrap(),
+            "--dtls",
+            "psk",
+            "--psk",
+            "00112233445566778899aabbccddeeff",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Default DTLS timers: at 2 s the first handshake is waiting for its third flight.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(sensor.try_wait().unwrap().is_none());
+    let sent = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-INT", &sensor.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    while sensor.try_wait().unwrap().is_none() && sent.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if sensor.try_wait().unwrap().is_none() {
+        sensor.kill().unwrap();
+        panic!("the sensor did not stop within 5 s of Ctrl-C");
+    }
+    let out = sensor.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["acknowledged"].as_array().unwrap().is_empty());
+}
