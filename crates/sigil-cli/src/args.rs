@@ -222,6 +222,24 @@ impl DtlsArgs {
         Ok(())
     }
 
+    /// The chain of --cert, checked to certify `device_key` (a sensor's own key).
+    pub fn check_own_certificate(&self, device_key: &SecretKey) -> Result<Vec<Vec<u8>>> {
+        let c = self.cert.as_ref().context("--dtls cert: no --cert")?;
+        let chain = read_certs(c)?;
+        let leaf = sigil_dtls::x509::parse(&chain[0])
+            .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
+        let public = RustCrypto
+            .public_key(device_key)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if leaf.key != public {
+            bail!(
+                "{}: the certificate is not for this device's key",
+                c.display()
+            );
+        }
+        Ok(chain)
+    }
+
     /// The pre-shared key of --psk or --psk-file: hex, 16 to 64 bytes.
     fn psk_key(&self) -> Result<Vec<u8>> {
         let hex_text = match (&self.psk, &self.psk_file) {
@@ -268,19 +286,8 @@ impl DtlsArgs {
                 let own = match (&self.cert, &self.cert_key, own) {
                     (None, _, _) => None,
                     (Some(c), Some(k), _) => Some((read_certs(c)?, read_key(k)?)),
-                    (Some(c), None, Some((_, device_key))) => {
-                        let chain = read_certs(c)?;
-                        let leaf = sigil_dtls::x509::parse(&chain[0])
-                            .map_err(|e| anyhow::anyhow!("{}: {e}", c.display()))?;
-                        let public = RustCrypto
-                            .public_key(&device_key)
-                            .map_err(|e| anyhow::anyhow!("{e}"))?;
-                        if leaf.key != public {
-                            bail!(
-                                "{}: the certificate is not for this device's key",
-                                c.display()
-                            );
-                        }
+                    (Some(_), None, Some((_, device_key))) => {
+                        let chain = self.check_own_certificate(&device_key)?;
                         Some((chain, device_key))
                     }
                     (Some(_), None, None) => bail!("--cert needs --cert-key"),

@@ -22,6 +22,19 @@ impl FileStorage {
         })
     }
 
+    /// The key already stored in `dir`, read without creating anything (None: no
+    /// directory or no key yet).
+    pub fn existing_key(dir: &Path) -> Result<Option<SecretKey>> {
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        Self {
+            dir: dir.to_path_buf(),
+        }
+        .load_key()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
     fn write_atomic(&self, name: &str, data: &[u8]) -> std::io::Result<()> {
         let tmp = self.dir.join(format!(".{name}.tmp"));
         {

@@ -147,9 +147,40 @@ fn bad_sensor_args(dir: &Path) -> Vec<(Vec<String>, &'static str)> {
     ]
 }
 
+/// A test certificate of sigil-dtls's (a CA and a client leaf that no sensor's key matches).
+fn x509(name: &str) -> String {
+    format!(
+        "{}/../sigil-dtls/tests/data/x509/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// `sigil sensor` over coaps:// with --dtls cert and a certificate of its own.
+fn cert_sensor(state: &Path) -> Output {
+    sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--server",
+        "coaps://127.0.0.1:9",
+        "--dtls",
+        "cert",
+        "--ca",
+        &x509("root.pem"),
+        "--cert",
+        &x509("client.pem"),
+        "--count",
+        "1",
+    ])
+}
+
 #[test]
 fn a_refused_sensor_argument_creates_no_state_directory() {
     let dir = tempfile::tempdir().unwrap();
+    // No certificate can certify a key that does not exist yet: refused before one is made.
+    let state = dir.path().join("cert-state");
+    assert_refused(&cert_sensor(&state), "has none yet", "--cert on first boot");
+    assert!(!state.exists(), "--cert on first boot created {state:?}");
     for (i, (bad, needle)) in bad_sensor_args(dir.path()).into_iter().enumerate() {
         let state = dir.path().join(format!("state{i}"));
         let mut args = vec![
@@ -205,6 +236,13 @@ fn a_refused_sensor_argument_leaves_existing_state_unchanged() {
             "{bad:?}: key or sequence reservation written before the argument was refused"
         );
     }
+    // A certificate for another key is refused before the device boots.
+    assert_refused(
+        &cert_sensor(&state),
+        "not for this device's key",
+        "--cert for another key",
+    );
+    assert_eq!(snapshot(&state), before);
     // Not even --factory-reset erases anything when another argument is refused.
     let out = sigil(&[
         "sensor",

@@ -1,6 +1,8 @@
 //! `sigil sensor`: an emulated sensor with its state in a directory (crate::sensor drives it).
 
-use crate::args::{parse_alg, parse_duration, parse_format, parse_key, DtlsArgs, TransmissionArgs};
+use crate::args::{
+    parse_alg, parse_duration, parse_format, parse_key, DtlsArgs, DtlsMode, TransmissionArgs,
+};
 use crate::sensor;
 use crate::storage::FileStorage;
 use anyhow::{bail, Context, Result};
@@ -94,6 +96,26 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             .collect::<Result<_>>()?,
         None => vec![],
     };
+    if let (Some(DtlsMode::Cert), Some(cert), None, false) = (
+        a.dtls.dtls,
+        &a.dtls.cert,
+        &a.dtls.cert_key,
+        a.print_identity,
+    ) {
+        // The sensor's certificate must certify its device key: with no key yet (first boot
+        // or --factory-reset), no certificate can, so refuse before one is made.
+        let key = match a.factory_reset {
+            true => None,
+            false => FileStorage::existing_key(&a.state)?,
+        };
+        let Some(key) = key else {
+            bail!(
+                "{}: a sensor's certificate must certify its device key, and this sensor has none yet (make it with --print-identity, then have it certified)",
+                cert.display()
+            );
+        };
+        a.dtls.check_own_certificate(&key)?;
+    }
     let mut storage = FileStorage::open(&a.state)?;
     if a.factory_reset {
         storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
