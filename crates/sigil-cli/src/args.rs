@@ -205,6 +205,10 @@ impl DtlsArgs {
                 if let Some(k) = &self.cert_key {
                     read_key(k)?;
                 }
+                if let Some(server) = &self.server_identity {
+                    Identity::parse(server)
+                        .map_err(|e| anyhow::anyhow!("--server-identity: {e}"))?;
+                }
             }
             DtlsMode::Rpk => {
                 let server = self

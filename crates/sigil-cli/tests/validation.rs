@@ -114,6 +114,19 @@ fn bad_sensor_args(dir: &Path) -> Vec<(Vec<String>, &'static str)> {
         ),
         (v(&["--server", coaps, "--dtls", "cert"]), "--ca"),
         (
+            v(&[
+                "--server",
+                coaps,
+                "--dtls",
+                "cert",
+                "--ca",
+                &x509("root.pem"),
+                "--server-identity",
+                "1234",
+            ]),
+            "--server-identity",
+        ),
+        (
             v(&["--server", coaps, "--dtls", "cert", "--ca", &missing]),
             "cannot read",
         ),
