@@ -2,32 +2,13 @@
 //! A server that passes another datagram with it (a mix-up in a caller's tables, say) gets a
 //! refusal, not a connection for a ClientHello whose cookie nobody checked.
 
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_dtls::{
-    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, Stateless, Trust,
+    Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, Stateless,
 };
+use sigil_testkit::dtls::SENSOR_PSK;
+use sigil_testkit::Counter;
 use sigil_time::Instant;
-
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(37);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
-struct Keys;
-impl Trust for Keys {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        (identity == b"sensor-1").then(|| {
-            key[..16].copy_from_slice(b"0123456789abcdef");
-            16
-        })
-    }
-}
 
 /// A client's second ClientHello (with the cookie for `peer`).
 fn second_hello(cookies: &CookieKey, peer: &[u8], seed: u8) -> Vec<u8> {
@@ -35,7 +16,7 @@ fn second_hello(cookies: &CookieKey, peer: &[u8], seed: u8) -> Vec<u8> {
         RustCrypto,
         NoTrust,
         Config::default(),
-        &mut Counter(seed),
+        &mut Counter::new(seed, 37),
         Credentials::Psk {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
@@ -70,10 +51,10 @@ fn a_cookie_proof_does_not_accept_another_client_hello() {
     };
     let r = Connection::accept(
         RustCrypto,
-        Keys,
+        SENSOR_PSK,
         Config::default(),
         &offer,
-        &mut Counter(9),
+        &mut Counter::new(9, 37),
         proof_a,
         &b,
         Instant::ZERO,
@@ -89,10 +70,10 @@ fn a_cookie_proof_does_not_accept_another_client_hello() {
     };
     assert!(Connection::accept(
         RustCrypto,
-        Keys,
+        SENSOR_PSK,
         Config::default(),
         &offer,
-        &mut Counter(9),
+        &mut Counter::new(9, 37),
         proof_a,
         &a,
         Instant::ZERO,

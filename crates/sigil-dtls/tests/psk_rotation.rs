@@ -2,23 +2,13 @@
 //! replacing an identity's PSK (after a leak, say) also ends the resumption of the sessions
 //! made with the old key, not only a revocation of the identity.
 
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, Session, Stateless,
     Trust,
 };
+use sigil_testkit::Counter;
 use sigil_time::Instant;
-
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(37);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
 
 /// The server's store: identity "sensor-1" with `self.0` as its key.
 struct Keys(&'static [u8; 16]);
@@ -56,7 +46,7 @@ fn handshake(
             RustCrypto,
             NoTrust,
             Config::default(),
-            &mut Counter(seed),
+            &mut Counter::new(seed, 37),
             creds,
             s,
             t,
@@ -65,7 +55,7 @@ fn handshake(
             RustCrypto,
             NoTrust,
             Config::default(),
-            &mut Counter(seed),
+            &mut Counter::new(seed, 37),
             creds,
             t,
         ),
@@ -95,7 +85,7 @@ fn handshake(
             resume: server_session,
             ..ServerCredentials::NONE
         },
-        &mut Counter(seed.wrapping_add(100)),
+        &mut Counter::new(seed.wrapping_add(100), 37),
         cookie,
         &buf[..n],
         t,

@@ -3,38 +3,17 @@
 //! are dropped and counted, like a record that fails authentication (RFC 6347 §4.1.2.7).
 //! Each test is named after what the forger sends.
 
-use sigil_crypto::{CryptoError, Rng, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_dtls::record::Record;
 use sigil_dtls::{
     Config, Connection, CookieKey, Credentials, NoTrust, ServerCredentials, State, Stateless, Trust,
 };
+use sigil_testkit::dtls::{OnePsk, SENSOR_PSK};
+use sigil_testkit::Counter;
 use sigil_time::Instant;
 
-/// Deterministic test randomness.
-struct Counter(u8);
-impl Rng for Counter {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
-        for b in buf {
-            self.0 = self.0.wrapping_add(37);
-            *b = self.0;
-        }
-        Ok(())
-    }
-}
-
-/// The server's PSK store: identity "sensor-1".
-struct Keys;
-impl Trust for Keys {
-    fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
-        (identity == b"sensor-1").then(|| {
-            key[..16].copy_from_slice(b"0123456789abcdef");
-            16
-        })
-    }
-}
-
 type Client = Connection<RustCrypto, NoTrust>;
-type Server = Connection<RustCrypto, Keys>;
+type Server = Connection<RustCrypto, OnePsk>;
 
 const PEER: &[u8] = b"[fe80::1]:5684";
 
@@ -69,7 +48,7 @@ fn start() -> (Client, Server) {
         RustCrypto,
         NoTrust,
         Config::default(),
-        &mut Counter(1),
+        &mut Counter::new(1, 37),
         Credentials::Psk {
             identity: b"sensor-1",
             key: b"0123456789abcdef",
@@ -89,13 +68,13 @@ fn start() -> (Client, Server) {
     };
     let server = Connection::accept(
         RustCrypto,
-        Keys,
+        SENSOR_PSK,
         Config::default(),
         &ServerCredentials {
             psk: true,
             ..ServerCredentials::NONE
         },
-        &mut Counter(200),
+        &mut Counter::new(200, 37),
         cookie,
         &ch2[0],
         t(2),
