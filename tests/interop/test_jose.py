@@ -64,7 +64,10 @@ def test_joserfc_verifies_jws_readings_from_a_sigil_sensor(server, tmp_path, alg
     key = unb64(res[0]["key"])
     assert identity_of(alg, key) == ident, "the registered key hashes to the identity"
     jwk = jwk_of(alg, key)
-    stored = cbor2.loads(run(request(GET, f"{server.uri}{res[0]['href']}?n=10", accept=60)).payload)
+    # RFC 9176 §6: the lookup answers the topic as a resolved URI on this server.
+    href = res[0]["href"]
+    assert href.startswith(server.uri + "/ps/"), href
+    stored = cbor2.loads(run(request(GET, f"{href}?n=10", accept=60)).payload)
     assert len(stored) == 4
     seqs = []
     for raw in stored:
