@@ -13,10 +13,7 @@ pub fn init_logging(level: &str, json: bool) {
     }
 }
 
-/// The monotonic clock as the cores take it: time since `start`.
-pub fn since(start: std::time::Instant) -> sigil_time::Instant {
-    sigil_time::Instant::ZERO + start.elapsed()
-}
+pub use sigil_client::os::since;
 
 /// A reader that closes our stdout (`sigil sensor --print-identity | head -n 1`) ends the
 /// process the way it ends every Unix filter: by SIGPIPE, quietly. Rust ignores SIGPIPE by

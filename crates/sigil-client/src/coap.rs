@@ -185,7 +185,7 @@ impl CoapClient {
         }
         let n = b.finish_with_payload(payload)?;
         buf.truncate(n);
-        let now = || sigil_time::Instant::ZERO + self.start.elapsed();
+        let now = || crate::os::since(self.start);
         let mut retx = Some(Retransmission::start(
             now(),
             &self.params,
@@ -205,7 +205,7 @@ impl CoapClient {
         retx: &mut Option<Retransmission>,
         give_up_at: sigil_time::Instant,
     ) -> Result<(ClientResponse, Option<BlockOption>)> {
-        let now = || sigil_time::Instant::ZERO + self.start.elapsed();
+        let now = || crate::os::since(self.start);
         loop {
             let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
             let wait = deadline.saturating_since(now());

@@ -20,6 +20,11 @@ pub fn random_u32() -> u32 {
     u32::from_be_bytes(b)
 }
 
+/// The monotonic clock as the cores take it: the time since `start`.
+pub fn since(start: std::time::Instant) -> sigil_time::Instant {
+    sigil_time::Instant::ZERO + start.elapsed()
+}
+
 /// The wall clock.
 pub fn unix_now() -> UnixTime {
     let s = std::time::SystemTime::now()

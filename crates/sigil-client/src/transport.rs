@@ -135,7 +135,7 @@ impl Transport {
 
     /// The DTLS clock: milliseconds since the transport was opened.
     fn now(&self) -> sigil_time::Instant {
-        sigil_time::Instant::from_millis(self.start.elapsed().as_millis() as u64)
+        crate::os::since(self.start)
     }
 
     /// (Re-)establishes the DTLS session: a new handshake from the same socket.

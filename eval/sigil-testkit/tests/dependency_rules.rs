@@ -52,15 +52,11 @@ struct Package {
     rust_version: Option<String>,
 }
 
-fn workspace() -> BTreeMap<String, Package> {
+/// `cargo metadata` of the workspace (offline: the build before the tests fetched everything).
+fn metadata(extra: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(extra)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .output()
         .expect("cargo metadata");
@@ -69,7 +65,11 @@ fn workspace() -> BTreeMap<String, Package> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn workspace() -> BTreeMap<String, Package> {
+    let v = metadata(&["--no-deps"]);
     let mut ws = BTreeMap::new();
     for p in v["packages"].as_array().unwrap() {
         let mut links = BTreeSet::new();
@@ -206,17 +206,7 @@ fn version(v: &str) -> (u32, u32) {
 /// For every workspace crate, the newest `rust-version` among what it links (normal and build
 /// dependencies, transitively, for any target) in the locked dependency graph.
 fn needed_by_dependencies() -> BTreeMap<String, ((u32, u32), String)> {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline", "--locked"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .output()
-        .expect("cargo metadata");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = metadata(&["--locked"]);
     let packages: BTreeMap<&str, &serde_json::Value> = v["packages"]
         .as_array()
         .unwrap()
