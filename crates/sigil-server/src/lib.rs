@@ -14,12 +14,16 @@
 //!   publication, latest reading and history.
 //! - [`context`]: [`Request`], [`Reply`], the per-batch context, and [`Rejection`], each
 //!   refusal's CoAP code and counter.
+//! - [`budget`]: byte budgets per source host and in total for every table a peer can
+//!   fill; [`log`]: rate-limited logging of what peers cause.
 //! - [`store`]: the database. [`stats`]: counters by reason. [`provision`]: identity lists.
 
 pub mod auth;
 pub mod broker;
+pub mod budget;
 pub mod coap;
 pub mod context;
+pub mod log;
 pub mod provision;
 pub mod rd;
 pub mod routes;

@@ -16,6 +16,18 @@ impl Stats {
         }
     }
 
+    /// Sets a gauge (a level, not a count: bytes held, peaks).
+    pub fn set(&self, key: &str, v: u64) {
+        if let Ok(mut m) = self.inner.lock() {
+            match m.get_mut(key) {
+                Some(old) => *old = v,
+                None => {
+                    m.insert(key.to_string(), v);
+                }
+            }
+        }
+    }
+
     pub fn incr(&self, key: &str) {
         self.add(key, 1);
     }
