@@ -587,6 +587,9 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
     if let Some(cf) = r.content_format {
         b.uint_option(option::CONTENT_FORMAT, u32::from(cf)).ok()?;
     }
+    if let Some(age) = r.max_age {
+        b.uint_option(option::MAX_AGE, age).ok()?;
+    }
     if let Some(b2) = block2 {
         let (v, n) = b2.encode().ok()?;
         b.option(option::BLOCK2, &v[..n]).ok()?;

@@ -131,6 +131,8 @@ pub struct Response {
     pub payload: Vec<u8>,
     pub location_path: Vec<String>,
     pub etag: Option<Vec<u8>>,
+    /// Max-Age (RFC 7252 §5.10.5): on a 5.03, when to try again (§5.9.3.4).
+    pub max_age: Option<u32>,
 }
 
 /// What to answer.
@@ -436,6 +438,8 @@ pub(crate) struct Ctx<'a> {
     pub removed: &'a mut Vec<i64>,
     pub new_authorized: &'a mut Vec<Identity>,
     pub counts: &'a mut BTreeMap<&'static str, u64>,
+    /// Log lines peers cause go through this budget ([`crate::log`]).
+    pub log: &'a mut crate::log::LogLimiter,
 }
 
 impl Ctx<'_> {
@@ -446,12 +450,13 @@ impl Ctx<'_> {
     /// Counts and logs a refusal and makes its answer.
     pub fn reject(&mut self, why: Rejection, req: &Request) -> Reply {
         self.count(why.counter());
+        let now = self.secs();
         match why.operation() {
             Some(op) => {
-                tracing::warn!(?op, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
+                crate::limited!(self.log, now, why.counter(), warn, ?op, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
             }
             None => {
-                tracing::debug!(reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
+                crate::limited!(self.log, now, why.counter(), debug, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
             }
         }
         why.reply(req.confirmable())

@@ -18,7 +18,7 @@
 //!   `GET /ps/N/<href>?n=&after=` history as a CBOR array of the signed readings.
 
 use crate::auth::Credentials;
-use crate::context::{diagnostic, Ctx, Reply, Request};
+use crate::context::{diagnostic, Ctx, Reply, Request, Response};
 use crate::rd::Entry;
 use crate::stats::Stats;
 use crate::store::{IdentityKind, Store, StoreError};
@@ -43,6 +43,8 @@ pub struct ServiceConfig {
     pub max_history: u32,
     /// Lifetime when a registration gives none (RFC 9176 §5: 90000 s).
     pub default_lifetime: u32,
+    /// Max-Age of the 5.03 answered while the database has no space (seconds).
+    pub retry_after_full_secs: u32,
 }
 
 impl Default for ServiceConfig {
@@ -55,6 +57,7 @@ impl Default for ServiceConfig {
                 .unwrap_or(1),
             max_history: 100,
             default_lifetime: 90_000,
+            retry_after_full_secs: 30,
         }
     }
 }
@@ -68,6 +71,7 @@ pub struct Service {
     generation_seen: u64,
     stats: Stats,
     local: BTreeMap<&'static str, u64>,
+    log: crate::log::LogLimiter,
 }
 
 /// What the service knows in memory (a cache of the database, updated after each commit).
@@ -113,6 +117,7 @@ impl Service {
             state,
             stats,
             local: BTreeMap::new(),
+            log: crate::log::LogLimiter::default(),
         })
     }
 
@@ -178,6 +183,7 @@ impl Service {
                 removed: &mut removed,
                 new_authorized: &mut new_authorized,
                 counts: &mut local,
+                log: &mut self.log,
             };
             // The handlers read the service's caches while writing through the transaction.
             let mut out = Vec::with_capacity(requests.len());
@@ -214,16 +220,34 @@ impl Service {
             Err(e) => {
                 tracing::error!(error = %e, "batch transaction failed; nothing from it was stored");
                 self.count("server.store_error");
-                replies.extend(
-                    requests
-                        .iter()
-                        .map(|_| diagnostic(Code::INTERNAL_SERVER_ERROR, "storage failure")),
-                );
+                let reply = match e {
+                    // Lack of space passes (a checkpoint, an operator freeing space): 5.03
+                    // with Max-Age tells the client when to try again (RFC 7252 §5.9.3.4),
+                    // and the device keeps the reading until then.
+                    StoreError::Full(_) => {
+                        self.count("server.store_full");
+                        Reply::Response(Response {
+                            code: Code::SERVICE_UNAVAILABLE,
+                            payload: b"storage full; nothing was stored".to_vec(),
+                            max_age: Some(self.state.config.retry_after_full_secs),
+                            ..Default::default()
+                        })
+                    }
+                    _ => diagnostic(Code::INTERNAL_SERVER_ERROR, "storage failure"),
+                };
+                replies.extend(requests.iter().map(|_| reply.clone()));
             }
         }
         let mut local = std::mem::take(&mut self.local);
         self.stats.merge(&mut local);
         self.local = local;
+        for (kind, n) in self.log.flush(now.as_secs()) {
+            tracing::warn!(
+                kind,
+                suppressed = n,
+                "similar log lines suppressed (counters are exact)"
+            );
+        }
         replies
     }
 }
