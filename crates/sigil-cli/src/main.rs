@@ -6,6 +6,7 @@ mod attacks;
 mod cmd;
 mod demo;
 mod sensor;
+mod soak;
 mod storage;
 mod util;
 
@@ -43,6 +44,9 @@ enum Command {
     Provision(cmd::provision::ProvisionArgs),
     /// Run the whole system with attacks on loopback and print a summary.
     Demo(cmd::demo::DemoArgs),
+    /// Honest sensors beside every control-plane attack at once, for a bounded time; checks
+    /// that nothing acknowledged is lost and that memory stays within its budgets.
+    Soak(cmd::soak::SoakArgs),
     /// Verify one signed reading from a file against a key and identity.
     Verify(cmd::verify::VerifyArgs),
     /// One CoAP GET over coap:// or coaps:// (prints the payload).
@@ -75,6 +79,7 @@ fn main() {
             Command::App(a) => cmd::app::run(a).await,
             Command::Get(a) => cmd::get::run(a).await,
             Command::Demo(a) => cmd::demo::run(a).await,
+            Command::Soak(a) => cmd::soak::run(a).await,
             Command::Identity(a) => cmd::identity::run(a),
             Command::Provision(a) => cmd::provision::run(a),
             Command::Verify(a) => cmd::verify::run(a),

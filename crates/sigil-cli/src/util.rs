@@ -1,11 +1,36 @@
 //! Small pieces shared by the commands.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Bytes of log this process has written (what `sigil soak` reports against the log budget).
+pub static LOG_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Count log bytes without writing them (`sigil soak` measures its log instead of showing it).
+pub static LOG_COUNT_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Standard error, counting into [`LOG_BYTES`].
+struct CountingStderr;
+
+impl std::io::Write for CountingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = if LOG_COUNT_ONLY.load(Ordering::Relaxed) {
+            buf.len()
+        } else {
+            std::io::stderr().write(buf)?
+        };
+        LOG_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 pub fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SIGIL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(|| CountingStderr);
     if json {
         let _ = builder.json().try_init();
     } else {

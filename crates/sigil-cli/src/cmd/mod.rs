@@ -7,4 +7,5 @@ pub mod identity;
 pub mod provision;
 pub mod sensor;
 pub mod server;
+pub mod soak;
 pub mod verify;

@@ -1,0 +1,865 @@
+//! `sigil soak`: honest sensors, over coap:// and coaps://, publishing beside every
+//! control-plane attack at once, for a bounded time; then the application verifies everything
+//! and the server's own accounting says how much memory the attackers made it hold.
+//!
+//! The attacks (docs/security.md names them by number) run from their own loopback
+//! addresses, so the server sees them as other hosts than the sensors (127.0.0.1):
+//! 1. forged unsigned registrations of every device's endpoint with `ct=65100` (127.0.0.11);
+//! 2. `POST /rd/N?lt=1` (and lt=60) and unsigned `DELETE /rd/N` on every entry (127.0.0.11);
+//! 4. Confirmable GETs with fresh message IDs whose answers are large, to fill the
+//!    deduplication cache (127.0.0.12);
+//! 5. the same requests measured as a reflector: every answer's size against its request's,
+//!    from a source that never proves it can receive (127.0.0.12);
+//! 6. 256 source ports starting Block1 transfers and never finishing them (127.0.0.13);
+//! 7. a flood of ClientHellos that return valid cookies, from 64 ports (127.0.0.14);
+//! 8. a stream of refused requests, for the log (127.0.0.15).
+//!
+//! Attack 3 (a full disk) and 9 (bad CLI input) are not network attacks; they have their own
+//! tests (crates/sigil-server/tests/disk_full.rs, crates/sigil-cli/tests/validation.rs).
+
+use crate::sensor::{self, SensorReport, SensorRun};
+use crate::storage::FileStorage;
+use crate::util::{LOG_BYTES, LOG_COUNT_ONLY};
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use sigil_client::os::OsRng;
+use sigil_client::transport::Security;
+use sigil_coap::message::option;
+use sigil_coap::{BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType};
+use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_device::{Device, DeviceConfig, Event, PublishOutcome};
+use sigil_identity::KeyAnnouncement;
+use sigil_server::{DtlsConfig, Server, ServerConfig, Stats};
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+
+#[derive(Clone, Debug)]
+pub struct SoakOptions {
+    pub duration: Duration,
+    /// Honest coap:// sensors.
+    pub sensors: usize,
+    /// Honest coaps:// (DTLS-PSK) sensors.
+    pub dtls_sensors: usize,
+    pub interval: Duration,
+    pub quiet: bool,
+}
+
+/// What one attack sent and got back.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct AttackLoad {
+    pub name: &'static str,
+    pub datagrams_sent: u64,
+    pub bytes_sent: u64,
+    pub answers: u64,
+    pub bytes_received: u64,
+    /// Largest answer over the request it answered (attack 5's measure).
+    pub largest_ratio: f64,
+    /// Answers by CoAP code (or "dtls" for handshake records).
+    pub codes: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Budget {
+    pub table: String,
+    pub peak_bytes: u64,
+    pub cap_bytes: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct Check {
+    pub what: String,
+    pub ok: bool,
+    pub observed: String,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct SoakReport {
+    pub seconds: f64,
+    pub sensors: usize,
+    pub dtls_sensors: usize,
+    pub readings_acknowledged: usize,
+    pub readings_stored: u64,
+    pub readings_verified: usize,
+    pub readings_failed_verification: usize,
+    pub acknowledged_but_missing: usize,
+    /// Readings a sensor finally gave up on (refused for good or timed out).
+    pub readings_given_up: usize,
+    /// Acknowledged readings per sensor, fewest first.
+    pub fewest_acknowledged: usize,
+    pub attacks: Vec<AttackLoad>,
+    pub memory: Vec<Budget>,
+    pub log_bytes: u64,
+    pub peak_rss_kib: u64,
+    pub checks: Vec<Check>,
+    pub server_counters: BTreeMap<String, u64>,
+}
+
+impl SoakReport {
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+}
+
+/// Log budget the soak holds the process to: the server's limiter allows 21 lines per kind
+/// per 10 s window (crates/sigil-server/src/log.rs); 64 KB per window leaves room for the
+/// sensors' own warnings.
+const LOG_BYTES_PER_10S: u64 = 64 * 1024;
+
+type Shared = Arc<Mutex<AttackLoad>>;
+
+fn load(name: &'static str) -> Shared {
+    Arc::new(Mutex::new(AttackLoad {
+        name,
+        ..Default::default()
+    }))
+}
+
+fn note_sent(l: &Shared, n: usize) {
+    if let Ok(mut l) = l.lock() {
+        l.datagrams_sent += 1;
+        l.bytes_sent += n as u64;
+    }
+}
+
+fn note_answer(l: &Shared, request_len: usize, answer: &[u8]) {
+    let code = match Message::parse(answer) {
+        Ok(m) => m.code.to_string(),
+        Err(_) => "dtls".into(),
+    };
+    if let Ok(mut l) = l.lock() {
+        l.answers += 1;
+        l.bytes_received += answer.len() as u64;
+        if request_len > 0 {
+            l.largest_ratio = l
+                .largest_ratio
+                .max(answer.len() as f64 / request_len as f64);
+        }
+        *l.codes.entry(code).or_insert(0) += 1;
+    }
+}
+
+async fn bind(host: u8) -> Result<UdpSocket> {
+    let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host)), 0);
+    UdpSocket::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr} (the soak needs the whole 127.0.0.0/8 on lo)"))
+}
+
+fn coap(
+    mtype: MessageType,
+    code: Code,
+    mid: u16,
+    path: &[&str],
+    query: &[String],
+    block1: Option<BlockOption>,
+    cf: Option<u16>,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut buf = vec![0u8; payload.len() + 512];
+    let token = mid.to_be_bytes();
+    let Ok(mut b) = MessageBuilder::new(&mut buf, mtype, code, mid, &token) else {
+        return Vec::new();
+    };
+    for p in path {
+        let _ = b.option(option::URI_PATH, p.as_bytes());
+    }
+    if let Some(cf) = cf {
+        let _ = b.uint_option(option::CONTENT_FORMAT, u32::from(cf));
+    }
+    for q in query {
+        let _ = b.option(option::URI_QUERY, q.as_bytes());
+    }
+    if let Some(b1) = block1 {
+        if let Ok((v, n)) = b1.encode() {
+            let _ = b.option(option::BLOCK1, &v[..n]);
+        }
+    }
+    match b.finish_with_payload(payload) {
+        Ok(n) => {
+            buf.truncate(n);
+            buf
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Reads whatever answers arrive on `sock` until `stop`, noting each against the request
+/// length `len_of(message id)` gives.
+async fn drain(sock: Arc<UdpSocket>, l: Shared, sent: Arc<Mutex<BTreeMap<u16, usize>>>) {
+    let mut buf = vec![0u8; 2048];
+    while let Ok((n, _)) = sock.recv_from(&mut buf).await {
+        let answer = &buf[..n];
+        let req_len = Message::parse(answer)
+            .ok()
+            .and_then(|m| sent.lock().ok()?.get(&m.message_id).copied())
+            .unwrap_or(0);
+        note_answer(&l, req_len, answer);
+    }
+}
+
+/// The devices' endpoint names and keys, as anyone reads them from `/rd-lookup/res`.
+#[derive(Clone)]
+struct Victim {
+    ep: String,
+    key: PublicKey,
+}
+
+/// Attacks 1 and 2: forged registrations, lifetime changes and removals of every entry.
+async fn control_plane(
+    server: SocketAddr,
+    victims: Vec<Victim>,
+    entries: usize,
+    l: Shared,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let sock = Arc::new(bind(11).await?);
+    sock.connect(server).await?;
+    let sent = Arc::new(Mutex::new(BTreeMap::new()));
+    let reader = tokio::spawn(drain(sock.clone(), l.clone(), sent.clone()));
+    let mut mid = 1u16;
+    while !*stop.borrow() {
+        let mut out = Vec::new();
+        for v in &victims {
+            let mut links = String::from("</m>;rt=\"sigil.env\";ct=65100");
+            if let Some(a) = KeyAnnouncement::new(v.key, b"") {
+                let _ = a.emit(&mut links, [] as [PublicKey; 0]);
+            }
+            let q = vec![format!("ep={}", v.ep), "lt=60".into()];
+            out.push(coap(
+                MessageType::Confirmable,
+                Code::POST,
+                0,
+                &["rd"],
+                &q,
+                None,
+                Some(ContentFormat::LINK_FORMAT.0),
+                links.as_bytes(),
+            ));
+        }
+        for n in 1..=entries {
+            let id = n.to_string();
+            for lt in ["lt=1", "lt=60"] {
+                out.push(coap(
+                    MessageType::Confirmable,
+                    Code::POST,
+                    0,
+                    &["rd", &id],
+                    &[lt.into()],
+                    None,
+                    None,
+                    &[],
+                ));
+            }
+            out.push(coap(
+                MessageType::Confirmable,
+                Code::DELETE,
+                0,
+                &["rd", &id],
+                &[],
+                None,
+                None,
+                &[],
+            ));
+        }
+        for mut d in out {
+            if d.len() < 4 {
+                continue;
+            }
+            mid = mid.wrapping_add(1);
+            d[2..4].copy_from_slice(&mid.to_be_bytes());
+            if let Ok(mut s) = sent.lock() {
+                s.insert(mid, d.len());
+            }
+            note_sent(&l, d.len());
+            let _ = sock.send(&d).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    reader.abort();
+    Ok(())
+}
+
+/// Attacks 4 and 5: Confirmable requests with fresh message IDs whose full answers are large
+/// (history, lookup, topic list), never repeating an Echo.
+async fn reflector(server: SocketAddr, l: Shared, mut stop: watch::Receiver<bool>) -> Result<()> {
+    let sock = Arc::new(bind(12).await?);
+    sock.connect(server).await?;
+    let sent = Arc::new(Mutex::new(BTreeMap::new()));
+    let reader = tokio::spawn(drain(sock.clone(), l.clone(), sent.clone()));
+    let requests = [
+        coap(
+            MessageType::Confirmable,
+            Code::GET,
+            0,
+            &["ps", "1", "m"],
+            &["n=100".into()],
+            None,
+            None,
+            &[],
+        ),
+        coap(
+            MessageType::Confirmable,
+            Code::GET,
+            0,
+            &["rd-lookup", "res"],
+            &[],
+            None,
+            None,
+            &[],
+        ),
+        coap(
+            MessageType::Confirmable,
+            Code::GET,
+            0,
+            &["ps"],
+            &[],
+            None,
+            None,
+            &[],
+        ),
+    ];
+    let mut mid = 0u16;
+    while !*stop.borrow() {
+        // 2,000 requests a second, in bursts of 100.
+        for _ in 0..100 {
+            mid = mid.wrapping_add(1);
+            let mut d = requests[usize::from(mid) % requests.len()].clone();
+            d[2..4].copy_from_slice(&mid.to_be_bytes());
+            if let Ok(mut s) = sent.lock() {
+                s.insert(mid, d.len());
+            }
+            note_sent(&l, d.len());
+            let _ = sock.send(&d).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    reader.abort();
+    Ok(())
+}
+
+/// Attack 6: 256 source ports each opening a Block1 registration and never finishing it.
+async fn block1_holders(
+    server: SocketAddr,
+    l: Shared,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut socks = Vec::new();
+    for _ in 0..256 {
+        let s = bind(13).await?;
+        s.connect(server).await?;
+        socks.push(s);
+    }
+    let payload = vec![b'x'; 64];
+    let mut mid = 0u16;
+    while !*stop.borrow() {
+        for s in &socks {
+            mid = mid.wrapping_add(1);
+            let d = coap(
+                MessageType::Confirmable,
+                Code::POST,
+                mid,
+                &["rd"],
+                &["ep=hold".into()],
+                Some(BlockOption::new(0, true, 2)),
+                Some(ContentFormat::LINK_FORMAT.0),
+                &payload,
+            );
+            note_sent(&l, d.len());
+            let _ = s.send(&d).await;
+            let mut buf = [0u8; 512];
+            while let Ok(n) = s.try_recv(&mut buf) {
+                note_answer(&l, d.len(), &buf[..n]);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    Ok(())
+}
+
+/// Attack 7: ClientHellos that return valid cookies, from 64 ports, as fast as the server
+/// answers; each handshake is abandoned after the server's first flight.
+async fn handshake_flood(
+    server: SocketAddr,
+    l: Shared,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut tasks = Vec::new();
+    for i in 0..64u32 {
+        let l = l.clone();
+        let mut stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let Ok(sock) = bind(14).await else { return };
+            if sock.connect(server).await.is_err() {
+                return;
+            }
+            let start = Instant::now();
+            let identity = format!("flood-{i}");
+            let mut buf = vec![0u8; 2048];
+            let mut out = vec![0u8; sigil_dtls::MAX_DATAGRAM];
+            while !*stop.borrow() {
+                let now = crate::util::since(start);
+                let creds = sigil_dtls::Credentials::Psk {
+                    identity: identity.as_bytes(),
+                    key: &[7u8; 16],
+                };
+                let Ok(mut conn) = sigil_dtls::Connection::connect(
+                    RustCrypto,
+                    sigil_dtls::NoTrust,
+                    sigil_dtls::Config::default(),
+                    &mut OsRng,
+                    creds,
+                    now,
+                ) else {
+                    return;
+                };
+                // ClientHello, HelloVerifyRequest, ClientHello with the cookie, then the
+                // server's flight: stop there, leaving a half-open handshake behind.
+                let mut flights = 0;
+                while flights < 2 && !*stop.borrow() {
+                    while let Some(n) = conn.poll_transmit(crate::util::since(start), &mut out) {
+                        note_sent(&l, n);
+                        let _ = sock.send(&out[..n]).await;
+                    }
+                    let got = tokio::select! {
+                        r = tokio::time::timeout(Duration::from_millis(500), sock.recv(&mut buf)) => r,
+                        _ = stop.changed() => break,
+                    };
+                    match got {
+                        Ok(Ok(n)) => {
+                            note_answer(&l, 0, &buf[..n]);
+                            let _ = conn.handle_datagram(crate::util::since(start), &buf[..n]);
+                            flights += 1;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }));
+    }
+    let _ = stop.changed().await;
+    for t in tasks {
+        let _ = t.await;
+    }
+    Ok(())
+}
+
+/// Attack 8: refused requests as fast as the socket takes them (1,000 a second).
+async fn refusals(server: SocketAddr, l: Shared, mut stop: watch::Receiver<bool>) -> Result<()> {
+    let sock = Arc::new(bind(15).await?);
+    sock.connect(server).await?;
+    let sent = Arc::new(Mutex::new(BTreeMap::new()));
+    let reader = tokio::spawn(drain(sock.clone(), l.clone(), sent.clone()));
+    let mut mid = 0u16;
+    while !*stop.borrow() {
+        for _ in 0..50 {
+            mid = mid.wrapping_add(1);
+            let d = coap(
+                MessageType::Confirmable,
+                Code::POST,
+                mid,
+                &["rd"],
+                &["ep=not-an-identity".into()],
+                None,
+                None,
+                b"</x>",
+            );
+            if let Ok(mut s) = sent.lock() {
+                s.insert(mid, d.len());
+            }
+            note_sent(&l, d.len());
+            let _ = sock.send(&d).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    reader.abort();
+    Ok(())
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
+    LOG_COUNT_ONLY.store(true, Ordering::Relaxed);
+    let log_start = LOG_BYTES.load(Ordering::Relaxed);
+    let tmp = tempfile::Builder::new().prefix("sigil-soak-").tempdir()?;
+    let dir = tmp.path().to_path_buf();
+    let db = dir.join("sigil.db");
+    let say = |s: &str| {
+        if !opts.quiet {
+            eprintln!("{s}");
+        }
+    };
+
+    // The server, plain and DTLS, on loopback.
+    let stats = Stats::default();
+    let mut config = ServerConfig::new("127.0.0.1:0".parse()?, db.clone());
+    config.service.freshness.max_ahead = 1000;
+    config.dtls = Some(DtlsConfig::new("127.0.0.1:0".parse()?));
+    let server = Server::start(config, stats.clone()).await?;
+    let addr = server.local_addr;
+    let dtls_addr = server.dtls.as_ref().context("no coaps:// endpoint")?.addr;
+    say(&format!("server on coap://{addr} and coaps://{dtls_addr}"));
+
+    // Sensors generate their keys; the installer provisions them (PSKs for the DTLS ones).
+    let total = opts.sensors + opts.dtls_sensors;
+    let mut devices = Vec::new();
+    let mut labels = String::from("# soak sensors\n");
+    let store = sigil_server::Store::open(&db)?;
+    let mut victims = Vec::new();
+    for i in 0..total {
+        let mut storage = FileStorage::open(&dir.join(format!("sensor-{i:03}")))?;
+        let config = DeviceConfig {
+            lifetime: Duration::from_secs(120),
+            ..Default::default()
+        };
+        let d = Device::boot(RustCrypto, config, &mut storage, &mut OsRng, &[], &[])
+            .map_err(|e| anyhow::anyhow!("sensor {i}: {e}"))?;
+        labels.push_str(&format!(
+            "{} device soak sensor {i}\n",
+            d.identity().label()
+        ));
+        victims.push(Victim {
+            ep: d.identity().to_string(),
+            key: *d.public_key(),
+        });
+        devices.push((d, storage));
+    }
+    let now = sigil_client::os::unix_now().as_secs();
+    sigil_server::provision::import(&store, &labels, now)?;
+    let mut security = Vec::new();
+    for (i, (d, _)) in devices.iter().enumerate() {
+        if i < opts.sensors {
+            security.push(Security::None);
+        } else {
+            let mut key = vec![0u8; 16];
+            getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("randomness: {e}"))?;
+            store.set_psk(d.identity(), &key, now)?;
+            security.push(Security::Psk {
+                identity: d.identity().to_string().into_bytes(),
+                key,
+                ecdhe: false,
+            });
+        }
+    }
+    drop(store);
+    let trust = sigil_client::app::load_trust(&labels)?;
+
+    // Honest sensors first, so there is something to attack.
+    let acked = Arc::new(AtomicU64::new(0));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    for (i, ((device, storage), sec)) in devices.into_iter().zip(security).enumerate() {
+        let secure = !matches!(sec, Security::None);
+        let run = SensorRun {
+            server: if secure { dtls_addr } else { addr },
+            interval: opts.interval,
+            readings: None,
+            phase: i as f64 * 0.7,
+            security: sec,
+            dtls: Default::default(),
+        };
+        let a = acked.clone();
+        let stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            sensor::run(device, storage, run, stop, move |ev| {
+                if let Event::Published {
+                    outcome: PublishOutcome::Acknowledged,
+                    ..
+                } = ev
+                {
+                    a.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .await
+        }));
+    }
+    let warmup = Instant::now();
+    while acked.load(Ordering::Relaxed) < total as u64 && warmup.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Every attack at once, until the end.
+    let (astop_tx, astop_rx) = watch::channel(false);
+    let loads = [
+        load("1+2 forged registrations, lifetimes, removals"),
+        load("4+5 large answers with fresh message IDs"),
+        load("6 Block1 transfers held open from 256 ports"),
+        load("7 ClientHellos with valid cookies from 64 ports"),
+        load("8 refused requests"),
+    ];
+    let attackers = vec![
+        tokio::spawn(control_plane(
+            addr,
+            victims.clone(),
+            total + 4,
+            loads[0].clone(),
+            astop_rx.clone(),
+        )),
+        tokio::spawn(reflector(addr, loads[1].clone(), astop_rx.clone())),
+        tokio::spawn(block1_holders(addr, loads[2].clone(), astop_rx.clone())),
+        tokio::spawn(handshake_flood(
+            dtls_addr,
+            loads[3].clone(),
+            astop_rx.clone(),
+        )),
+        tokio::spawn(refusals(addr, loads[4].clone(), astop_rx.clone())),
+    ];
+    let bar = if opts.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(opts.duration.as_secs().max(1))
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    while start.elapsed() < opts.duration {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        bar.set_position(start.elapsed().as_secs());
+        let sent: u64 = loads
+            .iter()
+            .filter_map(|l| l.lock().ok().map(|l| l.datagrams_sent))
+            .sum();
+        bar.set_message(format!(
+            "{} readings acknowledged; {} attack datagrams",
+            acked.load(Ordering::Relaxed),
+            sent
+        ));
+        // Progress for logs that are not a terminal: a line a minute.
+        if opts.quiet
+            && start.elapsed().as_secs() % 60 == 0
+            && start.elapsed().as_millis() % 60_000 < 500
+        {
+            eprintln!(
+                "soak: {:>4}s, {} readings acknowledged, {} attack datagrams",
+                start.elapsed().as_secs(),
+                acked.load(Ordering::Relaxed),
+                sent
+            );
+        }
+    }
+    let _ = astop_tx.send(true);
+    for a in attackers {
+        a.await.context("attack task")??;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    // The sensors settle what is in flight (re-registering where the attacks got through).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = stop_tx.send(true);
+    bar.finish_and_clear();
+    let mut reports: Vec<SensorReport> = Vec::new();
+    for t in tasks {
+        reports.push(t.await.context("sensor task")??);
+    }
+
+    // The application verifies everything end to end.
+    let transport =
+        sigil_client::transport::Transport::open(addr, Security::None, Default::default()).await?;
+    let app = sigil_client::app::run(transport, Some(&trust), None).await?;
+    let verified: HashSet<(String, u64)> = app
+        .sensors
+        .iter()
+        .flat_map(|s| {
+            s.readings
+                .iter()
+                .filter(|r| r.verified)
+                .map(move |r| (s.ep.clone(), r.seq))
+        })
+        .collect();
+    let stored: HashSet<(String, u64)> = sigil_server::Store::open(&db)?
+        .reading_keys()?
+        .into_iter()
+        .collect();
+    let mut missing = 0;
+    for r in &reports {
+        for seq in &r.acknowledged {
+            let k = (r.identity.clone(), *seq);
+            if !stored.contains(&k) || !verified.contains(&k) {
+                missing += 1;
+            }
+        }
+    }
+    let counters = stats.snapshot();
+    server.shutdown().await;
+
+    let mut memory = Vec::new();
+    for (k, cap) in &counters {
+        if let Some(table) = k.strip_prefix("mem.").and_then(|t| t.strip_suffix(".cap")) {
+            memory.push(Budget {
+                table: table.to_string(),
+                peak_bytes: counters
+                    .get(&format!("mem.{table}.peak"))
+                    .copied()
+                    .unwrap_or(0),
+                cap_bytes: *cap,
+            });
+        }
+    }
+    let attacks: Vec<AttackLoad> = loads
+        .iter()
+        .map(|l| std::mem::take(&mut *l.lock().unwrap_or_else(|p| p.into_inner())))
+        .collect();
+    let log_bytes = LOG_BYTES.load(Ordering::Relaxed) - log_start;
+    LOG_COUNT_ONLY.store(false, Ordering::Relaxed);
+    let acknowledged: usize = reports.iter().map(|r| r.acknowledged.len()).sum();
+    let given_up: usize = reports
+        .iter()
+        .map(|r| r.rejected.len() + r.timed_out.len())
+        .sum();
+    let fewest = reports
+        .iter()
+        .map(|r| r.acknowledged.len())
+        .min()
+        .unwrap_or(0);
+    let expected_each = (opts.duration.as_secs_f64() / opts.interval.as_secs_f64() / 2.0) as usize;
+    let reflect = attacks
+        .iter()
+        .filter(|a| {
+            a.name.starts_with("4+5") || a.name.starts_with("1+2") || a.name.starts_with("8")
+        })
+        .map(|a| a.largest_ratio)
+        .fold(0.0, f64::max);
+    let log_budget = LOG_BYTES_PER_10S * (seconds / 10.0).ceil() as u64;
+    let mut checks = vec![
+        Check {
+            what: "every acknowledged reading is stored and verified by the application".into(),
+            ok: missing == 0 && acknowledged > 0,
+            observed: format!("{acknowledged} acknowledged, {missing} missing"),
+        },
+        Check {
+            what: "stored = verified, none failed verification".into(),
+            ok: stored.len() == app.verified() && app.failed() == 0,
+            observed: format!(
+                "{} stored, {} verified, {} failed",
+                stored.len(),
+                app.verified(),
+                app.failed()
+            ),
+        },
+        Check {
+            what: "no reading given up (refusals lead to re-registration and republication)".into(),
+            ok: given_up == 0,
+            observed: format!("{given_up} given up"),
+        },
+        Check {
+            what: format!(
+                "every sensor kept publishing (at least {expected_each} acknowledged each)"
+            ),
+            ok: fewest >= expected_each,
+            observed: format!("fewest acknowledged by one sensor: {fewest}"),
+        },
+        Check {
+            what: "coap:// answers to unverified sources are at most 3x their requests".into(),
+            ok: reflect <= 3.0,
+            observed: format!("largest answer/request ratio {reflect:.2}"),
+        },
+        Check {
+            what: format!("log within {} KB per 10 s", LOG_BYTES_PER_10S / 1024),
+            ok: log_bytes <= log_budget,
+            observed: format!("{log_bytes} bytes in {seconds:.0} s"),
+        },
+    ];
+    checks.push(Check {
+        what: "the server's tables stay within their byte budgets".into(),
+        ok: !memory.is_empty() && memory.iter().all(|m| m.peak_bytes <= m.cap_bytes),
+        observed: memory
+            .iter()
+            .map(|m| format!("{} {}/{}", m.table, m.peak_bytes, m.cap_bytes))
+            .collect::<Vec<_>>()
+            .join(", "),
+    });
+    Ok(SoakReport {
+        seconds,
+        sensors: opts.sensors,
+        dtls_sensors: opts.dtls_sensors,
+        readings_acknowledged: acknowledged,
+        readings_stored: stored.len() as u64,
+        readings_verified: app.verified(),
+        readings_failed_verification: app.failed(),
+        acknowledged_but_missing: missing,
+        readings_given_up: given_up,
+        fewest_acknowledged: fewest,
+        attacks,
+        memory,
+        log_bytes,
+        peak_rss_kib: peak_rss_kib(),
+        checks,
+        server_counters: counters,
+    })
+}
+
+pub fn print_report(r: &SoakReport) {
+    println!(
+        "\nSigil soak: {:.0} s, {} coap:// and {} coaps:// sensors beside every attack",
+        r.seconds, r.sensors, r.dtls_sensors
+    );
+    println!(
+        "  readings acknowledged         {:>8}",
+        r.readings_acknowledged
+    );
+    println!("  readings stored               {:>8}", r.readings_stored);
+    println!("  verified by the application   {:>8}", r.readings_verified);
+    println!(
+        "  acknowledged but missing      {:>8}",
+        r.acknowledged_but_missing
+    );
+    println!("  given up by a sensor          {:>8}", r.readings_given_up);
+    println!("\nattacks (sent / answered, bytes out / in, largest answer/request):");
+    for a in &r.attacks {
+        println!(
+            "  {:<52} {:>8} / {:<8} {:>10} / {:<10} {:>6.2}",
+            a.name, a.datagrams_sent, a.answers, a.bytes_sent, a.bytes_received, a.largest_ratio
+        );
+        let codes: Vec<String> = a.codes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+        println!("      answers {}", codes.join(", "));
+    }
+    println!("\nserver memory by its own accounting (peak / budget, bytes):");
+    for m in &r.memory {
+        println!(
+            "  {:<24} {:>10} / {:<10}",
+            m.table, m.peak_bytes, m.cap_bytes
+        );
+    }
+    println!(
+        "  process peak RSS (sensors, attackers and server together): {} KiB",
+        r.peak_rss_kib
+    );
+    println!("  log written: {} bytes", r.log_bytes);
+    println!("\nchecks:");
+    for c in &r.checks {
+        println!(
+            "  [{}] {} ({})",
+            if c.ok { "ok" } else { "FAILED" },
+            c.what,
+            c.observed
+        );
+    }
+}
