@@ -9,6 +9,39 @@ use crate::store::{IdentityKind, Store, StoreError};
 use sigil_identity::list::{self, ListedKind};
 use sigil_identity::Identity;
 
+/// Lengths a DTLS pre-shared key may have, in bytes (128 to 512 bits; the DTLS layer holds at
+/// most `sigil_dtls::keys::MAX_PSK_LEN`).
+pub const PSK_LEN: std::ops::RangeInclusive<usize> = 16..=64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PskError {
+    #[error("a PSK has 16 to 64 bytes, not {0}")]
+    Length(usize),
+    #[error("{0} is not an active identity: add it first")]
+    NotActive(Identity),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Checks a pre-shared key's length before anything is stored.
+pub fn check_psk(key: &[u8]) -> Result<(), PskError> {
+    if PSK_LEN.contains(&key.len()) {
+        Ok(())
+    } else {
+        Err(PskError::Length(key.len()))
+    }
+}
+
+/// Gives an active identity a DTLS pre-shared key (replacing any earlier one).
+pub fn set_psk(store: &Store, id: &Identity, key: &[u8], now: i64) -> Result<(), PskError> {
+    check_psk(key)?;
+    if !store.authorized()?.contains_key(id) {
+        return Err(PskError::NotActive(*id));
+    }
+    store.set_psk(id, key, now)?;
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error("{msg}")]

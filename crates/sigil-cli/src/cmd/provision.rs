@@ -67,9 +67,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
             if let Some(h) = key {
                 let k = hex::decode(h.trim()).context("--key is not hex")?;
-                if !(16..=64).contains(&k.len()) {
-                    bail!("a PSK has 16 to 64 bytes");
-                }
+                sigil_server::provision::check_psk(&k)?;
             }
             false
         }
@@ -136,9 +134,6 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         }
         ProvisionAction::Psk { identity, key } => {
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if !store.authorized()?.contains_key(&id) {
-                bail!("{id} is not an active identity: add it first");
-            }
             let key = match key {
                 Some(h) => hex::decode(h.trim()).context("--key is not hex")?,
                 None => {
@@ -147,10 +142,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
                     k
                 }
             };
-            if !(16..=64).contains(&key.len()) {
-                bail!("a PSK has 16 to 64 bytes");
-            }
-            store.set_psk(&id, &key, now)?;
+            sigil_server::provision::set_psk(&store, &id, &key, now)?;
             println!("{}", hex::encode(&key));
         }
         ProvisionAction::Revoke { identity } => {
