@@ -10,14 +10,27 @@
 //! its identity goes with every request it carries ([`PeerAuth`]). A session keeps only the
 //! established [`Traffic`] state, not the handshake's buffers.
 //!
-//! Both tables are capped. When one is full, only stale entries are evicted (a handshake
-//! older than `handshake_timeout`, a session idle longer than `session_idle`); a live session
-//! is never pushed out by newcomers, so a flood of ClientHellos cannot cut off devices that
-//! are already connected. A ClientHello from the address of an established session (a device
-//! that rebooted) starts a new handshake beside it, and replaces the session only once the
-//! new handshake completes (RFC 6347 §4.2.8).
+//! Every table has a byte budget per source host (an IPv4 address or an IPv6 /64, see
+//! [`crate::budget`]) and in total; each entry is charged a fixed figure ([`HANDSHAKE_BYTES`],
+//! [`SESSION_BYTES`], [`RESUMPTION_BYTES`]). A cookie proves only that the address receives,
+//! so a host that returns cookies from many ports still gets one host's share of half-open
+//! handshakes (`max_handshakes_per_host`); beyond it, its ClientHellos are refused after the
+//! cookie check, before any handshake work. When the handshake table is full, a newcomer
+//! pushes out the oldest half-open handshake of the host holding the most, if that host holds
+//! more than the newcomer's host would; otherwise it is refused. A live session is never
+//! pushed out by newcomers, so a flood of ClientHellos cannot cut off devices that are already
+//! connected; stale entries (a handshake older than `handshake_timeout`, a session idle longer
+//! than `session_idle`, a resumable session older than `session_lifetime`) expire and their
+//! memory is returned. A ClientHello from the address of an established session (a device
+//! that rebooted) starts a new handshake beside it, and replaces the session only once the new
+//! handshake completes (RFC 6347 §4.2.8). Log lines a peer can cause go through a
+//! [`LogLimiter`]; the counters stay exact. docs/security.md, "DTLS tables under a flood".
 
 use crate::auth::{Credentials, PeerAuth};
+use crate::budget::{
+    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Caps, Host, Over, ENTRY_OVERHEAD,
+};
+use crate::log::LogLimiter;
 use crate::stats::Stats;
 use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
 use sigil_dtls::keys::MAX_PSK_LEN;
@@ -30,6 +43,7 @@ use sigil_dtls::{
 use sigil_identity::Identity;
 use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::mem::size_of;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -55,10 +69,19 @@ pub struct DtlsConfig {
     /// With raw public keys: require the client's key (mutual authentication). Without it a
     /// client may stay anonymous and is treated like a plain-CoAP client.
     pub require_client_auth: bool,
-    /// Most handshakes in progress (all peers).
+    /// Most handshakes in progress (all peers): the handshake table's byte budget is this
+    /// many times [`HANDSHAKE_BYTES`].
     pub max_handshakes: usize,
-    /// Most established sessions.
+    /// Most handshakes in progress from one source host (IPv4 address or IPv6 /64, whatever
+    /// the ports): that host's share of the handshake table.
+    pub max_handshakes_per_host: usize,
+    /// Most established sessions (the session table's budget is this many times
+    /// [`SESSION_BYTES`]; the resumption cache's, this many times [`RESUMPTION_BYTES`]).
     pub max_sessions: usize,
+    /// Most sessions (and cached resumable sessions) charged to one source host. A site
+    /// behind one NAT address needs one per device, so this is a large fraction of
+    /// `max_sessions`, never all of it.
+    pub max_sessions_per_host: usize,
     /// A handshake older than this is stale (evictable).
     pub handshake_timeout: Duration,
     /// A session without traffic for this long is stale (evictable).
@@ -75,7 +98,8 @@ pub struct DtlsConfig {
     /// 32 bytes in every full handshake's ServerHello.
     pub resumption: bool,
     /// How long a session may be resumed (abbreviated handshake) after its full handshake;
-    /// the cache holds at most `max_sessions` entries, oldest dropped first.
+    /// the cache holds at most `max_sessions` entries (`max_sessions_per_host` per host); when
+    /// full, the oldest entry of the host holding the most is dropped first.
     pub session_lifetime: Duration,
 }
 
@@ -88,7 +112,9 @@ impl DtlsConfig {
             rpk: true,
             require_client_auth: true,
             max_handshakes: 256,
+            max_handshakes_per_host: 16,
             max_sessions: 4096,
+            max_sessions_per_host: 1024,
             handshake_timeout: Duration::from_secs(30),
             session_idle: Duration::from_secs(3600),
             certificate_chain: Vec::new(),
@@ -164,6 +190,9 @@ type Conn = Connection<RustCrypto, SharedTrust>;
 /// A peer in one of the tables: `K` is a handshaking [`Conn`] or an established [`Traffic`].
 struct Peer<K> {
     conn: Box<K>,
+    /// The source host the entry is charged to: the one that made the handshake (a session
+    /// that follows its connection ID to another address stays charged to it).
+    host: Host,
     /// The connection ID this server gave the peer (RFC 9146), if the peer took one.
     cid: Option<[u8; CID_LEN]>,
     /// The caller's clock at creation and at the last authenticated datagram.
@@ -173,6 +202,43 @@ struct Peer<K> {
     hello_random: [u8; 32],
     auth: Option<PeerAuth>,
 }
+
+/// A resumable session in the cache, with when it was made and the host it is charged to.
+struct Cached {
+    session: Session,
+    made: Instant,
+    host: Host,
+}
+
+/// What one half-open handshake is charged: the boxed connection state (its transcript hash,
+/// reassembly buffer, messages ahead and flight are all inline: about 16 KB on x86-64 with the
+/// `x509` feature the server is built with; tools/dtls-state-size), the table entry (address
+/// and [`Peer`] fields) and the map's bookkeeping. The datagrams a flight sends are written
+/// into the caller's batch and freed with it, so they are not held per peer.
+pub const HANDSHAKE_BYTES: usize =
+    size_of::<Conn>() + size_of::<SocketAddr>() + size_of::<Peer<Conn>>() + ENTRY_OVERHEAD;
+
+/// What one established session is charged: the boxed [`Traffic`] state (keys, replay
+/// window, peer; about 4.3 KB), the table entry, its connection-ID index entry and the
+/// bookkeeping.
+pub const SESSION_BYTES: usize = size_of::<Traffic<RustCrypto>>()
+    + size_of::<SocketAddr>()
+    + size_of::<Peer<Traffic<RustCrypto>>>()
+    + CID_LEN
+    + size_of::<SocketAddr>()
+    + 2 * ENTRY_OVERHEAD;
+
+/// What one cached resumable session is charged: the [`Session`] (ID, master secret, peer),
+/// its key and its place in the age queue, and the bookkeeping.
+pub const RESUMPTION_BYTES: usize = 32 + size_of::<Cached>() + 32 + ENTRY_OVERHEAD;
+
+/// The gauge names (`mem.<name>.*`) of the three tables.
+pub const HANDSHAKE_TABLE: &str = "dtls_handshakes";
+pub const SESSION_TABLE: &str = "dtls_sessions";
+pub const RESUMPTION_TABLE: &str = "dtls_resumption";
+
+/// How often idle sessions, stale handshakes and old resumable sessions are swept out.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// What the tables drain from either kind of peer.
 trait Outputs {
@@ -205,6 +271,39 @@ pub struct Delivered {
     pub message: Vec<u8>,
 }
 
+/// Why a ClientHello with a valid cookie got no handshake: its counter, for the stats and the
+/// rate-limited log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// The host already holds its share of half-open handshakes.
+    HostHandshakes,
+    /// The handshake table is full and no host holds more than the newcomer's would.
+    Handshakes,
+    /// The host's share of sessions is taken by live sessions (and its own handshakes).
+    HostSessions,
+    /// The session table is full of live sessions (and handshakes that may become some).
+    Sessions,
+}
+
+impl Refusal {
+    fn counter(self) -> &'static str {
+        match self {
+            Self::HostHandshakes => "dtls.refused_host_handshakes",
+            Self::Handshakes => "dtls.refused_tables_full",
+            Self::HostSessions => "dtls.refused_host_sessions",
+            Self::Sessions => "dtls.refused_tables_full",
+        }
+    }
+}
+
+/// The caps of a table of `entries` entries of `bytes` each, `per_host` of them per host.
+fn caps(entries: usize, per_host: usize, bytes: usize) -> Caps {
+    Caps {
+        total: entries.saturating_mul(bytes),
+        per_host: per_host.clamp(1, entries.max(1)).saturating_mul(bytes),
+    }
+}
+
 /// The server's DTLS peers.
 pub struct SecureLayer {
     config: DtlsConfig,
@@ -212,12 +311,17 @@ pub struct SecureLayer {
     cookie: CookieKey,
     trust: SharedTrust,
     handshakes: HashMap<SocketAddr, Peer<Conn>>,
+    handshake_bytes: ByteBudget,
     sessions: HashMap<SocketAddr, Peer<Traffic<RustCrypto>>>,
+    session_bytes: ByteBudget,
     /// Sessions by connection ID, to follow a client whose address changed.
     by_cid: HashMap<[u8; CID_LEN], SocketAddr>,
-    /// Resumable sessions by session ID, with the time they were made.
-    cache: HashMap<[u8; 32], (Session, Instant)>,
+    /// Resumable sessions by session ID, and their IDs oldest first.
+    cache: HashMap<[u8; 32], Cached>,
     cache_order: VecDeque<[u8; 32]>,
+    cache_bytes: ByteBudget,
+    next_sweep: Instant,
+    log: LogLimiter,
     stats: Stats,
     buf: Vec<u8>,
 }
@@ -232,19 +336,50 @@ impl SecureLayer {
         trust: SharedTrust,
         stats: Stats,
     ) -> Self {
-        Self {
+        let handshake_bytes = ByteBudget::new(
+            HANDSHAKE_TABLE,
+            caps(
+                config.max_handshakes,
+                config.max_handshakes_per_host,
+                HANDSHAKE_BYTES,
+            ),
+        );
+        let session_bytes = ByteBudget::new(
+            SESSION_TABLE,
+            caps(
+                config.max_sessions,
+                config.max_sessions_per_host,
+                SESSION_BYTES,
+            ),
+        );
+        let cache_bytes = ByteBudget::new(
+            RESUMPTION_TABLE,
+            caps(
+                config.max_sessions,
+                config.max_sessions_per_host,
+                RESUMPTION_BYTES,
+            ),
+        );
+        let layer = Self {
             config,
             key,
             cookie: CookieKey::new(cookie_secret),
             trust,
             handshakes: HashMap::new(),
+            handshake_bytes,
             sessions: HashMap::new(),
+            session_bytes,
             by_cid: HashMap::new(),
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
+            cache_bytes,
+            next_sweep: Instant::ZERO,
+            log: LogLimiter::default(),
             stats,
             buf: vec![0u8; MAX_DATAGRAM],
-        }
+        };
+        layer.publish();
+        layer
     }
 
     /// The server's public key (clients pin its identity).
@@ -264,6 +399,29 @@ impl SecureLayer {
         self.handshakes.len()
     }
 
+    /// The handshake table's bytes, per host and in total.
+    pub fn handshake_budget(&self) -> &ByteBudget {
+        &self.handshake_bytes
+    }
+
+    /// The session table's bytes, per host and in total.
+    pub fn session_budget(&self) -> &ByteBudget {
+        &self.session_bytes
+    }
+
+    /// The resumption cache's bytes, per host and in total.
+    pub fn resumption_budget(&self) -> &ByteBudget {
+        &self.cache_bytes
+    }
+
+    /// Publishes the tables' gauges (`mem.dtls_handshakes.*`, `mem.dtls_sessions.*`,
+    /// `mem.dtls_resumption.*`); done on every [`SecureLayer::handle_timeout`].
+    pub fn publish(&self) {
+        self.handshake_bytes.publish(&self.stats);
+        self.session_bytes.publish(&self.stats);
+        self.cache_bytes.publish(&self.stats);
+    }
+
     /// The authenticated identity of an established session.
     pub fn session_auth(&self, peer: &SocketAddr) -> Option<&PeerAuth> {
         self.sessions.get(peer)?.auth.as_ref()
@@ -271,6 +429,11 @@ impl SecureLayer {
 
     fn count(&self, key: &str) {
         self.stats.incr(key);
+    }
+
+    /// Seconds of the caller's monotonic clock, for the log limiter's windows.
+    fn secs(now: Instant) -> i64 {
+        i64::try_from(now.as_millis() / 1000).unwrap_or(i64::MAX)
     }
 
     /// Handles one datagram from `peer` at `now`, with the caller's Unix time `unix` (for
@@ -316,11 +479,12 @@ impl SecureLayer {
             self.flush(now, peer, &mut p, out);
             match r {
                 Err(e) => {
+                    self.release_handshake(p);
                     self.count("dtls.handshake_failed");
-                    tracing::debug!(%peer, error = %e, "DTLS handshake failed");
+                    crate::limited!(self.log, Self::secs(now), "dtls.handshake_failed", debug, %peer, error = %e, "DTLS handshake failed");
                     return Vec::new();
                 }
-                Ok(()) if p.conn.is_established() => return self.established(now, peer, p),
+                Ok(()) if p.conn.is_established() => return self.established(now, peer, p, out),
                 Ok(()) => {
                     self.handshakes.insert(peer, p);
                     return Vec::new();
@@ -348,9 +512,9 @@ impl SecureLayer {
             .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
         self.flush(now, peer, &mut p, out);
         if let Err(e) = r {
-            self.forget_cid(p.cid);
+            self.release_session(p);
             self.count("dtls.session_closed");
-            tracing::debug!(%peer, error = %e, "DTLS session ended");
+            crate::limited!(self.log, Self::secs(now), "dtls.session_closed", debug, %peer, error = %e, "DTLS session ended");
             return Vec::new();
         }
         let authenticated = p.conn.dropped() == before;
@@ -363,7 +527,7 @@ impl SecureLayer {
             Some(old) if !authenticated => old,
             Some(_) => {
                 self.count("dtls.address_changed");
-                tracing::debug!(%peer, "DTLS session followed its connection ID to a new address");
+                crate::limited!(self.log, Self::secs(now), "dtls.address_changed", debug, %peer, "DTLS session followed its connection ID to a new address");
                 peer
             }
             None => peer,
@@ -382,7 +546,7 @@ impl SecureLayer {
         if let Some(replaced) = self.sessions.insert(at, p) {
             // The new address had a session of its own (another client behind a rebinding
             // NAT): that one ends.
-            self.forget_cid(replaced.cid);
+            self.release_session(replaced);
         }
         delivered
     }
@@ -415,7 +579,23 @@ impl SecureLayer {
     fn forget_cid(&mut self, cid: Option<[u8; CID_LEN]>) {
         if let Some(cid) = cid {
             self.by_cid.remove(&cid);
+            shrink_if_sparse(&mut self.by_cid);
         }
+    }
+
+    /// A handshake that left the table for good (failed, timed out, evicted, or became a
+    /// session): its bytes go back to its host.
+    fn release_handshake(&mut self, p: Peer<Conn>) {
+        self.handshake_bytes.refund(p.host, HANDSHAKE_BYTES);
+        shrink_if_sparse(&mut self.handshakes);
+    }
+
+    /// A session that left the table for good (closed, replaced, idle).
+    fn release_session(&mut self, p: Peer<Traffic<RustCrypto>>) {
+        // Connection IDs are unique (`fresh_cid`), so no other session holds this one.
+        self.forget_cid(p.cid);
+        self.session_bytes.refund(p.host, SESSION_BYTES);
+        shrink_if_sparse(&mut self.sessions);
     }
 
     /// A connection ID no session holds.
@@ -444,14 +624,16 @@ impl SecureLayer {
         };
         if let Err(e) = p.conn.send(message) {
             self.count("dtls.send_failed");
-            tracing::debug!(%peer, error = %e, "cannot protect response");
+            crate::limited!(self.log, Self::secs(now), "dtls.send_failed", debug, %peer, error = %e, "cannot protect response");
         }
         self.flush(now, peer, &mut p, out);
         self.sessions.insert(peer, p);
     }
 
     /// Retransmissions and expiry; call at [`SecureLayer::poll_timeout`] or sooner. Only
-    /// handshakes have timers: an established session retransmits nothing on its own.
+    /// handshakes have timers: an established session retransmits nothing on its own. Stale
+    /// handshakes, idle sessions and old resumable sessions are swept out (at most once a
+    /// second) and the gauges published.
     pub fn handle_timeout(
         &mut self,
         now: Instant,
@@ -479,18 +661,25 @@ impl SecureLayer {
                     self.handshakes.insert(peer, p);
                 }
                 Err(_) => {
-                    self.forget_cid(p.cid);
+                    self.release_handshake(p);
                     self.count("dtls.handshake_timeout");
                 }
             }
         }
-        let stale = self.config.handshake_timeout;
-        let before = self.handshakes.len();
-        self.handshakes
-            .retain(|_, p| now.saturating_since(p.created) < stale);
-        for _ in self.handshakes.len()..before {
-            self.count("dtls.handshake_expired");
+        if now >= self.next_sweep {
+            self.next_sweep = now.saturating_add(SWEEP_EVERY);
+            self.expire_handshakes(now);
+            self.expire_sessions(now);
+            self.expire_resumable(now);
         }
+        for (kind, n) in self.log.flush(Self::secs(now)) {
+            tracing::warn!(
+                kind,
+                suppressed = n,
+                "similar log lines suppressed (counters are exact)"
+            );
+        }
+        self.publish();
     }
 
     /// The earliest retransmission timer, if any.
@@ -499,6 +688,67 @@ impl SecureLayer {
             .values()
             .filter_map(|p| p.conn.poll_timeout())
             .min()
+    }
+
+    /// Drops handshakes older than `handshake_timeout`.
+    fn expire_handshakes(&mut self, now: Instant) {
+        let stale = self.config.handshake_timeout;
+        let old: Vec<SocketAddr> = self
+            .handshakes
+            .iter()
+            .filter(|(_, p)| now.saturating_since(p.created) >= stale)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in old {
+            if let Some(p) = self.handshakes.remove(&a) {
+                self.release_handshake(p);
+                self.count("dtls.handshake_expired");
+            }
+        }
+    }
+
+    /// Drops sessions without traffic for `session_idle` (a device that comes back
+    /// handshakes again, or resumes).
+    fn expire_sessions(&mut self, now: Instant) {
+        let idle = self.config.session_idle;
+        let old: Vec<SocketAddr> = self
+            .sessions
+            .iter()
+            .filter(|(_, p)| now.saturating_since(p.last_seen) >= idle)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in old {
+            if let Some(p) = self.sessions.remove(&a) {
+                self.release_session(p);
+                self.count("dtls.session_evicted_idle");
+            }
+        }
+        let sessions = &self.sessions;
+        self.by_cid
+            .retain(|cid, addr| sessions.get(addr).is_some_and(|p| p.cid == Some(*cid)));
+        shrink_if_sparse(&mut self.by_cid);
+    }
+
+    /// Drops resumable sessions older than `session_lifetime`.
+    fn expire_resumable(&mut self, now: Instant) {
+        let lifetime = self.config.session_lifetime;
+        while let Some(id) = self.cache_order.front().copied() {
+            match self.cache.get(&id) {
+                Some(c) if now.saturating_since(c.made) < lifetime => break,
+                _ => {
+                    self.cache_order.pop_front();
+                    self.forget_resumable(&id);
+                }
+            }
+        }
+        shrink_queue_if_sparse(&mut self.cache_order);
+    }
+
+    fn forget_resumable(&mut self, id: &[u8; 32]) {
+        if let Some(c) = self.cache.remove(id) {
+            self.cache_bytes.refund(c.host, RESUMPTION_BYTES);
+            shrink_if_sparse(&mut self.cache);
+        }
     }
 
     fn flush<K: Outputs>(
@@ -549,7 +799,7 @@ impl SecureLayer {
             }
             Stateless::Drop(e) => {
                 self.count("dtls.bad_client_hello");
-                tracing::debug!(%peer, error = %e, "ClientHello dropped");
+                crate::limited!(self.log, Self::secs(now), "dtls.bad_client_hello", debug, %peer, error = %e, "ClientHello dropped");
                 return;
             }
             Stateless::Accept(cookie) => cookie,
@@ -559,8 +809,18 @@ impl SecureLayer {
             self.count("dtls.bad_client_hello");
             return;
         };
-        if !self.make_room(now) {
-            self.count("dtls.refused_tables_full");
+        let host = Host::of(peer);
+        // A client that started over gives up its old handshake first (its own slot).
+        let restarted = match self.handshakes.remove(&peer) {
+            Some(old) => {
+                self.release_handshake(old);
+                true
+            }
+            None => false,
+        };
+        if let Err(refusal) = self.make_room(now, host, peer) {
+            self.count(refusal.counter());
+            crate::limited!(self.log, Self::secs(now), refusal.counter(), info, %peer, reason = ?refusal, "ClientHello refused: no room in the DTLS tables");
             return;
         }
         let chain: Vec<&[u8]> = self
@@ -574,8 +834,8 @@ impl SecureLayer {
         let resume: Option<Session> = hello
             .requested_session
             .and_then(|id| self.cache.get(id))
-            .filter(|(_, made)| now.saturating_since(*made) < lifetime)
-            .map(|(s, _)| s.clone());
+            .filter(|c| now.saturating_since(c.made) < lifetime)
+            .map(|c| c.session.clone());
         let offer = ServerCredentials {
             issue_session_ids: self.config.resumption,
             resume: resume.as_ref().filter(|_| self.config.resumption),
@@ -597,6 +857,11 @@ impl SecureLayer {
             now,
         ) {
             Ok(conn) => {
+                if self.handshake_bytes.charge(host, HANDSHAKE_BYTES).is_err() {
+                    // make_room made room; this is unreachable unless the caps are zero.
+                    self.count(Refusal::Handshakes.counter());
+                    return;
+                }
                 let took_cid = !conn.connection_id().is_empty();
                 if took_cid {
                     self.count("dtls.connection_id");
@@ -604,20 +869,22 @@ impl SecureLayer {
                 let mut p = Peer {
                     cid: cid.filter(|_| took_cid),
                     conn: Box::new(conn),
+                    host,
                     created: now,
                     last_seen: now,
                     hello_random: *hello.random,
                     auth: None,
                 };
                 self.count("dtls.handshake_started");
-                self.flush(now, peer, &mut p, out);
-                if self.handshakes.insert(peer, p).is_some() {
+                if restarted {
                     self.count("dtls.handshake_restarted");
                 }
+                self.flush(now, peer, &mut p, out);
+                self.handshakes.insert(peer, p);
             }
             Err(e) => {
                 self.count("dtls.handshake_failed");
-                tracing::debug!(%peer, error = %e, "ClientHello refused");
+                crate::limited!(self.log, Self::secs(now), "dtls.handshake_failed", debug, %peer, error = %e, "ClientHello refused");
                 if let Some(n) = sigil_dtls::refusal(&e, datagram, &mut self.buf) {
                     out.push((peer, self.buf[..n].to_vec()));
                 }
@@ -625,33 +892,104 @@ impl SecureLayer {
         }
     }
 
-    /// Room for one more handshake (which may become a session): evicts stale entries only.
-    fn make_room(&mut self, now: Instant) -> bool {
-        let stale_hs = self.config.handshake_timeout;
-        if self.handshakes.len() >= self.config.max_handshakes {
-            self.handshakes
-                .retain(|_, p| now.saturating_since(p.created) < stale_hs);
+    /// Room for one more half-open handshake from `host` (at `peer`), which may become a
+    /// session:
+    /// - the host's own share of the handshake table: stale handshakes expire first; beyond
+    ///   that, refused (the host's other handshakes are not pushed out, so a burst of its own
+    ///   devices still completes one by one);
+    /// - the whole handshake table: stale handshakes expire first; then the oldest half-open
+    ///   handshake of the host holding the most is pushed out, if that host holds more than
+    ///   `host` would after this one (so shares converge on equal ones); else refused;
+    /// - the session table, counting every handshake in progress as a session to be: idle
+    ///   sessions expire first; a live session is never pushed out. A handshake from the
+    ///   address of an existing session will replace it, so it needs no new room.
+    fn make_room(&mut self, now: Instant, host: Host, peer: SocketAddr) -> Result<(), Refusal> {
+        if self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_err() {
+            self.expire_handshakes(now);
         }
-        if self.sessions.len() + self.handshakes.len() >= self.config.max_sessions {
-            let idle = self.config.session_idle;
-            let before = self.sessions.len();
-            self.sessions
-                .retain(|_, p| now.saturating_since(p.last_seen) < idle);
-            for _ in self.sessions.len()..before {
-                self.count("dtls.session_evicted_idle");
+        match self.handshake_bytes.check(host, HANDSHAKE_BYTES) {
+            Ok(()) => {}
+            Err(Over::Host) => return Err(Refusal::HostHandshakes),
+            Err(Over::Total) => {
+                if !self.evict_for(host) {
+                    return Err(Refusal::Handshakes);
+                }
             }
-            let sessions = &self.sessions;
-            self.by_cid
-                .retain(|cid, addr| sessions.get(addr).is_some_and(|p| p.cid == Some(*cid)));
         }
-        self.handshakes.len() < self.config.max_handshakes
-            && self.sessions.len() + self.handshakes.len() < self.config.max_sessions
+        if self.sessions.contains_key(&peer) {
+            return Ok(());
+        }
+        let mut room = self.session_room(host);
+        if room.is_err() {
+            self.expire_sessions(now);
+            room = self.session_room(host);
+        }
+        room
+    }
+
+    /// Whether the session table has room for the sessions the handshakes in progress (and
+    /// one more from `host`) may become.
+    fn session_room(&self, host: Host) -> Result<(), Refusal> {
+        let host_handshakes = self.handshake_bytes.held_by(host) / HANDSHAKE_BYTES;
+        let host_would = self
+            .session_bytes
+            .held_by(host)
+            .saturating_add((host_handshakes + 1).saturating_mul(SESSION_BYTES));
+        if host_would > self.session_bytes.caps().per_host {
+            return Err(Refusal::HostSessions);
+        }
+        let all_would = self
+            .session_bytes
+            .used()
+            .saturating_add((self.handshakes.len() + 1).saturating_mul(SESSION_BYTES));
+        if all_would > self.session_bytes.caps().total {
+            return Err(Refusal::Sessions);
+        }
+        Ok(())
+    }
+
+    /// Pushes out the oldest half-open handshake of the host holding the most, if it holds
+    /// more than `host` would with one more. Ties go to the host whose oldest is older.
+    fn evict_for(&mut self, host: Host) -> bool {
+        let mut by_host: HashMap<Host, (usize, Instant, SocketAddr)> = HashMap::new();
+        for (a, p) in &self.handshakes {
+            let e = by_host.entry(p.host).or_insert((0, p.created, *a));
+            e.0 += 1;
+            if p.created < e.1 {
+                e.1 = p.created;
+                e.2 = *a;
+            }
+        }
+        let own = self.handshake_bytes.held_by(host) / HANDSHAKE_BYTES;
+        let heaviest = by_host
+            .into_iter()
+            .max_by(|(_, a), (_, b)| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let Some((_, (held, _, oldest))) = heaviest else {
+            return false;
+        };
+        if held <= own + 1 {
+            return false;
+        }
+        if let Some(p) = self.handshakes.remove(&oldest) {
+            self.release_handshake(p);
+            self.count("dtls.handshake_evicted");
+        }
+        self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_ok()
     }
 
     /// A completed handshake becomes a session: only its established state is kept.
-    fn established(&mut self, now: Instant, peer: SocketAddr, p: Peer<Conn>) -> Vec<Delivered> {
+    fn established(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        p: Peer<Conn>,
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<Delivered> {
+        self.handshake_bytes.refund(p.host, HANDSHAKE_BYTES);
+        shrink_if_sparse(&mut self.handshakes);
         let Peer {
             conn,
+            host,
             cid,
             created,
             hello_random,
@@ -677,46 +1015,112 @@ impl SecureLayer {
                 .map(PeerAuth::Psk),
             DtlsPeer::Anonymous(_) => None,
         };
-        self.count("dtls.handshake_completed");
-        if traffic.resumed() {
-            self.count("dtls.resumed");
-        } else if let Some(session) = traffic.session() {
-            self.remember(session, now);
+        // The session it replaces (a device that rebooted at the same address) goes first,
+        // so its bytes are there for the new one.
+        let replaced = self.sessions.remove(&peer);
+        if let Some(old) = replaced {
+            self.count("dtls.session_replaced");
+            self.release_session(old);
         }
         let mut p = Peer {
             conn: Box::new(traffic),
+            host,
             cid,
             created,
             last_seen: now,
             hello_random,
             auth,
         };
-        tracing::debug!(%peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
+        if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
+            // Room was checked when the handshake started, counting it; this happens only
+            // if that room went to a session that moved here by connection ID since.
+            self.count("dtls.refused_sessions_full");
+            crate::limited!(self.log, Self::secs(now), "dtls.refused_sessions_full", info, %peer, "DTLS session refused: no room in the session table");
+            if p.conn.close().is_ok() {
+                self.flush(now, peer, &mut p, out);
+            }
+            return Vec::new();
+        }
+        self.count("dtls.handshake_completed");
+        if p.conn.resumed() {
+            self.count("dtls.resumed");
+        } else if let Some(session) = p.conn.session() {
+            self.remember(session, host, now);
+        }
+        crate::limited!(self.log, Self::secs(now), "dtls.session_established", debug, %peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
         let delivered = self.drain(peer, &mut p);
         if let Some(cid) = p.cid {
             self.by_cid.insert(cid, peer);
         }
-        if let Some(old) = self.sessions.insert(peer, p) {
-            self.count("dtls.session_replaced");
-            self.forget_cid(old.cid);
-        }
+        self.sessions.insert(peer, p);
         delivered
     }
 
-    /// Keeps a session for resumption, dropping the oldest beyond the cap.
-    fn remember(&mut self, session: Session, now: Instant) {
+    /// Keeps a session for resumption, charged to `host`. Beyond the host's share its own
+    /// oldest entry goes; beyond the total, the oldest entry of the host holding the most.
+    fn remember(&mut self, session: Session, host: Host, now: Instant) {
         let id = session.id;
-        if self.cache.insert(id, (session, now)).is_none() {
-            self.cache_order.push_back(id);
+        if self.cache.contains_key(&id) {
+            // Session IDs are random 32 bytes; a repeat replaces the entry in place.
+            self.forget_resumable(&id);
+            self.cache_order.retain(|x| *x != id);
         }
-        while self.cache.len() > self.config.max_sessions {
-            match self.cache_order.pop_front() {
-                Some(old) => {
-                    self.cache.remove(&old);
+        loop {
+            match self.cache_bytes.check(host, RESUMPTION_BYTES) {
+                Ok(()) => break,
+                Err(Over::Host) => {
+                    if !self.drop_oldest_resumable(Some(host)) {
+                        return;
+                    }
                 }
-                None => break,
+                Err(Over::Total) => {
+                    if !self.drop_oldest_resumable(None) {
+                        return;
+                    }
+                }
             }
         }
+        if self.cache_bytes.charge(host, RESUMPTION_BYTES).is_ok() {
+            self.cache.insert(
+                id,
+                Cached {
+                    session,
+                    made: now,
+                    host,
+                },
+            );
+            self.cache_order.push_back(id);
+        }
+    }
+
+    /// Drops the oldest resumable session of `host`, or (None) of the host holding the most.
+    fn drop_oldest_resumable(&mut self, host: Option<Host>) -> bool {
+        let host = match host {
+            Some(h) => h,
+            None => {
+                let mut by_host: HashMap<Host, usize> = HashMap::new();
+                for c in self.cache.values() {
+                    *by_host.entry(c.host).or_insert(0) += 1;
+                }
+                match by_host.into_iter().max_by_key(|(_, n)| *n) {
+                    Some((h, _)) => h,
+                    None => return false,
+                }
+            }
+        };
+        let cache = &self.cache;
+        let Some(i) = self
+            .cache_order
+            .iter()
+            .position(|id| cache.get(id).is_some_and(|c| c.host == host))
+        else {
+            return false;
+        };
+        if let Some(id) = self.cache_order.remove(i) {
+            self.forget_resumable(&id);
+            self.count("dtls.resumable_evicted");
+        }
+        true
     }
 
     /// Identities with a session (for tests and status).
@@ -736,4 +1140,26 @@ fn peer_bytes(peer: &SocketAddr) -> Vec<u8> {
     };
     v.extend_from_slice(&peer.port().to_be_bytes());
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures docs/security.md quotes (x86-64, the server's feature set): an entry is
+    /// charged at least its state, and not far beyond it.
+    #[test]
+    fn entry_charges_cover_the_state() {
+        assert!(HANDSHAKE_BYTES > size_of::<Conn>());
+        assert!(SESSION_BYTES > size_of::<Traffic<RustCrypto>>());
+        assert!(RESUMPTION_BYTES > size_of::<Session>());
+        if cfg!(target_pointer_width = "64") {
+            assert!(
+                (16_000..18_000).contains(&HANDSHAKE_BYTES),
+                "{HANDSHAKE_BYTES}"
+            );
+            assert!((4_500..5_500).contains(&SESSION_BYTES), "{SESSION_BYTES}");
+            assert!((300..600).contains(&RESUMPTION_BYTES), "{RESUMPTION_BYTES}");
+        }
+    }
 }

@@ -35,9 +35,15 @@ pub struct ServerArgs {
     /// Most DTLS handshakes in progress.
     #[arg(long, default_value_t = 256)]
     pub dtls_max_handshakes: usize,
+    /// Most DTLS handshakes in progress from one source host (IPv4 address or IPv6 /64).
+    #[arg(long, default_value_t = 16)]
+    pub dtls_max_handshakes_per_host: usize,
     /// Most DTLS sessions (only idle ones are evicted when full).
     #[arg(long, default_value_t = 4096)]
     pub dtls_max_sessions: usize,
+    /// Most DTLS sessions charged to one source host (a NAT'd site needs one per device).
+    #[arg(long, default_value_t = 1024)]
+    pub dtls_max_sessions_per_host: usize,
     /// X.509: the server's certificate chain (PEM, leaf first) for clients that use
     /// certificates (`--dtls cert`).
     #[arg(long, requires = "dtls_cert_key")]
@@ -66,7 +72,9 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
         d.dtls = a.dtls_timing.config()?;
         d.require_client_auth = !a.dtls_anonymous_clients;
         d.max_handshakes = a.dtls_max_handshakes.max(1);
+        d.max_handshakes_per_host = a.dtls_max_handshakes_per_host.max(1);
         d.max_sessions = a.dtls_max_sessions.max(1);
+        d.max_sessions_per_host = a.dtls_max_sessions_per_host.max(1);
         d.resumption = !a.dtls_no_resumption;
         if let (Some(c), Some(k)) = (&a.dtls_cert, &a.dtls_cert_key) {
             d.certificate_chain = read_certs(c)?;

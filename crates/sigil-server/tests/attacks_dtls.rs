@@ -1,0 +1,557 @@
+//! The coaps:// tables under floods (docs/security.md, "DTLS tables under a flood"), with real
+//! `sigil-dtls` clients against the server's DTLS layer, dispatcher and service on virtual
+//! time. Byte counts are the server's own accounting (`ByteBudget`, the `mem.dtls_*` gauges).
+//!
+//! Attack 7: a host that answers cookies (it does the stateless exchange from its own address)
+//! sends ClientHellos with valid cookies from hundreds of ports. Before the per-host limits it
+//! kept the handshake table full for as long as it went on, and new devices got no handshake
+//! until the flood had stopped and its entries had gone stale.
+
+use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_identity::Identity;
+use sigil_server::budget::Host;
+use sigil_server::secure::{
+    DtlsConfig, SecureLayer, SharedTrust, HANDSHAKE_BYTES, RESUMPTION_BYTES, SESSION_BYTES,
+};
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::{Instant, UnixTime};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const NOW: i64 = 1_700_000_000;
+
+fn ms(t: u64) -> Instant {
+    Instant::from_millis(t)
+}
+
+struct Server {
+    d: Dispatcher,
+    layer: SecureLayer,
+    rng: Seeded,
+    stats: Stats,
+    _dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+}
+
+impl Server {
+    fn new(tune: impl FnOnce(&mut DtlsConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
+        tune(&mut dc);
+        let svc = sigil_server::service::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+            .unwrap();
+        let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
+        Self {
+            d: Dispatcher::new(config, svc, stats.clone()),
+            layer,
+            rng: Seeded(1234),
+            stats,
+            _dir: dir,
+            db,
+        }
+    }
+
+    /// A provisioned identity with PSK `key`; returns its text (the PSK identity).
+    fn provision_psk(&self, seed: u8, key: &[u8; 16]) -> String {
+        let id = Identity::of_key(
+            &RustCrypto,
+            &RustCrypto
+                .public_key(
+                    &RustCrypto
+                        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(u64::from(seed)))
+                        .unwrap(),
+                )
+                .unwrap(),
+            b"",
+        )
+        .unwrap();
+        let s = Store::open(&self.db).unwrap();
+        s.add_identity(&id, IdentityKind::Device, "", NOW).unwrap();
+        s.set_psk(&id, key, NOW).unwrap();
+        id.to_string()
+    }
+
+    fn handle(
+        &mut self,
+        now_ms: u64,
+        datagrams: Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_secure_at(
+            &mut self.layer,
+            datagrams,
+            ms(now_ms),
+            UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
+            &mut self.rng,
+        )
+    }
+
+    fn count(&self, key: &str) -> u64 {
+        self.stats.get(key)
+    }
+}
+
+/// Trusts the server's key whatever it is (these tests are about the server's side).
+struct AnyServer;
+impl Trust for AnyServer {
+    fn trusted_key(&self, _: &PublicKey) -> bool {
+        true
+    }
+}
+
+/// A PSK client at `addr` that asks CoAP questions inside its session.
+struct Client {
+    addr: SocketAddr,
+    conn: Connection<RustCrypto, AnyServer>,
+    inbox: Vec<Vec<u8>>,
+}
+
+impl Client {
+    fn psk(addr: SocketAddr, identity: &str, key: &[u8; 16], seed: u64, now: u64) -> Self {
+        let conn = Connection::connect(
+            RustCrypto,
+            AnyServer,
+            Config::default(),
+            &mut Seeded(seed),
+            Credentials::Psk {
+                identity: identity.as_bytes(),
+                key,
+            },
+            ms(now),
+        )
+        .unwrap();
+        Self {
+            addr,
+            conn,
+            inbox: vec![],
+        }
+    }
+
+    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        let _ = self.conn.handle_timeout(ms(now));
+        let mut out = vec![];
+        let mut buf = [0u8; 1500];
+        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
+            out.push((self.addr, buf[..n].to_vec()));
+        }
+        out
+    }
+
+    fn incoming(&mut self, now: u64, datagram: &[u8]) {
+        let _ = self.conn.handle_datagram(ms(now), datagram);
+        let mut buf = [0u8; 2048];
+        while let Some(n) = self.conn.poll_app_data(&mut buf) {
+            self.inbox.push(buf[..n].to_vec());
+        }
+    }
+
+    /// The answers to its CoAP requests that were 2.05 Content.
+    fn answered(&self) -> usize {
+        self.inbox
+            .iter()
+            .filter(|m| Message::parse(m).is_ok_and(|m| m.code == Code::CONTENT))
+            .count()
+    }
+}
+
+/// Exchanges datagrams between the clients and the server at `now` until both are quiet.
+fn step(s: &mut Server, clients: &mut [&mut Client], now: u64) {
+    loop {
+        let mut sent = vec![];
+        for c in clients.iter_mut() {
+            sent.extend(c.outgoing(now));
+        }
+        let replies = s.handle(now, sent.clone());
+        for (to, bytes) in &replies {
+            if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
+                c.incoming(now, bytes);
+            }
+        }
+        if sent.is_empty() && replies.is_empty() {
+            break;
+        }
+    }
+}
+
+fn run(s: &mut Server, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
+    let until = *now + for_ms;
+    while *now < until {
+        step(s, clients, *now);
+        *now += 10;
+    }
+}
+
+fn coap_get(path: &str, mid: u16) -> Vec<u8> {
+    let mut buf = [0u8; 128];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
+    b.uri_path(path).unwrap();
+    let n = b.finish_with_payload(&[]).unwrap();
+    buf[..n].to_vec()
+}
+
+/// A host that answers cookies: each new port runs the stateless exchange and sends its
+/// ClientHello with a valid cookie, then says nothing more (the handshake stays half-open).
+/// No client state is kept, so the flood costs the test nothing per port.
+struct Flood {
+    ip: [u8; 4],
+    next_port: u16,
+    hellos_with_cookie: u64,
+}
+
+impl Flood {
+    fn new(ip: [u8; 4]) -> Self {
+        Self {
+            ip,
+            next_port: 10_000,
+            hellos_with_cookie: 0,
+        }
+    }
+
+    fn host(&self) -> Host {
+        Host::of_ip(self.ip.into())
+    }
+
+    fn burst(&mut self, s: &mut Server, now: u64, ports: usize) {
+        for _ in 0..ports {
+            let addr = SocketAddr::from((self.ip, self.next_port));
+            self.next_port += 1;
+            let mut c = Connection::connect(
+                RustCrypto,
+                AnyServer,
+                Config::default(),
+                &mut Seeded(u64::from(self.next_port)),
+                Credentials::Psk {
+                    identity: b"nobody",
+                    key: &[1; 16],
+                },
+                ms(now),
+            )
+            .unwrap();
+            let mut buf = [0u8; 1500];
+            let n = c.poll_transmit(ms(now), &mut buf).unwrap();
+            // (The server's retransmissions to the flood's earlier ports come out too.)
+            let verify: Vec<_> = s
+                .handle(now, vec![(addr, buf[..n].to_vec())])
+                .into_iter()
+                .filter(|(to, _)| *to == addr)
+                .collect();
+            assert_eq!(verify.len(), 1, "a HelloVerifyRequest");
+            c.handle_datagram(ms(now), &verify[0].1).unwrap();
+            let n = c.poll_transmit(ms(now), &mut buf).unwrap();
+            s.handle(now, vec![(addr, buf[..n].to_vec())]);
+            self.hellos_with_cookie += 1;
+        }
+    }
+}
+
+/// The table's gauges agree with the layer's accounting, and stay within the caps.
+fn gauges_within_caps(s: &Server) {
+    for (name, b) in [
+        ("dtls_handshakes", s.layer.handshake_budget()),
+        ("dtls_sessions", s.layer.session_budget()),
+        ("dtls_resumption", s.layer.resumption_budget()),
+    ] {
+        assert_eq!(
+            s.count(&format!("mem.{name}.bytes")),
+            b.used() as u64,
+            "{name}"
+        );
+        assert_eq!(
+            s.count(&format!("mem.{name}.cap")),
+            b.caps().total as u64,
+            "{name}"
+        );
+        assert!(b.used() <= b.caps().total, "{name}");
+        assert!(b.peak() <= b.caps().total, "{name}");
+    }
+}
+
+#[test]
+fn attack_7_a_cookie_returning_flood_from_one_host_does_not_lock_out_new_devices() {
+    // The server's defaults: 256 handshakes, 16 per host, 30 s before one is stale.
+    let mut s = Server::new(|_| {});
+    let key = [5; 16];
+    let text = s.provision_psk(1, &key);
+    let mut now = 0;
+    // A device connected before the flood.
+    let mut old = Client::psk("10.1.0.1:40001".parse().unwrap(), &text, &key, 11, now);
+    run(&mut s, &mut [&mut old], &mut now, 100);
+    assert!(old.conn.is_established());
+
+    // The flood: 8 new ports every 10 ms, far more ClientHellos with valid cookies than the
+    // whole table holds, and it goes on while the new device connects.
+    let mut flood = Flood::new([192, 0, 2, 66]);
+    let hs = s.layer.handshake_budget().caps();
+    let quiet_until = now + 1_000;
+    while now < quiet_until {
+        flood.burst(&mut s, now, 8);
+        now += 10;
+    }
+    assert!(flood.hellos_with_cookie >= 800);
+    assert!(flood.hellos_with_cookie as usize > 3 * s.layer.handshakes().max(256));
+    // The flood host holds its share of half-open handshakes and no more.
+    assert_eq!(hs.per_host, 16 * HANDSHAKE_BYTES);
+    assert_eq!(
+        s.layer.handshake_budget().held_by(flood.host()),
+        hs.per_host
+    );
+    assert_eq!(s.layer.handshakes(), 16);
+    assert_eq!(
+        s.count("dtls.refused_host_handshakes"),
+        flood.hellos_with_cookie - 16
+    );
+
+    // A new device from another host, while the flood goes on: its first ClientHello gets a
+    // handshake, so it completes without a single retransmission (the first timer is 1 s)
+    // and its request is answered in the same round trips.
+    let mut new = Client::psk("10.2.0.2:40002".parse().unwrap(), &text, &key, 12, now);
+    let started = now;
+    let mut answered_at = None;
+    let mut asked = false;
+    while now < started + 5_000 {
+        flood.burst(&mut s, now, 8);
+        step(&mut s, &mut [&mut new, &mut old], now);
+        if new.conn.is_established() && !asked {
+            new.conn.send(&coap_get(".well-known/core", 1)).unwrap();
+            asked = true;
+            step(&mut s, &mut [&mut new], now);
+        }
+        if answered_at.is_none() && new.answered() == 1 {
+            answered_at = Some(now);
+        }
+        // The flood host stays within its share; the table within its total.
+        assert!(s.layer.handshake_budget().held_by(flood.host()) <= hs.per_host);
+        assert!(s.layer.handshake_budget().used() <= hs.total);
+        now += 10;
+    }
+    let took = answered_at.expect("the new device was answered during the flood") - started;
+    assert!(took < 1_000, "answered after {took} ms of virtual time");
+    assert!(flood.hellos_with_cookie >= 4_800);
+
+    // The device connected before the flood kept its session and is still served.
+    assert_eq!(s.layer.sessions(), 2);
+    assert_eq!(s.count("dtls.session_evicted_idle"), 0);
+    old.conn.send(&coap_get(".well-known/core", 2)).unwrap();
+    step(&mut s, &mut [&mut old], now);
+    assert_eq!(old.answered(), 1);
+    gauges_within_caps(&s);
+    assert_eq!(
+        s.count("mem.dtls_handshakes.bytes"),
+        (16 * HANDSHAKE_BYTES) as u64
+    );
+    assert_eq!(
+        s.count("mem.dtls_sessions.bytes"),
+        (2 * SESSION_BYTES) as u64
+    );
+}
+
+#[test]
+fn a_flood_from_several_hosts_gives_way_to_a_newcomer_oldest_of_the_heaviest_first() {
+    let mut s = Server::new(|c| {
+        c.max_handshakes = 32;
+        c.max_handshakes_per_host = 8;
+    });
+    let key = [6; 16];
+    let text = s.provision_psk(2, &key);
+    let mut now = 0;
+    // Five hosts that return cookies: the first four fill the table (8 each); then one of
+    // them holds 8 and the fifth is refused until someone holds more than it would.
+    let mut floods: Vec<Flood> = (0..5).map(|i| Flood::new([198, 51, 100, 10 + i])).collect();
+    for f in &mut floods {
+        f.burst(&mut s, now, 12);
+        now += 10;
+    }
+    assert_eq!(s.layer.handshakes(), 32);
+    let held: Vec<usize> = floods
+        .iter()
+        .map(|f| s.layer.handshake_budget().held_by(f.host()) / HANDSHAKE_BYTES)
+        .collect();
+    // The fifth host took slots from the heaviest until no host held more than it would.
+    assert!(held.iter().all(|n| *n <= 8), "{held:?}");
+    assert!(held[4] >= 6, "{held:?}");
+    assert!(s.count("dtls.handshake_evicted") >= 6);
+
+    // A device from a sixth host gets in at once by pushing out the oldest half-open
+    // handshake of a host holding the most.
+    let evicted = s.count("dtls.handshake_evicted");
+    let mut new = Client::psk("10.3.0.3:40003".parse().unwrap(), &text, &key, 13, now);
+    run(&mut s, &mut [&mut new], &mut now, 20);
+    assert!(new.conn.is_established());
+    assert_eq!(s.count("dtls.handshake_evicted"), evicted + 1);
+    gauges_within_caps(&s);
+
+    // A table shared by many hosts with one half-open handshake each is fair already: the
+    // newcomer is refused rather than push anyone out.
+    let mut s = Server::new(|c| c.max_handshakes = 8);
+    let mut one_each: Vec<Flood> = (0..8).map(|i| Flood::new([203, 0, 113, i])).collect();
+    for f in &mut one_each {
+        f.burst(&mut s, 0, 1);
+    }
+    let mut ninth = Flood::new([203, 0, 113, 99]);
+    ninth.burst(&mut s, 0, 1);
+    assert_eq!(s.layer.handshakes(), 8);
+    assert_eq!(s.count("dtls.handshake_evicted"), 0);
+    assert_eq!(s.count("dtls.refused_tables_full"), 1);
+}
+
+#[test]
+fn sessions_from_one_host_stay_within_its_share_and_others_still_connect() {
+    // A quarter of the session table per host (the defaults' fraction, 1024 of 4096).
+    let mut s = Server::new(|c| {
+        c.max_sessions = 8;
+        c.max_sessions_per_host = 2;
+    });
+    let key = [7; 16];
+    let text = s.provision_psk(3, &key);
+    let mut now = 0;
+    // Six devices behind one NAT address.
+    let mut nat: Vec<Client> = (0..6)
+        .map(|i| {
+            Client::psk(
+                SocketAddr::from(([100, 64, 0, 1], 50_000 + i)),
+                &text,
+                &key,
+                100 + u64::from(i),
+                now,
+            )
+        })
+        .collect();
+    {
+        let mut all: Vec<&mut Client> = nat.iter_mut().collect();
+        run(&mut s, &mut all, &mut now, 200);
+    }
+    let nat_host = Host::of("100.64.0.1:1".parse().unwrap());
+    let established = nat.iter().filter(|c| c.conn.is_established()).count();
+    assert_eq!(established, 2);
+    assert_eq!(
+        s.layer.session_budget().held_by(nat_host),
+        2 * SESSION_BYTES
+    );
+    assert_eq!(s.layer.session_budget().caps().per_host, 2 * SESSION_BYTES);
+    assert!(s.count("dtls.refused_host_sessions") >= 4);
+
+    // Their retransmissions keep being refused, and the two sessions are not pushed out.
+    {
+        let mut all: Vec<&mut Client> = nat.iter_mut().collect();
+        run(&mut s, &mut all, &mut now, 5_000);
+    }
+    assert_eq!(nat.iter().filter(|c| c.conn.is_established()).count(), 2);
+    assert!(s.layer.session_budget().held_by(nat_host) <= 2 * SESSION_BYTES);
+
+    // Devices from other hosts still connect.
+    for i in 0..3u8 {
+        let mut other = Client::psk(
+            SocketAddr::from(([10, 4, 0, i], 40_000)),
+            &text,
+            &key,
+            200 + u64::from(i),
+            now,
+        );
+        run(&mut s, &mut [&mut other], &mut now, 50);
+        assert!(other.conn.is_established());
+    }
+    assert_eq!(s.layer.sessions(), 5);
+    for c in nat.iter_mut().filter(|c| c.conn.is_established()) {
+        c.conn.send(&coap_get(".well-known/core", 3)).unwrap();
+        step(&mut s, &mut [c], now);
+        assert_eq!(c.answered(), 1);
+    }
+    // The resumption cache is held to the same share per host.
+    assert!(s.layer.resumption_budget().held_by(nat_host) <= 2 * RESUMPTION_BYTES);
+    gauges_within_caps(&s);
+}
+
+#[test]
+fn memory_gauges_return_to_zero_once_handshakes_time_out_and_sessions_idle_out() {
+    let mut s = Server::new(|c| {
+        c.handshake_timeout = Duration::from_secs(10);
+        c.session_idle = Duration::from_secs(60);
+        c.session_lifetime = Duration::from_secs(120);
+    });
+    let key = [8; 16];
+    let text = s.provision_psk(4, &key);
+    let mut now = 0;
+    let mut flood = Flood::new([192, 0, 2, 77]);
+    flood.burst(&mut s, now, 100);
+    let mut devices: Vec<Client> = (0..3u8)
+        .map(|i| {
+            Client::psk(
+                SocketAddr::from(([10, 5, 0, i], 40_000)),
+                &text,
+                &key,
+                300 + u64::from(i),
+                now,
+            )
+        })
+        .collect();
+    {
+        let mut all: Vec<&mut Client> = devices.iter_mut().collect();
+        run(&mut s, &mut all, &mut now, 100);
+    }
+    assert!(devices.iter().all(|c| c.conn.is_established()));
+    assert_eq!(
+        s.count("mem.dtls_handshakes.bytes"),
+        (16 * HANDSHAKE_BYTES) as u64
+    );
+    assert_eq!(
+        s.count("mem.dtls_sessions.bytes"),
+        (3 * SESSION_BYTES) as u64
+    );
+    assert_eq!(
+        s.count("mem.dtls_resumption.bytes"),
+        (3 * RESUMPTION_BYTES) as u64
+    );
+    assert_eq!(s.count("mem.dtls_sessions.hosts"), 3);
+
+    // Nobody says anything more: the half-open handshakes time out (their flights are
+    // retransmitted, then given up, or they go stale at 10 s).
+    let tick = |s: &mut Server, until: u64, now: &mut u64| {
+        while *now < until {
+            s.handle(*now, vec![]);
+            *now += 500;
+        }
+    };
+    tick(&mut s, 11_000, &mut now);
+    assert_eq!(s.count("mem.dtls_handshakes.bytes"), 0);
+    assert_eq!(s.count("mem.dtls_handshakes.hosts"), 0);
+    assert_eq!(s.layer.handshakes(), 0);
+    assert_eq!(
+        s.count("mem.dtls_sessions.bytes"),
+        (3 * SESSION_BYTES) as u64
+    );
+    // The sessions idle out after 60 s.
+    tick(&mut s, 61_000, &mut now);
+    assert_eq!(s.count("mem.dtls_sessions.bytes"), 0);
+    assert_eq!(s.count("mem.dtls_sessions.hosts"), 0);
+    assert_eq!(s.layer.sessions(), 0);
+    assert_eq!(s.count("dtls.session_evicted_idle"), 3);
+    // Resumable sessions after their 120 s lifetime.
+    assert_eq!(
+        s.count("mem.dtls_resumption.bytes"),
+        (3 * RESUMPTION_BYTES) as u64
+    );
+    tick(&mut s, 121_000, &mut now);
+    assert_eq!(s.count("mem.dtls_resumption.bytes"), 0);
+    assert_eq!(s.count("mem.dtls_resumption.hosts"), 0);
+    // The peak remembers the flood's share and the devices' handshakes.
+    assert_eq!(
+        s.count("mem.dtls_handshakes.peak"),
+        (19 * HANDSHAKE_BYTES) as u64
+    );
+    gauges_within_caps(&s);
+}
