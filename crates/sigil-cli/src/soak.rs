@@ -47,6 +47,8 @@ pub struct SoakOptions {
     pub dtls_sensors: usize,
     pub interval: Duration,
     pub quiet: bool,
+    /// Write the log to stderr as well as counting it.
+    pub show_log: bool,
 }
 
 /// What one attack sent and got back.
@@ -507,7 +509,7 @@ fn peak_rss_kib() -> u64 {
 }
 
 pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
-    LOG_COUNT_ONLY.store(true, Ordering::Relaxed);
+    LOG_COUNT_ONLY.store(!opts.show_log, Ordering::Relaxed);
     let log_start = LOG_BYTES.load(Ordering::Relaxed);
     let tmp = tempfile::Builder::new().prefix("sigil-soak-").tempdir()?;
     let dir = tmp.path().to_path_buf();

@@ -23,6 +23,9 @@ pub struct SoakArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Write the log to stderr as well as counting it (it is only counted by default).
+    #[arg(long)]
+    pub show_log: bool,
     /// No progress bar (a line a minute instead).
     #[arg(long)]
     pub quiet: bool,
@@ -38,6 +41,7 @@ pub async fn run(a: SoakArgs) -> Result<i32> {
         dtls_sensors: a.dtls_sensors,
         interval: a.interval,
         quiet: a.quiet || a.json,
+        show_log: a.show_log,
     })
     .await?;
     if a.json {
