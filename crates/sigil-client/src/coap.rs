@@ -1,6 +1,8 @@
 //! A small CoAP client over tokio UDP, used by the application and the tools: Confirmable
 //! requests with retransmission (RFC 7252 §4.2), separate responses, and block-wise transfer
-//! in both directions (RFC 7959).
+//! in both directions (RFC 7959), and the Echo option (RFC 9175 §2.4): a coap:// server that
+//! answers 4.01 Unauthorized with Echo gets the request again with that value, and the latest
+//! value is sent with later requests to the same server (§2.3), so large answers come at once.
 
 use crate::transport::{Security, Transport};
 use anyhow::{anyhow, bail, Result};
@@ -29,6 +31,8 @@ pub struct CoapClient {
     pub szx: u8,
     /// Largest body accepted through Block2.
     pub max_body: usize,
+    /// The server's latest Echo value (RFC 9175), sent with every request.
+    echo: Option<Vec<u8>>,
 }
 
 /// One request's options.
@@ -60,6 +64,7 @@ impl CoapClient {
             start: Instant::now(),
             szx,
             max_body: 4 << 20,
+            echo: None,
         }
     }
 
@@ -147,7 +152,9 @@ impl CoapClient {
 }
 
 impl CoapClient {
-    /// One Confirmable exchange; returns the response and its Block2 option.
+    /// One Confirmable exchange; returns the response and its Block2 option. A 4.01 with an
+    /// Echo option is answered once by repeating the request with that Echo (RFC 9175 §2.4);
+    /// the value is kept for later requests.
     async fn exchange(
         &mut self,
         code: Code,
@@ -156,6 +163,29 @@ impl CoapClient {
         block1: Option<BlockOption>,
         block2: Option<BlockOption>,
     ) -> Result<(ClientResponse, Option<BlockOption>)> {
+        let mut repeated = false;
+        loop {
+            let (r, b2, echo) = self
+                .exchange_once(code, spec, payload, block1, block2)
+                .await?;
+            match echo {
+                Some(e) if r.code == Code::UNAUTHORIZED && !repeated => {
+                    self.echo = Some(e);
+                    repeated = true;
+                }
+                _ => return Ok((r, b2)),
+            }
+        }
+    }
+
+    async fn exchange_once(
+        &mut self,
+        code: Code,
+        spec: &RequestSpec<'_>,
+        payload: &[u8],
+        block1: Option<BlockOption>,
+        block2: Option<BlockOption>,
+    ) -> Result<(ClientResponse, Option<BlockOption>, Option<Vec<u8>>)> {
         self.mid = self.mid.wrapping_add(1);
         let mid = self.mid;
         let token = crate::os::random_u32().to_be_bytes();
@@ -183,6 +213,9 @@ impl CoapClient {
                 b.uint_option(option::SIZE1, spec.payload.len() as u32)?;
             }
         }
+        if let Some(e) = &self.echo {
+            b.option(option::ECHO, e)?;
+        }
         let n = b.finish_with_payload(payload)?;
         buf.truncate(n);
         let now = || crate::os::since(self.start);
@@ -204,7 +237,7 @@ impl CoapClient {
         token: [u8; 4],
         retx: &mut Option<Retransmission>,
         give_up_at: sigil_time::Instant,
-    ) -> Result<(ClientResponse, Option<BlockOption>)> {
+    ) -> Result<(ClientResponse, Option<BlockOption>, Option<Vec<u8>>)> {
         let now = || crate::os::since(self.start);
         loop {
             let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
@@ -247,7 +280,8 @@ impl CoapClient {
                                 content_format: msg.content_format().map(|c| c.0),
                                 payload: msg.payload.to_vec(),
                             };
-                            return Ok((resp, block2));
+                            let echo = msg.option(option::ECHO).map(<[u8]>::to_vec);
+                            return Ok((resp, block2, echo));
                         }
                         _ => {}
                     }

@@ -170,6 +170,9 @@ pub mod option {
     pub const PROXY_URI: u16 = 35;
     pub const PROXY_SCHEME: u16 = 39;
     pub const SIZE1: u16 = 60;
+    /// RFC 9175 §2.2: elective, not safe to forward, opaque of 1 to 40 bytes. A server asks
+    /// for it with 4.01 Unauthorized to see that a client receives at its address (§2.4).
+    pub const ECHO: u16 = 252;
 
     /// Critical options have an odd number (RFC 7252 §5.4.6).
     pub const fn is_critical(number: u16) -> bool {
@@ -198,6 +201,7 @@ pub mod option {
                 | BLOCK1
                 | SIZE2
                 | SIZE1
+                | ECHO
         )
     }
 }
