@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         stats.clone(),
     )
     .unwrap();
-    let mut d = Dispatcher::new(config, svc, stats.clone());
+    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
     let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
     dc.max_handshakes = 4;
     dc.max_sessions = 8;

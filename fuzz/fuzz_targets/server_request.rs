@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
             Stats::default(),
         )
         .unwrap();
-        Dispatcher::new(config, svc, Stats::default())
+        Dispatcher::new(config, svc, Stats::default(), [7; 32])
     });
     // Split the input into up to four datagrams from two peers, so dedup and Block1 state
     // across datagrams is exercised.

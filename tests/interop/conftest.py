@@ -36,6 +36,23 @@ def member_of(own, others):
     return hashlib.sha256(data).digest()[:16].hex()
 
 
+async def request_with_echo(ctx, msg, timeout=30):
+    """One aiocoap request over coap://, repeated once with the Echo value of a 4.01
+    Unauthorized (RFC 9175 §2.4). aiocoap 0.4 answers Echo by itself only under OSCORE; the
+    Sigil server asks for it before an answer larger than three times the request goes to an
+    address that has not shown it receives. Later blocks of a Block2 answer are sent from the
+    same address, which the server then remembers as verified."""
+    import asyncio
+
+    from aiocoap.numbers.codes import Code
+
+    first = msg.copy()
+    resp = await asyncio.wait_for(ctx.request(first).response, timeout)
+    if resp.code == Code.UNAUTHORIZED and resp.opt.echo is not None:
+        resp = await asyncio.wait_for(ctx.request(msg.copy(echo=resp.opt.echo)).response, timeout)
+    return resp
+
+
 def free_port() -> int:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ from pycose.keys import EC2Key, OKPKey
 from pycose.keys.curves import P256, Ed25519
 from pycose.messages import Sign1Message
 
-from conftest import identity_of, sigil
+from conftest import identity_of, request_with_echo, sigil
 
 SEQ = -65537  # Sigil's private-use sequence-number header (docs/wire-formats.md)
 
@@ -38,7 +38,7 @@ async def request(code, uri, payload=b"", content_format=None, accept=None):
             msg.opt.content_format = content_format
         if accept is not None:
             msg.opt.accept = accept
-        return await asyncio.wait_for(ctx.request(msg).response, 30)
+        return await request_with_echo(ctx, msg)
     finally:
         await ctx.shutdown()
 

@@ -10,7 +10,7 @@ import pytest
 from aiocoap import GET, POST, PUT, Message
 from aiocoap.numbers.codes import Code
 
-from conftest import SIGIL, free_port, sigil, wait_ready
+from conftest import SIGIL, free_port, request_with_echo, sigil, wait_ready
 from test_aiocoap_pycose import Ed25519Device, b64, parse_links, register, request, run, senml
 
 CLIENT = shutil.which("coap-client-notls") or shutil.which("coap-client") or shutil.which("coap-client-gnutls")
@@ -36,7 +36,7 @@ async def conditional(code, uri, payload=b"", content_format=None, if_match=None
             msg.opt.if_match = if_match
         if if_none_match:
             msg.opt.if_none_match = True
-        return await asyncio.wait_for(ctx.request(msg).response, 30)
+        return await request_with_echo(ctx, msg)
     finally:
         await ctx.shutdown()
 

@@ -205,21 +205,34 @@ fn sensors_server_app_survive_a_server_kill_without_losing_or_duplicating() {
     // Fetch the oldest reading of that topic and publish it again from a new socket.
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = [0u8; 512];
-    let mut b = sigil_coap::MessageBuilder::new(
-        &mut buf,
-        sigil_coap::MessageType::Confirmable,
-        sigil_coap::Code::GET,
-        7,
-        &[7],
-    )
-    .unwrap();
-    b.uri_path(&topic).unwrap();
-    b.option(sigil_coap::option::URI_QUERY, b"n=1").unwrap();
-    b.option(sigil_coap::option::URI_QUERY, b"after=0").unwrap();
-    let n = b.finish();
-    sock.send_to(&buf[..n], ("127.0.0.1", port)).unwrap();
+    let get = |mid: u16, echo: Option<&[u8]>| {
+        let mut buf = [0u8; 512];
+        let mut b = sigil_coap::MessageBuilder::new(
+            &mut buf,
+            sigil_coap::MessageType::Confirmable,
+            sigil_coap::Code::GET,
+            mid,
+            &[7],
+        )
+        .unwrap();
+        b.uri_path(&topic).unwrap();
+        b.option(sigil_coap::option::URI_QUERY, b"n=1").unwrap();
+        b.option(sigil_coap::option::URI_QUERY, b"after=0").unwrap();
+        if let Some(e) = echo {
+            b.option(sigil_coap::option::ECHO, e).unwrap();
+        }
+        let n = b.finish();
+        sock.send_to(&buf[..n], ("127.0.0.1", port)).unwrap();
+    };
+    // The reading is larger than three times the request: the server first asks this new
+    // address for an Echo (RFC 9175 §2.4).
+    get(7, None);
     let mut rb = [0u8; 2048];
+    let (rn, _) = sock.recv_from(&mut rb).unwrap();
+    let challenge = sigil_coap::Message::parse(&rb[..rn]).unwrap();
+    assert_eq!(challenge.code, sigil_coap::Code::UNAUTHORIZED);
+    let echo = challenge.option(sigil_coap::option::ECHO).unwrap().to_vec();
+    get(9, Some(&echo));
     let (rn, _) = sock.recv_from(&mut rb).unwrap();
     let resp = sigil_coap::Message::parse(&rb[..rn]).unwrap();
     let mut d = sigil_objects::cbor::Decoder::new(resp.payload);

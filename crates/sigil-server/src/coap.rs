@@ -7,9 +7,14 @@
 //! socket thread, tests, the emulator and the fuzzers drive the same code. `now` is monotonic
 //! ([`Instant`]: dedup and Block1 expiry); `wall` is the wall clock ([`UnixTime`]:
 //! registrations' lifetimes and stored timestamps), handed to the service. Every table here
-//! has a cap: the dedup cache and the Block1 reassembly buffers.
+//! has a byte budget per source host and in total ([`crate::budget`]): the dedup cache
+//! (entries and the answers they keep), the Block1 reassembly buffers and the addresses
+//! verified by Echo. Every answer leaves through [`Dispatcher::send`], which keeps coap://
+//! answers to unverified addresses within three times the request ([`crate::echo`]).
 
+use crate::budget::{shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, ENTRY_OVERHEAD};
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
+use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
 use crate::secure::SecureLayer;
 use crate::service::Service;
 use crate::socket::ServerConfig;
@@ -55,12 +60,34 @@ pub struct Inbound {
 struct DedupEntry {
     response: Option<Vec<u8>>,
     at: Instant,
+    /// Bytes charged to the sender's host: the entry's overhead and the answer.
+    charged: usize,
 }
 
 struct Assembly {
     body: Vec<u8>,
     next: u32,
     at: Instant,
+    /// Bytes charged to the sender's host: the entry's overhead, its key and the body so far.
+    charged: usize,
+}
+
+/// How large an answer to a request may be (RFC 9175 §2.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Allowance {
+    /// Over DTLS, or from an address verified by Echo.
+    Any,
+    /// From an unverified coap:// address: [`AMPLIFICATION_FACTOR`] times the datagram.
+    AtMost(usize),
+}
+
+impl Allowance {
+    fn permits(self, len: usize) -> bool {
+        match self {
+            Allowance::Any => true,
+            Allowance::AtMost(n) => len <= n,
+        }
+    }
 }
 
 /// A request waiting for its batch, with what is needed to answer it.
@@ -72,6 +99,7 @@ struct Pending {
     block2: Option<BlockOption>,
     /// Block1 of the final block, echoed in the response (RFC 7959 §2.3).
     block1: Option<BlockOption>,
+    allowance: Allowance,
     request: Request,
 }
 
@@ -83,14 +111,28 @@ pub struct Dispatcher {
     stats: Stats,
     dedup: HashMap<(Endpoint, u16), DedupEntry>,
     dedup_order: VecDeque<((Endpoint, u16), Instant)>,
+    dedup_budget: ByteBudget,
     assemblies: HashMap<(Endpoint, String), Assembly>,
+    block1_budget: ByteBudget,
+    echo: EchoKey,
+    verified: Verified,
 }
 
 impl Dispatcher {
     /// `config.listen` (and the DTLS listen address) name the addresses requests arrive at:
-    /// links the server answers with are resolved against them (RFC 9176 §6).
-    pub fn new(config: ServerConfig, service: Service, stats: Stats) -> Self {
+    /// links the server answers with are resolved against them (RFC 9176 §6). `echo_secret`
+    /// keys the Echo values ([`crate::echo`]): random, from the caller's RNG, at start.
+    pub fn new(
+        config: ServerConfig,
+        service: Service,
+        stats: Stats,
+        echo_secret: [u8; 32],
+    ) -> Self {
         Self {
+            dedup_budget: ByteBudget::new("dedup", config.dedup_caps),
+            block1_budget: ByteBudget::new("block1", config.block1_caps),
+            verified: Verified::new(config.verified_caps),
+            echo: EchoKey::new(echo_secret),
             config,
             service,
             stats,
@@ -155,22 +197,40 @@ impl Dispatcher {
         out
     }
 
-    /// Forgets exchanges older than EXCHANGE_LIFETIME (RFC 7252 §4.8.2) and stale Block1
-    /// transfers; trims the dedup cache to its cap.
+    /// Forgets exchanges older than EXCHANGE_LIFETIME (RFC 7252 §4.8.2), stale Block1
+    /// transfers and expired Echo verifications, gives their memory back, and publishes the
+    /// tables' gauges (`mem.dedup.*`, `mem.block1.*`, `mem.verified.*`, and
+    /// `mem.dedup.slots`, the dedup map's allocated capacity).
     pub fn handle_timeout(&mut self, now: Instant) {
         let lifetime = self.config.transmission.exchange_lifetime();
         while let Some((key, at)) = self.dedup_order.front().copied() {
-            if now.saturating_since(at) < lifetime && self.dedup.len() <= self.config.dedup_capacity
-            {
+            if now.saturating_since(at) < lifetime {
                 break;
             }
             self.dedup_order.pop_front();
             if self.dedup.get(&key).is_some_and(|e| e.at == at) {
-                self.dedup.remove(&key);
+                if let Some(e) = self.dedup.remove(&key) {
+                    self.dedup_budget.refund(Host::of(key.0.addr), e.charged);
+                }
             }
         }
-        self.assemblies
-            .retain(|_, a| now.saturating_since(a.at) < lifetime);
+        shrink_if_sparse(&mut self.dedup);
+        shrink_queue_if_sparse(&mut self.dedup_order);
+        let budget = &mut self.block1_budget;
+        self.assemblies.retain(|(from, _), a| {
+            let keep = now.saturating_since(a.at) < lifetime;
+            if !keep {
+                budget.refund(Host::of(from.addr), a.charged);
+            }
+            keep
+        });
+        shrink_if_sparse(&mut self.assemblies);
+        self.verified.expire(now);
+        self.dedup_budget.publish(&self.stats);
+        self.stats
+            .set("mem.dedup.slots", self.dedup.capacity() as u64);
+        self.block1_budget.publish(&self.stats);
+        self.verified.publish(&self.stats);
     }
 
     fn count(&self, key: &str) {
@@ -228,13 +288,9 @@ impl Dispatcher {
                 Reply::Reset => Some(empty(MessageType::Reset, p.mid).to_vec()),
                 Reply::Nothing => None,
             };
+            let sent = bytes.and_then(|b| self.send(p.from, p.allowance, b, now, &mut out));
             if p.mtype == MessageType::Confirmable {
-                if let Some(e) = self.dedup.get_mut(&(p.from, p.mid)) {
-                    e.response = bytes.clone();
-                }
-            }
-            if let Some(b) = bytes {
-                out.push((p.from, b));
+                self.remember((p.from, p.mid), sent);
             }
         }
         self.handle_timeout(now);
@@ -303,18 +359,18 @@ impl Dispatcher {
                 // RFC 7252 §4.2: a Confirmable message with a format error is rejected with
                 // Reset if its header could be read.
                 if d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1 && (d.bytes[0] >> 4) & 3 == 0 {
-                    out.push((
-                        d.from,
-                        empty(
-                            MessageType::Reset,
-                            u16::from_be_bytes([d.bytes[2], d.bytes[3]]),
-                        )
-                        .to_vec(),
-                    ));
+                    let reset = empty(
+                        MessageType::Reset,
+                        u16::from_be_bytes([d.bytes[2], d.bytes[3]]),
+                    )
+                    .to_vec();
+                    let allowance = self.allowance(d, None, now);
+                    self.send(d.from, allowance, reset, now, out);
                 }
                 return None;
             }
         };
+        let allowance = self.allowance(d, msg.option(option::ECHO), now);
         match msg.mtype {
             MessageType::Acknowledgement | MessageType::Reset => {
                 // The server sends no Confirmable messages, so nothing waits for these.
@@ -327,59 +383,84 @@ impl Dispatcher {
             // CoAP ping (§4.3): answer Reset.
             if msg.mtype == MessageType::Confirmable {
                 self.count("coap.ping");
-                out.push((d.from, empty(MessageType::Reset, msg.message_id).to_vec()));
+                let reset = empty(MessageType::Reset, msg.message_id).to_vec();
+                self.send(d.from, allowance, reset, now, out);
             }
             return None;
         }
         if !msg.code.is_request() {
             self.count("coap.unexpected_response");
             if msg.mtype == MessageType::Confirmable {
-                out.push((d.from, empty(MessageType::Reset, msg.message_id).to_vec()));
+                let reset = empty(MessageType::Reset, msg.message_id).to_vec();
+                self.send(d.from, allowance, reset, now, out);
             }
             return None;
         }
-        // Deduplication (§4.5): a retransmitted Confirmable request gets the same answer.
+        // Deduplication (§4.5): a retransmitted Confirmable request gets the same answer,
+        // within what this copy allows (a duplicate can be shorter than the original).
         if msg.mtype == MessageType::Confirmable {
             let key = (d.from, msg.message_id);
             if let Some(e) = self.dedup.get(&key) {
                 self.count("coap.duplicate");
-                if let Some(r) = &e.response {
-                    out.push((d.from, r.clone()));
+                if let Some(r) = e.response.clone() {
+                    self.send(d.from, allowance, r, now, out);
                 }
                 return None;
             }
-            self.dedup.insert(
-                key,
-                DedupEntry {
-                    response: None,
-                    at: now,
-                },
-            );
-            self.dedup_order.push_back((key, now));
-            if self.dedup.len() > self.config.dedup_capacity {
-                self.handle_timeout(now);
+            // Over the host's share (or the table's), the exchange is not remembered: a
+            // retransmission is handled again. Readings are deduplicated by their sequence
+            // number anyway (docs/security.md); nobody else's entry is evicted for it.
+            let host = Host::of(d.from.addr);
+            if self.dedup.len() >= self.config.dedup_capacity
+                || self.dedup_budget.charge(host, ENTRY_OVERHEAD).is_err()
+            {
+                self.count("coap.dedup.not_remembered");
+            } else {
+                self.dedup.insert(
+                    key,
+                    DedupEntry {
+                        response: None,
+                        at: now,
+                        charged: ENTRY_OVERHEAD,
+                    },
+                );
+                self.dedup_order.push_back((key, now));
             }
         }
         // §5.7.2, §5.10.2: a request for a proxy to a server that is none.
         if msg.option(option::PROXY_URI).is_some() || msg.option(option::PROXY_SCHEME).is_some() {
-            self.refuse(d.from, &msg, Rejection::ProxyingNotSupported, out);
+            self.refuse(
+                d.from,
+                allowance,
+                now,
+                &msg,
+                Rejection::ProxyingNotSupported,
+                out,
+            );
             return None;
         }
         if let Some(n) = msg.unknown_critical_option() {
-            self.refuse(d.from, &msg, Rejection::UnknownCriticalOption(n), out);
+            self.refuse(
+                d.from,
+                allowance,
+                now,
+                &msg,
+                Rejection::UnknownCriticalOption(n),
+                out,
+            );
             return None;
         }
         let (Ok(path), Ok(query)) = (
             msg.uri_path().collect::<Result<Vec<_>, _>>(),
             msg.uri_query().collect::<Result<Vec<_>, _>>(),
         ) else {
-            self.refuse(d.from, &msg, Rejection::NotUtf8, out);
+            self.refuse(d.from, allowance, now, &msg, Rejection::NotUtf8, out);
             return None;
         };
         let block2 = match msg.block2() {
             Some(Ok(b)) => Some(b),
             Some(Err(_)) => {
-                self.refuse(d.from, &msg, Rejection::BadBlockOption, out);
+                self.refuse(d.from, allowance, now, &msg, Rejection::BadBlockOption, out);
                 return None;
             }
             None => None,
@@ -388,14 +469,14 @@ impl Dispatcher {
         let mut block1_echo = None;
         match msg.block1() {
             Some(Err(_)) => {
-                self.refuse(d.from, &msg, Rejection::BadBlockOption, out);
+                self.refuse(d.from, allowance, now, &msg, Rejection::BadBlockOption, out);
                 return None;
             }
             Some(Ok(b1)) => {
                 let key = (d.from, format!("{}?{}", path.join("/"), query.join("&")));
                 match self.reassemble(key, b1, msg.payload, now) {
                     Err(why) => {
-                        self.refuse(d.from, &msg, why, out);
+                        self.refuse(d.from, allowance, now, &msg, why, out);
                         return None;
                     }
                     Ok(None) => {
@@ -405,7 +486,7 @@ impl Dispatcher {
                             code: Code::CONTINUE,
                             ..Default::default()
                         };
-                        self.answer_directly(d.from, &msg, Some(b1), r, out);
+                        self.answer_directly(d.from, allowance, now, &msg, Some(b1), r, out);
                         return None;
                     }
                     Ok(Some(body)) => {
@@ -423,6 +504,7 @@ impl Dispatcher {
             token: msg.token.to_vec(),
             block2,
             block1: block1_echo,
+            allowance,
             request: Request {
                 peer: d.from.addr,
                 message_id: (msg.mtype == MessageType::Confirmable).then_some(msg.message_id),
@@ -454,11 +536,17 @@ impl Dispatcher {
         part: &[u8],
         now: Instant,
     ) -> Result<Option<Vec<u8>>, Rejection> {
+        let host = Host::of(key.0.addr);
         if b1.num == 0 {
+            // A first block again starts the transfer over.
+            self.drop_assembly(&key);
             let per_peer = self.assemblies.keys().filter(|(p, _)| *p == key.0).count();
+            let overhead = ENTRY_OVERHEAD + key.1.len();
             if per_peer >= self.config.max_assemblies_per_peer
                 || self.assemblies.len() >= self.config.max_assemblies
+                || self.block1_budget.charge(host, overhead).is_err()
             {
+                self.count("coap.block1.refused");
                 return Err(Rejection::TooManyTransfers);
             }
             self.assemblies.insert(
@@ -467,33 +555,57 @@ impl Dispatcher {
                     body: Vec::new(),
                     next: 0,
                     at: now,
+                    charged: overhead,
                 },
             );
+        }
+        let Some(a) = self.assemblies.get(&key) else {
+            return Err(Rejection::Block1NotStarted);
+        };
+        if b1.num != a.next || a.body.len() != b1.offset() || (b1.more && part.len() != b1.size()) {
+            self.drop_assembly(&key);
+            return Err(Rejection::Block1OutOfSequence);
+        }
+        if a.body.len() + part.len() > self.config.max_body {
+            self.drop_assembly(&key);
+            return Err(Rejection::BodyTooLarge);
+        }
+        if self.block1_budget.charge(host, part.len()).is_err() {
+            self.drop_assembly(&key);
+            self.count("coap.block1.refused");
+            return Err(Rejection::TooManyTransfers);
         }
         let Some(a) = self.assemblies.get_mut(&key) else {
             return Err(Rejection::Block1NotStarted);
         };
-        if b1.num != a.next || a.body.len() != b1.offset() || (b1.more && part.len() != b1.size()) {
-            self.assemblies.remove(&key);
-            return Err(Rejection::Block1OutOfSequence);
-        }
-        if a.body.len() + part.len() > self.config.max_body {
-            self.assemblies.remove(&key);
-            return Err(Rejection::BodyTooLarge);
-        }
+        a.charged += part.len();
         a.body.extend_from_slice(part);
         a.next += 1;
         a.at = now;
         if b1.more {
             return Ok(None);
         }
-        Ok(self.assemblies.remove(&key).map(|a| a.body))
+        let body = self.assemblies.remove(&key).map(|a| {
+            self.block1_budget.refund(host, a.charged);
+            a.body
+        });
+        shrink_if_sparse(&mut self.assemblies);
+        Ok(body)
+    }
+
+    /// Ends a Block1 transfer and refunds its bytes.
+    fn drop_assembly(&mut self, key: &(Endpoint, String)) {
+        if let Some(a) = self.assemblies.remove(key) {
+            self.block1_budget.refund(Host::of(key.0.addr), a.charged);
+        }
     }
 
     /// Refuses a request below the service (counted under the refusal's counter).
     fn refuse(
         &mut self,
         peer: Endpoint,
+        allowance: Allowance,
+        now: Instant,
         msg: &Message<'_>,
         why: Rejection,
         out: &mut Vec<(Endpoint, Vec<u8>)>,
@@ -505,14 +617,17 @@ impl Dispatcher {
             payload: why.diagnostic().into_bytes(),
             ..Default::default()
         };
-        self.answer_directly(peer, msg, None, r, out);
+        self.answer_directly(peer, allowance, now, msg, None, r, out);
     }
 
     /// Answers a request without the service (a refusal, or 2.31 Continue), and remembers
     /// the answer for retransmissions of the same message.
+    #[allow(clippy::too_many_arguments)]
     fn answer_directly(
         &mut self,
         peer: Endpoint,
+        allowance: Allowance,
+        now: Instant,
         msg: &Message<'_>,
         block1: Option<BlockOption>,
         response: Response,
@@ -525,13 +640,106 @@ impl Dispatcher {
             token: msg.token.to_vec(),
             block2: None,
             block1,
+            allowance,
             request: Request::new(peer.addr, Code::EMPTY),
         };
         if let Some(b) = encode_response(&p, response, self.szx_for(peer), &self.stats) {
-            if let Some(e) = self.dedup.get_mut(&(peer, msg.message_id)) {
-                e.response = Some(b.clone());
+            let sent = self.send(peer, allowance, b, now, out);
+            if msg.mtype == MessageType::Confirmable {
+                self.remember((peer, msg.message_id), sent);
             }
-            out.push((peer, b));
+        }
+    }
+
+    /// How large the answers to `d` may be: anything over DTLS, from an address verified
+    /// earlier, or with a valid Echo value (which verifies the address); else three times
+    /// the datagram (RFC 9175 §2.4).
+    fn allowance(&mut self, d: &Inbound, echo: Option<&[u8]>, now: Instant) -> Allowance {
+        if d.from.secure {
+            return Allowance::Any;
+        }
+        if let Some(v) = echo {
+            if self.echo.check(d.from.addr, v, now) {
+                self.count("coap.echo.accepted");
+                if !self.verified.insert(d.from.addr, now) {
+                    self.count("coap.echo.not_remembered");
+                }
+                return Allowance::Any;
+            }
+            self.count("coap.echo.invalid");
+        }
+        if self.verified.contains(d.from.addr, now) {
+            return Allowance::Any;
+        }
+        Allowance::AtMost(AMPLIFICATION_FACTOR.saturating_mul(d.bytes.len()))
+    }
+
+    /// The one way out for every answer (service replies, refusals, 2.31 Continue, Block2
+    /// blocks, answers replayed from the dedup cache). An answer larger than `allowance`
+    /// becomes, in order: the same error code without its diagnostic payload, or 4.01
+    /// Unauthorized with an Echo option for the client to repeat (RFC 9175 §2.4), or nothing
+    /// if even that is too large. Returns what was sent.
+    fn send(
+        &mut self,
+        to: Endpoint,
+        allowance: Allowance,
+        answer: Vec<u8>,
+        now: Instant,
+        out: &mut Vec<(Endpoint, Vec<u8>)>,
+    ) -> Option<Vec<u8>> {
+        if allowance.permits(answer.len()) {
+            out.push((to, answer.clone()));
+            return Some(answer);
+        }
+        self.count("coap.amplification.limited");
+        let msg = Message::parse(&answer).ok()?;
+        let bare = (msg.code.class() >= 4 && !msg.payload.is_empty())
+            .then(|| answer[..answer.len() - msg.payload.len() - 1].to_vec());
+        let smaller = match bare {
+            Some(b) if allowance.permits(b.len()) => b,
+            _ => {
+                let echo = self.echo.issue(to.addr, now);
+                let mut buf = vec![0u8; 4 + msg.token.len() + 3 + echo.len()];
+                let mut b = MessageBuilder::new(
+                    &mut buf,
+                    msg.mtype,
+                    Code::UNAUTHORIZED,
+                    msg.message_id,
+                    msg.token,
+                )
+                .ok()?;
+                b.option(option::ECHO, &echo).ok()?;
+                let n = b.finish();
+                buf.truncate(n);
+                self.count("coap.echo.issued");
+                buf
+            }
+        };
+        if !allowance.permits(smaller.len()) {
+            self.count("coap.amplification.dropped");
+            return None;
+        }
+        out.push((to, smaller.clone()));
+        Some(smaller)
+    }
+
+    /// Keeps `answer` in the dedup entry of `key` for retransmissions, charged to the
+    /// sender's host; over its share the exchange is forgotten instead.
+    fn remember(&mut self, key: (Endpoint, u16), answer: Option<Vec<u8>>) {
+        let host = Host::of(key.0.addr);
+        let Some(e) = self.dedup.get_mut(&key) else {
+            return;
+        };
+        let old = e.response.as_ref().map_or(0, Vec::len);
+        let new = answer.as_ref().map_or(0, Vec::len);
+        self.dedup_budget.refund(host, old);
+        e.charged -= old;
+        if self.dedup_budget.charge(host, new).is_ok() {
+            e.charged += new;
+            e.response = answer;
+        } else if let Some(e) = self.dedup.remove(&key) {
+            self.dedup_budget.refund(host, e.charged);
+            self.count("coap.dedup.not_remembered");
         }
     }
 }
@@ -560,6 +768,7 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
                     token: p.token.clone(),
                     block2: None,
                     block1: None,
+                    allowance: p.allowance,
                     request: Request::new(p.from.addr, Code::EMPTY),
                 };
                 let why = Rejection::BlockOutOfRange;

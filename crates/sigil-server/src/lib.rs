@@ -8,7 +8,8 @@
 //! - [`secure`]: CoAP over DTLS: the capped handshake and session tables around
 //!   `sigil-dtls`, and the authenticated identity each request carries ([`auth`]).
 //! - [`coap`]: the message layer (RFC 7252, RFC 7959): parsing, deduplication, Block1/Block2,
-//!   piggybacked and Non-confirmable responses; time passed in.
+//!   piggybacked and Non-confirmable responses; time passed in. [`echo`]: the amplification
+//!   limit of coap:// answers and the Echo option (RFC 9175 §2.4).
 //! - [`service`]: one database transaction per batch around the handlers.
 //! - [`routes`]: the path table. [`rd`]: the Resource Directory. [`broker`]: topics,
 //!   publication, latest reading and history.
@@ -23,6 +24,7 @@ pub mod broker;
 pub mod budget;
 pub mod coap;
 pub mod context;
+pub mod echo;
 pub mod log;
 pub mod provision;
 pub mod rd;

@@ -8,6 +8,7 @@
 //! (one database commit), and sends the answers. [`Server::start`] is async so a tokio
 //! program can start and stop it; the hot path has no hand-offs between tasks or threads.
 
+use crate::budget::Caps;
 use crate::coap::{Dispatcher, Endpoint, Inbound};
 use crate::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use crate::service::{Service, ServiceConfig};
@@ -34,11 +35,24 @@ pub struct ServerConfig {
     pub batch_max: usize,
     /// Most remembered (peer, message ID) pairs.
     pub dedup_capacity: usize,
+    /// Bytes of the dedup cache (entries and the answers they keep), in total and per source
+    /// host. Default 8 MiB and 256 KiB: a device sending one request a second holds about
+    /// 27 KiB over EXCHANGE_LIFETIME, so a host's share covers some ten of them behind one
+    /// address, and 32 hosts at their share fill the table. Over a share, answers are not
+    /// remembered (docs/security.md).
+    pub dedup_caps: Caps,
     /// Largest request body accepted through Block1.
     pub max_body: usize,
     /// Most concurrent Block1 reassemblies (all peers), and per peer.
     pub max_assemblies: usize,
     pub max_assemblies_per_peer: usize,
+    /// Bytes of Block1 reassembly, in total and per source host. Default 4 MiB (256 bodies
+    /// of `max_body`) and 4 × `max_body` per host (64 KiB): four full-size registrations at
+    /// once from one address, or some forty of the usual 1-2 KiB.
+    pub block1_caps: Caps,
+    /// Bytes of the table of addresses verified by Echo (RFC 9175 §2.4), 96 bytes an
+    /// address. Default 1 MiB (about 10,900 addresses) and 16 KiB (170) per host.
+    pub verified_caps: Caps,
     /// Block size used for large responses when the client did not ask (Block2 SZX).
     pub block2_szx: u8,
     /// Kernel receive buffer (SO_RCVBUF) in bytes, so bursts queue instead of being dropped.
@@ -56,9 +70,21 @@ impl ServerConfig {
             transmission: TransmissionParameters::default(),
             batch_max: 512,
             dedup_capacity: 200_000,
+            dedup_caps: Caps {
+                total: 8 << 20,
+                per_host: 256 << 10,
+            },
             max_body: 16 * 1024,
             max_assemblies: 1024,
             max_assemblies_per_peer: 4,
+            block1_caps: Caps {
+                total: 4 << 20,
+                per_host: 4 * 16 * 1024,
+            },
+            verified_caps: Caps {
+                total: 1 << 20,
+                per_host: 16 << 10,
+            },
             block2_szx: 6,
             receive_buffer: 8 << 20,
             dtls: None,
@@ -196,6 +222,10 @@ impl Server {
                 identity,
             });
         }
+        let mut echo_secret = [0u8; 32];
+        OsRng
+            .fill(&mut echo_secret)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let thread_stop = stop.clone();
         let thread_stats = stats.clone();
@@ -203,7 +233,7 @@ impl Server {
             .name("sigil-service".into())
             .spawn(move || {
                 let batch_max = config.batch_max;
-                let mut core = Dispatcher::new(config, service, thread_stats.clone());
+                let mut core = Dispatcher::new(config, service, thread_stats.clone(), echo_secret);
                 run(
                     &mut core,
                     batch_max,

@@ -50,7 +50,7 @@ fn a_refusal_flood_from_one_sender_writes_a_bounded_log() {
     let store = Store::open(&db).unwrap();
     let svc =
         sigil_server::service::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    let mut d = Dispatcher::new(config, svc, stats.clone());
+    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
 
     let sink = Counting::default();
     let writer = sink.clone();

@@ -96,7 +96,7 @@ impl Bench {
             .add_identity(device.identity(), IdentityKind::Device, "", NOW)
             .unwrap();
         Self {
-            d: Dispatcher::new(config, svc, stats.clone()),
+            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
             stats,
             device,
             storage,
@@ -204,9 +204,20 @@ impl Bench {
         with_options(&base, &all)
     }
 
-    /// A request from another client, and its answer.
+    /// A request from another client, and its answer. Like a client of RFC 9175 §2.4, it
+    /// repeats a request answered with 4.01 and an Echo option, with that Echo.
     fn request(&mut self, code: Code, path: &str, opts: &[(u16, Vec<u8>)]) -> Answer {
         let m = self.build(code, path, opts);
+        let mut answers = self.deliver(CLIENT, m);
+        assert_eq!(answers.len(), 1);
+        let a = answers.remove(0);
+        let echo = match a.msg().option(option::ECHO) {
+            Some(e) if a.code() == Code::UNAUTHORIZED => e.to_vec(),
+            _ => return a,
+        };
+        let mut opts = opts.to_vec();
+        opts.push((option::ECHO, echo));
+        let m = self.build(code, path, &opts);
         let mut answers = self.deliver(CLIENT, m);
         assert_eq!(answers.len(), 1);
         answers.remove(0)
@@ -356,6 +367,9 @@ fn malformed_history_queries_are_refused_and_the_limit_is_documented() {
     b.register();
     b.publish(1.0, &[]);
     let topic = b.topic();
+    // Diagnostics longer than three times the request go only to an address verified by
+    // Echo (RFC 9175 §2.4); a first large answer verifies this client.
+    b.request(Code::GET, ".well-known/core", &[]);
     for q in ["n=-1", "n=abc", "n=0", "n=101", "after=x", "after=-3"] {
         let a = b.request(Code::GET, &format!("{topic}?{q}"), &[]);
         assert_eq!(a.code(), Code::BAD_REQUEST, "{q}");

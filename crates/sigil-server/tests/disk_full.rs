@@ -26,7 +26,7 @@ fn dispatcher(db: &Path) -> Dispatcher {
     let store = Store::open(db).unwrap();
     let svc =
         sigil_server::service::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    Dispatcher::new(config, svc, stats)
+    Dispatcher::new(config, svc, stats, [7; 32])
 }
 
 /// Unmounts the tmpfs when the test ends, also on a failed assertion.

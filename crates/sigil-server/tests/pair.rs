@@ -31,7 +31,7 @@ fn dispatcher(db: &Path, max_ahead: u64) -> (Dispatcher, Stats) {
     config.service.verify_workers = 2;
     let store = Store::open(db).unwrap();
     let svc = sigil_server::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    (Dispatcher::new(config, svc, stats.clone()), stats)
+    (Dispatcher::new(config, svc, stats.clone(), [7; 32]), stats)
 }
 
 struct Sensor {
@@ -453,7 +453,7 @@ fn trust_on_first_use_is_off_by_default_and_adds_identities_when_on() {
         stats.clone(),
     )
     .unwrap();
-    let mut d = Dispatcher::new(config, svc, stats.clone());
+    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
     let mut s = Sensor::new(30, 45000, DeviceConfig::default(), &[]);
     let mut now = 0;
     s.step(&mut d, &mut now, 10);
@@ -484,7 +484,9 @@ fn large_history_is_served_block_by_block() {
         s.device.location().unwrap().rsplit('/').next().unwrap()
     );
     let client = SocketAddr::from(([127, 0, 0, 1], 47000));
-    let get = |mid: u16, block: Option<BlockOption>| {
+    // An RFC 9175 client: it repeats a request answered with 4.01 and Echo, and keeps
+    // sending the latest Echo value.
+    let get = |mid: u16, block: Option<BlockOption>, echo: &[u8]| {
         let mut buf = [0u8; 128];
         let mut b = MessageBuilder::new(
             &mut buf,
@@ -500,19 +502,29 @@ fn large_history_is_served_block_by_block() {
             let (v, n) = bl.encode().unwrap();
             b.option(option::BLOCK2, &v[..n]).unwrap();
         }
+        if !echo.is_empty() {
+            b.option(option::ECHO, echo).unwrap();
+        }
         let n = b.finish();
         buf[..n].to_vec()
     };
     let mut body = Vec::new();
     let mut block = None;
-    let mut blocks = 0;
+    let mut blocks: u16 = 0;
+    let mut echo = Vec::new();
+    let mut mid: u16 = 100;
     loop {
+        mid += 1;
         let replies = d.handle_at(
-            vec![(client, get(100 + blocks, block))],
+            vec![(client, get(mid, block, &echo))],
             Instant::from_millis(now),
             wall(now),
         );
         let m = Message::parse(&replies[0].1).unwrap();
+        if m.code == Code::UNAUTHORIZED && echo.is_empty() {
+            echo = m.option(option::ECHO).expect("4.01 carries Echo").to_vec();
+            continue;
+        }
         assert_eq!(m.code, Code::CONTENT);
         let b2 = m
             .block2()
@@ -534,7 +546,10 @@ fn large_history_is_served_block_by_block() {
     assert_eq!(dec.array().unwrap(), 30);
     // A block past the end is refused.
     let replies = d.handle_at(
-        vec![(client, get(999, Some(BlockOption::new(99, false, 6))))],
+        vec![(
+            client,
+            get(999, Some(BlockOption::new(99, false, 6)), &echo),
+        )],
         Instant::from_millis(now),
         wall(now),
     );
@@ -590,24 +605,39 @@ fn raw(
 ) -> Option<(sigil_coap::Code, Vec<u8>)> {
     use sigil_coap::{option, Message, MessageBuilder};
     static NEXT_MID: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(20_000);
-    let mid = NEXT_MID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut buf = [0u8; 1024];
-    let mut b = MessageBuilder::new(&mut buf, mtype, code, mid, &mid.to_be_bytes()).unwrap();
-    b.uri_path(path).unwrap();
-    for q in query {
-        b.option(option::URI_QUERY, q.as_bytes()).unwrap();
-    }
-    let n = if payload.is_empty() {
-        b.finish()
-    } else {
-        b.finish_with_payload(payload).unwrap()
-    };
     let client = SocketAddr::from(([127, 0, 0, 1], 49999));
-    let replies = d.handle_at(vec![(client, buf[..n].to_vec())], Instant::ZERO, wall(0));
-    replies.first().map(|(_, r)| {
-        let m = Message::parse(r).unwrap();
-        (m.code, m.payload.to_vec())
-    })
+    let mut echo: Option<Vec<u8>> = None;
+    loop {
+        let mid = NEXT_MID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut buf = [0u8; 1024];
+        let mut b = MessageBuilder::new(&mut buf, mtype, code, mid, &mid.to_be_bytes()).unwrap();
+        b.uri_path(path).unwrap();
+        for q in query {
+            b.option(option::URI_QUERY, q.as_bytes()).unwrap();
+        }
+        if let Some(e) = &echo {
+            b.option(option::ECHO, e).unwrap();
+        }
+        let n = if payload.is_empty() {
+            b.finish()
+        } else {
+            b.finish_with_payload(payload).unwrap()
+        };
+        let replies = d.handle_at(vec![(client, buf[..n].to_vec())], Instant::ZERO, wall(0));
+        let answer = replies.first().map(|(_, r)| {
+            let m = Message::parse(r).unwrap();
+            (
+                m.code,
+                m.payload.to_vec(),
+                m.option(option::ECHO).map(<[u8]>::to_vec),
+            )
+        });
+        // RFC 9175 §2.4: a large answer to an unverified address waits for the Echo.
+        match answer {
+            Some((sigil_coap::Code::UNAUTHORIZED, _, Some(e))) if echo.is_none() => echo = Some(e),
+            a => return a.map(|(c, p, _)| (c, p)),
+        }
+    }
 }
 
 /// The topic's stored readings, verified end to end as the application does.

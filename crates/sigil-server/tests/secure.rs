@@ -53,7 +53,7 @@ impl Server {
             .unwrap();
         let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
         Self {
-            d: Dispatcher::new(config, svc, stats.clone()),
+            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
             layer,
             rng: Seeded(1234),
             stats,

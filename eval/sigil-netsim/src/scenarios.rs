@@ -163,7 +163,9 @@ pub fn signed_readings(
     let store = Store::open(&db).expect("store");
     let service =
         sigil_server::Service::new(store, config.service.clone(), stats.clone()).expect("service");
-    let mut server = Dispatcher::new(config, service, stats);
+    let mut echo_secret = [0u8; 32];
+    sigil_crypto::Rng::fill(&mut SeededRng(seed ^ 0x6563_686f), &mut echo_secret).expect("seeded");
+    let mut server = Dispatcher::new(config, service, stats, echo_secret);
 
     let meter = Metered::new(table);
     let mut storage = MemoryStorage::default();

@@ -1,0 +1,476 @@
+//! Attacks on the coap:// message layer with plain CoAP datagrams, in memory against the real
+//! `Dispatcher` (issue 12, attacks 4, 5 and 6). Every figure asserted is the server's own
+//! accounting (the `mem.<table>.*` gauges and the counters), never memory or timings.
+//!
+//! 4. One host floods the dedup cache with Confirmable GETs whose answers are ~1 KiB.
+//! 5. A spoofed small request would reflect a large answer (RFC 9175 §2.4).
+//! 6. One host with 256 source ports starts Block1 transfers to hold every slot.
+
+use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
+use sigil_identity::Identity;
+use sigil_objects::senml::{Record, Value};
+use sigil_server::budget::Caps;
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::{Instant, UnixTime};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const NOW: i64 = 1_700_000_000;
+
+fn wall(ms: u64) -> UnixTime {
+    UnixTime::from_secs(NOW + (ms / 1000) as i64)
+}
+
+fn addr(ip: [u8; 4], port: u16) -> SocketAddr {
+    SocketAddr::from((ip, port))
+}
+
+struct Server {
+    d: Dispatcher,
+    stats: Stats,
+    db: PathBuf,
+    config: ServerConfig,
+    now: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn new(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        tweak(&mut config);
+        let svc = sigil_server::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        Self {
+            d: Dispatcher::new(config.clone(), svc, stats.clone(), [42; 32]),
+            stats,
+            db,
+            config,
+            now: 0,
+            _dir: dir,
+        }
+    }
+
+    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d
+            .handle_at(batch, Instant::from_millis(self.now), wall(self.now))
+    }
+
+    /// One datagram; its answers.
+    fn one(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Vec<u8>> {
+        self.deliver(vec![(from, datagram)])
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    fn gauge(&self, name: &str) -> u64 {
+        self.stats.get(name)
+    }
+
+    fn provision(&self, id: &Identity, kind: IdentityKind) {
+        Store::open(&self.db)
+            .unwrap()
+            .add_identity(id, kind, "", NOW)
+            .unwrap();
+    }
+}
+
+/// A Confirmable GET of `path` (with `?query`), with an Echo option if given.
+fn get(mid: u16, token: &[u8], path: &str, echo: Option<&[u8]>) -> Vec<u8> {
+    let (p, q) = path.split_once('?').unwrap_or((path, ""));
+    let mut buf = [0u8; 256];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, token).unwrap();
+    b.uri_path(p).unwrap();
+    for q in q.split('&').filter(|s| !s.is_empty()) {
+        b.option(option::URI_QUERY, q.as_bytes()).unwrap();
+    }
+    if let Some(e) = echo {
+        b.option(option::ECHO, e).unwrap();
+    }
+    let n = b.finish();
+    buf[..n].to_vec()
+}
+
+/// A sensor run against the server until nothing more happens.
+struct Sensor {
+    device: Device<RustCrypto>,
+    storage: MemoryStorage,
+    addr: SocketAddr,
+    events: Vec<Event>,
+    sent: Vec<Vec<u8>>,
+}
+
+impl Sensor {
+    fn new(seed: u64, addr: SocketAddr, config: DeviceConfig, kit: &[PublicKey]) -> Self {
+        let mut storage = MemoryStorage::default();
+        let device = Device::boot(
+            RustCrypto,
+            config,
+            &mut storage,
+            &mut Seeded(seed),
+            kit,
+            &[],
+        )
+        .unwrap();
+        Self {
+            device,
+            storage,
+            addr,
+            events: vec![],
+            sent: vec![],
+        }
+    }
+
+    fn step(&mut self, s: &mut Server, for_ms: u64) {
+        let until = s.now + for_ms;
+        loop {
+            let now = Instant::from_millis(s.now);
+            self.device.handle_timeout(now, &mut self.storage).unwrap();
+            let mut out = Vec::new();
+            let mut buf = [0u8; 2048];
+            while let Some(n) = self.device.poll_transmit(&mut buf) {
+                self.sent.push(buf[..n].to_vec());
+                out.push((self.addr, buf[..n].to_vec()));
+            }
+            while let Some(e) = self.device.poll_event() {
+                self.events.push(e);
+            }
+            if !out.is_empty() {
+                for (_, reply) in s.deliver(out) {
+                    self.device
+                        .handle_datagram(now, &mut self.storage, &reply)
+                        .unwrap();
+                }
+                continue;
+            }
+            match self.device.poll_timeout() {
+                Some(t) if t.as_millis() <= until => s.now = s.now.max(t.as_millis()),
+                _ => {
+                    s.now = until;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, s: &mut Server, v: f64) {
+        let r = [Record {
+            name: Some("t"),
+            value: Some(Value::Number(v)),
+            ..Default::default()
+        }];
+        self.device
+            .publish(
+                Instant::from_millis(s.now),
+                &mut self.storage,
+                &r,
+                Some(UnixTime::from_secs(NOW)),
+            )
+            .unwrap();
+        self.step(s, 1);
+    }
+
+    fn topic(&self) -> String {
+        let n = self.device.location().unwrap().rsplit('/').next().unwrap();
+        format!("ps/{n}/m")
+    }
+}
+
+/// A registered sensor with `readings` stored readings (its history answer is > 1 KiB from
+/// about a dozen).
+fn sensor_with_history(s: &mut Server, readings: u32) -> Sensor {
+    let mut dev = registered(s, 1);
+    for i in 0..readings {
+        dev.publish(s, f64::from(i));
+    }
+    dev
+}
+
+/// A sensor registered with a day's lifetime.
+fn registered(s: &mut Server, seed: u16) -> Sensor {
+    let config = DeviceConfig {
+        lifetime: std::time::Duration::from_secs(24 * 3600),
+        ..Default::default()
+    };
+    let mut dev = Sensor::new(
+        u64::from(seed),
+        addr([127, 0, 0, 1], 40000 + seed),
+        config,
+        &[],
+    );
+    s.provision(dev.device.identity(), IdentityKind::Device);
+    dev.step(s, 10);
+    assert!(dev.device.is_registered(), "{:?}", dev.events);
+    dev
+}
+
+/// The Echo value of a 4.01 answer.
+fn echo_of(answer: &[u8]) -> Vec<u8> {
+    let m = Message::parse(answer).unwrap();
+    assert_eq!(m.code, Code::UNAUTHORIZED);
+    m.option(option::ECHO).expect("4.01 carries Echo").to_vec()
+}
+
+#[test]
+fn attack_4_a_dedup_flood_is_held_to_the_hosts_share_and_given_back() {
+    let caps = Caps {
+        total: 1 << 20,
+        per_host: 128 << 10,
+    };
+    let mut s = Server::new(|c| c.dedup_caps = caps);
+    let mut dev = sensor_with_history(&mut s, 20);
+    // The device's own exchanges never meet the amplification limit.
+    assert_eq!(s.stats.get("coap.amplification.limited"), 0);
+    let base = s.gauge("mem.dedup.bytes");
+    let history = format!("{}?n=100", dev.topic());
+
+    // The attacker shows it receives at its address (Echo), then floods.
+    let attacker = addr([10, 0, 0, 66], 7000);
+    let first = s.one(attacker, get(1, &[1, 2], &history, None));
+    let echo = echo_of(&first[0]);
+    let mut mid = 2u16;
+    for _ in 0..8 {
+        let batch = (0..250)
+            .map(|_| {
+                mid += 1;
+                (attacker, get(mid, &[1, 2], &history, Some(&echo)))
+            })
+            .collect();
+        let answers = s.deliver(batch);
+        assert_eq!(answers.len(), 250);
+        assert!(
+            answers.iter().all(|(_, a)| a.len() > 1024),
+            "each answer is ~1 KiB"
+        );
+        let held = s.gauge("mem.dedup.bytes");
+        assert!(held > base, "the cache's bytes are accounted");
+        assert!(
+            held - base <= caps.per_host as u64,
+            "{held} bytes, {base} the device's"
+        );
+    }
+    assert!(s.gauge("mem.dedup.peak") - base <= caps.per_host as u64);
+    assert!(s.stats.get("coap.dedup.not_remembered") >= 1500);
+
+    // An honest host's retransmission is still deduplicated: the reading is stored once and
+    // the same answer comes back.
+    let before = s.stats.get("coap.duplicate");
+    dev.publish(&mut s, 99.0);
+    let put = dev.sent.last().unwrap().clone();
+    let stored = Store::open(&s.db).unwrap().reading_count().unwrap();
+    let again = s.one(dev.addr, put);
+    assert_eq!(s.stats.get("coap.duplicate"), before + 1);
+    assert_eq!(Message::parse(&again[0]).unwrap().code, Code::CHANGED);
+    assert_eq!(Store::open(&s.db).unwrap().reading_count().unwrap(), stored);
+
+    // Many hosts together reach the total, never more.
+    for h in 0..30u8 {
+        let from = addr([10, 0, 1, h], 7000);
+        let e = echo_of(&s.one(from, get(1, &[3], &history, None))[0]);
+        let batch = (0..150u16)
+            .map(|i| (from, get(10 + i, &[3], &history, Some(&e))))
+            .collect();
+        s.deliver(batch);
+        assert!(s.gauge("mem.dedup.bytes") <= caps.total as u64);
+    }
+    assert!(s.gauge("mem.dedup.bytes") > (caps.total / 2) as u64);
+    assert!(s.gauge("mem.dedup.peak") <= caps.total as u64);
+    assert_eq!(s.gauge("mem.dedup.cap"), caps.total as u64);
+    let slots = s.gauge("mem.dedup.slots");
+    assert!(slots >= 512, "{slots}");
+
+    // After EXCHANGE_LIFETIME everything is given back, the map's allocation too.
+    s.now += s.config.transmission.exchange_lifetime().as_millis() as u64 + 1;
+    s.d.handle_timeout(Instant::from_millis(s.now));
+    assert_eq!(s.gauge("mem.dedup.bytes"), 0);
+    assert_eq!(s.gauge("mem.dedup.hosts"), 0);
+    assert!(
+        s.gauge("mem.dedup.slots") * 4 < slots,
+        "{} of {slots}",
+        s.gauge("mem.dedup.slots")
+    );
+}
+
+#[test]
+fn attack_5_small_unverified_requests_get_at_most_three_times_their_size() {
+    let mut s = Server::new(|_| {});
+    let dev = sensor_with_history(&mut s, 20);
+    // Enough topics for /ps to be larger than three requests carrying an Echo.
+    for seed in 2..8 {
+        registered(&mut s, seed);
+    }
+    let paths = [
+        format!("{}?n=100", dev.topic()),
+        "rd-lookup/res".into(),
+        "ps".into(),
+    ];
+    for (i, path) in paths.iter().enumerate() {
+        let port = 9000 + 10 * i as u16;
+        let from = addr([10, 0, 0, 5], port);
+        let req = get(1, &[7], path, None);
+        let answers = s.one(from, req.clone());
+        assert_eq!(answers.len(), 1);
+        assert!(
+            answers[0].len() <= 3 * req.len(),
+            "{path}: {} for {}",
+            answers[0].len(),
+            req.len()
+        );
+        let echo = echo_of(&answers[0]);
+
+        // Repeated with the Echo: the full answer.
+        let full = s.one(from, get(2, &[7], path, Some(&echo)));
+        let m = Message::parse(&full[0]).unwrap();
+        assert_eq!(m.code, Code::CONTENT, "{path}");
+        assert!(
+            full[0].len() > 3 * req.len(),
+            "{path}: {} bytes",
+            full[0].len()
+        );
+
+        // A wrong Echo, an Echo issued to another port, an expired Echo: refused (4.01).
+        let mut wrong = echo.clone();
+        wrong[11] ^= 1;
+        let other = addr([10, 0, 0, 5], port + 1);
+        let a = s.one(other, get(3, &[7], path, Some(&wrong)));
+        assert_eq!(
+            Message::parse(&a[0]).unwrap().code,
+            Code::UNAUTHORIZED,
+            "{path}"
+        );
+        let a = s.one(other, get(4, &[7], path, Some(&echo)));
+        assert_eq!(
+            Message::parse(&a[0]).unwrap().code,
+            Code::UNAUTHORIZED,
+            "{path}"
+        );
+        let late = addr([10, 0, 0, 5], port + 2);
+        let old = echo_of(&s.one(late, get(5, &[7], path, None))[0]);
+        s.now += 301_000;
+        let a = s.one(late, get(6, &[7], path, Some(&old)));
+        assert_eq!(
+            Message::parse(&a[0]).unwrap().code,
+            Code::UNAUTHORIZED,
+            "{path}"
+        );
+    }
+    assert!(s.stats.get("coap.echo.invalid") >= 9);
+    assert!(s.stats.get("coap.echo.accepted") >= 3);
+}
+
+#[test]
+fn attack_5_a_short_duplicate_does_not_replay_a_large_cached_answer() {
+    // No room to remember verified addresses: each large answer needs its own Echo.
+    let mut s = Server::new(|c| {
+        c.verified_caps = Caps {
+            total: 0,
+            per_host: 0,
+        }
+    });
+    let dev = sensor_with_history(&mut s, 20);
+    let path = format!("{}?n=100", dev.topic());
+    let victim = addr([10, 0, 0, 9], 5683);
+    let echo = echo_of(&s.one(victim, get(500, &[9, 9], &path, None))[0]);
+    let req = get(501, &[9, 9], &path, Some(&echo));
+    let big = s.one(victim, req.clone());
+    assert_eq!(Message::parse(&big[0]).unwrap().code, Code::CONTENT);
+    // The client's own retransmission gets the same answer (RFC 7252 §4.5).
+    assert_eq!(s.one(victim, req), big);
+    // A short datagram with the victim's address and that message ID does not.
+    for dup in [
+        vec![0x40, 0x01, 0x01, 0xf5],
+        vec![0x42, 0x01, 0x01, 0xf5, 9, 9],
+        get(501, &[9, 9], "x", None),
+    ] {
+        for a in s.one(victim, dup.clone()) {
+            assert!(
+                a.len() <= 3 * dup.len(),
+                "{} bytes for {}",
+                a.len(),
+                dup.len()
+            );
+            assert_ne!(Message::parse(&a).unwrap().code, Code::CONTENT);
+        }
+    }
+    assert!(s.stats.get("coap.amplification.limited") >= 3);
+}
+
+#[test]
+fn attack_6_one_host_with_256_ports_cannot_hold_every_block1_slot() {
+    let mut s = Server::new(|_| {});
+    let caps = s.config.block1_caps;
+    let attacker = [10, 0, 0, 66];
+    let mut refused = 0;
+    for port in 30_000..30_256u16 {
+        let batch = (0..4u16)
+            .map(|k| {
+                let mut buf = [0u8; 1200];
+                let mut b = MessageBuilder::new(
+                    &mut buf,
+                    MessageType::Confirmable,
+                    Code::POST,
+                    k,
+                    &[k as u8],
+                )
+                .unwrap();
+                b.uri_path("rd").unwrap();
+                b.option(option::URI_QUERY, format!("ep={port}-{k}").as_bytes())
+                    .unwrap();
+                let (v, n) = BlockOption::new(0, true, 6).encode().unwrap();
+                b.option(option::BLOCK1, &v[..n]).unwrap();
+                let n = b.finish_with_payload(&[b'x'; 1024]).unwrap();
+                (addr(attacker, port), buf[..n].to_vec())
+            })
+            .collect();
+        for (_, a) in s.deliver(batch) {
+            if Message::parse(&a).unwrap().code == Code::SERVICE_UNAVAILABLE {
+                refused += 1;
+            }
+        }
+        assert!(s.gauge("mem.block1.bytes") <= caps.per_host as u64);
+    }
+    assert!(refused > 900, "{refused} of 1024 refused");
+    assert_eq!(s.stats.get("coap.block1.refused"), refused);
+    assert!(s.gauge("mem.block1.peak") <= caps.per_host as u64);
+
+    // Meanwhile a kit registers block-wise from another host.
+    let keys: Vec<PublicKey> = (0..2)
+        .map(|i| {
+            let mut st = MemoryStorage::default();
+            *Device::boot(
+                RustCrypto,
+                DeviceConfig::default(),
+                &mut st,
+                &mut Seeded(100 + i),
+                &[],
+                &[],
+            )
+            .unwrap()
+            .public_key()
+        })
+        .collect();
+    let group = Identity::of_group(&RustCrypto, &keys).unwrap();
+    s.provision(&group, IdentityKind::Group);
+    let config = DeviceConfig {
+        block_szx: 2,
+        ..Default::default()
+    };
+    let mut member = Sensor::new(100, addr([192, 0, 2, 7], 41000), config, &keys[1..]);
+    member.step(&mut s, 10);
+    assert!(member.device.is_registered(), "{:?}", member.events);
+    assert!(s.stats.get("coap.block1_continue") > 0);
+    assert!(s.gauge("mem.block1.bytes") <= caps.total as u64);
+}
