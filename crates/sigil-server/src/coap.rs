@@ -116,6 +116,8 @@ pub struct Dispatcher {
     block1_budget: ByteBudget,
     echo: EchoKey,
     verified: Verified,
+    /// Log lines peers cause here ([`crate::log`]).
+    log: crate::log::LogLimiter,
 }
 
 impl Dispatcher {
@@ -139,6 +141,7 @@ impl Dispatcher {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             assemblies: HashMap::new(),
+            log: crate::log::LogLimiter::default(),
         }
     }
 
@@ -355,7 +358,8 @@ impl Dispatcher {
             Ok(m) => m,
             Err(e) => {
                 self.count("coap.malformed");
-                tracing::debug!(peer = %d.from.addr, error = %e, "malformed datagram");
+                let secs = (now.as_millis() / 1000) as i64;
+                crate::limited!(self.log, secs, "coap.malformed", debug, peer = %d.from.addr, error = %e, "malformed datagram");
                 // RFC 7252 §4.2: a Confirmable message with a format error is rejected with
                 // Reset if its header could be read.
                 if d.bytes.len() >= 4 && d.bytes[0] >> 6 == 1 && (d.bytes[0] >> 4) & 3 == 0 {
@@ -611,7 +615,8 @@ impl Dispatcher {
         out: &mut Vec<(Endpoint, Vec<u8>)>,
     ) {
         self.count(why.counter());
-        tracing::debug!(peer = %peer.addr, reason = why.reason(), "request refused");
+        let secs = (now.as_millis() / 1000) as i64;
+        crate::limited!(self.log, secs, why.counter(), debug, peer = %peer.addr, reason = why.reason(), "request refused");
         let r = Response {
             code: why.code(),
             payload: why.diagnostic().into_bytes(),
