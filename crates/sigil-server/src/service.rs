@@ -222,8 +222,7 @@ impl Service {
                 self.count("server.store_error");
                 let reply = match e {
                     // Lack of space passes (a checkpoint, an operator freeing space): 5.03
-                    // with Max-Age tells the client when to try again (RFC 7252 §5.9.3.4),
-                    // and the device keeps the reading until then.
+                    // with Max-Age tells the client when to try again (RFC 7252 §5.9.3.4).
                     StoreError::Full(_) => {
                         self.count("server.store_full");
                         Reply::Response(Response {
