@@ -23,6 +23,9 @@ pub struct SensorReport {
     pub rejected: Vec<(u64, String)>,
     pub timed_out: Vec<u64>,
     pub resyncs: u64,
+    /// Readings refused with 4.04 or 4.15 that the device published again after registering
+    /// anew (each settles under its new number).
+    pub republished: u64,
     pub registrations: u64,
     pub registration_failures: Vec<String>,
     pub retransmissions: u32,
@@ -160,6 +163,10 @@ pub async fn run<S: DeviceStorage>(
                         }
                         // Published again under a new number once re-registered.
                         PublishOutcome::Reset => continue,
+                        PublishOutcome::Republishing(_) => {
+                            report.republished += 1;
+                            continue;
+                        }
                     }
                     settled += 1;
                 }

@@ -13,7 +13,7 @@ use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, Signature, Signatu
 use sigil_freshness::{SequenceCounter, SequenceError};
 use sigil_identity::{Identity, KeyAnnouncement};
 use sigil_objects::json::SliceWriter;
-use sigil_objects::resync::resync_statement;
+use sigil_objects::resync::{self, OperationKind};
 use sigil_objects::senml::{self, Record};
 use sigil_objects::{reading, Freshness, ReadingFormat};
 use sigil_time::{Instant, UnixTime};
@@ -116,6 +116,12 @@ pub enum PublishOutcome {
     Rejected(Code),
     /// The broker answered Reset; the reading is published again under a new number.
     Reset,
+    /// The broker refused it with 4.04 (it no longer knows the topic) or 4.15 (the topic is
+    /// registered with another format): the device registers again in full and publishes the
+    /// same reading again, under a new number (the registration's own number moves the
+    /// broker's high-water mark past this one, RFC 8387 §8.2; a refused reading was not
+    /// stored, so it is not stored twice).
+    Republishing(Code),
     /// No answer after MAX_RETRANSMIT retransmissions.
     TimedOut,
 }
@@ -229,6 +235,9 @@ pub struct Device<C> {
     last_senml_len: usize,
     last_timestamp: Option<u64>,
     republish: bool,
+    /// Publications refused with 4.04 or 4.15 since the last acknowledged one: after the
+    /// first, the re-registration backs off as a failed registration does.
+    refusals: u32,
     /// Message IDs of recent Confirmable responses, re-acknowledged if they come again (§4.5).
     recent_con: [Option<u16>; 4],
     pub stats: DeviceStats,
@@ -304,6 +313,7 @@ impl<C: CryptoProvider> Device<C> {
             last_senml_len: 0,
             last_timestamp: None,
             republish: false,
+            refusals: 0,
             recent_con: [None; 4],
             stats: DeviceStats::default(),
         })
@@ -444,7 +454,9 @@ impl<C: CryptoProvider> Device<C> {
                 State::Unregistered { retry_at } if now >= retry_at => {
                     self.start_registration(now, storage, 0)?
                 }
-                State::Registered { refresh_at } if now >= refresh_at => self.start_update(now)?,
+                State::Registered { refresh_at } if now >= refresh_at => {
+                    self.start_update(now, storage)?
+                }
                 State::Registered { .. } if self.republish => self.publish_again(now, storage)?,
                 _ => {}
             }
@@ -517,16 +529,34 @@ impl<C: CryptoProvider> Device<C> {
         } else {
             self.counter.peek().saturating_sub(1)
         };
-        // Signing and building the message are sibling calls, so the signature's stack and the
-        // registration buffers are never live at once (docs/device-costs.md: stack depth).
-        let sig = self.sign_resync(seq)?;
+        // Hashing the payload, signing and building the message are sibling calls, so the
+        // signature's stack and the registration buffers are never live at once
+        // (docs/device-costs.md: stack depth).
+        let digest = self.registration_digest()?;
+        let sig = self.sign_statement(seq, &digest)?;
         self.send_registration(now, block, seq, sig)
     }
 
+    /// The operation digest of the registration this device sends (`sigil_objects::resync`).
     #[inline(never)]
-    fn sign_resync(&self, seq: u64) -> Result<Signature, DeviceError> {
+    fn registration_digest(&self) -> Result<[u8; 32], DeviceError> {
+        let mut payload = [0u8; MAX_REG_PAYLOAD];
+        let plen = self.registration_payload(&mut payload)?;
+        resync::Operation {
+            kind: OperationKind::Register,
+            lifetime: Some(self.config.lifetime_secs()),
+            base: None,
+            payload: &payload[..plen],
+        }
+        .digest(&self.crypto)
+        .ok_or(DeviceError::Encoding)
+    }
+
+    /// Signs the registration statement for `seq` and the operation `digest`.
+    #[inline(never)]
+    fn sign_statement(&self, seq: u64, digest: &[u8; 32]) -> Result<Signature, DeviceError> {
         self.crypto
-            .sign(&self.key, &resync_statement(&self.identity, seq))
+            .sign(&self.key, &resync::statement(&self.identity, seq, digest))
             .map_err(|_| DeviceError::Encoding)
     }
 
@@ -566,15 +596,7 @@ impl<C: CryptoProvider> Device<C> {
                 let n = fmt_into(&mut q, format_args!("lt={lifetime}"))?;
                 b.option(option::URI_QUERY, &q[..n])
                     .map_err(|_| DeviceError::TooLarge)?;
-                let n = fmt_into(&mut q, format_args!("sq={seq}"))?;
-                b.option(option::URI_QUERY, &q[..n])
-                    .map_err(|_| DeviceError::TooLarge)?;
-                q[..3].copy_from_slice(b"ss=");
-                let sn = B64
-                    .encode_slice(sig.0, &mut q[3..])
-                    .map_err(|_| DeviceError::TooLarge)?;
-                b.option(option::URI_QUERY, &q[..3 + sn])
-                    .map_err(|_| DeviceError::TooLarge)?;
+                statement_options(&mut b, seq, &sig)?;
                 if plen > bsize {
                     let blk = BlockOption::new(block, (block as usize + 1) * bsize < plen, szx);
                     let (v, vn) = blk.encode().map_err(|_| DeviceError::TooLarge)?;
@@ -593,7 +615,23 @@ impl<C: CryptoProvider> Device<C> {
         )
     }
 
-    fn start_update(&mut self, now: Instant) -> Result<(), DeviceError> {
+    /// `POST /rd/N?sq=…&ss=…`: the refresh carries a statement of its own (a fresh number,
+    /// bound to the update), since only the registration's owner may change it.
+    fn start_update<S: DeviceStorage>(
+        &mut self,
+        now: Instant,
+        storage: &mut S,
+    ) -> Result<(), DeviceError> {
+        let seq = self.counter.next(&mut Reservation(storage))?;
+        let digest = resync::Operation {
+            kind: OperationKind::Update,
+            lifetime: None,
+            base: None,
+            payload: &[],
+        }
+        .digest(&self.crypto)
+        .ok_or(DeviceError::Encoding)?;
+        let sig = self.sign_statement(seq, &digest)?;
         let mut loc = [0u8; MAX_LOCATION];
         let ll = self.location_len;
         loc[..ll].copy_from_slice(&self.location[..ll]);
@@ -604,6 +642,7 @@ impl<C: CryptoProvider> Device<C> {
                 b.option(option::URI_PATH, seg)
                     .map_err(|_| DeviceError::TooLarge)?;
             }
+            statement_options(&mut b, seq, &sig)?;
             Ok(b.finish())
         })
     }
@@ -639,7 +678,7 @@ impl<C: CryptoProvider> Device<C> {
         self.last_senml_len = n;
         self.last_timestamp = timestamp;
         self.republish = false;
-        self.send_reading(now, storage)
+        self.send_reading(now, storage, false)
     }
 
     fn publish_again<S: DeviceStorage>(
@@ -649,7 +688,8 @@ impl<C: CryptoProvider> Device<C> {
     ) -> Result<(), DeviceError> {
         self.republish = false;
         if self.last_senml_len > 0 {
-            self.send_reading(now, storage)?;
+            // Confirmable, so a reading sent again is known to have arrived.
+            self.send_reading(now, storage, true)?;
         }
         Ok(())
     }
@@ -676,6 +716,7 @@ impl<C: CryptoProvider> Device<C> {
         &mut self,
         now: Instant,
         storage: &mut S,
+        confirm: bool,
     ) -> Result<u64, DeviceError> {
         let seq = self.counter.next(&mut Reservation(storage))?;
         let fresh = Freshness {
@@ -686,8 +727,8 @@ impl<C: CryptoProvider> Device<C> {
         let mut signed = [0u8; MAX_DATAGRAM];
         let sn = self.sign_reading(&fresh, &mut signed)?;
         self.publishes = self.publishes.wrapping_add(1);
-        let confirmable =
-            self.config.confirm_every != 0 && self.publishes % self.config.confirm_every == 0;
+        let confirmable = confirm
+            || (self.config.confirm_every != 0 && self.publishes % self.config.confirm_every == 0);
         let mut loc = [0u8; MAX_LOCATION];
         let ll = self.location_len;
         loc[..ll].copy_from_slice(&self.location[..ll]);
@@ -729,19 +770,41 @@ impl<C: CryptoProvider> Device<C> {
         Ok(seq)
     }
 
+    /// Back-off after `failures` failures in a row: 10 s, 20 s, 40 s ... capped at the
+    /// lifetime.
+    fn backoff(&self, failures: u32) -> Duration {
+        (Duration::from_secs(5) * (1u32 << failures.min(10))).min(self.config.lifetime)
+    }
+
     fn exchange_failed(&mut self, now: Instant, code: Option<Code>) {
         let Some(o) = self.outstanding.take() else {
             return;
         };
         match o.exchange {
-            Exchange::Publish { seq } => {
-                let outcome = code.map_or(PublishOutcome::TimedOut, PublishOutcome::Rejected);
-                self.push_event(Event::Published { seq, outcome });
-                if code == Some(Code::NOT_FOUND) {
-                    // The broker no longer knows the topic (registration expired): re-register.
-                    self.state = State::Unregistered { retry_at: now };
+            Exchange::Publish { seq } => match code {
+                Some(c) if c == Code::NOT_FOUND || c == Code::UNSUPPORTED_CONTENT_FORMAT => {
+                    // The broker no longer holds the registration this reading was made for
+                    // (expired, or its links changed): register again in full, then publish
+                    // the same reading again. Immediately the first time; if it is refused
+                    // again after a fresh registration, back off as registration does.
+                    self.push_event(Event::Published {
+                        seq,
+                        outcome: PublishOutcome::Republishing(c),
+                    });
+                    self.republish = true;
+                    let retry_at = if self.refusals == 0 {
+                        now
+                    } else {
+                        now + self.backoff(self.refusals)
+                    };
+                    self.refusals = self.refusals.saturating_add(1);
+                    self.state = State::Unregistered { retry_at };
                 }
-            }
+                _ => {
+                    let outcome = code.map_or(PublishOutcome::TimedOut, PublishOutcome::Rejected);
+                    self.push_event(Event::Published { seq, outcome });
+                }
+            },
             Exchange::Register { .. } | Exchange::Update => {
                 if let Some(code) = code {
                     self.push_event(Event::RegistrationFailed { code });
@@ -751,11 +814,8 @@ impl<C: CryptoProvider> Device<C> {
                     return;
                 }
                 self.reg_failures = self.reg_failures.saturating_add(1);
-                // Back off: 5 s, 10 s, 20 s ... capped at the lifetime.
-                let backoff = (Duration::from_secs(5) * (1u32 << self.reg_failures.min(10)))
-                    .min(self.config.lifetime);
                 self.state = State::Unregistered {
-                    retry_at: now + backoff,
+                    retry_at: now + self.backoff(self.reg_failures),
                 };
             }
         }
@@ -920,6 +980,7 @@ impl<C: CryptoProvider> Device<C> {
             }
             Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
                 self.outstanding = None;
+                self.refusals = 0;
                 self.push_event(Event::Published {
                     seq,
                     outcome: PublishOutcome::Acknowledged,
@@ -936,6 +997,25 @@ impl<C: CryptoProvider> Device<C> {
     fn exchange_failed_with(&mut self, now: Instant, code: Code) {
         self.exchange_failed(now, Some(code));
     }
+}
+
+/// Adds `sq=<seq>` and `ss=<base64url signature>` (the registration statement).
+fn statement_options(
+    b: &mut MessageBuilder<'_>,
+    seq: u64,
+    sig: &Signature,
+) -> Result<(), DeviceError> {
+    let mut q = [0u8; 128];
+    let n = fmt_into(&mut q, format_args!("sq={seq}"))?;
+    b.option(option::URI_QUERY, &q[..n])
+        .map_err(|_| DeviceError::TooLarge)?;
+    q[..3].copy_from_slice(b"ss=");
+    let sn = B64
+        .encode_slice(sig.0, &mut q[3..])
+        .map_err(|_| DeviceError::TooLarge)?;
+    b.option(option::URI_QUERY, &q[..3 + sn])
+        .map_err(|_| DeviceError::TooLarge)?;
+    Ok(())
 }
 
 fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {

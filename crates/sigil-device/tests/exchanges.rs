@@ -224,3 +224,150 @@ fn a_continue_for_an_unblocked_registration_is_refused_not_fatal() {
     d.handle_timeout(retry, &mut st).unwrap();
     assert_eq!(sent(&mut d).len(), 1);
 }
+
+fn ack(m: &Message<'_>, code: Code, location: &[&str]) -> Vec<u8> {
+    response(
+        MessageType::Acknowledgement,
+        code,
+        m.message_id,
+        m.token,
+        location,
+    )
+}
+
+/// The SenML a COSE reading carries.
+fn senml_of(put: &[u8]) -> Vec<u8> {
+    let m = Message::parse(put).unwrap();
+    sigil_objects::cose::CoseSign1::parse(m.payload)
+        .unwrap()
+        .payload
+        .to_vec()
+}
+
+/// Issue 12: a reading the broker refuses with 4.04 (registration gone) or 4.15 (topic
+/// registered with another format) is not dropped: the device registers again in full (not
+/// an update) and publishes the same reading again, Confirmable, under a new number.
+#[test]
+fn a_refused_reading_leads_to_a_full_registration_and_is_published_again() {
+    for code in [Code::NOT_FOUND, Code::UNSUPPORTED_CONTENT_FORMAT] {
+        let (mut d, mut st) = registered();
+        let r = [Record {
+            name: Some("t"),
+            value: Some(Value::Number(22.5)),
+            ..Default::default()
+        }];
+        let seq = d.publish(at(10), &mut st, &r, None).unwrap();
+        let put = sent(&mut d).pop().unwrap();
+        let reading = senml_of(&put);
+        d.handle_datagram(
+            at(11),
+            &mut st,
+            &ack(&Message::parse(&put).unwrap(), code, &[]),
+        )
+        .unwrap();
+        assert_eq!(
+            d.poll_event(),
+            Some(Event::Published {
+                seq,
+                outcome: PublishOutcome::Republishing(code)
+            })
+        );
+        assert!(!d.is_registered());
+        d.handle_timeout(at(12), &mut st).unwrap();
+        let reg = sent(&mut d).pop().expect("registers at once");
+        let m = Message::parse(&reg).unwrap();
+        assert_eq!(m.code, Code::POST);
+        assert_eq!(m.uri_path().map(|s| s.unwrap()).collect::<Vec<_>>(), ["rd"]);
+        assert!(m.query_param("ep").is_some());
+        let sq: u64 = m.query_param("sq").unwrap().parse().unwrap();
+        assert!(sq > seq && m.query_param("ss").is_some());
+        assert!(core::str::from_utf8(m.payload).unwrap().contains("key="));
+        d.handle_datagram(at(13), &mut st, &ack(&m, Code::CREATED, &["rd", "8"]))
+            .unwrap();
+        assert_eq!(d.poll_event(), Some(Event::Registered));
+        let again = sent(&mut d).pop().expect("the reading goes out again");
+        let m = Message::parse(&again).unwrap();
+        assert_eq!(m.mtype, MessageType::Confirmable);
+        assert_eq!(
+            m.uri_path().map(|s| s.unwrap()).collect::<Vec<_>>(),
+            ["ps", "8", "m"]
+        );
+        assert_eq!(senml_of(&again), reading, "the same reading");
+        d.handle_datagram(at(14), &mut st, &ack(&m, Code::CHANGED, &[]))
+            .unwrap();
+        match d.poll_event() {
+            Some(Event::Published {
+                seq: s,
+                outcome: PublishOutcome::Acknowledged,
+            }) => assert!(s > sq, "a new number above the registration's"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// If the reading is refused again right after a fresh registration, the device backs off
+/// as a failed registration does instead of looping, and still keeps the reading.
+#[test]
+fn a_reading_refused_again_after_a_fresh_registration_backs_off() {
+    let (mut d, mut st) = registered();
+    let r = [Record {
+        name: Some("t"),
+        value: Some(Value::Number(3.0)),
+        ..Default::default()
+    }];
+    d.publish(at(10), &mut st, &r, None).unwrap();
+    let put = sent(&mut d).pop().unwrap();
+    let reading = senml_of(&put);
+    let refuse = Code::UNSUPPORTED_CONTENT_FORMAT;
+    d.handle_datagram(
+        at(11),
+        &mut st,
+        &ack(&Message::parse(&put).unwrap(), refuse, &[]),
+    )
+    .unwrap();
+    d.handle_timeout(at(12), &mut st).unwrap();
+    let reg = sent(&mut d).pop().unwrap();
+    d.handle_datagram(
+        at(13),
+        &mut st,
+        &ack(&Message::parse(&reg).unwrap(), Code::CREATED, &["rd", "7"]),
+    )
+    .unwrap();
+    let again = sent(&mut d).pop().unwrap();
+    d.handle_datagram(
+        at(14),
+        &mut st,
+        &ack(&Message::parse(&again).unwrap(), refuse, &[]),
+    )
+    .unwrap();
+    while d.poll_event().is_some() {}
+    d.handle_timeout(at(15), &mut st).unwrap();
+    assert!(sent(&mut d).is_empty(), "no immediate second registration");
+    let wake = d.poll_timeout().unwrap();
+    assert!(wake >= at(14 + 10_000), "{wake:?}");
+    d.handle_timeout(wake, &mut st).unwrap();
+    let reg = sent(&mut d).pop().expect("registers after the back-off");
+    let m = Message::parse(&reg).unwrap();
+    assert_eq!(m.uri_path().map(|s| s.unwrap()).collect::<Vec<_>>(), ["rd"]);
+    d.handle_datagram(wake, &mut st, &ack(&m, Code::CREATED, &["rd", "7"]))
+        .unwrap();
+    let third = sent(&mut d).pop().expect("the reading is still kept");
+    assert_eq!(senml_of(&third), reading);
+}
+
+/// The registration's refresh carries a statement of its own, with a fresh number.
+#[test]
+fn the_refresh_is_signed_with_a_fresh_number() {
+    let (mut d, mut st) = registered();
+    let before = d.next_sequence();
+    d.handle_timeout(at(300_000), &mut st).unwrap();
+    let upd = sent(&mut d).pop().unwrap();
+    let m = Message::parse(&upd).unwrap();
+    assert_eq!(
+        m.uri_path().map(|s| s.unwrap()).collect::<Vec<_>>(),
+        ["rd", "7"]
+    );
+    assert_eq!(m.query_param("sq"), Some(before.to_string().as_str()));
+    assert!(m.query_param("ss").is_some());
+    assert_eq!(d.next_sequence(), before + 1);
+}

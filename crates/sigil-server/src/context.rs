@@ -5,6 +5,7 @@
 use crate::auth::PeerAuth;
 use crate::rd::Entry;
 use crate::service::State;
+use crate::store::Ownership;
 use sigil_coap::{Code, ContentFormat};
 use sigil_identity::Identity;
 use sigil_objects::ReadingError;
@@ -239,6 +240,14 @@ pub enum Rejection {
     UnsignedRemoval,
     /// A signed removal whose `sq` is not above the high-water mark (a replayed statement).
     StaleRemoval,
+    /// A signed registration or update whose `sq` is not above the high-water mark (a
+    /// replayed statement).
+    StaleStatement,
+    /// A change to a live registration by a request that does not prove the ownership the
+    /// entry has (docs/security.md, "Registration ownership"): an unsigned plain request on
+    /// a `Signed` entry (4.01: a statement would do), any plain request on a `Session` entry
+    /// (4.03: only the device's session may).
+    NotOwner(Ownership),
     /// `/rd/N` is not a live registration.
     UnknownRegistration,
 
@@ -281,7 +290,11 @@ impl Rejection {
             MalformedSenml | MalformedCose | MalformedJws | MalformedReading => Code::BAD_REQUEST,
             KeyMismatch | NotAuthorized(_) | PeerMismatch(_) | KidMismatch => Code::FORBIDDEN,
             Replay | OutOfWindow => Code::FORBIDDEN,
-            BadResyncSignature | UnsignedRemoval | StaleRemoval => Code::UNAUTHORIZED,
+            BadResyncSignature | UnsignedRemoval | StaleRemoval | StaleStatement => {
+                Code::UNAUTHORIZED
+            }
+            NotOwner(Ownership::Session) => Code::FORBIDDEN,
+            NotOwner(_) => Code::UNAUTHORIZED,
             BadSignature | AlgorithmMismatch | SequenceMismatch => Code::UNAUTHORIZED,
         }
     }
@@ -322,6 +335,8 @@ impl Rejection {
             MalformedResync | BadResyncSignature => "register.rejected.bad_resync_signature",
             UnsignedRemoval => "register.rejected.unsigned_removal",
             StaleRemoval => "register.rejected.stale_removal",
+            StaleStatement => "register.rejected.stale_statement",
+            NotOwner(_) => "register.rejected.not_owner",
             UnknownRegistration => "register.rejected.not_found",
             UnknownTopic => "publish.rejected.unknown_topic",
             KidMismatch => "publish.rejected.kid_mismatch",
@@ -359,7 +374,9 @@ impl Rejection {
             UnsupportedFormat(op) | NotAuthorized(op) | PeerMismatch(op) => Some(*op),
             MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
             | KeyMismatch | MalformedResync | BadResyncSignature | UnsignedRemoval
-            | StaleRemoval | UnknownRegistration => Some(Operation::Register),
+            | StaleRemoval | StaleStatement | NotOwner(_) | UnknownRegistration => {
+                Some(Operation::Register)
+            }
             UnknownTopic | KidMismatch | BadSignature | AlgorithmMismatch | SequenceMismatch
             | Replay | OutOfWindow | MalformedSenml | MalformedCose | MalformedJws
             | MalformedReading => Some(Operation::Publish),
@@ -385,6 +402,13 @@ impl Rejection {
             }
             UnsignedRemoval => "removal must be signed (sq, ss)".into(),
             StaleRemoval => "removal sequence number not above the last one seen".into(),
+            StaleStatement => "sq not above the last sequence number seen".into(),
+            NotOwner(Ownership::Session) => {
+                "this registration changes only over the device's DTLS session".into()
+            }
+            NotOwner(_) => {
+                "this registration changes only with the device's signature (sq, ss)".into()
+            }
             other => other.reason().into(),
         }
     }

@@ -8,7 +8,7 @@
 
 use crate::auth::mismatched;
 use crate::context::{respond, Ctx, Operation, Rejection, Reply, Request, Response};
-use crate::store::{Batch, IdentityKind, Registration, StoreError};
+use crate::store::{Batch, IdentityKind, Ownership, Registration, StoreError};
 use base64::Engine;
 use sigil_coap::link::{self, write_link};
 use sigil_coap::{Code, ContentFormat};
@@ -20,7 +20,9 @@ use sigil_objects::resync;
 pub(crate) const B64: base64::engine::GeneralPurpose =
     base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-/// Lifetimes a registration may ask for, in seconds (RFC 9176 §5: `lt`, 1 to 2^32 - 1).
+/// Lifetimes a registration or update may ask for, in seconds: RFC 9176 §5 gives `lt` the
+/// range 1-4294967295 (early drafts of it said 60-4294967295; the published RFC does not).
+/// A short lifetime is the owner's choice: only the owner may set it (see [`may_change`]).
 pub const LIFETIME_RANGE: (u64, u64) = (1, u32::MAX as u64);
 
 /// A registration with its hosted resources parsed out.
@@ -116,12 +118,129 @@ impl From<BindingError> for Rejection {
 /// Handler results: a refusal is an answer too; only storage failures abort the batch.
 type Handled = Result<Reply, StoreError>;
 
+/// What a request proves about who sends it (docs/security.md, "Registration ownership").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proof {
+    /// Plain CoAP without a statement: anyone could have sent it.
+    Nothing,
+    /// Plain CoAP with a valid registration statement for this `sq`.
+    Statement(u64),
+    /// A DTLS session that speaks for the identity, with the `sq` of a statement if it also
+    /// carried one.
+    Session(Option<u64>),
+}
+
+impl Proof {
+    /// The ownership a registration made by this request gets.
+    fn ownership(self) -> Ownership {
+        match self {
+            Self::Nothing => Ownership::Open,
+            Self::Statement(_) => Ownership::Signed,
+            Self::Session(_) => Ownership::Session,
+        }
+    }
+
+    /// The announced sequence number, which moves the high-water mark (RFC 8387 §8.2).
+    fn seq(self) -> Option<u64> {
+        match self {
+            Self::Nothing | Self::Session(None) => None,
+            Self::Statement(s) | Self::Session(Some(s)) => Some(s),
+        }
+    }
+}
+
+/// Whether a request proving `proof` may change a live registration owned as `owner`, and
+/// how the registration is owned afterwards: an `Open` entry anyone may change, a `Signed` one
+/// needs a statement or a session, a `Session` one a session; a stronger proof upgrades it.
+fn may_change(owner: Ownership, proof: Proof) -> Result<Ownership, Rejection> {
+    let by = proof.ownership();
+    match owner {
+        Ownership::Session if by != Ownership::Session => Err(Rejection::NotOwner(owner)),
+        Ownership::Signed if by == Ownership::Open => Err(Rejection::NotOwner(owner)),
+        _ => Ok(owner.max(by)),
+    }
+}
+
 impl Ctx<'_> {
     fn refuse(&mut self, why: Rejection, req: &Request) -> Handled {
         Ok(self.reject(why, req))
     }
 
-    /// `POST /rd`: RFC 9176 §5 registration, with the key check of RFC 8387 §7 step 1.
+    /// Whether the request came over a DTLS session for `ep`/`key`; a session for anyone else
+    /// is refused.
+    fn session_for(req: &Request, ep: &Identity, key: &PublicKey) -> Result<bool, Rejection> {
+        if mismatched(req.auth.as_ref(), ep, key) {
+            return Err(Rejection::PeerMismatch(Operation::Register));
+        }
+        Ok(req.auth.is_some())
+    }
+
+    /// Checks `sq`/`ss` if both are present: the signature over the registration statement
+    /// for `op` (`sigil_objects::resync`), and a number above the identity's high-water mark
+    /// (`stale` otherwise), so no statement is accepted twice. Returns the accepted number.
+    fn statement(
+        &self,
+        req: &Request,
+        ep: &Identity,
+        key: &PublicKey,
+        op: resync::Operation<'_>,
+        stale: Rejection,
+    ) -> Result<Option<u64>, Rejection> {
+        let (Some(sq), Some(ss)) = (req.query("sq"), req.query("ss")) else {
+            return Ok(None);
+        };
+        let (Ok(seq), Ok(sig)) = (sq.parse::<u64>(), B64.decode(ss)) else {
+            return Err(Rejection::MalformedResync);
+        };
+        let digest = op
+            .digest(&self.svc.crypto)
+            .ok_or(Rejection::MalformedResync)?;
+        if resync::verify_statement(&self.svc.crypto, key, ep, seq, &digest, &sig).is_err() {
+            return Err(Rejection::BadResyncSignature);
+        }
+        if seq <= self.highest(ep) {
+            return Err(stale);
+        }
+        Ok(Some(seq))
+    }
+
+    /// What the request proves, for `ep`/`key` and the operation `op`.
+    fn proof(
+        &self,
+        req: &Request,
+        ep: &Identity,
+        key: &PublicKey,
+        op: resync::Operation<'_>,
+        stale: Rejection,
+    ) -> Result<Proof, Rejection> {
+        let session = Self::session_for(req, ep, key)?;
+        let seq = self.statement(req, ep, key, op, stale)?;
+        Ok(match (session, seq) {
+            (true, seq) => Proof::Session(seq),
+            (false, Some(seq)) => Proof::Statement(seq),
+            (false, None) => Proof::Nothing,
+        })
+    }
+
+    /// §8.2 resynchronisation: an accepted statement moves the identity's high-water mark
+    /// forward to its `sq`.
+    fn resync(&mut self, b: &Batch<'_>, ep: &Identity, proof: Proof) -> Result<(), StoreError> {
+        let Some(seq) = proof.seq() else {
+            return Ok(());
+        };
+        let highest = self.highest(ep);
+        let new = freshness::resync(highest, seq);
+        if new != highest {
+            b.set_highest(ep, new, self.secs())?;
+            self.new_highest.insert(*ep, new);
+            self.count("freshness.resynchronised");
+        }
+        Ok(())
+    }
+
+    /// `POST /rd`: RFC 9176 §5 registration, with the key check of RFC 8387 §7 step 1. A
+    /// new entry may be made by anyone (a plain RFC 9176 client); replacing a live one needs
+    /// the ownership it has ([`may_change`]).
     pub fn register(&mut self, b: &Batch<'_>, req: &Request) -> Handled {
         if req
             .content_format
@@ -129,10 +248,11 @@ impl Ctx<'_> {
         {
             return self.refuse(Rejection::UnsupportedFormat(Operation::Register), req);
         }
-        let lifetime = match req.query_int("lt", LIFETIME_RANGE.0, LIFETIME_RANGE.1) {
-            Ok(lt) => lt.map_or(self.svc.config.default_lifetime, |v| v as u32),
+        let lt = match req.query_int("lt", LIFETIME_RANGE.0, LIFETIME_RANGE.1) {
+            Ok(lt) => lt.map(|v| v as u32),
             Err(why) => return self.refuse(why, req),
         };
+        let lifetime = lt.unwrap_or(self.svc.config.default_lifetime);
         let Some(ep_text) = req.query("ep") else {
             return self.refuse(Rejection::MissingEp, req);
         };
@@ -157,29 +277,49 @@ impl Ctx<'_> {
             Ok(b) => b,
             Err(e) => return self.refuse(e.into(), req),
         };
-        if mismatched(req.auth.as_ref(), &ep, &key) {
-            return self.refuse(Rejection::PeerMismatch(Operation::Register), req);
+        if let Err(why) = Self::session_for(req, &ep, &key) {
+            return self.refuse(why, req);
         }
         // Checked before anything is written: a failed precondition performs nothing.
         if !req.conditions.hold(Some(None)) {
             // `/rd` always exists and has no ETag (RFC 7252 §5.10.8).
             return self.refuse(Rejection::PreconditionFailed, req);
         }
-        let authorized_by = if let Some(by) = binding.authorized_by(|i| self.is_authorized(i)) {
-            by
-        } else if self.svc.config.danger_trust_on_first_use && binding.group.is_none() {
-            b.add_identity(&ep, IdentityKind::Device, "trust on first use", self.secs())?;
-            self.new_authorized.push(ep);
-            self.count("register.trust_on_first_use");
-            tracing::warn!(ep = %ep, peer = %req.peer, "identity added by trust on first use");
-            ep
-        } else {
+        let listed = binding.authorized_by(|i| self.is_authorized(i));
+        let first_use = listed.is_none()
+            && self.svc.config.danger_trust_on_first_use
+            && binding.group.is_none();
+        if listed.is_none() && !first_use {
             return self.refuse(Rejection::NotAuthorized(Operation::Register), req);
-        };
-        // §8.2 resynchronisation: a signed announcement of the device's current number.
-        if let Some(reply) = self.resync(b, req, &ep, &key)? {
-            return Ok(reply);
         }
+        let op = resync::Operation {
+            kind: resync::OperationKind::Register,
+            lifetime: lt,
+            base: req.query("base"),
+            payload: &req.payload,
+        };
+        let proof = match self.proof(req, &ep, &key, op, Rejection::StaleStatement) {
+            Ok(p) => p,
+            Err(why) => return self.refuse(why, req),
+        };
+        let owner = match self.live_entry_of(&ep) {
+            Some(e) => match may_change(e.reg.owner, proof) {
+                Ok(o) => o,
+                Err(why) => return self.refuse(why, req),
+            },
+            None => proof.ownership(),
+        };
+        let authorized_by = match listed {
+            Some(by) => by,
+            None => {
+                b.add_identity(&ep, IdentityKind::Device, "trust on first use", self.secs())?;
+                self.new_authorized.push(ep);
+                self.count("register.trust_on_first_use");
+                tracing::warn!(ep = %ep, peer = %req.peer, "identity added by trust on first use");
+                ep
+            }
+        };
+        self.resync(b, &ep, proof)?;
         let now = self.secs();
         let reg = Registration {
             id: 0,
@@ -194,6 +334,7 @@ impl Ctx<'_> {
             registered_at: now,
             updated_at: now,
             expires_at: now.saturating_add(i64::from(lifetime)),
+            owner,
         };
         let id = b.upsert_registration(&reg)?;
         let mut entry = Entry::new(reg);
@@ -208,40 +349,28 @@ impl Ctx<'_> {
         }))
     }
 
-    /// Applies `sq`/`ss` if present. Returns a reply when the announcement is invalid.
-    pub fn resync(
-        &mut self,
-        b: &Batch<'_>,
-        req: &Request,
-        ep: &Identity,
-        key: &PublicKey,
-    ) -> Result<Option<Reply>, StoreError> {
-        let (Some(sq), Some(ss)) = (req.query("sq"), req.query("ss")) else {
-            return Ok(None);
-        };
-        let (Ok(seq), Ok(sig)) = (sq.parse::<u64>(), B64.decode(ss)) else {
-            return Ok(Some(self.reject(Rejection::MalformedResync, req)));
-        };
-        if resync::verify_resync(&self.svc.crypto, key, ep, seq, &sig).is_err() {
-            return Ok(Some(self.reject(Rejection::BadResyncSignature, req)));
-        }
-        let highest = self.highest(ep);
-        let new = freshness::resync(highest, seq);
-        if new != highest {
-            b.set_highest(ep, new, self.secs())?;
-            self.new_highest.insert(*ep, new);
-            self.count("freshness.resynchronised");
-        }
-        Ok(None)
-    }
-
     /// The registration `/rd/<id>` names, if its lifetime has not run out.
     fn live_entry(&self, id: &str) -> Option<Entry> {
         let e = self.entry(id.parse().ok()?)?;
         e.is_live(self.secs()).then(|| e.clone())
     }
 
-    /// `POST /rd/N`: RFC 9176 §5.3.1 registration update.
+    /// The live registration of `ep`, as this batch sees it.
+    fn live_entry_of(&self, ep: &Identity) -> Option<Entry> {
+        let id = self
+            .new_entries
+            .iter()
+            .rev()
+            .chain(self.svc.entries.values())
+            .find(|e| e.reg.ep == *ep)?
+            .reg
+            .id;
+        // `entry` applies this batch's removals and newest changes.
+        let e = self.entry(id)?;
+        e.is_live(self.secs()).then(|| e.clone())
+    }
+
+    /// `POST /rd/N`: RFC 9176 §5.3.1 registration update, by whoever owns the entry.
     pub fn update(&mut self, b: &Batch<'_>, req: &Request, id: &str) -> Handled {
         let Some(mut e) = self.live_entry(id) else {
             return self.refuse(Rejection::UnknownRegistration, req);
@@ -249,26 +378,40 @@ impl Ctx<'_> {
         if !self.is_authorized(&e.reg.authorized_by) {
             return self.refuse(Rejection::NotAuthorized(Operation::Register), req);
         }
-        if mismatched(req.auth.as_ref(), &e.reg.ep, &e.reg.key) {
-            return self.refuse(Rejection::PeerMismatch(Operation::Register), req);
+        if let Err(why) = Self::session_for(req, &e.reg.ep, &e.reg.key) {
+            return self.refuse(why, req);
         }
-        let lifetime = match req.query_int("lt", LIFETIME_RANGE.0, LIFETIME_RANGE.1) {
-            Ok(lt) => lt.map_or(e.reg.lifetime, |v| v as u32),
+        let lt = match req.query_int("lt", LIFETIME_RANGE.0, LIFETIME_RANGE.1) {
+            Ok(lt) => lt.map(|v| v as u32),
             Err(why) => return self.refuse(why, req),
         };
+        let lifetime = lt.unwrap_or(e.reg.lifetime);
         if !req.conditions.hold(Some(None)) {
             return self.refuse(Rejection::PreconditionFailed, req);
         }
-        if let Some(reply) = self.resync(b, req, &e.reg.ep, &e.reg.key)? {
-            return Ok(reply);
-        }
         let base = req.query("base");
+        let op = resync::Operation {
+            kind: resync::OperationKind::Update,
+            lifetime: lt,
+            base,
+            payload: &req.payload,
+        };
+        let proof = match self.proof(req, &e.reg.ep, &e.reg.key, op, Rejection::StaleStatement) {
+            Ok(p) => p,
+            Err(why) => return self.refuse(why, req),
+        };
+        let owner = match may_change(e.reg.owner, proof) {
+            Ok(o) => o,
+            Err(why) => return self.refuse(why, req),
+        };
+        self.resync(b, &e.reg.ep, proof)?;
         let now = self.secs();
         let expires = now.saturating_add(i64::from(lifetime));
-        b.update_registration(e.reg.id, lifetime, base, now, expires)?;
+        b.update_registration(e.reg.id, lifetime, base, now, expires, owner)?;
         e.reg.lifetime = lifetime;
         e.reg.updated_at = now;
         e.reg.expires_at = expires;
+        e.reg.owner = owner;
         if let Some(base) = base {
             e.reg.base = Some(base.to_string());
         }
@@ -277,40 +420,33 @@ impl Ctx<'_> {
         Ok(respond(Code::CHANGED))
     }
 
-    /// `DELETE /rd/N`: removal (RFC 9176 §5.3.2) needs a signed announcement (`sq`, `ss`)
-    /// so nobody else can remove a device, or a DTLS session authenticated as the device.
+    /// `DELETE /rd/N`: removal (RFC 9176 §5.3.2) needs a registration statement (`sq`, `ss`)
+    /// so nobody else can remove a device, or a DTLS session authenticated as the device; an
+    /// entry owned by a session only the session.
     pub fn remove(&mut self, b: &Batch<'_>, req: &Request, id: &str) -> Handled {
         let Some(e) = self.live_entry(id) else {
             return self.refuse(Rejection::UnknownRegistration, req);
         };
-        let by_session = match &req.auth {
-            Some(a) if !a.speaks_for(&e.reg.ep, &e.reg.key) => {
-                return self.refuse(Rejection::PeerMismatch(Operation::Register), req);
-            }
-            Some(_) => true,
-            None => false,
+        let op = resync::Operation {
+            kind: resync::OperationKind::Remove,
+            lifetime: None,
+            base: None,
+            payload: &[],
         };
-        let signed = req.query("sq").is_some() && req.query("ss").is_some();
-        if !signed && !by_session {
-            return self.refuse(Rejection::UnsignedRemoval, req);
-        }
-        // The statement is the resync one, so its number must be new (RFC 8387 §8.2): a
-        // statement seen before (the registration's own, an earlier removal) cannot be
-        // replayed to remove.
-        let highest = self.highest(&e.reg.ep);
-        if signed
-            && !req
-                .query("sq")
-                .is_some_and(|sq| sq.parse::<u64>().is_ok_and(|n| n > highest))
-        {
-            return self.refuse(Rejection::StaleRemoval, req);
+        // The statement's number must be new (RFC 8387 §8.2): a statement seen before (the
+        // registration's own, an earlier removal) cannot be replayed to remove.
+        let proof = match self.proof(req, &e.reg.ep, &e.reg.key, op, Rejection::StaleRemoval) {
+            Ok(Proof::Nothing) => return self.refuse(Rejection::UnsignedRemoval, req),
+            Ok(p) => p,
+            Err(why) => return self.refuse(why, req),
+        };
+        if let Err(why) = may_change(e.reg.owner, proof) {
+            return self.refuse(why, req);
         }
         if !req.conditions.hold(Some(None)) {
             return self.refuse(Rejection::PreconditionFailed, req);
         }
-        if let Some(reply) = self.resync(b, req, &e.reg.ep, &e.reg.key)? {
-            return Ok(reply);
-        }
+        self.resync(b, &e.reg.ep, proof)?;
         b.delete_registration(e.reg.id)?;
         self.removed.push(e.reg.id);
         self.count("register.removed");

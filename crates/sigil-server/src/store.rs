@@ -134,6 +134,10 @@ const MIGRATIONS: &[&str] = &[
         alg    INTEGER NOT NULL,
         secret BLOB NOT NULL
     );",
+    // 3: who may change a live registration (docs/security.md, "Registration ownership").
+    // Rows from before were made by Sigil devices, which always signed their registration.
+    "ALTER TABLE registrations ADD COLUMN owner TEXT NOT NULL DEFAULT 'signed'
+        CHECK (owner IN ('open', 'signed', 'session'));",
 ];
 
 /// Kinds of entries on the authorized list.
@@ -170,6 +174,39 @@ pub struct IdentityRow {
     pub revoked_at: Option<i64>,
 }
 
+/// How a registration is owned: who may change it while it is live (docs/security.md,
+/// "Registration ownership"). Ordered from the weakest proof to the strongest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ownership {
+    /// Made or last changed by an unsigned plain-CoAP request: anyone could have made it, so
+    /// anyone may change it (a plain RFC 9176 client).
+    Open,
+    /// Made or last changed by a request carrying the device's valid registration statement
+    /// (`sq`, `ss`): changes need another statement, or a session for the identity.
+    Signed,
+    /// Made or last changed over a DTLS session that speaks for the identity: changes need
+    /// such a session.
+    Session,
+}
+
+impl Ownership {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Signed => "signed",
+            Self::Session => "session",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "open" => Some(Self::Open),
+            "signed" => Some(Self::Signed),
+            "session" => Some(Self::Session),
+            _ => None,
+        }
+    }
+}
+
 /// A Resource Directory registration (RFC 9176 §5) with the key it proved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registration {
@@ -186,6 +223,7 @@ pub struct Registration {
     pub registered_at: i64,
     pub updated_at: i64,
     pub expires_at: i64,
+    pub owner: Ownership,
 }
 
 /// A reading as stored: the exact signed bytes and what they decode to.
@@ -449,6 +487,7 @@ impl Store {
         let key: Vec<u8> = r.get(4)?;
         let other_info: Vec<u8> = r.get(5)?;
         let group: String = r.get(6)?;
+        let owner: String = r.get(13)?;
         let corrupt = |what: &str| StoreError::Corrupt {
             table: "registrations",
             what: what.to_string(),
@@ -468,11 +507,12 @@ impl Store {
                 registered_at: r.get(10)?,
                 updated_at: r.get(11)?,
                 expires_at: r.get(12)?,
+                owner: Ownership::parse(&owner).ok_or_else(|| corrupt("owner"))?,
             })
         })())
     }
 
-    const REG_COLUMNS: &'static str = "id, ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime, links, registered_at, updated_at, expires_at";
+    const REG_COLUMNS: &'static str = "id, ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime, links, registered_at, updated_at, expires_at, owner";
 
     pub fn registrations(&self) -> Result<Vec<Registration>, StoreError> {
         let mut st = self.conn.prepare(&format!(

@@ -2,8 +2,8 @@
 //! (see [`crate::service`]: one transaction per batch, committed before any answer leaves).
 
 use super::{
-    add_identity, encode_keys, query_readings, IdentityKind, NewReading, Registration, StoreError,
-    StoredReading,
+    add_identity, encode_keys, query_readings, IdentityKind, NewReading, Ownership, Registration,
+    StoreError, StoredReading,
 };
 use rusqlite::{params, Transaction};
 use sigil_identity::Identity;
@@ -72,10 +72,11 @@ impl Batch<'_> {
     /// topics stay the same across re-registrations). Returns the id.
     pub fn upsert_registration(&self, reg: &Registration) -> Result<i64, StoreError> {
         self.tx.execute(
-            "INSERT INTO registrations (ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime, links, registered_at, updated_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)
+            "INSERT INTO registrations (ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime, links, registered_at, updated_at, expires_at, owner)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12)
              ON CONFLICT (ep) DO UPDATE SET authorized_by = ?2, alg = ?3, public_key = ?4, other_info = ?5,
-                 group_keys = ?6, base = ?7, lifetime = ?8, links = ?9, registered_at = ?10, updated_at = ?10, expires_at = ?11",
+                 group_keys = ?6, base = ?7, lifetime = ?8, links = ?9, registered_at = ?10, updated_at = ?10, expires_at = ?11,
+                 owner = ?12",
             params![
                 reg.ep.to_string(),
                 reg.authorized_by.to_string(),
@@ -88,6 +89,7 @@ impl Batch<'_> {
                 reg.links,
                 reg.registered_at,
                 reg.expires_at,
+                reg.owner.as_str(),
             ],
         )?;
         Ok(self.tx.query_row(
@@ -104,10 +106,11 @@ impl Batch<'_> {
         base: Option<&str>,
         now: i64,
         expires_at: i64,
+        owner: Ownership,
     ) -> Result<(), StoreError> {
         self.tx.execute(
-            "UPDATE registrations SET lifetime = ?2, base = COALESCE(?3, base), updated_at = ?4, expires_at = ?5 WHERE id = ?1",
-            params![id, lifetime, base, now, expires_at],
+            "UPDATE registrations SET lifetime = ?2, base = COALESCE(?3, base), updated_at = ?4, expires_at = ?5, owner = ?6 WHERE id = ?1",
+            params![id, lifetime, base, now, expires_at, owner.as_str()],
         )?;
         Ok(())
     }

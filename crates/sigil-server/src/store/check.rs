@@ -20,7 +20,8 @@ fn tables_of_version(version: i64) -> &'static [&'static str] {
     ];
     match version {
         1 => V1,
-        2 => V2,
+        // 3 adds a column, no table.
+        2 | 3 => V2,
         _ => &[],
     }
 }
