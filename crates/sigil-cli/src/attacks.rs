@@ -185,7 +185,49 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
         seen,
     ));
 
-    // 5. A burst of malformed datagrams; the server must keep serving.
+    // 5. Issue 12: a sensor's registration changed by anyone with plain CoAP. Its own key
+    //    announcement with its topic's format switched to JOSE (every reading would then be
+    //    refused with 4.15), and a one-second lifetime (the entry would expire). Only the
+    //    sensor's statement or its session may change its registration (4.01 or 4.03).
+    let owner_refused = |seen: &str| seen.starts_with("4.01") || seen.starts_with("4.03");
+    if let Some(key) = target.key {
+        let mut links = String::from("</m>;rt=\"sigil.env\";ct=65100");
+        KeyAnnouncement::new(key, &target.other)
+            .context("announcement")?
+            .emit(&mut links, target.group.iter())?;
+        let spec = RequestSpec {
+            path: "rd",
+            query: vec![format!("ep={victim}"), "lt=300".into()],
+            content_format: Some(ContentFormat::LINK_FORMAT.0),
+            payload: links.as_bytes(),
+            ..Default::default()
+        };
+        let seen = try_request(&mut client, Code::POST, &spec).await;
+        out.push(result(
+            "unsigned re-registration with another content format",
+            owner_refused(&seen),
+            seen,
+        ));
+    }
+    let location = target
+        .href
+        .split('/')
+        .nth(2)
+        .map(|n| format!("rd/{n}"))
+        .context("topic without a registration number")?;
+    let spec = RequestSpec {
+        path: &location,
+        query: vec!["lt=1".into()],
+        ..Default::default()
+    };
+    let seen = try_request(&mut client, Code::POST, &spec).await;
+    out.push(result(
+        "unsigned update to a one-second lifetime",
+        owner_refused(&seen),
+        seen,
+    ));
+
+    // 6. A burst of malformed datagrams; the server must keep serving.
     let before = stats.get("coap.malformed");
     let mut sent_malformed = 0u64;
     let mut seed = sigil_client::os::random_u32() | 1;

@@ -303,7 +303,7 @@ fn demo_refuses_every_attack_and_loses_nothing() {
     assert_eq!(summary["readings_failed_verification"], 0);
     assert!(summary["readings_acknowledged"].as_u64().unwrap() > 20);
     let attacks = summary["attacks"].as_array().unwrap();
-    assert_eq!(attacks.len(), 6);
+    assert_eq!(attacks.len(), 8);
     for a in attacks {
         assert_eq!(a["refused"], true, "{a}");
     }
@@ -314,6 +314,7 @@ fn demo_refuses_every_attack_and_loses_nothing() {
         "publish.rejected.kid_mismatch",
         "register.rejected.unauthorized_identity",
         "register.rejected.identity_mismatch",
+        "register.rejected.not_owner",
     ] {
         assert!(
             c[reason].as_u64().unwrap_or(0) >= 1,

@@ -11,12 +11,17 @@
 //!    the caller's CSPRNG and stores it (§4). The identity is `I = h(P|O)`, or the kit-bound
 //!    `Idev` when the device belongs to a group (§4.1).
 //! 2. It registers with the Resource Directory: `POST /rd?ep=<I>&lt=..&sq=<n>&ss=<sig>` with a
-//!    link-format payload carrying its public key (§7 step 1). `sq`/`ss` announce its current
-//!    sequence number, signed, which is how the broker resynchronises (§8.2).
+//!    link-format payload carrying its public key (§7 step 1). `sq`/`ss` announce a fresh
+//!    sequence number, signed together with a hash of the registration itself
+//!    (`sigil_objects::resync`), which is how the broker resynchronises (§8.2) and why nobody
+//!    else can change the registration. Its periodic refresh (`POST /rd/<N>`) is signed the
+//!    same way, with a number of its own.
 //! 3. It publishes signed readings to `/ps/<N>/<resource>`, where `/rd/<N>` is the location of
 //!    its registration (§7 step 2). A Reset in answer to a Confirmable reading means the broker
 //!    considers the number out of window: the device re-registers and publishes the reading
-//!    again under a new number.
+//!    again under a new number. A 4.04 (registration gone) or 4.15 (topic registered with
+//!    another format) makes it register again in full and publish the same reading again,
+//!    backing off if that repeats right after a fresh registration.
 #![no_std]
 #![forbid(unsafe_code)]
 
