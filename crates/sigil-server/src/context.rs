@@ -402,13 +402,10 @@ impl Rejection {
             }
             UnsignedRemoval => "removal must be signed (sq, ss)".into(),
             StaleRemoval => "removal sequence number not above the last one seen".into(),
-            StaleStatement => "sq not above the last sequence number seen".into(),
-            NotOwner(Ownership::Session) => {
-                "this registration changes only over the device's DTLS session".into()
-            }
-            NotOwner(_) => {
-                "this registration changes only with the device's signature (sq, ss)".into()
-            }
+            // Short: these answer anyone (docs/security.md: answers stay small).
+            StaleStatement => "stale sq".into(),
+            NotOwner(Ownership::Session) => "owner's session needed".into(),
+            NotOwner(_) => "owner's sq, ss needed".into(),
             other => other.reason().into(),
         }
     }
@@ -587,5 +584,18 @@ mod tests {
         assert_eq!(Rejection::Replay.reply(true), Reply::Reset);
         assert_eq!(Rejection::OutOfWindow.reply(false), Reply::Nothing);
         assert_eq!(Rejection::ProxyingNotSupported.code(), Code::new(5, 5));
+        // A statement would do on a signed entry; only the session on a session's entry.
+        assert_eq!(
+            Rejection::NotOwner(Ownership::Signed).code(),
+            Code::UNAUTHORIZED
+        );
+        assert_eq!(
+            Rejection::NotOwner(Ownership::Session).code(),
+            Code::FORBIDDEN
+        );
+        assert_eq!(
+            Rejection::NotOwner(Ownership::Session).counter(),
+            "register.rejected.not_owner"
+        );
     }
 }

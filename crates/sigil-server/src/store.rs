@@ -633,3 +633,46 @@ fn add_identity(
     )?;
     Ok(n > 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Schema version 3: a registration written by version 2 is taken as signed (Sigil
+    /// devices always signed their registration), and new rows keep the owner they are given.
+    #[test]
+    fn registrations_from_before_ownership_are_signed() {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..2] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 2).unwrap();
+        // RFC 8032 §7.1 test 1's public key.
+        let pk: [u8; 32] = [
+            0xd7, 0x5a, 0x98, 0x01, 0x82, 0xb1, 0x0a, 0xb7, 0xd5, 0x4b, 0xfe, 0xd3, 0xc9, 0x64,
+            0x07, 0x3a, 0x0e, 0xe1, 0x72, 0xf3, 0xda, 0xa6, 0x23, 0x25, 0xaf, 0x02, 0x1a, 0x68,
+            0xf7, 0x07, 0x51, 0x1a,
+        ];
+        let ep = "00112233445566778899aabbccddeeff";
+        conn.execute(
+            "INSERT INTO registrations (ep, authorized_by, alg, public_key, lifetime, links,
+                 registered_at, updated_at, expires_at)
+             VALUES (?1, ?1, -8, ?2, 60, '</m>', 1, 1, 61)",
+            params![ep, &pk[..]],
+        )
+        .unwrap();
+        let mut store = Store::init(conn).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 3);
+        let mut reg = store.registrations().unwrap().remove(0);
+        assert_eq!(reg.owner, Ownership::Signed);
+        reg.owner = Ownership::Session;
+        store
+            .transaction(|b| b.upsert_registration(&reg).map(|_| ()))
+            .unwrap();
+        assert_eq!(store.registrations().unwrap()[0].owner, Ownership::Session);
+        store
+            .transaction(|b| b.update_registration(reg.id, 60, None, 2, 62, Ownership::Open))
+            .unwrap();
+        assert_eq!(store.registrations().unwrap()[0].owner, Ownership::Open);
+    }
+}
