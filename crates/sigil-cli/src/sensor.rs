@@ -26,6 +26,9 @@ pub struct SensorReport {
     /// Readings refused with 4.04 or 4.15 that the device published again after registering
     /// anew (each settles under its new number).
     pub republished: u64,
+    /// Readings the broker answered 5.03 (it could not store them then), kept and published
+    /// again after the answer's Max-Age.
+    pub deferred: u64,
     pub registrations: u64,
     pub registration_failures: Vec<String>,
     pub retransmissions: u32,
@@ -167,6 +170,16 @@ pub async fn run<S: DeviceStorage>(
                             report.republished += 1;
                             continue;
                         }
+                        // The broker could not store it now: published again after Max-Age.
+                        PublishOutcome::Deferred { retry_after_secs } => {
+                            report.deferred += 1;
+                            tracing::warn!(
+                                seq,
+                                retry_after_secs,
+                                "reading deferred by the broker (5.03); kept and published again"
+                            );
+                            continue;
+                        }
                     }
                     settled += 1;
                 }
@@ -180,7 +193,10 @@ pub async fn run<S: DeviceStorage>(
         }
         let stopped = *stop.borrow();
         let finished = run.readings.is_some_and(|n| published >= n && settled >= n)
-            || (stopped && (device.can_publish() || !device.is_registered()));
+            || (stopped
+                && (device.can_publish()
+                    || !device.is_registered()
+                    || device.has_pending_republication()));
         if finished {
             break;
         }

@@ -122,6 +122,10 @@ pub enum PublishOutcome {
     /// broker's high-water mark past this one, RFC 8387 §8.2; a refused reading was not
     /// stored, so it is not stored twice).
     Republishing(Code),
+    /// The broker could not store it for now (5.03, e.g. its disk is full): the device keeps
+    /// the reading and publishes it again, under a new number, once the answer's Max-Age has
+    /// passed (RFC 7252 §5.9.3.4; 60 s without one), still registered.
+    Deferred { retry_after_secs: u32 },
     /// No answer after MAX_RETRANSMIT retransmissions.
     TimedOut,
 }
@@ -235,6 +239,8 @@ pub struct Device<C> {
     last_senml_len: usize,
     last_timestamp: Option<u64>,
     republish: bool,
+    /// When the pending republication may go (5.03 with Max-Age: not before then).
+    republish_at: Instant,
     /// Publications refused with 4.04 or 4.15 since the last acknowledged one: after the
     /// first, the re-registration backs off as a failed registration does.
     refusals: u32,
@@ -313,6 +319,7 @@ impl<C: CryptoProvider> Device<C> {
             last_senml_len: 0,
             last_timestamp: None,
             republish: false,
+            republish_at: Instant::ZERO,
             refusals: 0,
             recent_con: [None; 4],
             stats: DeviceStats::default(),
@@ -333,7 +340,16 @@ impl<C: CryptoProvider> Device<C> {
 
     /// True when a new reading can be published now.
     pub fn can_publish(&self) -> bool {
-        self.is_registered() && self.outstanding.as_ref().map_or(true, |o| !o.confirmable)
+        // Not while a refused reading waits to be published again: it would be overwritten.
+        self.is_registered()
+            && !self.republish
+            && self.outstanding.as_ref().is_none_or(|o| !o.confirmable)
+    }
+
+    /// Whether a refused reading waits to be published again (after 5.03 with Max-Age, or a
+    /// re-registration).
+    pub fn has_pending_republication(&self) -> bool {
+        self.republish
     }
 
     /// The registration's location path (`rd/N`), once registered.
@@ -457,7 +473,9 @@ impl<C: CryptoProvider> Device<C> {
                 State::Registered { refresh_at } if now >= refresh_at => {
                     self.start_update(now, storage)?
                 }
-                State::Registered { .. } if self.republish => self.publish_again(now, storage)?,
+                State::Registered { .. } if self.republish && now >= self.republish_at => {
+                    self.publish_again(now, storage)?
+                }
                 _ => {}
             }
         }
@@ -792,6 +810,7 @@ impl<C: CryptoProvider> Device<C> {
                         outcome: PublishOutcome::Republishing(c),
                     });
                     self.republish = true;
+                    self.republish_at = now;
                     let retry_at = if self.refusals == 0 {
                         now
                     } else {
@@ -900,6 +919,7 @@ impl<C: CryptoProvider> Device<C> {
                 });
                 self.push_event(Event::Resynchronising);
                 self.republish = true;
+                self.republish_at = now;
                 self.state = State::Unregistered { retry_at: now };
             }
             _ => {
@@ -985,6 +1005,21 @@ impl<C: CryptoProvider> Device<C> {
                     seq,
                     outcome: PublishOutcome::Acknowledged,
                 });
+                Ok(())
+            }
+            Exchange::Publish { seq } if msg.code == Code::SERVICE_UNAVAILABLE => {
+                self.outstanding = None;
+                // Max-Age (§5.10.5), default 60 s; at most an hour, so a hostile answer
+                // cannot park the reading for days.
+                let secs = msg.uint_option(option::MAX_AGE).unwrap_or(60).min(3600);
+                self.push_event(Event::Published {
+                    seq,
+                    outcome: PublishOutcome::Deferred {
+                        retry_after_secs: secs,
+                    },
+                });
+                self.republish = true;
+                self.republish_at = now + Duration::from_secs(u64::from(secs));
                 Ok(())
             }
             _ => {

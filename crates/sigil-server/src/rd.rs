@@ -315,7 +315,8 @@ impl Ctx<'_> {
                 b.add_identity(&ep, IdentityKind::Device, "trust on first use", self.secs())?;
                 self.new_authorized.push(ep);
                 self.count("register.trust_on_first_use");
-                tracing::warn!(ep = %ep, peer = %req.peer, "identity added by trust on first use");
+                let now = self.secs();
+                crate::limited!(self.log, now, "register.trust_on_first_use", warn, ep = %ep, peer = %req.peer, "identity added by trust on first use");
                 ep
             }
         };
@@ -341,7 +342,8 @@ impl Ctx<'_> {
         entry.reg.id = id;
         self.new_entries.push(entry);
         self.count("register.accepted");
-        tracing::info!(ep = %ep, id, peer = %req.peer, "registered");
+        let now = self.secs();
+        crate::limited!(self.log, now, "register.accepted", info, ep = %ep, id, peer = %req.peer, "registered");
         Ok(Reply::Response(Response {
             code: Code::CREATED,
             location_path: vec!["rd".into(), id.to_string()],

@@ -1,5 +1,6 @@
 //! A full disk under the running broker: on a 2 MiB tmpfs the disk is filled with a filler
-//! file while a device publishes. No reading that was not stored is acknowledged; once the
+//! file while a device publishes. No reading that was not stored is acknowledged (the server
+//! answers 5.03 with Max-Age, and the device keeps the reading and tries again then); once the
 //! filler is gone the same server stores and acknowledges again, and so does a restarted one.
 //! Throughout, the WAL stays under `WAL_LIMIT_BYTES` (an unbounded WAL fills a small volume
 //! by itself and, never checkpointed, keeps the server from storing ever again).
@@ -193,27 +194,64 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
     while f.write_all(&chunk).and_then(|_| f.sync_all()).is_ok() {}
     drop(f);
 
-    let mut refused = Vec::new();
-    for _ in 0..5 {
-        let (seq, outcome) = s.publish(&mut d, &mut now);
-        match outcome {
-            PublishOutcome::Acknowledged => acked.push(seq),
-            PublishOutcome::Rejected(code) => {
-                // The whole batch failed for lack of space: 5.03 (try again later), never
-                // 2.04.
-                assert_eq!(code, sigil_coap::Code::SERVICE_UNAVAILABLE, "seq {seq}");
-                refused.push(seq);
-            }
-            other => panic!("seq {seq}: {other:?}"),
-        }
-        assert!(wal_len(&db) <= WAL_LIMIT_BYTES as u64);
-    }
-    assert!(!refused.is_empty(), "nothing was refused on a full disk");
+    // A reading while the disk is full: 5.03 with Max-Age 30 (try again then), never 2.04,
+    // and not stored. The device keeps it and takes no new reading meanwhile.
+    let (seq, outcome) = s.publish(&mut d, &mut now);
+    assert_eq!(
+        outcome,
+        PublishOutcome::Deferred {
+            retry_after_secs: 30
+        },
+        "seq {seq}"
+    );
+    assert!(
+        !s.device.can_publish(),
+        "a deferred reading would be overwritten"
+    );
+    assert!(wal_len(&db) <= WAL_LIMIT_BYTES as u64);
+    // Max-Age later, still full: deferred again (under a new number), still not stored.
+    now += 30_000;
+    s.exchange(&mut d, now);
+    let deferred_again = s
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Published {
+                    outcome: PublishOutcome::Deferred { .. },
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(deferred_again, 2, "{:?}", s.events);
     // Acknowledged means stored; refused means not stored.
     assert_eq!(stored(&db), acked);
 
-    // Space returns: the same server stores and acknowledges again.
+    // Space returns: the same server stores the kept reading once its Max-Age has passed.
     std::fs::remove_file(&filler).unwrap();
+    now += 30_000;
+    s.exchange(&mut d, now);
+    let republished = s
+        .events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Event::Published {
+                seq,
+                outcome: PublishOutcome::Acknowledged,
+            } => Some(*seq),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        republished > seq,
+        "the kept reading goes out under a new number"
+    );
+    acked.push(republished);
+    assert_eq!(stored(&db), acked);
+    assert!(s.device.can_publish());
     let (seq, outcome) = s.publish(&mut d, &mut now);
     assert_eq!(outcome, PublishOutcome::Acknowledged);
     acked.push(seq);
