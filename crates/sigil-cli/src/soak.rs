@@ -854,6 +854,14 @@ pub fn print_report(r: &SoakReport) {
             m.table, m.peak_bytes, m.cap_bytes
         );
     }
+    let (peak, cap) = r
+        .memory
+        .iter()
+        .fold((0, 0), |(p, c), m| (p + m.peak_bytes, c + m.cap_bytes));
+    println!(
+        "  {:<24} {:>10} / {:<10} (sum of the tables' peaks)",
+        "all tables", peak, cap
+    );
     println!(
         "  process peak RSS (sensors, attackers and server together): {} KiB",
         r.peak_rss_kib
