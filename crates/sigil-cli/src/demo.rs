@@ -197,15 +197,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             .await
         }));
     }
-    let bar = if opts.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(opts.duration.as_secs().max(1))
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(opts.quiet, opts.duration);
     let start = Instant::now();
     let attack_at = opts.duration / 2;
     let mut attack_results = None;
@@ -236,13 +228,63 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
     }
 
     // 5. The application verifies everything end to end, with its own trust list.
+    let found = reconcile(addr, &trust, &db, &reports).await?;
+    let summary = DemoSummary {
+        sensors: opts.sensors,
+        readings_acknowledged: reports.iter().map(|r| r.acknowledged.len()).sum(),
+        readings_sent_non_confirmable: reports.iter().map(|r| r.sent_non_confirmable).sum(),
+        readings_stored: found.stored as u64,
+        readings_verified_by_application: found.verified,
+        readings_failed_verification: found.failed,
+        acknowledged_but_missing: found.missing,
+        attacks: attack_results.unwrap_or_default(),
+        server_counters: stats.snapshot(),
+        database: db.display().to_string(),
+    };
+    server.shutdown().await;
+    Ok(summary)
+}
+
+/// A progress bar counting the seconds of `duration` (hidden when `quiet`).
+pub fn progress_bar(quiet: bool, duration: Duration) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(duration.as_secs().max(1))
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// What the application and the database say of the sensors' acknowledged readings.
+pub struct Reconciled {
+    /// Readings in the database.
+    pub stored: usize,
+    /// Readings the application verified end to end, and those it could not.
+    pub verified: usize,
+    pub failed: usize,
+    /// Acknowledged readings that are not both stored and verified.
+    pub missing: usize,
+}
+
+/// Runs the verifying application against the server at `addr` with its own `trust` list and
+/// looks for every acknowledged reading among the stored (`db`) and verified ones.
+pub async fn reconcile(
+    addr: std::net::SocketAddr,
+    trust: &HashSet<Identity>,
+    db: &std::path::Path,
+    reports: &[SensorReport],
+) -> Result<Reconciled> {
     let transport = sigil_client::transport::Transport::open(
         addr,
         sigil_client::transport::Security::None,
         Default::default(),
     )
     .await?;
-    let app = sigil_client::app::run(transport, Some(&trust), None).await?;
+    let app = sigil_client::app::run(transport, Some(trust), None).await?;
     let verified: HashSet<(String, u64)> = app
         .sensors
         .iter()
@@ -253,12 +295,12 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
                 .map(move |r| (s.ep.clone(), r.seq))
         })
         .collect();
-    let stored: HashSet<(String, u64)> = sigil_server::Store::open(&db)?
+    let stored: HashSet<(String, u64)> = sigil_server::Store::open(db)?
         .reading_keys()?
         .into_iter()
         .collect();
     let mut missing = 0;
-    for r in &reports {
+    for r in reports {
         for seq in &r.acknowledged {
             let k = (r.identity.clone(), *seq);
             if !stored.contains(&k) || !verified.contains(&k) {
@@ -267,20 +309,12 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             }
         }
     }
-    let summary = DemoSummary {
-        sensors: opts.sensors,
-        readings_acknowledged: reports.iter().map(|r| r.acknowledged.len()).sum(),
-        readings_sent_non_confirmable: reports.iter().map(|r| r.sent_non_confirmable).sum(),
-        readings_stored: stored.len() as u64,
-        readings_verified_by_application: app.verified(),
-        readings_failed_verification: app.failed(),
-        acknowledged_but_missing: missing,
-        attacks: attack_results.unwrap_or_default(),
-        server_counters: stats.snapshot(),
-        database: db.display().to_string(),
-    };
-    server.shutdown().await;
-    Ok(summary)
+    Ok(Reconciled {
+        stored: stored.len(),
+        verified: app.verified(),
+        failed: app.failed(),
+        missing,
+    })
 }
 
 pub fn print_summary(s: &DemoSummary) {

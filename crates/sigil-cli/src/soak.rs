@@ -21,7 +21,6 @@ use crate::sensor::{self, SensorReport, SensorRun};
 use crate::storage::FileStorage;
 use crate::util::{LOG_BYTES, LOG_COUNT_ONLY};
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use sigil_client::os::OsRng;
 use sigil_client::transport::Security;
 use sigil_coap::message::option;
@@ -30,7 +29,7 @@ use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, Event, PublishOutcome};
 use sigil_identity::KeyAnnouncement;
 use sigil_server::{DtlsConfig, Server, ServerConfig, Stats};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -192,17 +191,61 @@ fn coap(
     }
 }
 
-/// Reads whatever answers arrive on `sock` until `stop`, noting each against the request
-/// length `len_of(message id)` gives.
-async fn drain(sock: Arc<UdpSocket>, l: Shared, sent: Arc<Mutex<BTreeMap<u16, usize>>>) {
-    let mut buf = vec![0u8; 2048];
-    while let Ok((n, _)) = sock.recv_from(&mut buf).await {
-        let answer = &buf[..n];
-        let req_len = Message::parse(answer)
-            .ok()
-            .and_then(|m| sent.lock().ok()?.get(&m.message_id).copied())
-            .unwrap_or(0);
-        note_answer(&l, req_len, answer);
+/// One attacking socket: sends requests under fresh message IDs and notes each answer
+/// against the size of the request it answers (attack 5's measure).
+struct Attacker {
+    sock: Arc<UdpSocket>,
+    load: Shared,
+    /// Request length by message ID (at most 65,536 entries).
+    sent: Arc<Mutex<BTreeMap<u16, usize>>>,
+    reader: tokio::task::JoinHandle<()>,
+    mid: u16,
+}
+
+impl Attacker {
+    async fn open(host: u8, server: SocketAddr, load: Shared) -> Result<Self> {
+        let sock = Arc::new(bind(host).await?);
+        sock.connect(server).await?;
+        let sent: Arc<Mutex<BTreeMap<u16, usize>>> = Arc::default();
+        let (s, l, m) = (sock.clone(), load.clone(), sent.clone());
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 2048];
+            while let Ok((n, _)) = s.recv_from(&mut buf).await {
+                let answer = &buf[..n];
+                let req_len = Message::parse(answer)
+                    .ok()
+                    .and_then(|msg| m.lock().ok()?.get(&msg.message_id).copied())
+                    .unwrap_or(0);
+                note_answer(&l, req_len, answer);
+            }
+        });
+        Ok(Self {
+            sock,
+            load,
+            sent,
+            reader,
+            mid: 0,
+        })
+    }
+
+    /// Sends the CoAP message `d` under the next message ID.
+    async fn send(&mut self, mut d: Vec<u8>) {
+        if d.len() < 4 {
+            return;
+        }
+        self.mid = self.mid.wrapping_add(1);
+        d[2..4].copy_from_slice(&self.mid.to_be_bytes());
+        if let Ok(mut s) = self.sent.lock() {
+            s.insert(self.mid, d.len());
+        }
+        note_sent(&self.load, d.len());
+        let _ = self.sock.send(&d).await;
+    }
+}
+
+impl Drop for Attacker {
+    fn drop(&mut self) {
+        self.reader.abort();
     }
 }
 
@@ -221,11 +264,7 @@ async fn control_plane(
     l: Shared,
     mut stop: watch::Receiver<bool>,
 ) -> Result<()> {
-    let sock = Arc::new(bind(11).await?);
-    sock.connect(server).await?;
-    let sent = Arc::new(Mutex::new(BTreeMap::new()));
-    let reader = tokio::spawn(drain(sock.clone(), l.clone(), sent.clone()));
-    let mut mid = 1u16;
+    let mut a = Attacker::open(11, server, l).await?;
     while !*stop.borrow() {
         let mut out = Vec::new();
         for v in &victims {
@@ -270,34 +309,21 @@ async fn control_plane(
                 &[],
             ));
         }
-        for mut d in out {
-            if d.len() < 4 {
-                continue;
-            }
-            mid = mid.wrapping_add(1);
-            d[2..4].copy_from_slice(&mid.to_be_bytes());
-            if let Ok(mut s) = sent.lock() {
-                s.insert(mid, d.len());
-            }
-            note_sent(&l, d.len());
-            let _ = sock.send(&d).await;
+        for d in out {
+            a.send(d).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = stop.changed() => {}
         }
     }
-    reader.abort();
     Ok(())
 }
 
 /// Attacks 4 and 5: Confirmable requests with fresh message IDs whose full answers are large
 /// (history, lookup, topic list), never repeating an Echo.
 async fn reflector(server: SocketAddr, l: Shared, mut stop: watch::Receiver<bool>) -> Result<()> {
-    let sock = Arc::new(bind(12).await?);
-    sock.connect(server).await?;
-    let sent = Arc::new(Mutex::new(BTreeMap::new()));
-    let reader = tokio::spawn(drain(sock.clone(), l.clone(), sent.clone()));
+    let mut a = Attacker::open(12, server, l).await?;
     let requests = [
         coap(
             MessageType::Confirmable,
@@ -330,25 +356,16 @@ async fn reflector(server: SocketAddr, l: Shared, mut stop: watch::Receiver<bool
             &[],
         ),
     ];
-    let mut mid = 0u16;
     while !*stop.borrow() {
         // 2,000 requests a second, in bursts of 100.
-        for _ in 0..100 {
-            mid = mid.wrapping_add(1);
-            let mut d = requests[usize::from(mid) % requests.len()].clone();
-            d[2..4].copy_from_slice(&mid.to_be_bytes());
-            if let Ok(mut s) = sent.lock() {
-                s.insert(mid, d.len());
-            }
-            note_sent(&l, d.len());
-            let _ = sock.send(&d).await;
+        for i in 0..100 {
+            a.send(requests[i % requests.len()].clone()).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             _ = stop.changed() => {}
         }
     }
-    reader.abort();
     Ok(())
 }
 
@@ -463,36 +480,26 @@ async fn handshake_flood(
 
 /// Attack 8: refused requests as fast as the socket takes them (1,000 a second).
 async fn refusals(server: SocketAddr, l: Shared, mut stop: watch::Receiver<bool>) -> Result<()> {
-    let sock = Arc::new(bind(15).await?);
-    sock.connect(server).await?;
-    let sent = Arc::new(Mutex::new(BTreeMap::new()));
-    let reader = tokio::spawn(drain(sock.clone(), l.clone(), sent.clone()));
-    let mut mid = 0u16;
+    let mut a = Attacker::open(15, server, l).await?;
+    let refused = coap(
+        MessageType::Confirmable,
+        Code::POST,
+        0,
+        &["rd"],
+        &["ep=not-an-identity".into()],
+        None,
+        None,
+        b"</x>",
+    );
     while !*stop.borrow() {
         for _ in 0..50 {
-            mid = mid.wrapping_add(1);
-            let d = coap(
-                MessageType::Confirmable,
-                Code::POST,
-                mid,
-                &["rd"],
-                &["ep=not-an-identity".into()],
-                None,
-                None,
-                b"</x>",
-            );
-            if let Ok(mut s) = sent.lock() {
-                s.insert(mid, d.len());
-            }
-            note_sent(&l, d.len());
-            let _ = sock.send(&d).await;
+            a.send(refused.clone()).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             _ = stop.changed() => {}
         }
     }
-    reader.abort();
     Ok(())
 }
 
@@ -638,15 +645,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         )),
         tokio::spawn(refusals(addr, loads[4].clone(), astop_rx.clone())),
     ];
-    let bar = if opts.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(opts.duration.as_secs().max(1))
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len}s {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::demo::progress_bar(opts.quiet, opts.duration);
     let start = Instant::now();
     let mut next_progress = start + Duration::from_secs(60);
     while start.elapsed() < opts.duration {
@@ -687,32 +686,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
     }
 
     // The application verifies everything end to end.
-    let transport =
-        sigil_client::transport::Transport::open(addr, Security::None, Default::default()).await?;
-    let app = sigil_client::app::run(transport, Some(&trust), None).await?;
-    let verified: HashSet<(String, u64)> = app
-        .sensors
-        .iter()
-        .flat_map(|s| {
-            s.readings
-                .iter()
-                .filter(|r| r.verified)
-                .map(move |r| (s.ep.clone(), r.seq))
-        })
-        .collect();
-    let stored: HashSet<(String, u64)> = sigil_server::Store::open(&db)?
-        .reading_keys()?
-        .into_iter()
-        .collect();
-    let mut missing = 0;
-    for r in &reports {
-        for seq in &r.acknowledged {
-            let k = (r.identity.clone(), *seq);
-            if !stored.contains(&k) || !verified.contains(&k) {
-                missing += 1;
-            }
-        }
-    }
+    let found = crate::demo::reconcile(addr, &trust, &db, &reports).await?;
     let counters = stats.snapshot();
     server.shutdown().await;
 
@@ -757,17 +731,15 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
     let mut checks = vec![
         Check {
             what: "every acknowledged reading is stored and verified by the application".into(),
-            ok: missing == 0 && acknowledged > 0,
-            observed: format!("{acknowledged} acknowledged, {missing} missing"),
+            ok: found.missing == 0 && acknowledged > 0,
+            observed: format!("{acknowledged} acknowledged, {} missing", found.missing),
         },
         Check {
             what: "stored = verified, none failed verification".into(),
-            ok: stored.len() == app.verified() && app.failed() == 0,
+            ok: found.stored == found.verified && found.failed == 0,
             observed: format!(
                 "{} stored, {} verified, {} failed",
-                stored.len(),
-                app.verified(),
-                app.failed()
+                found.stored, found.verified, found.failed
             ),
         },
         Check {
@@ -807,10 +779,10 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         sensors: opts.sensors,
         dtls_sensors: opts.dtls_sensors,
         readings_acknowledged: acknowledged,
-        readings_stored: stored.len() as u64,
-        readings_verified: app.verified(),
-        readings_failed_verification: app.failed(),
-        acknowledged_but_missing: missing,
+        readings_stored: found.stored as u64,
+        readings_verified: found.verified,
+        readings_failed_verification: found.failed,
+        acknowledged_but_missing: found.missing,
         readings_given_up: given_up,
         fewest_acknowledged: fewest,
         attacks,
