@@ -205,7 +205,7 @@ fn three_nodes_talk_and_refuse_replays_tampering_and_strangers() {
     let c = summary(2)["refused"].clone();
     assert!(c["untrusted"].as_u64().unwrap() >= 1, "{c}");
     assert_eq!(summary(3)["established"], 0);
-    for i in 0..3 {
+    for (i, name) in names.iter().enumerate().take(3) {
         let r = &summary(i)["refused"];
         let other: u64 = [
             "malformed",
@@ -218,7 +218,7 @@ fn three_nodes_talk_and_refuse_replays_tampering_and_strangers() {
         .iter()
         .map(|k| r[k].as_u64().unwrap())
         .sum();
-        assert_eq!(other, 0, "node {}: {r}", names[i]);
+        assert_eq!(other, 0, "node {name}: {r}");
     }
     // Each start raises the epoch.
     assert_eq!(

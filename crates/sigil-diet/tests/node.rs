@@ -392,7 +392,6 @@ fn a_restart_under_a_new_epoch_rekeys_and_old_traffic_stays_dead() {
         b.handle(1, &m[..n], trust, &mut p),
         Ok(Received::Message { len: 3 })
     );
-    drop(a);
 }
 
 #[test]
