@@ -238,6 +238,10 @@ fn arguments_are_checked_before_any_state_is_made() {
         &["--neighbour", "nowhere=00112233445566778899aabbccddeeff"],
         &["--neighbour", "127.0.0.1:1=p256:0011"],
         &[
+            "--neighbour",
+            "127.0.0.1:1=ed25519:d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+        ],
+        &[
             "--listen",
             "here",
             "--neighbour",

@@ -35,7 +35,7 @@ impl NodeKeys {
         rng: &mut dyn Rng,
     ) -> Result<Self, Error> {
         Ok(Self {
-            ecdh: ops::generate_key_pair(crypto, rng)?,
+            ecdh: ops::generate_ecdh_key_pair(crypto, rng)?,
             signing: ops::generate_key_pair(crypto, rng)?,
         })
     }
@@ -49,7 +49,7 @@ impl NodeKeys {
         Ok(Self {
             ecdh: ops::KeyPair {
                 secret: *ecdh,
-                public: ops::public_key(crypto, ecdh)?,
+                public: ops::ecdh_public_key(crypto, ecdh)?,
             },
             signing: ops::KeyPair {
                 secret: *signing,

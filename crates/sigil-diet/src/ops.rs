@@ -60,6 +60,30 @@ pub fn public_key<C: CryptoProvider + ?Sized>(
     pk.as_bytes().try_into().map_err(|_| Error::Malformed)
 }
 
+/// A P-256 ECDH key pair through the provider's key-agreement path (which a backend may
+/// implement apart from signing, as the Cortex-M4 one does); the same encodings.
+pub fn generate_ecdh_key_pair<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    rng: &mut dyn Rng,
+) -> Result<KeyPair, Error> {
+    let sk = crypto.generate_agreement(AgreementAlgorithm::P256, rng)?;
+    let secret = sk.to_bytes();
+    Ok(KeyPair {
+        secret,
+        public: ecdh_public_key(crypto, &secret)?,
+    })
+}
+
+/// The ECDH public key of a secret scalar, through the key-agreement path.
+pub fn ecdh_public_key<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    secret: &[u8; SECRET_KEY_LEN],
+) -> Result<[u8; PUBLIC_KEY_LEN], Error> {
+    let sk = AgreementSecret::from_bytes(AgreementAlgorithm::P256, secret)?;
+    let pk = crypto.agreement_public_key(&sk)?;
+    pk.as_bytes().try_into().map_err(|_| Error::Malformed)
+}
+
 /// HKDF-SHA-256 (RFC 5869 §2.2-2.3): extract with `salt`, expand with `info` into all of
 /// `out` (at most [`MAX_DERIVED_LEN`] bytes).
 pub fn hkdf_sha256<C: CryptoProvider + ?Sized>(

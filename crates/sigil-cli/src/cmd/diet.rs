@@ -9,7 +9,7 @@ use crate::args::{parse_duration, parse_key};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sigil_client::os::OsRng;
-use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_crypto::{PublicKey, RustCrypto, SignatureAlgorithm};
 use sigil_diet::{Config, Error as DietError, Node, NodeKeys, Phase, Received};
 use sigil_identity::Identity;
 use std::collections::{HashMap, HashSet};
@@ -82,6 +82,9 @@ fn parse_neighbour(spec: &str) -> Result<Neighbour> {
     let who = who.trim();
     let identity = if who.contains(':') && who.starts_with(|c: char| c.is_ascii_alphabetic()) {
         let key = parse_key(who).with_context(|| format!("neighbour '{spec}'"))?;
+        if key.algorithm() != SignatureAlgorithm::EcdsaP256 {
+            bail!("neighbour '{spec}': CryptoDiet nodes sign with P-256 keys");
+        }
         Identity::of_key(&RustCrypto, &key, b"").map_err(|e| anyhow::anyhow!("{e}"))?
     } else {
         Identity::parse(who).map_err(|e| anyhow::anyhow!("neighbour '{spec}': {e}"))?
