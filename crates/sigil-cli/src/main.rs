@@ -47,6 +47,9 @@ enum Command {
     /// Honest sensors beside every control-plane attack at once, for a bounded time; checks
     /// that nothing acknowledged is lost and that memory stays within its budgets.
     Soak(cmd::soak::SoakArgs),
+    /// Run a CryptoDiet node over UDP: signed hellos with configured neighbours, then
+    /// encrypted, signed messages.
+    Diet(cmd::diet::DietArgs),
     /// Verify one signed reading from a file against a key and identity.
     Verify(cmd::verify::VerifyArgs),
     /// One CoAP GET over coap:// or coaps:// (prints the payload).
@@ -80,6 +83,7 @@ fn main() {
             Command::Get(a) => cmd::get::run(a).await,
             Command::Demo(a) => cmd::demo::run(a).await,
             Command::Soak(a) => cmd::soak::run(a).await,
+            Command::Diet(a) => cmd::diet::run(a).await,
             Command::Identity(a) => cmd::identity::run(a),
             Command::Provision(a) => cmd::provision::run(a),
             Command::Verify(a) => cmd::verify::run(a),

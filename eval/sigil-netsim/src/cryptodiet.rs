@@ -6,8 +6,10 @@ use crate::energy::{Activity, CycleTable, Metered};
 use crate::net::{Emulator, End, LinkConfig};
 use crate::scenarios::{self, PerReading};
 use crate::SeededRng;
-use sigil_crypto::RustCrypto;
-use sigil_diet::{Node, HELLO_LEN};
+use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_diet::{Config, Node, NodeKeys, Phase, Received, HELLO_LEN};
+use sigil_time::Instant;
+use std::time::Duration;
 
 /// The key exchange's cost to the device, and the readings that followed.
 pub struct DietRun {
@@ -19,57 +21,76 @@ pub struct DietRun {
     pub delivered: u64,
 }
 
+/// Address tokens of the two nodes.
+const DEVICE: u8 = 0;
+const ROUTER: u8 = 1;
+
 /// Hellos both ways (the device retries its hello every `retry_ms` until it has the
 /// router's), then `n` readings every `every_ms` with the radio off in between.
 pub fn run(link: LinkConfig, table: CycleTable, n: u64, every_ms: u64, seed: u64) -> DietRun {
     let meter = Metered::new(table);
     let mut emu = Emulator::new(link, seed);
-    let mut device = Node::new(meter.clone(), &mut SeededRng(seed)).expect("keys");
-    let mut router = Node::new(RustCrypto, &mut SeededRng(seed ^ 0x77)).expect("keys");
+    // The device retries its hello every 5 s for up to 600 s.
+    let config = Config {
+        initial: Duration::from_secs(5),
+        max: Duration::from_secs(5),
+        attempts: 120,
+    };
+    let keys = NodeKeys::generate(&meter, &mut SeededRng(seed)).expect("keys");
+    let mut device: Node<_, u8, 1> = Node::new(meter.clone(), keys, 1, config);
+    let keys = NodeKeys::generate(&RustCrypto, &mut SeededRng(seed ^ 0x77)).expect("keys");
+    let mut router: Node<_, u8, 1> = Node::new(RustCrypto, keys, 1, config);
     let (kd, kr) = (device.signing_key(), router.signing_key());
+    let trust_d = move |_: &u8, k: &PublicKey| *k == kd;
+    let trust_r = move |_: &u8, k: &PublicKey| *k == kr;
     let mut charged = 0;
     let mut charge = |emu: &mut Emulator| {
         emu.compute(End::Device, meter.cycles() - charged);
         charged = meter.cycles();
     };
     charge(&mut emu);
+    let now = |emu: &Emulator| Instant::from_millis(emu.now_us() / 1000);
     let mut hello = [0u8; HELLO_LEN];
-    let retry_us = 5_000_000;
-    let mut next_try = 0;
     let mut delivered = 0;
     let mut out = [0u8; 256];
+    let mut plain = [0u8; 64];
+    device.add_neighbour(now(&emu), ROUTER).expect("room");
     // Setup: the device says hello until it hears the router's; the router answers every
-    // hello (it may have been the answer that was lost).
-    while !device.has_session() && emu.now_us() < 600_000_000 {
-        if emu.now_us() >= next_try {
-            device.hello(&mut hello).expect("buffer fits");
+    // hello that asks for an answer (it may have been the answer that was lost).
+    while device.phase(&ROUTER) == Some(Phase::Handshake) {
+        while device.poll_transmit(now(&emu), &mut hello).is_some() {
             charge(&mut emu);
             emu.send(End::Device, &hello);
-            next_try = emu.now_us().max(emu.cpu_free_at_us(End::Device)) + retry_us;
         }
-        let t = emu.next_arrival_us().unwrap_or(next_try).min(next_try);
+        let Some(wake) = device.poll_timeout() else {
+            break;
+        };
+        // The next hello leaves once the CPU is free again.
+        let wake_us = (wake.as_millis() * 1000).max(emu.cpu_free_at_us(End::Device));
+        let t = emu.next_arrival_us().unwrap_or(wake_us).min(wake_us);
         for (to, d) in emu.advance(t) {
             match to {
                 End::Server => {
-                    if router.handle_hello(&d, |k| *k == kd).is_ok() {
-                        router.hello(&mut hello).expect("buffer fits");
-                        emu.send(End::Server, &hello);
+                    if router.handle(DEVICE, &d, trust_d, &mut plain).is_ok() {
+                        while router.poll_transmit(now(&emu), &mut hello).is_some() {
+                            emu.send(End::Server, &hello);
+                        }
                     }
                 }
                 End::Device => {
-                    let _ = device.handle_hello(&d, |k| *k == kr);
+                    let _ = device.handle(ROUTER, &d, trust_r, &mut plain);
                     charge(&mut emu);
                 }
             }
         }
     }
-    let setup_completed = device.has_session();
+    let setup_completed = device.phase(&ROUTER) == Some(Phase::Established);
     let setup_ms = emu.cpu_free_at_us(End::Device) as f64 / 1000.0;
     emu.advance(emu.cpu_free_at_us(End::Device));
     // Whatever is still in flight (a duplicate hello answer) lands now.
     for (to, d) in emu.advance(emu.now_us() + 10_000_000) {
         if to == End::Device {
-            let _ = device.handle_hello(&d, |k| *k == kr);
+            let _ = device.handle(ROUTER, &d, trust_r, &mut plain);
         }
     }
     charge(&mut emu);
@@ -78,20 +99,24 @@ pub fn run(link: LinkConfig, table: CycleTable, n: u64, every_ms: u64, seed: u64
     let start = emu.device_activity();
     let udp_start = emu.stats.udp_bytes_from_device;
     let t0 = emu.now_us().div_ceil(1_000_000) * 1_000_000 + every_ms * 1000;
-    let mut plain = [0u8; 64];
     let mut latencies = vec![];
     for i in 0..n {
         emu.advance(t0 + i * every_ms * 1000);
         emu.wake();
         let start_us = emu.now_us();
-        if let Ok(k) = device.seal(&scenarios::reading_cbor(i), &mut out) {
+        if let Ok(k) = device.seal(&ROUTER, &scenarios::reading_cbor(i), &mut out) {
             charge(&mut emu);
             emu.send(End::Device, &out[..k]);
         }
         emu.sleep();
         while let Some(t) = emu.next_arrival_us() {
             for (to, d) in emu.advance(t) {
-                if to == End::Server && router.open(&d, &mut plain).is_ok() {
+                if to == End::Server
+                    && matches!(
+                        router.handle(DEVICE, &d, trust_d, &mut plain),
+                        Ok(Received::Message { .. })
+                    )
+                {
                     delivered += 1;
                     latencies.push((emu.now_us() - start_us) as f64 / 1000.0);
                 }
@@ -132,7 +157,7 @@ mod tests {
         assert_eq!(r.delivered, 5);
         // Two key pairs, the hello's signature, the router's hello verified, one ECDH.
         assert!(r.setup.cpu_cycles > 6_866_690 * 2 + 14_857_869 + 13_626_516 + 6_873_966);
-        // A 195-byte hello is two frames; a reading (about 16 + 77 bytes) is one.
+        // A 200-byte hello is two frames; a reading (about 16 + 77 bytes) is one.
         assert_eq!(r.setup.frames_tx, 2);
         assert_eq!(r.readings.activity.frames_tx, 5);
         assert!(r.readings.per_reading().cpu_cycles >= 14_857_869);

@@ -17,7 +17,7 @@ const CORES: &[(&str, &[&str])] = &[
         "sigil-dtls",
         &["sigil-crypto", "sigil-identity", "sigil-time"],
     ),
-    ("sigil-diet", &["sigil-crypto"]),
+    ("sigil-diet", &["sigil-crypto", "sigil-time"]),
     (
         "sigil-device",
         &[

@@ -2,6 +2,7 @@
 
 pub mod app;
 pub mod demo;
+pub mod diet;
 pub mod get;
 pub mod identity;
 pub mod provision;

@@ -1,0 +1,413 @@
+//! The node as scenarios: hellos, keys and messages between nodes in memory, with virtual time,
+//! seeded loss and duplication, and every refusal the scheme promises.
+
+use sigil_crypto::{CryptoError, PublicKey, Rng, RustCrypto};
+use sigil_diet::{Config, Error, Node, NodeKeys, Phase, Received, DATA_OVERHEAD, HELLO_LEN};
+use sigil_time::Instant;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+struct Seeded(u64);
+impl Seeded {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() % 1_000_000) as f64 / 1_000_000.0 < p
+    }
+}
+impl Rng for Seeded {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {
+        for b in buf {
+            *b = self.next() as u8;
+        }
+        Ok(())
+    }
+}
+
+type TestNode = Node<RustCrypto, u8, 4>;
+
+fn keys(seed: u64) -> NodeKeys {
+    NodeKeys::generate(&RustCrypto, &mut Seeded(seed)).unwrap()
+}
+
+/// `n` nodes (addresses 0..n) that trust each other's keys, each with the others as neighbours.
+fn mesh(n: u8, config: Config) -> (Vec<TestNode>, Vec<PublicKey>) {
+    let mut nodes: Vec<TestNode> = (0..n)
+        .map(|i| Node::new(RustCrypto, keys(100 + i as u64), 1, config))
+        .collect();
+    let trusted = nodes.iter().map(|n| n.signing_key()).collect();
+    for (i, node) in nodes.iter_mut().enumerate() {
+        for j in 0..n {
+            if j as usize != i {
+                node.add_neighbour(Instant::ZERO, j).unwrap();
+            }
+        }
+    }
+    (nodes, trusted)
+}
+
+/// Datagrams in flight: (deliver at, from, to, bytes).
+struct Net {
+    now: Instant,
+    queue: VecDeque<(Instant, u8, u8, Vec<u8>)>,
+    rng: Seeded,
+    loss: f64,
+    duplicate: f64,
+    delivered: Vec<(u8, u8, Vec<u8>)>,
+}
+
+impl Net {
+    fn new(seed: u64, loss: f64, duplicate: f64) -> Self {
+        Self {
+            now: Instant::ZERO,
+            queue: VecDeque::new(),
+            rng: Seeded(seed),
+            loss,
+            duplicate,
+            delivered: vec![],
+        }
+    }
+
+    fn send(&mut self, from: u8, to: u8, bytes: &[u8]) {
+        let copies = if self.rng.chance(self.duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            if !self.rng.chance(self.loss) {
+                let at = self.now + Duration::from_millis(5 + self.rng.next() % 40);
+                self.queue.push_back((at, from, to, bytes.to_vec()));
+            }
+        }
+    }
+
+    /// Runs every node's timers and deliveries until `until`.
+    fn run(&mut self, nodes: &mut [TestNode], trusted: &[PublicKey], until: Instant) {
+        let mut buf = [0u8; 512];
+        loop {
+            for (i, node) in nodes.iter_mut().enumerate() {
+                while let Some(t) = node.poll_transmit(self.now, &mut buf) {
+                    self.send(i as u8, t.to, &buf[..t.len]);
+                }
+            }
+            let next_timer = nodes.iter().filter_map(|n| n.poll_timeout()).min();
+            let next_arrival = self.queue.iter().map(|q| q.0).min();
+            let Some(t) = [next_timer, next_arrival].into_iter().flatten().min() else {
+                break;
+            };
+            if t > until {
+                break;
+            }
+            self.now = self.now.max(t);
+            let (due, later): (Vec<_>, Vec<_>) =
+                self.queue.drain(..).partition(|q| q.0 <= self.now);
+            self.queue = later.into();
+            for (_, from, to, bytes) in due {
+                let mut plain = [0u8; 256];
+                let r =
+                    nodes[to as usize].handle(from, &bytes, |_, k| trusted.contains(k), &mut plain);
+                if let Ok(Received::Message { len }) = r {
+                    self.delivered.push((from, to, plain[..len].to_vec()));
+                }
+            }
+        }
+        self.now = self.now.max(until);
+    }
+}
+
+fn all_established(nodes: &[TestNode]) -> bool {
+    nodes
+        .iter()
+        .all(|n| n.neighbours().all(|(_, p)| p == Phase::Established))
+}
+
+#[test]
+fn three_nodes_exchange_hellos_keys_and_messages() {
+    let (mut nodes, trusted) = mesh(3, Config::default());
+    let mut net = Net::new(1, 0.0, 0.0);
+    net.run(&mut nodes, &trusted, Instant::from_millis(500));
+    assert!(all_established(&nodes));
+    for n in &nodes {
+        // One hello per neighbour and at most one answer each: nothing is retransmitted.
+        assert!(n.counters().hellos_sent <= 4, "{:?}", n.counters());
+        assert_eq!(n.counters().refused(), 0, "{:?}", n.counters());
+    }
+    let mut m = [0u8; 128];
+    for from in 0..3u8 {
+        for to in (0..3u8).filter(|t| *t != from) {
+            let text = format!("{from} to {to}");
+            let len = nodes[from as usize]
+                .seal(&to, text.as_bytes(), &mut m)
+                .unwrap();
+            assert_eq!(len, text.len() + DATA_OVERHEAD);
+            net.send(from, to, &m[..len]);
+        }
+    }
+    net.run(&mut nodes, &trusted, Instant::from_millis(1000));
+    assert_eq!(net.delivered.len(), 6);
+    for (from, to, text) in &net.delivered {
+        assert_eq!(text, format!("{from} to {to}").as_bytes());
+    }
+}
+
+#[test]
+fn loss_and_duplication_delay_the_handshake_but_nothing_is_accepted_twice() {
+    let config = Config {
+        initial: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+        attempts: 20,
+    };
+    let mut retransmitted = 0;
+    for seed in 1..=12 {
+        let (mut nodes, trusted) = mesh(3, config);
+        let mut net = Net::new(seed, 0.3, 0.3);
+        net.run(&mut nodes, &trusted, Instant::from_millis(30_000));
+        assert!(all_established(&nodes), "seed {seed}");
+        if nodes.iter().any(|n| n.counters().hellos_sent > 4) {
+            retransmitted += 1;
+        }
+        // Twenty messages each way on one link, each sent once over a duplicating, lossy link.
+        let mut m = [0u8; 128];
+        for i in 0..20u8 {
+            let len = nodes[0].seal(&1, &[i], &mut m).unwrap();
+            net.send(0, 1, &m[..len]);
+            let len = nodes[1].seal(&0, &[i], &mut m).unwrap();
+            net.send(1, 0, &m[..len]);
+        }
+        let t = net.now + Duration::from_secs(5);
+        net.run(&mut nodes, &trusted, t);
+        for (from, to) in [(0u8, 1u8), (1, 0)] {
+            let mut got: Vec<u8> = net
+                .delivered
+                .iter()
+                .filter(|d| d.0 == from && d.1 == to)
+                .map(|d| d.2[0])
+                .collect();
+            let n = got.len();
+            got.sort();
+            got.dedup();
+            assert_eq!(got.len(), n, "seed {seed}: a message was accepted twice");
+            assert!(n >= 5, "seed {seed}: only {n} of 20 arrived");
+        }
+        // Duplicated messages were refused as replays, and duplicated hellos changed nothing.
+        assert_eq!(
+            nodes[0].counters().bad_tag + nodes[0].counters().bad_signature,
+            0
+        );
+    }
+    assert!(retransmitted > 0, "no seed lost a hello");
+}
+
+#[test]
+fn an_unanswered_neighbour_becomes_unreachable_after_the_bounded_attempts() {
+    let config = Config {
+        initial: Duration::from_millis(100),
+        max: Duration::from_millis(400),
+        attempts: 4,
+    };
+    let mut a: TestNode = Node::new(RustCrypto, keys(1), 1, config);
+    a.add_neighbour(Instant::ZERO, 9).unwrap();
+    let mut buf = [0u8; HELLO_LEN];
+    let mut sent = vec![];
+    let mut now = Instant::ZERO;
+    while let Some(t) = a.poll_timeout() {
+        now = now.max(t);
+        while let Some(tx) = a.poll_transmit(now, &mut buf) {
+            assert_eq!((tx.to, tx.len), (9, HELLO_LEN));
+            sent.push(now.as_millis());
+        }
+    }
+    // Backoff 100, 200, 400, capped at 400; four hellos, then unreachable.
+    assert_eq!(sent, [0, 100, 300, 700]);
+    assert_eq!(a.phase(&9), Some(Phase::Unreachable));
+    a.add_neighbour(now, 9).unwrap();
+    assert_eq!(a.phase(&9), Some(Phase::Handshake));
+}
+
+/// Two established nodes and the datagrams that made them.
+fn pair() -> (TestNode, TestNode, Vec<u8>, Vec<u8>) {
+    let mut a: TestNode = Node::new(RustCrypto, keys(1), 1, Config::default());
+    let mut b: TestNode = Node::new(RustCrypto, keys(2), 1, Config::default());
+    let (ka, kb) = (a.signing_key(), b.signing_key());
+    let mut buf = [0u8; HELLO_LEN];
+    let mut p = [0u8; 64];
+    a.add_neighbour(Instant::ZERO, 2).unwrap();
+    let t = a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    let hello_a = buf[..t.len].to_vec();
+    assert_eq!(
+        b.handle(1, &hello_a, |_, k| *k == ka, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    let t = b.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    assert_eq!(t.to, 1);
+    let hello_b = buf[..t.len].to_vec();
+    assert_eq!(
+        a.handle(2, &hello_b, |_, k| *k == kb, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    // B's hello carried ACK: A does not answer it.
+    assert_eq!(a.poll_transmit(Instant::ZERO, &mut buf), None);
+    assert_eq!(a.poll_timeout(), None);
+    (a, b, hello_a, hello_b)
+}
+
+#[test]
+fn replays_tampering_and_strangers_are_refused_and_counted() {
+    let (mut a, mut b, hello_a, _) = pair();
+    let ka = a.signing_key();
+    let trust_a = |_: &u8, k: &PublicKey| *k == ka;
+    let mut m = [0u8; 128];
+    let mut p = [0u8; 64];
+    let n = a.seal(&2, b"21.5 Cel", &mut m).unwrap();
+    assert_eq!(
+        b.handle(1, &m[..n], trust_a, &mut p),
+        Ok(Received::Message { len: 8 })
+    );
+    assert_eq!(&p[..8], b"21.5 Cel");
+    // Replay.
+    assert_eq!(b.handle(1, &m[..n], trust_a, &mut p), Err(Error::Replay));
+    // Tampering, each on a fresh message: the tag catches the header and the ciphertext, the
+    // signature its own bytes.
+    for (i, want) in [
+        (1, Error::BadTag),
+        (6, Error::BadTag),
+        (9, Error::BadTag),
+        (n - 1, Error::BadSignature),
+    ] {
+        let len = a.seal(&2, b"21.5 Cel", &mut m).unwrap();
+        let mut t = m;
+        t[i] ^= 1;
+        assert_eq!(
+            b.handle(1, &t[..len], trust_a, &mut p),
+            Err(want),
+            "byte {i}"
+        );
+    }
+    // Reordering inside the window is fine, once.
+    let f = a.seal(&2, b"1", &mut m).unwrap();
+    let first = m;
+    let s = a.seal(&2, b"2", &mut m).unwrap();
+    assert_eq!(
+        b.handle(1, &m[..s], trust_a, &mut p),
+        Ok(Received::Message { len: 1 })
+    );
+    assert_eq!(
+        b.handle(1, &first[..f], trust_a, &mut p),
+        Ok(Received::Message { len: 1 })
+    );
+    assert_eq!(
+        b.handle(1, &first[..f], trust_a, &mut p),
+        Err(Error::Replay)
+    );
+    // An unknown node's hello.
+    let mut c: TestNode = Node::new(RustCrypto, keys(3), 1, Config::default());
+    c.add_neighbour(Instant::ZERO, 2).unwrap();
+    let mut h = [0u8; HELLO_LEN];
+    c.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    assert_eq!(b.handle(3, &h, trust_a, &mut p), Err(Error::Untrusted));
+    // A message from it, from an address without keys.
+    assert_eq!(b.handle(3, &m[..s], trust_a, &mut p), Err(Error::NoSession));
+    // A trusted hello whose ECDH key was swapped by a man in the middle.
+    let mut swapped = hello_a.clone();
+    swapped[10] ^= 1;
+    assert_eq!(
+        b.handle(1, &swapped, trust_a, &mut p),
+        Err(Error::BadSignature)
+    );
+    // Our own hello reflected back.
+    let mut own = [0u8; HELLO_LEN];
+    b.add_neighbour(Instant::ZERO, 7).unwrap();
+    b.poll_transmit(Instant::ZERO, &mut own).unwrap();
+    assert_eq!(
+        b.handle(7, &own, |_, _| true, &mut p),
+        Err(Error::Reflected)
+    );
+    assert_eq!(
+        b.handle(1, &m[..10], trust_a, &mut p),
+        Err(Error::Malformed)
+    );
+    // The duplicate hello changes nothing (the window keeps its state).
+    assert_eq!(
+        b.handle(1, &hello_a, trust_a, &mut p),
+        Ok(Received::Hello { new_keys: false })
+    );
+    assert_eq!(
+        b.handle(1, &first[..f], trust_a, &mut p),
+        Err(Error::Replay)
+    );
+    let c = b.counters();
+    assert_eq!(
+        (
+            c.replayed,
+            c.bad_tag,
+            c.bad_signature,
+            c.untrusted,
+            c.no_session,
+            c.reflected,
+            c.malformed
+        ),
+        (3, 3, 2, 1, 1, 1, 1),
+        "{c:?}"
+    );
+    assert_eq!(c.messages_accepted, 3);
+}
+
+#[test]
+fn a_restart_under_a_new_epoch_rekeys_and_old_traffic_stays_dead() {
+    let (mut a, mut b, hello_a, _) = pair();
+    let ka = a.signing_key();
+    let trust = |_: &u8, k: &PublicKey| *k == ka;
+    let mut m = [0u8; 128];
+    let mut p = [0u8; 64];
+    let old = a.seal(&2, b"old", &mut m).unwrap();
+    let old_msg = m[..old].to_vec();
+    assert!(b.handle(1, &old_msg, trust, &mut p).is_ok());
+    // A restarts with the same keys under epoch 2.
+    let kb = b.signing_key();
+    let mut a2: TestNode = Node::new(RustCrypto, keys(1), 2, Config::default());
+    a2.add_neighbour(Instant::ZERO, 2).unwrap();
+    let mut h = [0u8; HELLO_LEN];
+    a2.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    assert_eq!(
+        b.handle(1, &h, trust, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    let t = b.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    assert_eq!(
+        a2.handle(2, &h[..t.len], |_, k| *k == kb, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    // The old run's hello is stale, its message no longer opens.
+    assert_eq!(b.handle(1, &hello_a, trust, &mut p), Err(Error::StaleHello));
+    assert_eq!(b.handle(1, &old_msg, trust, &mut p), Err(Error::BadTag));
+    // The new run's first message (sequence 0 again) is fresh under the new keys.
+    let n = a2.seal(&2, b"new", &mut m).unwrap();
+    assert_eq!(
+        b.handle(1, &m[..n], trust, &mut p),
+        Ok(Received::Message { len: 3 })
+    );
+}
+
+#[test]
+fn the_table_is_bounded() {
+    let mut a: Node<RustCrypto, u8, 2> = Node::new(RustCrypto, keys(1), 1, Config::default());
+    a.add_neighbour(Instant::ZERO, 1).unwrap();
+    a.add_neighbour(Instant::ZERO, 2).unwrap();
+    a.add_neighbour(Instant::ZERO, 1).unwrap();
+    assert_eq!(a.add_neighbour(Instant::ZERO, 3), Err(Error::TableFull));
+    // A trusted hello from a third address finds no room either.
+    let mut c: TestNode = Node::new(RustCrypto, keys(3), 1, Config::default());
+    c.add_neighbour(Instant::ZERO, 0).unwrap();
+    let mut h = [0u8; HELLO_LEN];
+    c.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    let mut p = [0u8; 8];
+    assert_eq!(a.handle(3, &h, |_, _| true, &mut p), Err(Error::TableFull));
+    assert_eq!(a.counters().table_full, 1);
+    assert_eq!(a.seal(&1, b"x", &mut [0u8; 128]), Err(Error::NoSession));
+}
