@@ -406,6 +406,12 @@ def write(results, out_path):
       "The per-curve features (`rustcrypto-ed25519` alone), the device without JWS (no float "
       "formatting) and the compact SHA-2 and AES round functions are the levers measured here.")
     w("")
+    # The C library's section is measured by tools/c-lib-size/measure.py (its own builds).
+    c_lib = os.path.join(os.path.dirname(__file__), "..", "c-lib-size", "section.md")
+    if os.path.exists(c_lib):
+        with open(c_lib) as f:
+            L.extend(f.read().rstrip("\n").split("\n"))
+        w("")
     a = results.get("avr") or {}
     w("## AVR (ATmega2560, simavr)")
     w("")

@@ -142,6 +142,18 @@ fn the_client_library_uses_cores_only() {
 }
 
 #[test]
+fn the_c_library_wraps_no_std_cores_only() {
+    let ws = workspace();
+    let cores: BTreeSet<&str> = CORES.iter().map(|c| c.0).collect();
+    for d in &ws["sigil-c"].links {
+        assert!(
+            cores.contains(d.as_str()) || exception("sigil-c", d),
+            "sigil-c depends on {d}: the C library wraps the no_std cores only"
+        );
+    }
+}
+
+#[test]
 fn the_cli_drives_server_client_and_device() {
     let ws = workspace();
     let cli = &ws["sigil-cli"].links;
@@ -177,7 +189,8 @@ fn every_crate_is_where_its_side_says() {
     let ws = workspace();
     assert_eq!(
         ws.len(),
-        CORES.len() + EVAL.len() + 3,
+        // The drivers: sigil-server, sigil-client, sigil-cli and the C library, sigil-c.
+        CORES.len() + EVAL.len() + 4,
         "a crate is in neither table: {:?}",
         ws.keys().collect::<Vec<_>>()
     );

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Flash and RAM of libsigil.a per feature set, on Cortex-M4F.
+
+Builds the C library for thumbv7em-none-eabihf with each feature set (size profile: opt-level
+z, LTO, one codegen unit, panic=abort), links the device calls a sensor uses into a minimal
+image with rust-lld and --gc-sections (so only what those calls reach stays), and sums the
+sections: flash = .text + .rodata + .data, RAM = .data + .bss (the caller's `sigil_device`
+state, SIGIL_DEVICE_SIZE bytes, and the stack come on top). No C code and no libc are linked:
+this is the library alone.
+
+    python3 tools/c-lib-size/measure.py            # prints a Markdown table
+
+The table and its prose are kept in tools/c-lib-size/section.md, which tools/devbench/report.py
+puts into docs/device-costs.md; paste a new table there after a change that moves it.
+"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+from elftools.elf.elffile import ELFFile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TARGET = "thumbv7em-none-eabihf"
+FEATURES = [
+    ("ed25519", "ed25519,panic-hook"),
+    ("p256", "p256,panic-hook"),
+    ("ed25519 + p256 (default)", "ed25519,p256,panic-hook"),
+    ("ed25519 + p256 + jws", "ed25519,p256,jws,panic-hook"),
+]
+DEVICE_CALLS = [
+    "sigil_device_config_default", "sigil_device_boot", "sigil_device_end",
+    "sigil_device_identity", "sigil_device_handle_timeout", "sigil_device_handle_datagram",
+    "sigil_device_poll_transmit", "sigil_device_poll_timeout", "sigil_device_poll_event",
+    "sigil_device_publish", "sigil_device_get_info",
+]
+LINKER_SCRIPT = """
+MEMORY { FLASH : ORIGIN = 0x00000000, LENGTH = 1M
+         RAM : ORIGIN = 0x20000000, LENGTH = 256K }
+SECTIONS {
+  .text : { *(.text .text.*) } > FLASH
+  .rodata : { *(.rodata .rodata.*) } > FLASH
+  .data : { *(.data .data.*) } > RAM AT > FLASH
+  .bss (NOLOAD) : { *(.bss .bss.*) *(COMMON) } > RAM
+  /DISCARD/ : { *(.ARM.exidx .ARM.exidx.* .ARM.extab.*) }
+}
+"""
+
+
+def rust_lld():
+    sysroot = subprocess.check_output(["rustc", "--print", "sysroot"], text=True).strip()
+    found = glob.glob(os.path.join(sysroot, "lib/rustlib/*/bin/rust-lld"))
+    if not found:
+        sys.exit("rust-lld not found in the Rust sysroot")
+    return found[0]
+
+
+def build(features, target_dir):
+    env = dict(os.environ,
+               CARGO_PROFILE_RELEASE_OPT_LEVEL="z", CARGO_PROFILE_RELEASE_LTO="true",
+               CARGO_PROFILE_RELEASE_CODEGEN_UNITS="1", CARGO_PROFILE_RELEASE_PANIC="abort",
+               CARGO_PROFILE_RELEASE_DEBUG="0")
+    subprocess.check_call(
+        ["cargo", "build", "--quiet", "--release", "-p", "sigil-c", "--target", TARGET,
+         "--no-default-features", "--features", features, "--target-dir", target_dir],
+        cwd=ROOT, env=env)
+    return os.path.join(target_dir, TARGET, "release", "libsigil.a")
+
+
+def measure(lib, work):
+    script = os.path.join(work, "link.ld")
+    with open(script, "w") as f:
+        f.write(LINKER_SCRIPT)
+    elf = os.path.join(work, "image.elf")
+    subprocess.check_call(
+        [rust_lld(), "-flavor", "gnu", "-T", script, "--gc-sections", "-e", "sigil_device_boot",
+         "--defsym=sigil_panic_hook=0", *[f"--undefined={s}" for s in DEVICE_CALLS],
+         "-o", elf, lib])
+    sizes = {}
+    with open(elf, "rb") as f:
+        for s in ELFFile(f).iter_sections():
+            sizes[s.name] = s["sh_size"]
+    flash = sizes.get(".text", 0) + sizes.get(".rodata", 0) + sizes.get(".data", 0)
+    ram = sizes.get(".data", 0) + sizes.get(".bss", 0)
+    return flash, ram
+
+
+def main():
+    target_dir = os.path.join(ROOT, "target", "c-lib-size")
+    print("| features | flash | static RAM |")
+    print("|---|---:|---:|")
+    with tempfile.TemporaryDirectory() as work:
+        for name, features in FEATURES:
+            flash, ram = measure(build(features, target_dir), work)
+            print(f"| {name} | {flash:,} B | {ram:,} B |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
