@@ -116,3 +116,73 @@ def test_a_wrong_answer_is_reported(monkeypatch):
     _, failures, _ = run.run_bench(M4, "cortex-m4", False)
     assert any("sha256_256" in f for f in failures)
     assert len(failures) == 1
+
+
+# The C sensor image (examples/c/m4), built by `scripts/bench-device --quick` where
+# arm-none-eabi-gcc exists.
+C_IMAGE = os.path.join(ROOT, "target", "c-m4-images", "c-m4", "sensor_m4.elf")
+RUST_SENSOR = os.path.join(ROOT, "firmware", "target", "variants", "m4-rustcrypto", "sensor")
+needs_c_image = pytest.mark.skipif(not os.path.exists(C_IMAGE), reason="no C sensor image (arm-none-eabi-gcc)")
+
+
+@needs_c_image
+def test_the_c_sensor_sends_what_the_rust_sensor_sends():
+    """Same generator, same records, same clock: the C image through libsigil.a and the Rust
+    image through sigil-device directly put the same bytes on the radio, at nearly the same
+    cost per reading."""
+    c = run.run_sensor(C_IMAGE, "cortex-m4")
+    r = run.run_sensor(RUST_SENSOR, "cortex-m4")
+    assert (c["halt_code"], c["acked"]) == (0, 3)
+    assert len(c["sent"]) == 4 and c["sent"] == r["sent"]
+    assert bytes.fromhex(c["sent"][0])[1] == 0x02  # the registration is a POST
+    per_c, per_r = c["per_reading"]["cycles"], r["per_reading"]["cycles"]
+    assert abs(per_c - per_r) / per_r < 0.01
+    assert 0 < c["boot"]["cycles"] < c["cycles"]
+
+
+@needs_c_image
+def test_the_c_image_is_counted_whole():
+    """Every allocated section of the C image is one the harness counts, and the linker map's
+    breakdown by input file adds up to the image."""
+    import linkmap
+    from elftools.elf.elffile import ELFFile
+    with open(C_IMAGE, "rb") as f:
+        alloc = {s.name for s in ELFFile(f).iter_sections() if s["sh_flags"] & 2}
+    assert alloc == {".vector_table", ".text", ".rodata", ".data", ".bss"}
+    img = Image(C_IMAGE)
+    inputs = linkmap.by_input(C_IMAGE.replace(".elf", ".map"))
+    assert sum(v["flash"] for v in inputs.values()) == img.flash_bytes()
+    assert sum(v["ram"] for v in inputs.values()) == img.static_ram_bytes()
+    assert inputs["libsigil.a: sigil"]["flash"] > 30_000
+    assert inputs["sensor_m4.o"]["ram"] >= 4096  # the device state, static
+
+
+@needs_c_image
+def test_refused_readings_fail_the_c_sensor_run(monkeypatch):
+    """A broker that refuses every reading (4.03): the image halts normally with no reading
+    acknowledged, and the harness reports the run as a failure."""
+    answer = run.coap_answer
+
+    def refuse(datagram):
+        a = bytearray(answer(datagram))
+        if a[1] == 0x44:  # 2.04 for a reading becomes 4.03
+            a[1] = 0x83
+        return bytes(a)
+
+    monkeypatch.setattr(run, "coap_answer", refuse)
+    monkeypatch.setattr(run, "C_SENSOR_VARIANTS", run.C_SENSOR_VARIANTS[:1])
+    failures = []
+    out = run.c_sensors(failures)
+    assert out["c-m4"]["acked"] == 0 and out["c-m4"]["halt_code"] == 0
+    assert failures == ["C sensor c-m4: halted with 0, 0/3 readings acknowledged"]
+
+
+def test_without_the_cross_compiler_the_c_sensor_is_skipped_unless_ci(monkeypatch):
+    monkeypatch.setattr(run.shutil, "which", lambda _: None)
+    monkeypatch.delenv("CI", raising=False)
+    failures = []
+    assert "arm-none-eabi-gcc not found" in run.c_sensors(failures)["skipped"]
+    assert failures == []
+    monkeypatch.setenv("CI", "true")
+    run.c_sensors(failures)
+    assert len(failures) == 1 and "arm-none-eabi-gcc" in failures[0]

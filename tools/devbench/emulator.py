@@ -95,6 +95,7 @@ class Machine:
         self.intercepts = {}
         self.patched = []
         self.halted = False
+        self.progress = None
 
     def paint(self):
         n = (self.stack_top - self.stack_bottom) // 4
@@ -127,6 +128,9 @@ class Machine:
         uc.reg_write(A.UC_ARM_REG_SP, self.stack_top)
         uc.reg_write(A.UC_ARM_REG_LR, RETURN | 1)
         state = {"insns": 0, "cycles": 0, "prev": None}
+        # The counts so far, for intercepts: instructions up to the end of the current block,
+        # cycles up to its start.
+        self.progress = state
 
         def on_block(uc, addr, size, _):
             b = self._block(addr, size)

@@ -8,7 +8,8 @@ Steps: build the firmware images (firmware/) for each target and backend; run ev
 of the bench image inside unicorn (Cortex-M4 and Cortex-M0+ models) and check its output
 against vectors/device-kat.json; count instructions, estimate cycles and measure the painted
 stack; calibrate the cycle model against p256-cm4's published hardware cycles; run the
-complete signing sensor image against an emulated server; take flash and RAM from the linked
+complete signing sensor image against an emulated server, and the same sensor in C
+(examples/c/m4, libsigil.a linked with arm-none-eabi-gcc); take flash and RAM from the linked
 images; build and run the AVR image under simavr where the toolchain allows; convert cycles to
 time and energy on the seeds' boards; write the report.
 """
@@ -50,6 +51,13 @@ SENSOR_VARIANTS = [
     ("m4-compact", "thumbv7em-none-eabihf", ["compact"], "cortex-m4", "--cfg aes_compact"),
     ("m0plus-rustcrypto", "thumbv6m-none-eabi", [], "cortex-m0plus", ""),
 ]
+# The C sensor (examples/c/m4): (variant, libsigil.a features, LTO, the Rust sensor variant
+# with the same curves it is compared with). Cortex-M4F only.
+C_SENSOR_VARIANTS = [
+    ("c-m4", "ed25519,p256,panic-hook", True, "m4-rustcrypto"),
+    ("c-m4-no-lto", "ed25519,p256,panic-hook", False, "m4-rustcrypto"),
+]
+C_COMPILER = "arm-none-eabi-gcc"
 
 
 def log(msg):
@@ -77,6 +85,18 @@ def build(variant, target, features, rustflags, binary, profile):
     os.makedirs(dest, exist_ok=True)
     shutil.copy2(os.path.join(target_dir, target, profile, binary), os.path.join(dest, binary))
     return os.path.join(dest, binary)
+
+
+def build_c_sensor(variant, features, lto):
+    """Builds libsigil.a and the C sensor image with arm-none-eabi-gcc (examples/c/m4/Makefile);
+    returns the image and its linker map."""
+    out = os.path.join(ROOT, "target", "c-m4-images", variant)
+    t = time.time()
+    subprocess.run(["make", "--quiet", "-C", os.path.join(ROOT, "examples", "c", "m4"),
+                    f"FEATURES={features}", f"LTO={1 if lto else 0}", f"OUT={out}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    log(f"  built C sensor {variant:14} (libsigil.a {features}{'' if lto else ', no LTO'}) in {time.time() - t:5.1f}s")
+    return os.path.join(out, "sensor_m4.elf"), os.path.join(out, "sensor_m4.map")
 
 
 def run_bench(path, core, count):
@@ -130,6 +150,7 @@ def run_sensor(path, core, chain=False):
     img = Image(path)
     m = Machine(img, core, count_cycles=True)
     sent = []
+    at = []  # (instructions, cycles) when each datagram reaches the radio
 
     def on_transmit(machine):
         from unicorn import arm_const as A
@@ -137,6 +158,7 @@ def run_sensor(path, core, chain=False):
         n = machine.uc.reg_read(A.UC_ARM_REG_R1)
         d = bytes(machine.uc.mem_read(ptr, n))
         sent.append(d)
+        at.append((machine.progress["insns"], machine.progress["cycles"]))
         answer = coap_answer(d)
         machine.write("SIGIL_RX", answer)
         machine.write("SIGIL_RX_LEN", struct.pack("<I", len(answer)))
@@ -155,14 +177,52 @@ def run_sensor(path, core, chain=False):
         fresh = Machine(img, core, count_cycles=False)
         fresh.intercepts = {a: f for a, f in m.intercepts.items()}
         deepest = fresh.deepest_chain("main")
+    # The first datagram is the registration (boot, key generation and identity before it);
+    # each later one a reading. A reading's cost: from one reading leaving to the next (the
+    # previous one's acknowledgement, then build, sign and send), averaged.
+    boot = per_reading = None
+    if at:
+        boot = {"instructions": at[0][0], "cycles": at[0][1]}
+    if len(at) >= 3:
+        k = len(at) - 2
+        per_reading = {"instructions": (at[-1][0] - at[1][0]) // k, "cycles": (at[-1][1] - at[1][1]) // k}
     return {
         "deepest": deepest,
         "halt_code": code, "acked": acked, "datagrams": [len(d) for d in sent],
+        "sent": [d.hex() for d in sent], "boot": boot, "per_reading": per_reading,
         "instructions": insns, "cycles": cycles, "stack": stack,
         "flash": img.flash_bytes(), "static_ram": img.static_ram_bytes(),
         "ram_with_stack": img.static_ram_bytes() + stack,
         "crates": breakdown(img),
     }
+
+
+def c_sensors(failures):
+    """Builds and runs the C sensor images. Without arm-none-eabi-gcc they are skipped with the
+    reason (a failure where CI is set: scripts/install-test-deps installs it)."""
+    import linkmap
+    if shutil.which(C_COMPILER) is None:
+        why = (f"{C_COMPILER} not found (scripts/install-test-deps installs gcc-arm-none-eabi "
+               "and libnewlib-arm-none-eabi)")
+        log(f"  skipped: {why}")
+        if os.environ.get("CI"):
+            failures.append(f"C sensor: {why}")
+        return {"skipped": why}
+    out = {}
+    for variant, features, lto, rust in C_SENSOR_VARIANTS:
+        try:
+            path, map_path = build_c_sensor(variant, features, lto)
+            r = run_sensor(path, "cortex-m4")
+        except (subprocess.CalledProcessError, EmulationError) as e:
+            failures.append(f"C sensor {variant}: {e}")
+            continue
+        r.update(features=features, lto=lto, compare=rust, inputs=linkmap.by_input(map_path))
+        out[variant] = r
+        if r["halt_code"] != 0 or r["acked"] != 3:
+            failures.append(f"C sensor {variant}: halted with {r['halt_code']}, {r['acked']}/3 readings acknowledged")
+        log(f"  {variant:18} flash {r['flash']:6} B, RAM {r['static_ram']} B static + {r['stack']} B stack,"
+            f" {r['acked']}/3 readings acknowledged, {r['instructions']:,} instructions")
+    return out
 
 
 def main():
@@ -173,7 +233,7 @@ def main():
     ap.add_argument("--report", default=os.path.join(ROOT, "docs", "device-costs.md"))
     args = ap.parse_args()
     count = not args.quick
-    results = {"bench": {}, "sensor": {}, "calibration": None, "avr": None}
+    results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None}
     failures = []
 
     log("== building firmware images")
@@ -201,6 +261,9 @@ def main():
             failures.append(f"sensor {variant}: halted with {r['halt_code']}, {r['acked']}/3 readings acknowledged")
         log(f"  {variant:18} flash {r['flash']:6} B, RAM {r['static_ram']} B static + {r['stack']} B stack,"
             f" {r['acked']}/3 readings acknowledged, {r['instructions']:,} instructions")
+
+    log("== the C sensor image (libsigil.a, arm-none-eabi-gcc)")
+    results["c_sensor"] = c_sensors(failures)
 
     if count:
         log("== calibrating the Cortex-M4 model against p256-cm4")
