@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Flash and RAM of libsigil.a per feature set, on Cortex-M4F.
 
-Builds the C library for thumbv7em-none-eabihf with each feature set (size profile: opt-level
-z, LTO, one codegen unit, panic=abort), links the device calls a sensor uses into a minimal
-image with rust-lld and --gc-sections (so only what those calls reach stays), and sums the
-sections: flash = .text + .rodata + .data, RAM = .data + .bss (the caller's `sigil_device`
-state, SIGIL_DEVICE_SIZE bytes, and the stack come on top). No C code and no libc are linked:
-this is the library alone.
+Builds the C library for thumbv7em-none-eabihf with each feature set (the workspace's `size`
+profile: opt-level z, LTO, one codegen unit, panic=abort; through `cargo rustc --crate-type
+staticlib`, because cargo applies no LTO to a crate that also builds an rlib), links the
+device calls a sensor uses into a minimal image with rust-lld and --gc-sections (so only what
+those calls reach stays), and sums the sections: flash = .text + .rodata + .data, RAM = .data +
+.bss (the caller's `sigil_device` state, SIGIL_DEVICE_SIZE bytes, and the stack come on top).
+No C code and no libc are linked: this is the library alone. examples/c/m4 links the same
+archives into the C sensor image.
 
     python3 tools/c-lib-size/measure.py            # prints a Markdown table
 
@@ -56,16 +58,15 @@ def rust_lld():
     return found[0]
 
 
-def build(features, target_dir):
-    env = dict(os.environ,
-               CARGO_PROFILE_RELEASE_OPT_LEVEL="z", CARGO_PROFILE_RELEASE_LTO="true",
-               CARGO_PROFILE_RELEASE_CODEGEN_UNITS="1", CARGO_PROFILE_RELEASE_PANIC="abort",
-               CARGO_PROFILE_RELEASE_DEBUG="0")
+def build(features):
+    """libsigil.a as examples/c/m4/Makefile builds it (the same target directories)."""
+    target_dir = os.path.join(ROOT, "target", "c-m4-lib", features.replace(",", "-"))
     subprocess.check_call(
-        ["cargo", "build", "--quiet", "--release", "-p", "sigil-c", "--target", TARGET,
-         "--no-default-features", "--features", features, "--target-dir", target_dir],
-        cwd=ROOT, env=env)
-    return os.path.join(target_dir, TARGET, "release", "libsigil.a")
+        ["cargo", "rustc", "--quiet", "--profile", "size", "-p", "sigil-c", "--target", TARGET,
+         "--no-default-features", "--features", features, "--target-dir", target_dir,
+         "--crate-type", "staticlib"],
+        cwd=ROOT)
+    return os.path.join(target_dir, TARGET, "size", "libsigil.a")
 
 
 def measure(lib, work):
@@ -87,12 +88,11 @@ def measure(lib, work):
 
 
 def main():
-    target_dir = os.path.join(ROOT, "target", "c-lib-size")
     print("| features | flash | static RAM |")
     print("|---|---:|---:|")
     with tempfile.TemporaryDirectory() as work:
         for name, features in FEATURES:
-            flash, ram = measure(build(features, target_dir), work)
+            flash, ram = measure(build(features), work)
             print(f"| {name} | {flash:,} B | {ram:,} B |", flush=True)
 
 
