@@ -186,3 +186,14 @@ def test_without_the_cross_compiler_the_c_sensor_is_skipped_unless_ci(monkeypatc
     monkeypatch.setenv("CI", "true")
     run.c_sensors(failures)
     assert len(failures) == 1 and "arm-none-eabi-gcc" in failures[0]
+
+
+@needs_c_image
+def test_the_deepest_stack_run_leaves_the_measured_run_alone():
+    """run_sensor(chain=True) runs the image a second time for the stack chain; what that run
+    sends must not be counted into the first run's datagrams and per-reading cost."""
+    plain = run.run_sensor(C_IMAGE, "cortex-m4")
+    chained = run.run_sensor(C_IMAGE, "cortex-m4", chain=True)
+    assert chained["sent"] == plain["sent"] and len(plain["sent"]) == 4
+    assert chained["per_reading"] == plain["per_reading"]
+    assert chained["deepest"] and chained["deepest"][0][0] == "main"

@@ -174,9 +174,12 @@ def run_sensor(path, core, chain=False):
     acked = m.read_u32("SIGIL_ACKED")
     deepest = None
     if chain:
+        # A second run for the deepest stack point: what it sends is not this run's.
+        n = len(sent)
         fresh = Machine(img, core, count_cycles=False)
         fresh.intercepts = {a: f for a, f in m.intercepts.items()}
         deepest = fresh.deepest_chain("main")
+        del sent[n:], at[n:]
     # The first datagram is the registration (boot, key generation and identity before it);
     # each later one a reading. A reading's cost: from one reading leaving to the next (the
     # previous one's acknowledgement, then build, sign and send), averaged.
