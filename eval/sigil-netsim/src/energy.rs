@@ -40,33 +40,33 @@ pub struct CycleTable {
 /// used, as a lower bound, for the Cortex-M3 boards (CC2538, SAM3U): see docs/device-costs.md.
 pub const CORTEX_M4_PORTABLE: CycleTable = CycleTable {
     name: "Cortex-M4, portable backend",
-    sign_ed25519: Some(4_155_395),
-    verify_ed25519: Some(2_329_659),
-    keygen_ed25519: Some(2_062_169),
-    sign_p256: Some(14_857_869),
-    verify_p256: Some(13_626_516),
-    keygen_p256: Some(6_866_690),
-    ecdh_p256: Some(6_873_966),
-    x25519: Some(1_770_247),
+    sign_ed25519: Some(4_157_045),
+    verify_ed25519: Some(2_330_149),
+    keygen_ed25519: Some(2_062_996),
+    sign_p256: Some(14_858_299),
+    verify_p256: Some(13_626_517),
+    keygen_p256: Some(6_866_686),
+    ecdh_p256: Some(6_874_225),
+    x25519: Some(1_770_246),
     sha256_256: 14_547,
-    ccm8_16: 29_618,
-    ccm8_256: 131_985,
+    ccm8_16: 29_623,
+    ccm8_256: 131_998,
 };
 
 /// Cortex-M4 with the fast backend (P-256 in UMAAL assembly; needs ARMv7E-M).
 pub const CORTEX_M4_FAST: CycleTable = CycleTable {
     name: "Cortex-M4, fast backend",
-    sign_ed25519: Some(4_155_028),
-    verify_ed25519: Some(2_326_133),
-    keygen_ed25519: Some(2_061_986),
-    sign_p256: Some(475_400),
-    verify_p256: Some(982_938),
+    sign_ed25519: Some(4_154_881),
+    verify_ed25519: Some(2_325_695),
+    keygen_ed25519: Some(2_061_915),
+    sign_p256: Some(475_394),
+    verify_p256: Some(982_940),
     keygen_p256: Some(320_881),
-    ecdh_p256: Some(919_687),
-    x25519: Some(987_086),
+    ecdh_p256: Some(919_688),
+    x25519: Some(987_085),
     sha256_256: 14_547,
-    ccm8_16: 29_655,
-    ccm8_256: 131_928,
+    ccm8_16: 29_661,
+    ccm8_256: 131_926,
 };
 
 /// ATmega2560 under simavr (cycle-exact), opt-level s: SHA-256, CCM-8 and X25519 build for
@@ -468,7 +468,11 @@ mod tests {
         let s = m.sign(&k, b"x").unwrap();
         let p = RustCrypto.public_key(&k).unwrap();
         m.verify(&p, b"x", &s.0).unwrap();
-        assert_eq!(m.cycles(), 6_866_690 + 14_857_869 + 13_626_516);
+        let t = CORTEX_M4_PORTABLE;
+        assert_eq!(
+            m.cycles(),
+            t.keygen_p256.unwrap() + t.sign_p256.unwrap() + t.verify_p256.unwrap()
+        );
         let o = m.ops();
         assert_eq!((o.keygen, o.sign, o.verify), (1, 1, 1));
         m.sha256(&[&[0; 55]]);
@@ -498,8 +502,8 @@ mod tests {
     #[test]
     fn ccm_cost_is_the_line_through_the_measured_points() {
         let t = CORTEX_M4_PORTABLE;
-        assert_eq!(t.ccm8(16), 29_618);
-        assert_eq!(t.ccm8(256), 131_985);
+        assert_eq!(t.ccm8(16), t.ccm8_16);
+        assert_eq!(t.ccm8(256), t.ccm8_256);
         assert!(t.ccm8(64) > t.ccm8(16));
     }
 }
