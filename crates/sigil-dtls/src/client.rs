@@ -139,11 +139,14 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
     }
     rng.fill(&mut base.client_random)?;
     cx.rl.aead = aead_of(base.suite);
-    let resume = session.filter(|s| s.suite == base.suite).map(|s| Resume {
-        id: s.id,
-        master: s.master,
-        peer: s.peer().clone(),
-    });
+    let resume = session
+        .filter(|s| s.suite == base.suite)
+        .filter(|s| trust::client_may_resume(cx.crypto, cx.trust, s, base.psk.as_ref()))
+        .map(|s| Resume {
+            id: s.id,
+            master: s.master,
+            peer: s.peer().clone(),
+        });
     let s = ExpectHelloVerifyOrServerHello {
         base,
         hello_verifies: 0,

@@ -342,6 +342,27 @@ pub(crate) fn recheck_session<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
     }
 }
 
+/// Client: whether a cached session may be offered for resumption. The abbreviated handshake
+/// authenticates the server only by its knowledge of the old master secret, so the session is
+/// offered only while what authenticated the server then still would now: the same PSK
+/// identity and key as this connection's credentials, or a server key [`Trust`] still accepts
+/// as a key (a session from a certificate chain, which cannot be rechecked without the chain,
+/// takes a full handshake, as on the server side).
+pub(crate) fn client_may_resume<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
+    crypto: &C,
+    trust: &T,
+    session: &Session,
+    psk: Option<&Psk>,
+) -> bool {
+    match session.peer() {
+        Peer::Psk { key, .. } => psk.is_some_and(|p| {
+            p.identity() == session.psk_identity() && PskCheck::of(crypto, p.key()) == *key
+        }),
+        Peer::Key { key, .. } => trust.trusted_key(key),
+        Peer::Anonymous(_) => false,
+    }
+}
+
 /// A peer's public key that [`Trust`] accepted (a pinned raw key or the leaf of a valid
 /// chain). Possession is not proven yet: that takes a signature ([`verify_signed`]).
 #[derive(Clone, Copy, Debug)]

@@ -266,6 +266,82 @@ fn a_raw_public_key_session_resumes_only_while_the_client_key_is_trusted() {
     let s3 = s3.expect("the server accepted");
     assert!(!s3.resumed() && !s3.is_established());
     assert_eq!(s3.failure(), Some(Error::UntrustedKey));
+    // The client no longer trusts the server's identity: it does not offer the cached
+    // session (the abbreviated handshake would not show it the server's key again), and the
+    // full handshake it runs instead fails on the server's key.
+    let c4 = Connection::resume(
+        RustCrypto,
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &[],
+        },
+        Config::default(),
+        &mut rng(10),
+        Credentials::RawPublicKey(Some(&ck)),
+        &cs,
+        at(0),
+    )
+    .unwrap();
+    let (pair, _) = run(c4, offer(Some(&ss), trusted, 63), 0);
+    let (c4, s4) = pair.into_parts();
+    assert!(!c4.resumed() && !c4.is_established());
+    assert_eq!(c4.failure(), Some(Error::UntrustedKey));
+    assert!(!s4.expect("the server accepted").resumed());
+}
+
+#[test]
+fn a_psk_session_is_offered_only_with_the_key_it_was_made_with() {
+    let (client_session, server_session, _) = full_psk();
+    // The client's key for the identity was replaced: the old session is not offered, so
+    // the server (which still has it cached) runs a full handshake, which these two keys
+    // cannot complete.
+    let c = Connection::resume(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut rng(11),
+        Credentials::Psk {
+            identity: b"sensor-1",
+            key: b"fedcba9876543210",
+        },
+        &client_session,
+        at(0),
+    )
+    .unwrap();
+    let mut pair = Pair::new(
+        c,
+        |cookie, d, _| psk_server(Some(&server_session), 54)(cookie, d),
+        Link::PERFECT,
+    );
+    assert!(pair.run_until_accepted(), "{:?}", pair.errors);
+    pair.run_until_idle(Duration::from_secs(40));
+    let (c, s) = pair.into_parts();
+    let s = s.expect("the server accepted");
+    assert!(!c.resumed() && !s.resumed());
+    assert!(!c.is_established() && !s.is_established());
+    // Another identity with the same key: not offered either.
+    let c = Connection::resume(
+        RustCrypto,
+        Keys,
+        Config::default(),
+        &mut rng(12),
+        Credentials::Psk {
+            identity: b"sensor-2",
+            key: b"0123456789abcdef",
+        },
+        &client_session,
+        at(0),
+    )
+    .unwrap();
+    let mut pair = Pair::new(
+        c,
+        |cookie, d, _| psk_server(Some(&server_session), 55)(cookie, d),
+        Link::PERFECT,
+    );
+    assert!(pair.run_until_accepted(), "{:?}", pair.errors);
+    pair.run_until_idle(Duration::from_secs(40));
+    let (c, s) = pair.into_parts();
+    assert!(!c.resumed() && !s.expect("the server accepted").resumed());
 }
 
 #[test]
