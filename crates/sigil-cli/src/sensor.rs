@@ -95,7 +95,7 @@ pub async fn run<S: DeviceStorage>(
         device
             .handle_timeout(now, &mut storage)
             .map_err(|e| anyhow!("device: {e}"))?;
-        let want_more = run.readings.map_or(true, |n| published < n) && !*stop.borrow();
+        let want_more = run.readings.is_none_or(|n| published < n) && !*stop.borrow();
         if want_more && device.can_publish() && now >= next_reading {
             let (temp, hum) = synthetic(now.as_millis() as f64 / 1000.0, run.phase);
             let records = [

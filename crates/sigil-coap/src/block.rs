@@ -92,6 +92,8 @@ impl BlockOption {
     }
 }
 
+impl core::error::Error for BlockError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +140,3 @@ mod tests {
         assert_eq!(BlockOption::szx_for(5000), 6);
     }
 }
-
-impl core::error::Error for BlockError {}

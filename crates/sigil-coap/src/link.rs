@@ -53,13 +53,13 @@ fn is_parmname(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$&+-.^_`|~*".contains(&c)
 }
 
+/// One scanned attribute: the name's start and end, the value's start and end if it has one,
+/// and the index just past it.
+type ScannedAttr = (usize, usize, Option<(usize, usize)>, usize);
+
 /// Scans one attribute starting after `;` at `s[i..]`. Returns the attribute and the index
 /// just past it.
-fn scan_attr(
-    s: &[u8],
-    mut i: usize,
-    base: usize,
-) -> Result<(usize, usize, Option<(usize, usize)>, usize), LinkError> {
+fn scan_attr(s: &[u8], mut i: usize, base: usize) -> Result<ScannedAttr, LinkError> {
     let name_start = i;
     while i < s.len() && is_parmname(s[i]) {
         i += 1;

@@ -52,8 +52,11 @@ fn bad(what: &'static str) -> Error {
     Error::BadCertificate(what)
 }
 
-/// One DER TLV: (tag, value, rest). Definite lengths up to 3 bytes, minimal encoding.
-fn tlv<'a>(buf: &'a [u8], what: &'static str) -> Result<(u8, &'a [u8], &'a [u8], &'a [u8]), Error> {
+/// A DER TLV as [`tlv`] splits it: (tag, value, rest, the whole TLV).
+type Tlv<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+/// One DER TLV: (tag, value, rest, whole). Definite lengths up to 3 bytes, minimal encoding.
+fn tlv<'a>(buf: &'a [u8], what: &'static str) -> Result<Tlv<'a>, Error> {
     let (&tag, rest) = buf.split_first().ok_or(bad(what))?;
     let (&first, rest) = rest.split_first().ok_or(bad(what))?;
     let (len, rest) = if first < 0x80 {

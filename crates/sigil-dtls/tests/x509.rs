@@ -134,7 +134,15 @@ fn path_failures_each_have_their_error() {
     let stranger_der = pki::STRANGER.to_vec();
     let stranger: [&[u8]; 1] = [&stranger_der];
     let (ek, stk) = (key(pki::EXPIRED_KEY), key(pki::STRANGER_KEY));
-    let cases: Vec<(&str, &[&[u8]], &SecretKey, &[&[u8]], UnixTime, Error)> = vec![
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a [u8]],
+        &'a SecretKey,
+        &'a [&'a [u8]],
+        UnixTime,
+        Error,
+    );
+    let cases: Vec<Case> = vec![
         (
             "anchor of another PKI",
             &full,
@@ -206,7 +214,7 @@ fn chain_validation_refuses_non_ca_issuers_and_tampering() {
     // A leaf used as an issuer.
     let e = x509::verify_chain(
         &RustCrypto,
-        &[&rogue, pki::CLIENT, pki::INTERMEDIATE],
+        &[rogue, pki::CLIENT, pki::INTERMEDIATE],
         &roots,
         NOW,
     )

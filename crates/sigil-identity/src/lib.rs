@@ -157,7 +157,7 @@ impl Identity {
         }
         let mut scratch = [own; MAX_GROUP_MEMBERS];
         let n = sorted(others, own, &mut scratch)?;
-        if scratch[..n].iter().any(|k| *k == own) {
+        if scratch[..n].contains(&own) {
             return Err(IdentityError::DuplicateKey);
         }
         Ok(Self::hash_keys(

@@ -170,12 +170,12 @@ fn emit_into_refuses_a_small_buffer_at_every_length() {
     let a = KeyAnnouncement::new(p256(), b"kitchen").unwrap();
     let group = [test1(), test2()];
     let mut big = [0u8; 512];
-    let n = a.emit_into(&mut big, &group).unwrap();
+    let n = a.emit_into(&mut big, group).unwrap();
     assert_eq!(std::str::from_utf8(&big[..n]).unwrap(), emit(&a, &group));
     for len in 0..n {
         let mut small = vec![0u8; len];
         assert_eq!(
-            a.emit_into(&mut small, &group),
+            a.emit_into(&mut small, group),
             Err(AnnounceError::BufferTooSmall),
             "{len}"
         );

@@ -16,6 +16,9 @@ impl<'b> SliceWriter<'b> {
     pub fn len(&self) -> usize {
         self.len
     }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl fmt::Write for SliceWriter<'_> {

@@ -324,6 +324,7 @@ impl<'a> SignedReading<'a> {
 /// Signs a reading on the device. `senml` is the already-encoded pack (SenML-CBOR for COSE,
 /// SenML-JSON for JWS). `scratch` must hold the to-be-signed bytes (payload + about 100 bytes);
 /// the result goes to `out`. No heap.
+#[allow(clippy::too_many_arguments)]
 pub fn sign_reading<C: CryptoProvider + ?Sized>(
     crypto: &C,
     key: &SecretKey,

@@ -844,7 +844,6 @@ impl SecureLayer {
             key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
             require_client_key: self.config.require_client_auth,
             chain: (!chain.is_empty()).then_some(&chain[..]),
-            ..ServerCredentials::NONE
         };
         match Connection::accept(
             RustCrypto,

@@ -577,7 +577,12 @@ fn a_plain_client_registers_and_refreshes_its_open_entry() {
     );
     let again = links.replace("ct=18", "ct=65100");
     assert_eq!(
-        r.attack(Code::POST, "rd", &[ep.clone()], again.as_bytes()),
+        r.attack(
+            Code::POST,
+            "rd",
+            std::slice::from_ref(&ep),
+            again.as_bytes()
+        ),
         Code::CREATED
     );
     // Its owner signs an update: from now on the entry is the device's.
