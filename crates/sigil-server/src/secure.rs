@@ -82,6 +82,13 @@ pub struct DtlsConfig {
     /// behind one NAT address needs one per device, so this is a large fraction of
     /// `max_sessions`, never all of it.
     pub max_sessions_per_host: usize,
+    /// Handshakes one source host may start (each costs the server its key exchange and,
+    /// with keys, a signature) in a burst, then `handshakes_per_host_per_sec` sustained: a
+    /// token bucket per host, so a host that fails its handshakes at once to start new ones
+    /// cannot take the server's CPU. Buckets are kept for at most [`RATE_HOSTS`] hosts.
+    pub handshake_burst_per_host: u32,
+    /// Sustained handshake starts per second per source host (see above).
+    pub handshakes_per_host_per_sec: u32,
     /// A handshake older than this is stale (evictable).
     pub handshake_timeout: Duration,
     /// A session without traffic for this long is stale (evictable).
@@ -115,6 +122,8 @@ impl DtlsConfig {
             max_handshakes_per_host: 16,
             max_sessions: 4096,
             max_sessions_per_host: 1024,
+            handshake_burst_per_host: 32,
+            handshakes_per_host_per_sec: 8,
             handshake_timeout: Duration::from_secs(30),
             session_idle: Duration::from_secs(3600),
             certificate_chain: Vec::new(),
@@ -283,6 +292,8 @@ enum Refusal {
     HostSessions,
     /// The session table is full of live sessions (and handshakes that may become some).
     Sessions,
+    /// The host started its burst of handshakes and is above its sustained rate.
+    HostRate,
 }
 
 impl Refusal {
@@ -292,7 +303,73 @@ impl Refusal {
             Self::Handshakes => "dtls.refused_tables_full",
             Self::HostSessions => "dtls.refused_host_sessions",
             Self::Sessions => "dtls.refused_tables_full",
+            Self::HostRate => "dtls.refused_host_rate",
         }
+    }
+}
+
+/// Most hosts whose handshake-rate bucket is kept (about 48 B each: 196 KiB at most). A
+/// bucket that has filled up again is the same as none and goes first; past that, the host
+/// with the most tokens left (the least throttled) gives its bucket up.
+pub const RATE_HOSTS: usize = 4096;
+
+/// Handshake starts per source host: a token bucket in thousandths of a handshake.
+struct StartRate {
+    burst: u64,
+    per_sec: u64,
+    hosts: HashMap<Host, (u64, Instant)>,
+}
+
+impl StartRate {
+    fn new(burst: u32, per_sec: u32) -> Self {
+        Self {
+            burst: u64::from(burst.max(1)) * 1000,
+            per_sec: u64::from(per_sec),
+            hosts: HashMap::new(),
+        }
+    }
+
+    /// The tokens (thousandths) of a bucket at `now`.
+    fn level(&self, (tokens, at): (u64, Instant), now: Instant) -> u64 {
+        let ms = now
+            .saturating_since(at)
+            .as_millis()
+            .min(u128::from(u32::MAX)) as u64;
+        tokens
+            .saturating_add(ms.saturating_mul(self.per_sec))
+            .min(self.burst)
+    }
+
+    /// Takes one handshake start from `host`'s bucket, if it has one.
+    fn take(&mut self, now: Instant, host: Host) -> bool {
+        if !self.hosts.contains_key(&host) && self.hosts.len() >= RATE_HOSTS {
+            let (burst, per_sec) = (self.burst, self.per_sec);
+            let probe = Self {
+                burst,
+                per_sec,
+                hosts: HashMap::new(),
+            };
+            self.hosts.retain(|_, b| probe.level(*b, now) < burst);
+            if self.hosts.len() >= RATE_HOSTS {
+                let least_throttled = self
+                    .hosts
+                    .iter()
+                    .max_by_key(|(_, b)| probe.level(**b, now))
+                    .map(|(h, _)| *h);
+                if let Some(h) = least_throttled {
+                    self.hosts.remove(&h);
+                }
+            }
+            shrink_if_sparse(&mut self.hosts);
+        }
+        let bucket = self.hosts.get(&host).copied().unwrap_or((self.burst, now));
+        let level = self.level(bucket, now);
+        if level < 1000 {
+            self.hosts.insert(host, (level, now));
+            return false;
+        }
+        self.hosts.insert(host, (level - 1000, now));
+        true
     }
 }
 
@@ -320,6 +397,7 @@ pub struct SecureLayer {
     cache: HashMap<[u8; 32], Cached>,
     cache_order: VecDeque<[u8; 32]>,
     cache_bytes: ByteBudget,
+    start_rate: StartRate,
     next_sweep: Instant,
     log: LogLimiter,
     stats: Stats,
@@ -352,6 +430,10 @@ impl SecureLayer {
                 SESSION_BYTES,
             ),
         );
+        let start_rate = StartRate::new(
+            config.handshake_burst_per_host,
+            config.handshakes_per_host_per_sec,
+        );
         let cache_bytes = ByteBudget::new(
             RESUMPTION_TABLE,
             caps(
@@ -373,6 +455,7 @@ impl SecureLayer {
             cache: HashMap::new(),
             cache_order: VecDeque::new(),
             cache_bytes,
+            start_rate,
             next_sweep: Instant::ZERO,
             log: LogLimiter::default(),
             stats,
@@ -415,11 +498,15 @@ impl SecureLayer {
     }
 
     /// Publishes the tables' gauges (`mem.dtls_handshakes.*`, `mem.dtls_sessions.*`,
-    /// `mem.dtls_resumption.*`); done on every [`SecureLayer::handle_timeout`].
+    /// `mem.dtls_resumption.*`) and how many hosts have a handshake-rate bucket
+    /// (`dtls.rate_hosts`, at most [`RATE_HOSTS`]); done on every
+    /// [`SecureLayer::handle_timeout`].
     pub fn publish(&self) {
         self.handshake_bytes.publish(&self.stats);
         self.session_bytes.publish(&self.stats);
         self.cache_bytes.publish(&self.stats);
+        self.stats
+            .set("dtls.rate_hosts", self.start_rate.hosts.len() as u64);
     }
 
     /// The authenticated identity of an established session.
@@ -818,7 +905,14 @@ impl SecureLayer {
             }
             None => false,
         };
-        if let Err(refusal) = self.make_room(now, host, peer) {
+        let room = self.make_room(now, host, peer).and_then(|()| {
+            if self.start_rate.take(now, host) {
+                Ok(())
+            } else {
+                Err(Refusal::HostRate)
+            }
+        });
+        if let Err(refusal) = room {
             self.count(refusal.counter());
             crate::limited!(self.log, Self::secs(now), refusal.counter(), info, %peer, reason = ?refusal, "ClientHello refused: no room in the DTLS tables");
             return;
@@ -1144,6 +1238,30 @@ fn peer_bytes(peer: &SocketAddr) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rate table stays within [`RATE_HOSTS`] buckets under a spread of hosts; refilled
+    /// buckets go first, then the least throttled, so a throttled host keeps its bucket.
+    #[test]
+    fn rate_buckets_are_bounded_and_throttled_hosts_keep_theirs() {
+        let mut r = StartRate::new(2, 1);
+        let t0 = Instant::ZERO;
+        let throttled = Host::of_ip([198, 51, 100, 1].into());
+        assert!(r.take(t0, throttled) && r.take(t0, throttled));
+        assert!(!r.take(t0, throttled));
+        for i in 0..3 * RATE_HOSTS as u32 {
+            let h = Host::of_ip(std::net::Ipv4Addr::from(0x0a00_0000 + i).into());
+            assert!(r.take(t0, h), "a new host has its burst");
+            assert!(r.hosts.len() <= RATE_HOSTS);
+        }
+        assert!(
+            !r.take(t0, throttled),
+            "the throttled host kept its empty bucket"
+        );
+        // A second on, one token back.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(r.take(t1, throttled));
+        assert!(!r.take(t1, throttled));
+    }
 
     /// The figures docs/security.md quotes (x86-64, the server's feature set): an entry is
     /// charged at least its state, and not far beyond it.

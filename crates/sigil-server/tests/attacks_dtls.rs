@@ -234,7 +234,8 @@ impl Flood {
                 RustCrypto,
                 AnyServer,
                 Config::default(),
-                &mut Seeded(u64::from(self.next_port)),
+                // A new random per ClientHello, also when a port is used again.
+                &mut Seeded(u64::from(self.next_port) ^ (self.hellos_with_cookie << 20)),
                 Credentials::Psk {
                     identity: b"nobody",
                     key: &[1; 16],
@@ -554,4 +555,52 @@ fn memory_gauges_return_to_zero_once_handshakes_time_out_and_sessions_idle_out()
         (19 * HANDSHAKE_BYTES) as u64
     );
     gauges_within_caps(&s);
+}
+
+#[test]
+fn a_host_that_restarts_its_handshakes_is_held_to_its_handshake_rate() {
+    // Each ClientHello with a valid cookie costs the server a handshake start (for keys: a
+    // key exchange and a signature). A host that starts over from the same port at once
+    // keeps within its half-open share, so only the rate bounds what it costs: 32 at once,
+    // then 8 per second.
+    let mut s = Server::new(|_| {});
+    let key = [5; 16];
+    let text = s.provision_psk(1, &key);
+    let mut flood = Flood::new([192, 0, 2, 77]);
+    let mut now = 0;
+    while now < 10_000 {
+        flood.next_port = 10_000;
+        flood.burst(&mut s, now, 1);
+        now += 10;
+    }
+    let started = s.count("dtls.handshake_started");
+    assert_eq!(flood.hellos_with_cookie, 1_000);
+    assert!(
+        (32 + 8 * 9..=32 + 8 * 10 + 1).contains(&started),
+        "{started} handshakes started in 10 s"
+    );
+    assert_eq!(s.count("dtls.refused_host_rate"), 1_000 - started);
+    assert!(
+        s.layer.handshakes() <= 1,
+        "one port, one half-open handshake at most"
+    );
+
+    // Another host is not held back by it.
+    let mut other = Client::psk("10.3.0.3:40003".parse().unwrap(), &text, &key, 13, now);
+    run(&mut s, &mut [&mut other], &mut now, 200);
+    assert!(other.conn.is_established());
+
+    // After 1.2 quiet seconds (the other host's 200 ms and one more) the host may start
+    // 9.6 more (plus what was left of a token), and no more.
+    now += 1_000;
+    let before = s.count("dtls.handshake_started");
+    for _ in 0..20 {
+        flood.next_port = 10_000;
+        flood.burst(&mut s, now, 1);
+    }
+    let again = s.count("dtls.handshake_started") - before;
+    assert!((9..=10).contains(&again), "{again} after 1.2 s");
+    // Two hosts have a bucket (the flood's and the other device's).
+    s.layer.publish();
+    assert_eq!(s.count("dtls.rate_hosts"), 2);
 }

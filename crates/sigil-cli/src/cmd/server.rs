@@ -38,6 +38,13 @@ pub struct ServerArgs {
     /// Most DTLS handshakes in progress from one source host (IPv4 address or IPv6 /64).
     #[arg(long, default_value_t = 16)]
     pub dtls_max_handshakes_per_host: usize,
+    /// DTLS handshakes one source host may start at once (each costs the server a key
+    /// exchange, and with keys a signature) ...
+    #[arg(long, default_value_t = 32)]
+    pub dtls_handshake_burst: u32,
+    /// ... and per second after that (a token bucket per host).
+    #[arg(long, default_value_t = 8)]
+    pub dtls_handshake_rate: u32,
     /// Most DTLS sessions (only idle ones are evicted when full).
     #[arg(long, default_value_t = 4096)]
     pub dtls_max_sessions: usize,
@@ -73,6 +80,8 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
         d.require_client_auth = !a.dtls_anonymous_clients;
         d.max_handshakes = a.dtls_max_handshakes.max(1);
         d.max_handshakes_per_host = a.dtls_max_handshakes_per_host.max(1);
+        d.handshake_burst_per_host = a.dtls_handshake_burst.max(1);
+        d.handshakes_per_host_per_sec = a.dtls_handshake_rate;
         d.max_sessions = a.dtls_max_sessions.max(1);
         d.max_sessions_per_host = a.dtls_max_sessions_per_host.max(1);
         d.resumption = !a.dtls_no_resumption;
