@@ -384,6 +384,27 @@ typedef enum {
 } sigil_identity_form;
 
 /*
+ The cipher suites the client can offer (one per connection).
+ */
+typedef enum {
+  /*
+   TLS_PSK_WITH_AES_128_CCM_8 (RFC 6655; mandatory for CoAP, RFC 7252 §9.1.3.1).
+   */
+  SIGIL_DTLS_PSK_CCM8 = 1,
+  /*
+   TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (RFC 8442): the PSK authenticates an
+   ephemeral P-256 exchange (forward secrecy). Needs the `p256` feature.
+   */
+  SIGIL_DTLS_ECDHE_PSK_CCM8 = 2,
+  /*
+   TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 (RFC 7251) with raw public keys (RFC 7250): the
+   server's key must hash to the pinned identity; the client authenticates with its own
+   key when it has one. Needs the `p256` feature.
+   */
+  SIGIL_DTLS_ECDHE_ECDSA_CCM8 = 3,
+} sigil_dtls_suite;
+
+/*
  How the device behaves; start from `sigil_device_config_default`.
  */
 typedef struct {
