@@ -263,7 +263,12 @@ pub unsafe extern "C" fn sigil_dtls_connect(
         let config = dtls_config(c)?;
         let psk = |c: &sigil_dtls_config| -> CResult<(&[u8], &[u8])> {
             let id = unsafe {
-                required(c.psk_identity, c.psk_identity_len, 1, SIGIL_DTLS_MAX_PSK_IDENTITY)
+                required(
+                    c.psk_identity,
+                    c.psk_identity_len,
+                    1,
+                    SIGIL_DTLS_MAX_PSK_IDENTITY,
+                )
             }?;
             let key = unsafe { required(c.psk, c.psk_len, 1, SIGIL_DTLS_MAX_PSK) }?;
             Ok((id, key))
@@ -319,12 +324,7 @@ pub unsafe extern "C" fn sigil_dtls_connect(
         })?;
         // SAFETY: `client` is non-NULL, large and aligned enough (asserted), and holds no
         // live state (ended above).
-        unsafe {
-            client.cast::<State>().write(State {
-                magic: MAGIC,
-                conn,
-            })
-        };
+        unsafe { client.cast::<State>().write(State { magic: MAGIC, conn }) };
         Ok(())
     })())
 }
