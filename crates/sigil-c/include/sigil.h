@@ -84,8 +84,9 @@
 #define SIGIL_DTLS_MAX_PSK 64
 
 /*
- Size of [`sigil_dtls_client`] in 8-byte words: room for the client on every target the
- library builds for (checked below at compile time).
+ Size of [`sigil_dtls_client`] in 8-byte words: room for the client on every target and in
+ every build of the library (checked below at compile time), including one where a
+ workspace build compiles `sigil-dtls` with X.509 and its larger handshake buffers.
  */
 #define SIGIL_DTLS_CLIENT_WORDS 2176
 
@@ -94,6 +95,14 @@
  flight and send/receive queues are fixed buffers inside it.
  */
 #define SIGIL_DTLS_CLIENT_SIZE (8 * SIGIL_DTLS_CLIENT_WORDS)
+
+/*
+ Bytes the client needs in the library's own builds (`cargo build -p sigil-c`, any target:
+ `sigil-dtls` without X.509), checked at compile time. A device may give
+ `sigil_dtls_connect` this much 8-byte-aligned memory instead of a whole
+ `sigil_dtls_client`; `sigil_dtls_client_size` says what the linked build needs.
+ */
+#define SIGIL_DTLS_CLIENT_COMPACT_SIZE 8192
 
 /*
  Length of an identity in bytes.
@@ -797,7 +806,14 @@ sigil_status sigil_device_location(const sigil_device *dev,
 sigil_status sigil_dtls_config_default(sigil_dtls_config *cfg);
 
 /*
- Starts a handshake into `client` (`client_size` = `sizeof(sigil_dtls_client)`) at
+ The bytes of memory this build of the library needs for a client (at most
+ `SIGIL_DTLS_CLIENT_SIZE`; at most `SIGIL_DTLS_CLIENT_COMPACT_SIZE` in its own builds).
+ */
+sigil_status sigil_dtls_client_size(size_t *size);
+
+/*
+ Starts a handshake into `client` (`client_size` bytes: `sizeof(sigil_dtls_client)`, or at
+ least what `sigil_dtls_client_size` says, aligned to 8) at
  `now_ms` (the caller's monotonic clock): the ClientHello is queued, so drain
  `sigil_dtls_poll_transmit` next. `platform`'s `rng` makes the client random and the
  ephemeral keys (only `rng` is used; it is not kept). A client connected before is ended

@@ -30,12 +30,18 @@ pub const SIGIL_DTLS_MAX_PSK_IDENTITY: usize = 128;
 /// Longest pre-shared key.
 pub const SIGIL_DTLS_MAX_PSK: usize = 64;
 
-/// Size of [`sigil_dtls_client`] in 8-byte words: room for the client on every target the
-/// library builds for (checked below at compile time).
+/// Size of [`sigil_dtls_client`] in 8-byte words: room for the client on every target and in
+/// every build of the library (checked below at compile time), including one where a
+/// workspace build compiles `sigil-dtls` with X.509 and its larger handshake buffers.
 pub const SIGIL_DTLS_CLIENT_WORDS: usize = 2176;
 /// Size of [`sigil_dtls_client`] in bytes (17,408): the handshake's transcript, reassembly,
 /// flight and send/receive queues are fixed buffers inside it.
 pub const SIGIL_DTLS_CLIENT_SIZE: usize = 8 * SIGIL_DTLS_CLIENT_WORDS;
+/// Bytes the client needs in the library's own builds (`cargo build -p sigil-c`, any target:
+/// `sigil-dtls` without X.509), checked at compile time. A device may give
+/// `sigil_dtls_connect` this much 8-byte-aligned memory instead of a whole
+/// `sigil_dtls_client`; `sigil_dtls_client_size` says what the linked build needs.
+pub const SIGIL_DTLS_CLIENT_COMPACT_SIZE: usize = 8192;
 
 /// The cipher suites the client can offer (one per connection).
 #[repr(C)]
@@ -153,6 +159,10 @@ const _: () = assert!(SIGIL_DTLS_MAX_DATAGRAM == sigil_dtls::MAX_DATAGRAM);
 const _: () = assert!(SIGIL_DTLS_MAX_APP_DATA == sigil_dtls::MAX_APP_DATA);
 const _: () = assert!(SIGIL_DTLS_MAX_PSK == sigil_dtls::keys::MAX_PSK_LEN);
 const _: () = assert!(size_of::<State>() <= size_of::<sigil_dtls_client>());
+// Without X.509, `sigil-dtls` sizes a handshake message for raw public keys (512 bytes).
+const _: () = assert!(
+    sigil_dtls::flight::MAX_MESSAGE != 512 || size_of::<State>() <= SIGIL_DTLS_CLIENT_COMPACT_SIZE
+);
 const _: () = assert!(align_of::<State>() <= align_of::<sigil_dtls_client>());
 
 /// The connected state behind `c`.
@@ -232,7 +242,18 @@ fn dtls_config(c: &sigil_dtls_config) -> CResult<Config> {
     })
 }
 
-/// Starts a handshake into `client` (`client_size` = `sizeof(sigil_dtls_client)`) at
+/// The bytes of memory this build of the library needs for a client (at most
+/// `SIGIL_DTLS_CLIENT_SIZE`; at most `SIGIL_DTLS_CLIENT_COMPACT_SIZE` in its own builds).
+#[no_mangle]
+pub unsafe extern "C" fn sigil_dtls_client_size(size: *mut usize) -> sigil_status {
+    status((|| {
+        *unsafe { out(size) }? = size_of::<State>();
+        Ok(())
+    })())
+}
+
+/// Starts a handshake into `client` (`client_size` bytes: `sizeof(sigil_dtls_client)`, or at
+/// least what `sigil_dtls_client_size` says, aligned to 8) at
 /// `now_ms` (the caller's monotonic clock): the ClientHello is queued, so drain
 /// `sigil_dtls_poll_transmit` next. `platform`'s `rng` makes the client random and the
 /// ephemeral keys (only `rng` is used; it is not kept). A client connected before is ended
@@ -252,7 +273,7 @@ pub unsafe extern "C" fn sigil_dtls_connect(
         if client.is_null() {
             return Err(SIGIL_ERR_NULL);
         }
-        if client_size < size_of::<sigil_dtls_client>() {
+        if client_size < size_of::<State>() {
             return Err(SIGIL_ERR_BAD_LENGTH);
         }
         let c = unsafe { reference(cfg) }?;
@@ -322,8 +343,8 @@ pub unsafe extern "C" fn sigil_dtls_connect(
             Error::BufferTooSmall => SIGIL_ERR_CONFIG,
             _ => SIGIL_ERR_BAD_ARGUMENT,
         })?;
-        // SAFETY: `client` is non-NULL, large and aligned enough (asserted), and holds no
-        // live state (ended above).
+        // SAFETY: `client` is non-NULL, holds `client_size` >= `size_of::<State>()` bytes
+        // aligned to 8 (the C contract), and no live state (ended above).
         unsafe { client.cast::<State>().write(State { magic: MAGIC, conn }) };
         Ok(())
     })())
@@ -550,8 +571,8 @@ mod tests {
     use super::*;
 
     /// The header's size holds the client with every suite and X.509 compiled in (a
-    /// workspace build unifies `sigil-dtls`'s features); the real size is printed for the
-    /// docs.
+    /// workspace build unifies `sigil-dtls`'s features, as this test build does); the real
+    /// size is printed for the docs. The compact size is asserted at compile time.
     #[test]
     fn the_client_state_fits_its_header_size() {
         std::println!(
