@@ -1,7 +1,8 @@
 //! The C library's DTLS client against real servers, through its exported functions:
 //! Sigil's own DTLS server (`sigil-dtls`, stateless cookie exchange, then
 //! `Connection::accept`) in virtual time, with hand-placed loss and duplication; and
-//! OpenSSL's `openssl s_server -dtls1_2` with TLS_PSK_WITH_AES_128_CCM_8 over real UDP.
+//! OpenSSL's `openssl s_server -dtls1_2` and GnuTLS's `gnutls-serv --udp` with
+//! TLS_PSK_WITH_AES_128_CCM_8 over real UDP.
 #![cfg(feature = "dtls")]
 
 use core::ffi::c_void;
@@ -535,22 +536,125 @@ fn ecdhe_ecdsa_with_the_device_key_and_a_pinned_server_identity() {
     assert!(!server.conn().is_established());
 }
 
+/// The C client over a real UDP socket on loopback, on the real clock.
+struct Udp {
+    sock: std::net::UdpSocket,
+    start: std::time::Instant,
+    /// Datagrams and bytes each way.
+    sent: (usize, usize),
+    received: (usize, usize),
+}
+
+impl Udp {
+    fn connect(port: u16) -> Self {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(("127.0.0.1", port)).unwrap();
+        Udp {
+            sock,
+            start: std::time::Instant::now(),
+            sent: (0, 0),
+            received: (0, 0),
+        }
+    }
+
+    fn ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn flush(&mut self, client: &mut Client) {
+        for d in client.transmit(self.ms()) {
+            self.sent = (self.sent.0 + 1, self.sent.1 + d.len());
+            // Refused (ICMP port unreachable) only until the server listens: it retransmits.
+            let _ = self.sock.send(&d);
+        }
+    }
+
+    /// Moves records between the socket and the client, firing its timer, until `until`
+    /// holds (given the application datagrams received so far), for at most 20 s.
+    fn exchange(
+        &mut self,
+        client: &mut Client,
+        until: &dyn Fn(&mut Client, &[Vec<u8>]) -> bool,
+    ) -> Vec<Vec<u8>> {
+        use std::time::Duration;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut got = vec![];
+        let mut buf = [0u8; 2048];
+        while !until(client, &got) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no progress: {:?}",
+                client.info()
+            );
+            self.flush(client);
+            let wait = client
+                .timeout()
+                .map_or(50, |at| at.saturating_sub(self.ms()).clamp(1, 50));
+            self.sock
+                .set_read_timeout(Some(Duration::from_millis(wait)))
+                .unwrap();
+            match self.sock.recv(&mut buf) {
+                Ok(n) => {
+                    self.received = (self.received.0 + 1, self.received.1 + n);
+                    let s = client.handle(self.ms(), &buf[..n]);
+                    assert_eq!(s, sigil_status::SIGIL_OK, "{:?}", client.info());
+                    got.extend(client.recv());
+                }
+                Err(_) => {
+                    client.handle_timeout(self.ms());
+                }
+            }
+        }
+        got
+    }
+}
+
+fn free_udp_port() -> u16 {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.local_addr().unwrap().port()
+}
+
+fn key_hex() -> String {
+    SENSOR_PSK.key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The lines a child process prints, as they come.
+fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::{BufRead, BufReader};
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
+/// Waits up to 10 s for a line that satisfies `want`.
+fn wait_for(lines: &std::sync::mpsc::Receiver<String>, what: &str, want: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Ok(l) = lines.recv_timeout(std::time::Duration::from_millis(100)) {
+            if want(&l) {
+                return;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "no {what}");
+    }
+}
+
 /// OpenSSL's DTLS 1.2 server with PSK-AES128-CCM8 (TLS_PSK_WITH_AES_128_CCM_8) over real UDP
 /// on loopback: the C client completes the handshake, its record reaches OpenSSL, and
 /// OpenSSL's reaches it.
 #[test]
 fn interop_with_openssl_s_server_psk_ccm8() {
-    use std::cell::Cell;
-    use std::io::{BufRead, BufReader, Write};
-    use std::net::UdpSocket;
+    use std::io::Write;
     use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant as Clock};
 
-    let port = {
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        s.local_addr().unwrap().port()
-    };
-    let key_hex: String = SENSOR_PSK.key.iter().map(|b| format!("{b:02x}")).collect();
+    let port = free_udp_port();
     let mut server = Command::new("openssl")
         .args([
             "s_server",
@@ -559,106 +663,88 @@ fn interop_with_openssl_s_server_psk_ccm8() {
             "-cipher",
             "PSK-AES128-CCM8",
         ])
-        .args(["-psk", &key_hex, "-psk_identity", "sensor-1"])
+        .args(["-psk", &key_hex(), "-psk_identity", "sensor-1"])
         .args(["-accept", &format!("127.0.0.1:{port}"), "-naccept", "1"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("openssl is installed (scripts/install-test-deps)");
-    let stdout = server.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // s_server prints ACCEPT once it listens.
-    let deadline = Clock::now() + Duration::from_secs(10);
-    while lines
-        .recv_timeout(Duration::from_millis(100))
-        .map_or(true, |l| l != "ACCEPT")
-    {
-        assert!(Clock::now() < deadline, "openssl s_server did not start");
-    }
+    let lines = lines_of(server.stdout.take().unwrap());
+    wait_for(&lines, "ACCEPT from openssl s_server", |l| l == "ACCEPT");
 
-    let start = Clock::now();
-    let ms = || start.elapsed().as_millis() as u64;
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.connect(("127.0.0.1", port)).unwrap();
+    let mut udp = Udp::connect(port);
     let mut client = Client::new(8);
     let mut cfg = psk_config(SENSOR_PSK.identity, SENSOR_PSK.key);
     cfg.initial_timeout_ms = 300;
-    assert_eq!(client.connect(&cfg, ms()), sigil_status::SIGIL_OK);
-    let mut buf = [0u8; 2048];
-    let (sent, received) = (Cell::new((0, 0)), Cell::new((0, 0)));
-    let mut exchange = |client: &mut Client, until: &dyn Fn(&mut Client, &[Vec<u8>]) -> bool| {
-        let deadline = Clock::now() + Duration::from_secs(20);
-        let mut got = vec![];
-        while !until(client, &got) {
-            assert!(
-                Clock::now() < deadline,
-                "no progress with openssl: {:?}",
-                client.info()
-            );
-            for d in client.transmit(ms()) {
-                sent.set((sent.get().0 + 1, sent.get().1 + d.len()));
-                sock.send(&d).unwrap();
-            }
-            let wait = client
-                .timeout()
-                .map_or(50, |at| at.saturating_sub(ms()).clamp(1, 50));
-            sock.set_read_timeout(Some(Duration::from_millis(wait)))
-                .unwrap();
-            match sock.recv(&mut buf) {
-                Ok(n) => {
-                    received.set((received.get().0 + 1, received.get().1 + n));
-                    let s = client.handle(ms(), &buf[..n]);
-                    assert_eq!(s, sigil_status::SIGIL_OK, "{:?}", client.info());
-                    got.extend(client.recv());
-                }
-                Err(_) => {
-                    client.handle_timeout(ms());
-                }
-            }
-        }
-        got
-    };
-    exchange(&mut client, &|c, _| c.info().established);
+    assert_eq!(client.connect(&cfg, udp.ms()), sigil_status::SIGIL_OK);
+    udp.exchange(&mut client, &|c, _| c.info().established);
     println!(
         "with openssl s_server: handshake sent {:?}, received {:?} (datagrams, bytes)",
-        sent.get(),
-        received.get()
+        udp.sent, udp.received
     );
 
     // The client's record: s_server writes what it decrypts to its stdout.
-    assert_eq!(
-        client.send(b"hello from the C client\n"),
-        sigil_status::SIGIL_OK
-    );
-    for d in client.transmit(ms()) {
-        sock.send(&d).unwrap();
-    }
-    let deadline = Clock::now() + Duration::from_secs(10);
-    loop {
-        let line = lines.recv_timeout(Duration::from_millis(100));
-        if line.as_deref() == Ok("hello from the C client") {
-            break;
-        }
-        assert!(
-            Clock::now() < deadline,
-            "openssl did not print the client's record"
-        );
-    }
+    let line = b"hello from the C client\n";
+    assert_eq!(client.send(line), sigil_status::SIGIL_OK);
+    udp.flush(&mut client);
+    wait_for(&lines, "client record printed by openssl", |l| {
+        l == "hello from the C client"
+    });
     // OpenSSL's record: a line on s_server's stdin goes to the client.
     let mut stdin = server.stdin.take().unwrap();
     stdin.write_all(b"hello from openssl\n").unwrap();
     stdin.flush().unwrap();
-    let got = exchange(&mut client, &|_, got| !got.is_empty());
+    let got = udp.exchange(&mut client, &|_, got| !got.is_empty());
     assert_eq!(got, [b"hello from openssl\n".to_vec()]);
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+/// GnuTLS's DTLS 1.2 echo server with TLS_PSK_WITH_AES_128_CCM_8 only: the C client's record
+/// comes back from it.
+#[test]
+fn interop_with_gnutls_serv_psk_ccm8() {
+    use std::process::{Command, Stdio};
+
+    let dir = tempfile::tempdir().unwrap();
+    let passwd = dir.path().join("psk.txt");
+    std::fs::write(&passwd, format!("sensor-1:{}\n", key_hex())).unwrap();
+    let port = free_udp_port();
+    let mut server = Command::new("gnutls-serv")
+        .args(["--udp", "--echo", "--nodb", "--disable-client-cert"])
+        .arg(format!("--pskpasswd={}", passwd.display()))
+        .arg("--priority=NONE:+VERS-DTLS1.2:+PSK:+AES-128-CCM-8:+AEAD:+SIGN-ALL:+COMP-NULL:+CURVE-ALL")
+        .arg(format!("--port={port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gnutls-serv is installed (scripts/install-test-deps)");
+    // It prints through a buffer: wait until its socket holds the port instead.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gnutls-serv did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    let mut udp = Udp::connect(port);
+    let mut client = Client::new(9);
+    let mut cfg = psk_config(SENSOR_PSK.identity, SENSOR_PSK.key);
+    cfg.initial_timeout_ms = 300;
+    assert_eq!(client.connect(&cfg, udp.ms()), sigil_status::SIGIL_OK);
+    udp.exchange(&mut client, &|c, _| c.info().established);
+    println!(
+        "with gnutls-serv: handshake sent {:?}, received {:?} (datagrams, bytes)",
+        udp.sent, udp.received
+    );
+    let post = [0x42u8, 0x02, 0x12, 0x34, 0xab, 0xcd, 0xb2, b'p', b's'];
+    assert_eq!(client.send(&post), sigil_status::SIGIL_OK);
+    let got = udp.exchange(&mut client, &|_, got| !got.is_empty());
+    assert_eq!(got, [post.to_vec()]);
     let _ = server.kill();
     let _ = server.wait();
 }
