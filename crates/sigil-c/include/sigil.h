@@ -600,7 +600,9 @@ typedef struct {
 
 /*
  The DTLS client state: opaque, owned by the caller, `SIGIL_DTLS_CLIENT_SIZE` bytes aligned
- to 8. It may be static or on the stack; it holds no pointers into itself.
+ to 8 (or smaller memory of the size `sigil_dtls_client_size` says, see
+ `SIGIL_DTLS_CLIENT_COMPACT_SIZE`). It may be static or on the stack; it holds no pointers
+ into itself.
  */
 typedef struct {
   uint64_t opaque[SIGIL_DTLS_CLIENT_WORDS];

@@ -129,7 +129,9 @@ pub struct sigil_dtls_info {
 }
 
 /// The DTLS client state: opaque, owned by the caller, `SIGIL_DTLS_CLIENT_SIZE` bytes aligned
-/// to 8. It may be static or on the stack; it holds no pointers into itself.
+/// to 8 (or smaller memory of the size `sigil_dtls_client_size` says, see
+/// `SIGIL_DTLS_CLIENT_COMPACT_SIZE`). It may be static or on the stack; it holds no pointers
+/// into itself.
 #[repr(C)]
 pub struct sigil_dtls_client {
     opaque: [u64; SIGIL_DTLS_CLIENT_WORDS],
@@ -171,8 +173,9 @@ unsafe fn connected(c: *const sigil_dtls_client) -> CResult<*mut State> {
         return Err(SIGIL_ERR_NULL);
     }
     let state = c.cast::<State>().cast_mut();
-    // SAFETY: the memory is the caller's `sigil_dtls_client`, large and aligned enough for
-    // `State` (asserted above); `magic` is its first field, read as plain bytes.
+    // SAFETY: the memory is the caller's client, aligned to 8 and at least the `State`
+    // `sigil_dtls_connect` was given room for (the C contract: a `sigil_dtls_client`, or the
+    // size `sigil_dtls_client_size` says); `magic` is its first field, read as plain bytes.
     let magic = unsafe { core::ptr::addr_of!((*state).magic).read() };
     if magic != MAGIC {
         return Err(SIGIL_ERR_DTLS_NOT_CONNECTED);
