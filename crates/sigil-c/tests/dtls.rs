@@ -748,3 +748,45 @@ fn interop_with_gnutls_serv_psk_ccm8() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// The C device's default key is Ed25519: it authenticates the client in the ECDHE-ECDSA
+/// handshake too (RFC 8422 §5.4: EdDSA in CertificateVerify), next to the server's P-256 key.
+#[test]
+fn ecdhe_ecdsa_with_an_ed25519_device_key() {
+    let device = SecretKey::from_bytes(SignatureAlgorithm::Ed25519, &[0x33; 32]).unwrap();
+    let server_key = p256(0x22);
+    let device_public = RustCrypto.public_key(&device).unwrap();
+    let server_public = RustCrypto.public_key(&server_key).unwrap();
+    let ids = [Identity::of_key(&RustCrypto, &device_public, b"").unwrap()];
+    let server_id = Identity::of_key(&RustCrypto, &server_public, b"").unwrap();
+    let offer = ServerCredentials {
+        key: Some(&server_key),
+        require_client_key: true,
+        ..ServerCredentials::NONE
+    };
+    let secret = device.to_bytes();
+    let mut cfg = psk_config(b"", b"");
+    cfg.suite = sigil_dtls_suite::SIGIL_DTLS_ECDHE_ECDSA_CCM8 as u32;
+    cfg.server_identity = server_id.as_bytes().as_ptr();
+    cfg.own_alg = sigil_alg::SIGIL_ALG_ED25519 as u32;
+    cfg.own_secret = secret.as_ptr();
+    let mut client = Client::new(10);
+    assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
+    let trust = PinnedIdentities {
+        crypto: RustCrypto,
+        identities: &ids,
+    };
+    let mut server = Server::new(trust, offer);
+    let (mut now, mut traffic) = (0, Traffic::default());
+    assert!(run(
+        &mut client,
+        &mut server,
+        &mut now,
+        10_000,
+        &mut traffic,
+        &mut |_, _| 1,
+        &mut established
+    ));
+    println!("ECDHE-ECDSA-CCM8 with an Ed25519 device key: {traffic:?}");
+    assert_eq!(server.conn().peer_public_key(), Some(&device_public));
+}
