@@ -92,6 +92,10 @@ static sigil_dtls_client dtls; /* SIGIL_DTLS_CLIENT_SIZE bytes, no heap */
 static sigil_dtls_config dtls_cfg;
 static uint8_t psk_identity[SIGIL_DTLS_MAX_PSK_IDENTITY], psk[SIGIL_DTLS_MAX_PSK];
 
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 /* --psk IDENTITY:HEXKEY */
 static int parse_psk(const char *arg) {
   const char *colon = strchr(arg, ':');
@@ -101,9 +105,9 @@ static int parse_psk(const char *arg) {
     return -1;
   memcpy(psk_identity, arg, id_len);
   for (size_t i = 0; i < hex_len / 2; i++) {
-    unsigned v;
-    if (sscanf(colon + 1 + 2 * i, "%2x", &v) != 1) return -1;
-    psk[i] = (uint8_t)v;
+    int hi = hex_digit(colon[1 + 2 * i]), lo = hex_digit(colon[2 + 2 * i]);
+    if (hi < 0 || lo < 0) return -1;
+    psk[i] = (uint8_t)(hi << 4 | lo);
   }
   sigil_dtls_config_default(&dtls_cfg);
   dtls_cfg.psk_identity = psk_identity;
