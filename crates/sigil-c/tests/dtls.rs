@@ -790,3 +790,45 @@ fn ecdhe_ecdsa_with_an_ed25519_device_key() {
     println!("ECDHE-ECDSA-CCM8 with an Ed25519 device key: {traffic:?}");
     assert_eq!(server.conn().peer_public_key(), Some(&device_public));
 }
+
+/// With `connection_id`, the client offers RFC 9146 and, once Sigil's server gives it an ID,
+/// puts it in every protected record (content type tls12_cid, 25).
+#[test]
+fn the_connection_id_goes_into_the_clients_records() {
+    let mut client = Client::new(11);
+    let mut cfg = psk_config(SENSOR_PSK.identity, SENSOR_PSK.key);
+    cfg.connection_id = true;
+    assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
+    let offer = ServerCredentials {
+        psk: true,
+        connection_id: b"\xc1\xd0",
+        ..ServerCredentials::NONE
+    };
+    let mut server = Server::new(SENSOR_PSK, offer);
+    let (mut now, mut traffic) = (0, Traffic::default());
+    assert!(run(
+        &mut client,
+        &mut server,
+        &mut now,
+        10_000,
+        &mut traffic,
+        &mut |_, _| 1,
+        &mut established
+    ));
+    assert_eq!(client.send(b"with a cid"), sigil_status::SIGIL_OK);
+    let records = client.transmit(now);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0][0], 25, "tls12_cid");
+    assert_eq!(
+        &records[0][11..13],
+        b"\xc1\xd0",
+        "the server's connection ID"
+    );
+    server
+        .conn()
+        .handle_datagram(Instant::from_millis(now), &records[0])
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let n = server.conn().poll_app_data(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"with a cid");
+}
