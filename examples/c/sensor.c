@@ -4,6 +4,11 @@
  *
  *   sensor --state DIR --print-identity        first boot: make the key, print the identity
  *   sensor --state DIR --server 127.0.0.1:5683 [--count N] [--interval-ms MS]
+ *   sensor --state DIR --server 127.0.0.1:5684 --psk IDENTITY:HEXKEY ...
+ *
+ * With --psk the sensor speaks coaps://: every CoAP datagram of the device travels in one
+ * DTLS 1.2 record (TLS_PSK_WITH_AES_128_CCM_8) of the library's DTLS client, with the
+ * pre-shared key `sigil provision psk` gave the identity (the device's, in hex).
  *
  * The library does no I/O: this file owns the socket, the clock, the files and the
  * randomness, and moves datagrams between the socket and the device. docs/c-api.md walks
@@ -80,6 +85,58 @@ static void die(const char *what, sigil_status s) {
   exit(2);
 }
 
+/* ---- coaps://: the DTLS client between the device and the socket */
+
+static int use_dtls;
+static sigil_dtls_client dtls; /* SIGIL_DTLS_CLIENT_SIZE bytes, no heap */
+static sigil_dtls_config dtls_cfg;
+static uint8_t psk_identity[SIGIL_DTLS_MAX_PSK_IDENTITY], psk[SIGIL_DTLS_MAX_PSK];
+
+static int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* --psk IDENTITY:HEXKEY */
+static int parse_psk(const char *arg) {
+  const char *colon = strchr(arg, ':');
+  size_t id_len = colon ? (size_t)(colon - arg) : 0, hex_len = colon ? strlen(colon + 1) : 0;
+  if (id_len == 0 || id_len > sizeof psk_identity || hex_len % 2 || hex_len / 2 < 16 ||
+      hex_len / 2 > sizeof psk)
+    return -1;
+  memcpy(psk_identity, arg, id_len);
+  for (size_t i = 0; i < hex_len / 2; i++) {
+    int hi = hex_digit(colon[1 + 2 * i]), lo = hex_digit(colon[2 + 2 * i]);
+    if (hi < 0 || lo < 0) return -1;
+    psk[i] = (uint8_t)(hi << 4 | lo);
+  }
+  sigil_dtls_config_default(&dtls_cfg);
+  dtls_cfg.psk_identity = psk_identity;
+  dtls_cfg.psk_identity_len = id_len;
+  dtls_cfg.psk = psk;
+  dtls_cfg.psk_len = hex_len / 2;
+  return 0;
+}
+
+/* Sends what the DTLS client has queued (handshake flights, records, alerts). */
+static void dtls_flush(int sock) {
+  uint8_t rec[SIGIL_DTLS_MAX_DATAGRAM];
+  size_t len;
+  while (sigil_dtls_poll_transmit(&dtls, now_ms(), rec, sizeof rec, &len) == SIGIL_OK && len > 0)
+    if (send(sock, rec, len, 0) < 0 && errno != ECONNREFUSED) perror("sensor: send");
+}
+
+/* A new handshake (at start, or after the server ended the session). */
+static void dtls_connect(int sock, sigil_platform *platform) {
+  sigil_status s = sigil_dtls_connect(&dtls, sizeof dtls, &dtls_cfg, platform, now_ms());
+  if (s != SIGIL_OK) die("DTLS connect", s);
+  dtls_flush(sock);
+}
+
+static int dtls_established(void) {
+  sigil_dtls_info info;
+  return sigil_dtls_get_info(&dtls, &info) == SIGIL_OK && info.established;
+}
+
 int main(int argc, char **argv) {
   const char *state = NULL, *server = "127.0.0.1:5683";
   int print_identity = 0;
@@ -90,9 +147,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--count") && i + 1 < argc) count = atol(argv[++i]);
     else if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc) interval_ms = atol(argv[++i]);
     else if (!strcmp(argv[i], "--print-identity")) print_identity = 1;
+    else if (!strcmp(argv[i], "--psk") && i + 1 < argc && parse_psk(argv[i + 1]) == 0) use_dtls = 1, i++;
     else {
       fprintf(stderr, "usage: sensor --state DIR [--print-identity] [--server IP:PORT] "
-                      "[--count N] [--interval-ms MS]\n");
+                      "[--count N] [--interval-ms MS] [--psk IDENTITY:HEXKEY]\n");
       return 2;
     }
   }
@@ -135,6 +193,8 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  if (use_dtls) dtls_connect(sock, &platform);
+
   long published = 0, acknowledged = 0, failed = 0;
   uint64_t next_reading = 0, deadline = now_ms() + 30000u + (uint64_t)(count * interval_ms);
   uint8_t buf[SIGIL_MAX_DATAGRAM];
@@ -142,6 +202,14 @@ int main(int argc, char **argv) {
     uint64_t now = now_ms(), wake;
     sigil_device_poll_timeout(&dev, &wake);
     if (wake <= now && (s = sigil_device_handle_timeout(&dev, now)) != SIGIL_OK) die("timeout", s);
+    if (use_dtls) {
+      sigil_dtls_poll_timeout(&dtls, &wake);
+      if (wake <= now && sigil_dtls_handle_timeout(&dtls, now) != SIGIL_OK) {
+        fprintf(stderr, "sensor: DTLS handshake timed out; connecting again\n");
+        dtls_connect(sock, &platform);
+      }
+      dtls_flush(sock);
+    }
 
     /* A reading when one is due and the device can take it. */
     sigil_device_info info;
@@ -157,10 +225,18 @@ int main(int argc, char **argv) {
       printf("published %llu\n", (unsigned long long)seq);
     }
 
-    /* Everything the device has to send. */
+    /* Everything the device has to send (over DTLS: once the handshake is done, one record
+     * per datagram; until then it stays queued in the device). */
     size_t len;
-    while ((s = sigil_device_poll_transmit(&dev, buf, sizeof buf, &len)) == SIGIL_OK && len > 0)
-      if (send(sock, buf, len, 0) < 0 && errno != ECONNREFUSED) perror("sensor: send");
+    while ((!use_dtls || dtls_established()) &&
+           (s = sigil_device_poll_transmit(&dev, buf, sizeof buf, &len)) == SIGIL_OK && len > 0) {
+      if (use_dtls) {
+        if ((s = sigil_dtls_send(&dtls, buf, len)) != SIGIL_OK) die("DTLS send", s);
+        dtls_flush(sock);
+      } else if (send(sock, buf, len, 0) < 0 && errno != ECONNREFUSED) {
+        perror("sensor: send");
+      }
+    }
 
     /* What happened. */
     sigil_event ev;
@@ -187,14 +263,38 @@ int main(int argc, char **argv) {
     /* Sleep until a datagram, the device's next timer or the next reading. */
     sigil_device_poll_timeout(&dev, &wake);
     if (published < count && next_reading < wake) wake = next_reading;
+    if (use_dtls) {
+      uint64_t dtls_wake;
+      sigil_dtls_poll_timeout(&dtls, &dtls_wake);
+      if (dtls_wake < wake) wake = dtls_wake;
+    }
     now = now_ms();
     int timeout = wake <= now ? 0 : wake - now > 1000 ? 1000 : (int)(wake - now);
     struct pollfd pfd = {sock, POLLIN, 0};
     if (poll(&pfd, 1, timeout) > 0) {
-      ssize_t n = recv(sock, buf, sizeof buf, 0);
-      if (n > 0 && (s = sigil_device_handle_datagram(&dev, now_ms(), buf, (size_t)n)) != SIGIL_OK)
+      uint8_t rec[SIGIL_DTLS_MAX_DATAGRAM];
+      ssize_t n = recv(sock, rec, use_dtls ? sizeof rec : sizeof buf, 0);
+      if (n > 0 && !use_dtls && (s = sigil_device_handle_datagram(&dev, now_ms(), rec, (size_t)n)) != SIGIL_OK)
         die("datagram", s);
+      if (n > 0 && use_dtls) {
+        /* A record in, the CoAP datagrams it carried out to the device. */
+        sigil_status ds = sigil_dtls_handle_datagram(&dtls, now_ms(), rec, (size_t)n);
+        dtls_flush(sock);
+        uint8_t app[SIGIL_DTLS_MAX_APP_DATA];
+        while (sigil_dtls_recv(&dtls, app, sizeof app, &len) == SIGIL_OK && len > 0)
+          if ((s = sigil_device_handle_datagram(&dev, now_ms(), app, len)) != SIGIL_OK) die("datagram", s);
+        if (ds == SIGIL_ERR_DTLS_FAILED) {
+          fprintf(stderr, "sensor: the DTLS session ended; connecting again\n");
+          dtls_connect(sock, &platform);
+        } else if (ds != SIGIL_OK) {
+          die("DTLS datagram", ds);
+        }
+      }
     }
+  }
+  if (use_dtls) {
+    if (sigil_dtls_close(&dtls) == SIGIL_OK) dtls_flush(sock); /* close_notify */
+    sigil_dtls_end(&dtls);
   }
   close(sock);
   sigil_device_end(&dev);

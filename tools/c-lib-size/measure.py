@@ -7,7 +7,9 @@ staticlib`, because cargo applies no LTO to a crate that also builds an rlib), l
 device calls a sensor uses into a minimal image with rust-lld and --gc-sections (so only what
 those calls reach stays), and sums the sections: flash = .text + .rodata + .data, RAM = .data +
 .bss (the caller's `sigil_device` state, SIGIL_DEVICE_SIZE bytes, and the stack come on top).
-No C code and no libc are linked: this is the library alone. examples/c/m4 links the same
+Feature sets with `dtls` link the DTLS client's calls too (its state, at most
+SIGIL_DTLS_CLIENT_COMPACT_SIZE bytes in these builds, is the caller's as well). No C code and
+no libc are linked: this is the library alone. examples/c/m4 links the same
 archives into the C sensor image.
 
     python3 tools/c-lib-size/measure.py            # prints a Markdown table
@@ -28,14 +30,22 @@ TARGET = "thumbv7em-none-eabihf"
 FEATURES = [
     ("ed25519", "ed25519,panic-hook"),
     ("p256", "p256,panic-hook"),
-    ("ed25519 + p256 (default)", "ed25519,p256,panic-hook"),
+    ("ed25519 + p256", "ed25519,p256,panic-hook"),
     ("ed25519 + p256 + jws", "ed25519,p256,jws,panic-hook"),
+    ("ed25519 + dtls (PSK-CCM8 only)", "ed25519,dtls,panic-hook"),
+    ("ed25519 + p256 + dtls (default)", "ed25519,p256,dtls,panic-hook"),
 ]
 DEVICE_CALLS = [
     "sigil_device_config_default", "sigil_device_boot", "sigil_device_end",
     "sigil_device_identity", "sigil_device_handle_timeout", "sigil_device_handle_datagram",
     "sigil_device_poll_transmit", "sigil_device_poll_timeout", "sigil_device_poll_event",
     "sigil_device_publish", "sigil_device_get_info",
+]
+DTLS_CALLS = [
+    "sigil_dtls_config_default", "sigil_dtls_connect", "sigil_dtls_end",
+    "sigil_dtls_handle_datagram", "sigil_dtls_poll_transmit", "sigil_dtls_poll_timeout",
+    "sigil_dtls_handle_timeout", "sigil_dtls_send", "sigil_dtls_recv", "sigil_dtls_close",
+    "sigil_dtls_get_info",
 ]
 LINKER_SCRIPT = """
 MEMORY { FLASH : ORIGIN = 0x00000000, LENGTH = 1M
@@ -69,7 +79,7 @@ def build(features):
     return os.path.join(target_dir, TARGET, "size", "libsigil.a")
 
 
-def measure(lib, work):
+def measure(lib, work, features=""):
     script = os.path.join(work, "link.ld")
     with open(script, "w") as f:
         f.write(LINKER_SCRIPT)
@@ -77,6 +87,7 @@ def measure(lib, work):
     subprocess.check_call(
         [rust_lld(), "-flavor", "gnu", "-T", script, "--gc-sections", "-e", "sigil_device_boot",
          "--defsym=sigil_panic_hook=0", *[f"--undefined={s}" for s in DEVICE_CALLS],
+         *[f"--undefined={s}" for s in (DTLS_CALLS if "dtls" in features.split(",") else [])],
          "-o", elf, lib])
     sizes = {}
     with open(elf, "rb") as f:
@@ -92,7 +103,7 @@ def main():
     print("|---|---:|---:|")
     with tempfile.TemporaryDirectory() as work:
         for name, features in FEATURES:
-            flash, ram = measure(build(features), work)
+            flash, ram = measure(build(features), work, features)
             print(f"| {name} | {flash:,} B | {ram:,} B |", flush=True)
 
 

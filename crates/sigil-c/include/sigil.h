@@ -62,6 +62,49 @@
 #define SIGIL_DEVICE_SIZE (8 * SIGIL_DEVICE_WORDS)
 
 /*
+ Largest record datagram the client sends or takes: `sigil_dtls_poll_transmit` needs a
+ buffer of at least this many bytes.
+ */
+#define SIGIL_DTLS_MAX_DATAGRAM 1400
+
+/*
+ Largest application datagram in one record: `sigil_dtls_send` takes at most this many
+ bytes, and `sigil_dtls_recv` needs a buffer of at least this many.
+ */
+#define SIGIL_DTLS_MAX_APP_DATA 1024
+
+/*
+ Longest PSK identity (RFC 4279 §5.3 allows 2^16 - 1; the RFC 7925 profile keeps it short).
+ */
+#define SIGIL_DTLS_MAX_PSK_IDENTITY 128
+
+/*
+ Longest pre-shared key.
+ */
+#define SIGIL_DTLS_MAX_PSK 64
+
+/*
+ Size of [`sigil_dtls_client`] in 8-byte words: room for the client on every target and in
+ every build of the library (checked below at compile time), including one where a
+ workspace build compiles `sigil-dtls` with X.509 and its larger handshake buffers.
+ */
+#define SIGIL_DTLS_CLIENT_WORDS 2176
+
+/*
+ Size of [`sigil_dtls_client`] in bytes (17,408): the handshake's transcript, reassembly,
+ flight and send/receive queues are fixed buffers inside it.
+ */
+#define SIGIL_DTLS_CLIENT_SIZE (8 * SIGIL_DTLS_CLIENT_WORDS)
+
+/*
+ Bytes the client needs in the library's own builds (`cargo build -p sigil-c`, any target:
+ `sigil-dtls` without X.509), checked at compile time. A device may give
+ `sigil_dtls_connect` this much 8-byte-aligned memory instead of a whole
+ `sigil_dtls_client`; `sigil_dtls_client_size` says what the linked build needs.
+ */
+#define SIGIL_DTLS_CLIENT_COMPACT_SIZE 8192
+
+/*
  Length of an identity in bytes.
  */
 #define SIGIL_IDENTITY_LEN 16
@@ -201,6 +244,21 @@ typedef enum {
    This build of the library does not include the algorithm or format asked for.
    */
   SIGIL_ERR_UNSUPPORTED = 19,
+  /*
+   The DTLS client state was not connected by `sigil_dtls_connect` (or was ended by
+   `sigil_dtls_end`).
+   */
+  SIGIL_ERR_DTLS_NOT_CONNECTED = 32,
+  /*
+   The DTLS handshake has not completed (or the connection already ended): application
+   data cannot be sent yet.
+   */
+  SIGIL_ERR_DTLS_NOT_ESTABLISHED = 33,
+  /*
+   The DTLS connection failed or was closed: a fatal alert sent or received, close_notify,
+   or the handshake timed out (`sigil_dtls_get_info` says which). Connect again.
+   */
+  SIGIL_ERR_DTLS_FAILED = 34,
 } sigil_status;
 
 /*
@@ -260,6 +318,32 @@ typedef enum {
 } sigil_event_kind;
 
 /*
+ Where a connection is, from `sigil_dtls_get_info`.
+ */
+typedef enum {
+  /*
+   Not connected: never connected, or ended by `sigil_dtls_end`.
+   */
+  SIGIL_DTLS_IDLE = 0,
+  /*
+   The handshake is in progress.
+   */
+  SIGIL_DTLS_HANDSHAKING = 1,
+  /*
+   The handshake completed: application data flows.
+   */
+  SIGIL_DTLS_ESTABLISHED = 2,
+  /*
+   A close_notify was sent (`sigil_dtls_close`) or received: nothing more flows.
+   */
+  SIGIL_DTLS_CLOSED = 3,
+  /*
+   A fatal alert was sent or received, or the handshake timed out.
+   */
+  SIGIL_DTLS_FAILED = 4,
+} sigil_dtls_state;
+
+/*
  Signature algorithms (the `alg` of a [`sigil_key`] and of a device configuration).
  */
 typedef enum {
@@ -307,6 +391,27 @@ typedef enum {
    */
   SIGIL_FORM_SHORT = 3,
 } sigil_identity_form;
+
+/*
+ The cipher suites the client can offer (one per connection).
+ */
+typedef enum {
+  /*
+   TLS_PSK_WITH_AES_128_CCM_8 (RFC 6655; mandatory for CoAP, RFC 7252 §9.1.3.1).
+   */
+  SIGIL_DTLS_PSK_CCM8 = 1,
+  /*
+   TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (RFC 8442): the PSK authenticates an
+   ephemeral P-256 exchange (forward secrecy). Needs the `p256` feature.
+   */
+  SIGIL_DTLS_ECDHE_PSK_CCM8 = 2,
+  /*
+   TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 (RFC 7251) with raw public keys (RFC 7250): the
+   server's key must hash to the pinned identity; the client authenticates with its own
+   key when it has one. Needs the `p256` feature.
+   */
+  SIGIL_DTLS_ECDHE_ECDSA_CCM8 = 3,
+} sigil_dtls_suite;
 
 /*
  How the device behaves; start from `sigil_device_config_default`.
@@ -438,6 +543,98 @@ typedef struct {
   uint32_t retransmissions;
   uint32_t unexpected;
 } sigil_device_info;
+
+/*
+ How the client connects; start from `sigil_dtls_config_default`. The pointers need to
+ stay valid only during `sigil_dtls_connect` (the client keeps copies).
+ */
+typedef struct {
+  /*
+   The suite to offer (a `sigil_dtls_suite`).
+   */
+  uint32_t suite;
+  /*
+   PSK suites: the identity (1 to `SIGIL_DTLS_MAX_PSK_IDENTITY` bytes) and the key (1 to
+   `SIGIL_DTLS_MAX_PSK` bytes). Sigil's server takes the device identity in hex as the
+   PSK identity (`sigil provision psk`).
+   */
+  const uint8_t *psk_identity;
+  size_t psk_identity_len;
+  const uint8_t *psk;
+  size_t psk_len;
+  /*
+   ECDHE-ECDSA: the identity (`SIGIL_IDENTITY_LEN` bytes, I = h(P), RFC 8387 §4) the
+   server's raw public key must hash to, as `sigil server` prints it. Required.
+   */
+  const uint8_t *server_identity;
+  /*
+   ECDHE-ECDSA: this client's own secret key (`own_alg`, a `sigil_alg`, and
+   `SIGIL_SECRET_KEY_LEN` bytes, e.g. the device key record's), used when the server
+   asks the client to authenticate. NULL: the client stays anonymous.
+   */
+  uint32_t own_alg;
+  const uint8_t *own_secret;
+  /*
+   Initial retransmission timeout in milliseconds (RFC 6347 §4.2.4.1), at least 1.
+   */
+  uint32_t initial_timeout_ms;
+  /*
+   Largest timeout after doubling, in milliseconds, at least `initial_timeout_ms`.
+   */
+  uint32_t max_timeout_ms;
+  /*
+   Retransmissions of a flight before the handshake fails.
+   */
+  uint32_t max_retransmissions;
+  /*
+   Largest record datagram to send (handshake messages are fragmented to it; the
+   ClientHello goes whole): 256 to `SIGIL_DTLS_MAX_DATAGRAM`.
+   */
+  uint32_t pmtu;
+  /*
+   Offer the connection_id extension (RFC 9146): the server's ID goes into every
+   protected record, so the session survives an address change.
+   */
+  bool connection_id;
+} sigil_dtls_config;
+
+/*
+ The DTLS client state: opaque, owned by the caller, `SIGIL_DTLS_CLIENT_SIZE` bytes aligned
+ to 8 (or smaller memory of the size `sigil_dtls_client_size` says, see
+ `SIGIL_DTLS_CLIENT_COMPACT_SIZE`). It may be static or on the stack; it holds no pointers
+ into itself.
+ */
+typedef struct {
+  uint64_t opaque[SIGIL_DTLS_CLIENT_WORDS];
+} sigil_dtls_client;
+
+/*
+ The client at a glance, from `sigil_dtls_get_info`.
+ */
+typedef struct {
+  sigil_dtls_state state;
+  /*
+   `state == SIGIL_DTLS_ESTABLISHED`.
+   */
+  bool established;
+  /*
+   The alert description (RFC 5246 §7.2) that ended the connection, or 0 (also
+   close_notify's own value) when none did.
+   */
+  uint8_t alert;
+  /*
+   The alert came from the server (otherwise this side sent it).
+   */
+  bool alert_from_peer;
+  /*
+   The handshake failed because the server stopped answering.
+   */
+  bool timed_out;
+  /*
+   Records dropped: bad MAC, replays, unknown epochs, malformed, or a full queue.
+   */
+  uint32_t dropped;
+} sigil_dtls_info;
 
 /*
  Freshness of a reading (RFC 8387 §8.2).
@@ -602,6 +799,117 @@ sigil_status sigil_device_get_info(const sigil_device *dev,
 sigil_status sigil_device_location(const sigil_device *dev,
                                    char *out,
                                    size_t out_len);
+
+/*
+ Fills `cfg` with the defaults: TLS_PSK_WITH_AES_128_CCM_8 with no identity or key yet
+ (set them), a 1 s initial timeout doubling up to 60 s, 7 retransmissions, a PMTU of
+ 1,152 bytes, no connection ID.
+ */
+sigil_status sigil_dtls_config_default(sigil_dtls_config *cfg);
+
+/*
+ The bytes of memory this build of the library needs for a client (at most
+ `SIGIL_DTLS_CLIENT_SIZE`; at most `SIGIL_DTLS_CLIENT_COMPACT_SIZE` in its own builds).
+ */
+sigil_status sigil_dtls_client_size(size_t *size);
+
+/*
+ Starts a handshake into `client` (`client_size` bytes: `sizeof(sigil_dtls_client)`, or at
+ least what `sigil_dtls_client_size` says, aligned to 8) at
+ `now_ms` (the caller's monotonic clock): the ClientHello is queued, so drain
+ `sigil_dtls_poll_transmit` next. `platform`'s `rng` makes the client random and the
+ ephemeral keys (only `rng` is used; it is not kept). A client connected before is ended
+ first. Refused: a PSK identity or key of the wrong length (`SIGIL_ERR_BAD_LENGTH`), an
+ unknown suite or key algorithm (`SIGIL_ERR_BAD_ARGUMENT`), a suite this build lacks
+ (`SIGIL_ERR_UNSUPPORTED`), bad timers or PMTU (`SIGIL_ERR_CONFIG`), an own key that is not
+ a valid key (`SIGIL_ERR_INVALID_KEY`), a failed generator (`SIGIL_ERR_RNG`).
+ */
+sigil_status sigil_dtls_connect(sigil_dtls_client *client,
+                                size_t client_size,
+                                const sigil_dtls_config *cfg,
+                                const sigil_platform *platform,
+                                uint64_t now_ms);
+
+/*
+ Ends the client: its keys and buffers are zeroed and `client` no longer counts as
+ connected (send `sigil_dtls_close` first to tell the server). Ending a client that is
+ not connected does nothing.
+ */
+sigil_status sigil_dtls_end(sigil_dtls_client *client);
+
+/*
+ Feeds one datagram received from the server (`len` >= 1 bytes). Records that fail their
+ checks (bad MAC, replays, garbage) are dropped and counted: still `SIGIL_OK`. After the
+ call, drain `sigil_dtls_poll_transmit` (handshake flights, alerts) and `sigil_dtls_recv`.
+ `SIGIL_ERR_DTLS_FAILED` when the connection has failed or closed (a fatal alert sent or
+ received, close_notify): `sigil_dtls_get_info` says why.
+ */
+sigil_status sigil_dtls_handle_datagram(sigil_dtls_client *client,
+                                        uint64_t now_ms,
+                                        const uint8_t *datagram,
+                                        size_t len);
+
+/*
+ Takes the next record datagram to send at `now_ms` into `buf` (`cap` >=
+ `SIGIL_DTLS_MAX_DATAGRAM`) and its length into `len`; `len` is 0 when there is nothing
+ to send. Call it until it is. A flight's retransmission timer starts when its first
+ datagram is taken (RFC 6347 §4.2.4).
+ */
+sigil_status sigil_dtls_poll_transmit(sigil_dtls_client *client,
+                                      uint64_t now_ms,
+                                      uint8_t *buf,
+                                      size_t cap,
+                                      size_t *len);
+
+/*
+ When to call `sigil_dtls_handle_timeout` next (milliseconds on the caller's clock), or
+ `SIGIL_NEVER` (established, or failed).
+ */
+sigil_status sigil_dtls_poll_timeout(const sigil_dtls_client *client,
+                                     uint64_t *at_ms);
+
+/*
+ Advances the handshake's timer to `now_ms`: a flight that got no answer is sent again
+ with a doubled timeout (RFC 6347 §4.2.4.1); drain `sigil_dtls_poll_transmit` after.
+ `SIGIL_ERR_DTLS_FAILED` when the retransmissions are used up (the handshake failed).
+ */
+sigil_status sigil_dtls_handle_timeout(sigil_dtls_client *client,
+                                       uint64_t now_ms);
+
+/*
+ Protects `len` bytes of application data (1 to `SIGIL_DTLS_MAX_APP_DATA`, e.g. one CoAP
+ message) as one record and queues it; drain `sigil_dtls_poll_transmit` after.
+ `SIGIL_ERR_DTLS_NOT_ESTABLISHED` before the handshake completed and after the connection
+ ended; `SIGIL_ERR_BUSY` when the send queue is full (drain it first).
+ */
+sigil_status sigil_dtls_send(sigil_dtls_client *client,
+                             const uint8_t *data,
+                             size_t len);
+
+/*
+ Takes the next application datagram the server sent (one record, in arrival order) into
+ `buf` (`cap` >= `SIGIL_DTLS_MAX_APP_DATA`) and its length into `len`; `len` is 0 when
+ none waits.
+ */
+sigil_status sigil_dtls_recv(sigil_dtls_client *client,
+                             uint8_t *buf,
+                             size_t cap,
+                             size_t *len);
+
+/*
+ Ends an established connection with a close_notify alert (RFC 5246 §7.2.1), queued for
+ `sigil_dtls_poll_transmit`; afterwards nothing is sent or accepted. Then
+ `sigil_dtls_end` zeroes the state. `SIGIL_ERR_DTLS_NOT_ESTABLISHED` if the handshake did
+ not complete or the connection already ended.
+ */
+sigil_status sigil_dtls_close(sigil_dtls_client *client);
+
+/*
+ The client's state into `info`; a client that is not connected is `SIGIL_DTLS_IDLE`
+ (and `SIGIL_OK`).
+ */
+sigil_status sigil_dtls_get_info(const sigil_dtls_client *client,
+                                 sigil_dtls_info *info);
 
 /*
  `I = h(P|O)` (RFC 8387 §4): the identity of `key` with the other information `other`

@@ -242,7 +242,7 @@ impl DeviceStorage for Storage<'_> {
     }
 }
 
-struct PlatformRng<'a>(&'a sigil_platform);
+pub(crate) struct PlatformRng<'a>(pub(crate) &'a sigil_platform);
 
 impl Rng for PlatformRng<'_> {
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), CryptoError> {

@@ -20,12 +20,16 @@
 extern crate std;
 
 mod device;
+#[cfg(feature = "dtls")]
+mod dtls;
 mod ffi;
 mod identity;
 mod reading;
 mod status;
 
 pub use device::*;
+#[cfg(feature = "dtls")]
+pub use dtls::*;
 pub use identity::*;
 pub use reading::*;
 pub use status::sigil_status;

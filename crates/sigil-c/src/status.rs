@@ -55,6 +55,15 @@ pub enum sigil_status {
     SIGIL_ERR_SEQUENCE_MISMATCH = 18,
     /// This build of the library does not include the algorithm or format asked for.
     SIGIL_ERR_UNSUPPORTED = 19,
+    /// The DTLS client state was not connected by `sigil_dtls_connect` (or was ended by
+    /// `sigil_dtls_end`).
+    SIGIL_ERR_DTLS_NOT_CONNECTED = 32,
+    /// The DTLS handshake has not completed (or the connection already ended): application
+    /// data cannot be sent yet.
+    SIGIL_ERR_DTLS_NOT_ESTABLISHED = 33,
+    /// The DTLS connection failed or was closed: a fatal alert sent or received, close_notify,
+    /// or the handshake timed out (`sigil_dtls_get_info` says which). Connect again.
+    SIGIL_ERR_DTLS_FAILED = 34,
 }
 
 use sigil_status::*;

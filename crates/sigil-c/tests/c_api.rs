@@ -42,3 +42,29 @@ fn every_exported_function_refuses_bad_arguments_under_sanitizers() {
     assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
     println!("{stdout}");
 }
+
+#[cfg(feature = "dtls")]
+#[test]
+fn the_dtls_client_refuses_bad_arguments_under_sanitizers() {
+    let stdout = sanitized("test_dtls");
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    println!("{stdout}");
+}
+
+/// Compiles tests/c/`name`.c against the host library under AddressSanitizer and
+/// UndefinedBehaviorSanitizer, runs it, and returns what it printed.
+#[allow(dead_code)]
+fn sanitized(name: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join(name);
+    run(Command::new("gcc")
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+        .arg(format!("-I{}", crate_dir().join("include").display()))
+        .arg(crate_dir().join(format!("tests/c/{name}.c")))
+        .arg(host_library())
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe));
+    let out = run(Command::new(&exe).env("ASAN_OPTIONS", "detect_leaks=1"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
