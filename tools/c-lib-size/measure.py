@@ -7,8 +7,9 @@ staticlib`, because cargo applies no LTO to a crate that also builds an rlib), l
 device calls a sensor uses into a minimal image with rust-lld and --gc-sections (so only what
 those calls reach stays), and sums the sections: flash = .text + .rodata + .data, RAM = .data +
 .bss (the caller's `sigil_device` state, SIGIL_DEVICE_SIZE bytes, and the stack come on top).
-No C code and no libc are linked: this is the library alone. examples/c/m4 links the same
-archives into the C sensor image.
+The `diet` rows link the calls a CryptoDiet node makes (its `sigil_diet_node` state,
+SIGIL_DIET_NODE_SIZE bytes, comes on top). No C code and no libc are linked: this is the
+library alone. examples/c/m4 links the same archives into the C sensor image.
 
     python3 tools/c-lib-size/measure.py            # prints a Markdown table
 
@@ -28,8 +29,12 @@ TARGET = "thumbv7em-none-eabihf"
 FEATURES = [
     ("ed25519", "ed25519,panic-hook"),
     ("p256", "p256,panic-hook"),
-    ("ed25519 + p256 (default)", "ed25519,p256,panic-hook"),
+    ("ed25519 + p256", "ed25519,p256,panic-hook"),
     ("ed25519 + p256 + jws", "ed25519,p256,jws,panic-hook"),
+    # A third element names the calls linked (default: the device's).
+    ("diet (CryptoDiet node calls only)", "diet,panic-hook", ["diet"]),
+    ("ed25519 + p256 + diet (default; device and CryptoDiet calls)", "ed25519,p256,diet,panic-hook",
+     ["device", "diet"]),
 ]
 DEVICE_CALLS = [
     "sigil_device_config_default", "sigil_device_boot", "sigil_device_end",
@@ -37,6 +42,14 @@ DEVICE_CALLS = [
     "sigil_device_poll_transmit", "sigil_device_poll_timeout", "sigil_device_poll_event",
     "sigil_device_publish", "sigil_device_get_info",
 ]
+# What a CryptoDiet node calls: its key pairs, the node and its three phases.
+DIET_CALLS = [
+    "sigil_diet_node_init", "sigil_diet_gen_key_pair", "sigil_diet_config_default",
+    "sigil_diet_node_end", "sigil_diet_node_identity", "sigil_diet_node_add_neighbour",
+    "sigil_diet_node_handle", "sigil_diet_node_poll_transmit", "sigil_diet_node_poll_timeout",
+    "sigil_diet_node_send", "sigil_diet_node_phase", "sigil_diet_node_counters",
+]
+CALLS = {"device": DEVICE_CALLS, "diet": DIET_CALLS}
 LINKER_SCRIPT = """
 MEMORY { FLASH : ORIGIN = 0x00000000, LENGTH = 1M
          RAM : ORIGIN = 0x20000000, LENGTH = 256K }
@@ -69,14 +82,14 @@ def build(features):
     return os.path.join(target_dir, TARGET, "size", "libsigil.a")
 
 
-def measure(lib, work):
+def measure(lib, work, calls):
     script = os.path.join(work, "link.ld")
     with open(script, "w") as f:
         f.write(LINKER_SCRIPT)
     elf = os.path.join(work, "image.elf")
     subprocess.check_call(
-        [rust_lld(), "-flavor", "gnu", "-T", script, "--gc-sections", "-e", "sigil_device_boot",
-         "--defsym=sigil_panic_hook=0", *[f"--undefined={s}" for s in DEVICE_CALLS],
+        [rust_lld(), "-flavor", "gnu", "-T", script, "--gc-sections", "-e", calls[0],
+         "--defsym=sigil_panic_hook=0", *[f"--undefined={s}" for s in calls],
          "-o", elf, lib])
     sizes = {}
     with open(elf, "rb") as f:
@@ -91,8 +104,9 @@ def main():
     print("| features | flash | static RAM |")
     print("|---|---:|---:|")
     with tempfile.TemporaryDirectory() as work:
-        for name, features in FEATURES:
-            flash, ram = measure(build(features), work)
+        for name, features, *sets in FEATURES:
+            calls = [c for k in (sets[0] if sets else ["device"]) for c in CALLS[k]]
+            flash, ram = measure(build(features), work, calls)
             print(f"| {name} | {flash:,} B | {ram:,} B |", flush=True)
 
 
