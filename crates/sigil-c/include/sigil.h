@@ -956,7 +956,9 @@ sigil_status sigil_diet_config_default(sigil_diet_config *cfg);
  shared keys, `signing_secret` for hellos and messages. `epoch` must be higher than in any
  earlier run with these keys: keep it in storage and raise it at each start, so messages
  of an earlier run never open. `cfg` NULL takes the defaults. A node initialised before
- is ended first.
+ is ended first. `SIGIL_ERR_INVALID_KEY` for a scalar that is zero or not below the group
+ order, `SIGIL_ERR_CONFIG` for a zero first timeout or attempt count or a maximum below the
+ first timeout; on any error `node` is left as it was.
  */
 sigil_status sigil_diet_node_init(sigil_diet_node *node,
                                   size_t node_size,
