@@ -2,7 +2,7 @@
  * sigil.h: the Sigil C library (libsigil.a). docs/c-api.md is the guide.
  *
  * Identities (RFC 8387 section 4), the sans-IO sensor (boot, register, publish) and signed
- * readings (COSE_Sign1 / JWS over SenML). Caller-owned memory only: state structs have their
+ * readings (COSE_Sign1 / JWS over SenML); the CryptoDiet operations and node (sigil_diet_*). Caller-owned memory only: state structs have their
  * sizes here, buffers are passed in with their lengths, nothing allocates. Every function
  * checks its pointers and lengths and returns a sigil_status.
  *
