@@ -8,9 +8,10 @@ device calls a sensor uses into a minimal image with rust-lld and --gc-sections 
 those calls reach stays), and sums the sections: flash = .text + .rodata + .data, RAM = .data +
 .bss (the caller's `sigil_device` state, SIGIL_DEVICE_SIZE bytes, and the stack come on top).
 Feature sets with `dtls` link the DTLS client's calls too (its state, at most
-SIGIL_DTLS_CLIENT_COMPACT_SIZE bytes in these builds, is the caller's as well). No C code and
-no libc are linked: this is the library alone. examples/c/m4 links the same
-archives into the C sensor image.
+SIGIL_DTLS_CLIENT_COMPACT_SIZE bytes in these builds, is the caller's as well); the `diet` rows
+link the calls a CryptoDiet node makes (its `sigil_diet_node` state, SIGIL_DIET_NODE_SIZE bytes,
+comes on top). No C code and no libc are linked: this is the library alone. examples/c/m4 links
+the same archives into the C sensor image.
 
     python3 tools/c-lib-size/measure.py            # prints a Markdown table
 
@@ -32,8 +33,13 @@ FEATURES = [
     ("p256", "p256,panic-hook"),
     ("ed25519 + p256", "ed25519,p256,panic-hook"),
     ("ed25519 + p256 + jws", "ed25519,p256,jws,panic-hook"),
-    ("ed25519 + dtls (PSK-CCM8 only)", "ed25519,dtls,panic-hook"),
-    ("ed25519 + p256 + dtls (default)", "ed25519,p256,dtls,panic-hook"),
+    # A third element names the call sets linked (default: the device's).
+    ("ed25519 + dtls (PSK-CCM8 only)", "ed25519,dtls,panic-hook", ["device", "dtls"]),
+    ("ed25519 + p256 + dtls", "ed25519,p256,dtls,panic-hook", ["device", "dtls"]),
+    ("diet (CryptoDiet node calls only)", "diet,panic-hook", ["diet"]),
+    ("ed25519 + p256 + diet", "ed25519,p256,diet,panic-hook", ["device", "diet"]),
+    ("default (ed25519 + p256 + dtls + diet; every call)", "ed25519,p256,dtls,diet,panic-hook",
+     ["device", "dtls", "diet"]),
 ]
 DEVICE_CALLS = [
     "sigil_device_config_default", "sigil_device_boot", "sigil_device_end",
@@ -47,6 +53,14 @@ DTLS_CALLS = [
     "sigil_dtls_handle_timeout", "sigil_dtls_send", "sigil_dtls_recv", "sigil_dtls_close",
     "sigil_dtls_get_info",
 ]
+# What a CryptoDiet node calls: its key pairs, the node and its three phases.
+DIET_CALLS = [
+    "sigil_diet_node_init", "sigil_diet_gen_key_pair", "sigil_diet_config_default",
+    "sigil_diet_node_end", "sigil_diet_node_identity", "sigil_diet_node_add_neighbour",
+    "sigil_diet_node_handle", "sigil_diet_node_poll_transmit", "sigil_diet_node_poll_timeout",
+    "sigil_diet_node_send", "sigil_diet_node_phase", "sigil_diet_node_counters",
+]
+CALLS = {"device": DEVICE_CALLS, "dtls": DTLS_CALLS, "diet": DIET_CALLS}
 LINKER_SCRIPT = """
 MEMORY { FLASH : ORIGIN = 0x00000000, LENGTH = 1M
          RAM : ORIGIN = 0x20000000, LENGTH = 256K }
@@ -79,15 +93,14 @@ def build(features):
     return os.path.join(target_dir, TARGET, "size", "libsigil.a")
 
 
-def measure(lib, work, features=""):
+def measure(lib, work, calls):
     script = os.path.join(work, "link.ld")
     with open(script, "w") as f:
         f.write(LINKER_SCRIPT)
     elf = os.path.join(work, "image.elf")
     subprocess.check_call(
-        [rust_lld(), "-flavor", "gnu", "-T", script, "--gc-sections", "-e", "sigil_device_boot",
-         "--defsym=sigil_panic_hook=0", *[f"--undefined={s}" for s in DEVICE_CALLS],
-         *[f"--undefined={s}" for s in (DTLS_CALLS if "dtls" in features.split(",") else [])],
+        [rust_lld(), "-flavor", "gnu", "-T", script, "--gc-sections", "-e", calls[0],
+         "--defsym=sigil_panic_hook=0", *[f"--undefined={s}" for s in calls],
          "-o", elf, lib])
     sizes = {}
     with open(elf, "rb") as f:
@@ -102,8 +115,9 @@ def main():
     print("| features | flash | static RAM |")
     print("|---|---:|---:|")
     with tempfile.TemporaryDirectory() as work:
-        for name, features in FEATURES:
-            flash, ram = measure(build(features), work, features)
+        for name, features, *sets in FEATURES:
+            calls = [c for k in (sets[0] if sets else ["device"]) for c in CALLS[k]]
+            flash, ram = measure(build(features), work, calls)
             print(f"| {name} | {flash:,} B | {ram:,} B |", flush=True)
 
 

@@ -2,7 +2,7 @@
  * sigil.h: the Sigil C library (libsigil.a). docs/c-api.md is the guide.
  *
  * Identities (RFC 8387 section 4), the sans-IO sensor (boot, register, publish) and signed
- * readings (COSE_Sign1 / JWS over SenML). Caller-owned memory only: state structs have their
+ * readings (COSE_Sign1 / JWS over SenML); the CryptoDiet operations and node (sigil_diet_*). Caller-owned memory only: state structs have their
  * sizes here, buffers are passed in with their lengths, nothing allocates. Every function
  * checks its pointers and lengths and returns a sigil_status.
  *
@@ -60,6 +60,73 @@
  Size of [`sigil_device`] in bytes.
  */
 #define SIGIL_DEVICE_SIZE (8 * SIGIL_DEVICE_WORDS)
+
+/*
+ A P-256 secret scalar (big-endian).
+ */
+#define SIGIL_DIET_SECRET_KEY_LEN 32
+
+/*
+ A P-256 public key: the uncompressed SEC 1 point (`0x04 || x || y`).
+ */
+#define SIGIL_DIET_PUBLIC_KEY_LEN 65
+
+/*
+ An ECDSA P-256 signature, `r || s`.
+ */
+#define SIGIL_DIET_SIGNATURE_LEN 64
+
+/*
+ An AES-128 key.
+ */
+#define SIGIL_DIET_KEY_LEN 16
+
+/*
+ The AES-CCM nonce.
+ */
+#define SIGIL_DIET_NONCE_LEN 12
+
+/*
+ The AES-CCM-8 tag, appended to the ciphertext.
+ */
+#define SIGIL_DIET_TAG_LEN 8
+
+/*
+ The most `sigil_diet_shared_key` derives (HKDF-SHA-256, RFC 5869 §2.3: 255 blocks).
+ */
+#define SIGIL_DIET_MAX_DERIVED 8160
+
+/*
+ A hello's length; `sigil_diet_node_poll_transmit` needs a buffer of at least this.
+ */
+#define SIGIL_DIET_HELLO_LEN 200
+
+/*
+ Bytes a data message adds to its plaintext (type, sequence number, tag, signature).
+ */
+#define SIGIL_DIET_OVERHEAD 77
+
+/*
+ Neighbours one node holds.
+ */
+#define SIGIL_DIET_MAX_NEIGHBOURS 8
+
+/*
+ The handle to give `sigil_diet_node_handle` for a datagram from an address that is no
+ configured neighbour's: its hello is refused as untrusted, its messages as without keys.
+ */
+#define SIGIL_DIET_UNKNOWN_NEIGHBOUR 4294967295
+
+/*
+ Size of [`sigil_diet_node`] in 8-byte words: room for the state on every target the
+ library builds for (checked below at compile time).
+ */
+#define SIGIL_DIET_NODE_WORDS 384
+
+/*
+ Size of [`sigil_diet_node`] in bytes.
+ */
+#define SIGIL_DIET_NODE_SIZE (8 * SIGIL_DIET_NODE_WORDS)
 
 /*
  Largest record datagram the client sends or takes: `sigil_dtls_poll_transmit` needs a
@@ -182,7 +249,8 @@ typedef enum {
   SIGIL_ERR_BAD_ARGUMENT = 4,
   /*
    The device state was not booted by `sigil_device_boot` (or was ended by
-   `sigil_device_end`).
+   `sigil_device_end`); or the CryptoDiet node was not initialised by
+   `sigil_diet_node_init` (or was ended by `sigil_diet_node_end`).
    */
   SIGIL_ERR_NOT_BOOTED = 5,
   /*
@@ -244,6 +312,15 @@ typedef enum {
    This build of the library does not include the algorithm or format asked for.
    */
   SIGIL_ERR_UNSUPPORTED = 19,
+  /*
+   The CryptoDiet neighbour has no keys yet (its hello has not arrived): keep feeding
+   the node datagrams and time.
+   */
+  SIGIL_ERR_NO_SESSION = 20,
+  /*
+   The CryptoDiet node's neighbour table is full (`SIGIL_DIET_MAX_NEIGHBOURS`).
+   */
+  SIGIL_ERR_TABLE_FULL = 21,
   /*
    The DTLS client state was not connected by `sigil_dtls_connect` (or was ended by
    `sigil_dtls_end`).
@@ -316,6 +393,93 @@ typedef enum {
    */
   SIGIL_EVENT_RESYNCHRONISING = 11,
 } sigil_event_kind;
+
+/*
+ What `sigil_diet_node_handle` made of a datagram.
+ */
+typedef enum {
+  /*
+   A verified hello from the neighbour's configured identity.
+   */
+  SIGIL_DIET_HELLO = 1,
+  /*
+   A verified, fresh message; its plaintext is in the caller's buffer.
+   */
+  SIGIL_DIET_MESSAGE = 2,
+  /*
+   Refused and counted; `refusal` says why.
+   */
+  SIGIL_DIET_REFUSED = 3,
+} sigil_diet_outcome;
+
+/*
+ Why a datagram was refused (each has its counter in `sigil_diet_counters`).
+ */
+typedef enum {
+  /*
+   Not refused.
+   */
+  SIGIL_DIET_REFUSED_NONE = 0,
+  /*
+   Wrong length, type byte, flags or key encoding.
+   */
+  SIGIL_DIET_REFUSED_MALFORMED = 1,
+  /*
+   A hello whose signing key is not the identity configured for its sender (an unknown
+   node, or a known one at the wrong address).
+   */
+  SIGIL_DIET_REFUSED_UNTRUSTED = 2,
+  /*
+   Our own hello came back.
+   */
+  SIGIL_DIET_REFUSED_REFLECTED = 3,
+  /*
+   A signature does not verify (altered or forged).
+   */
+  SIGIL_DIET_REFUSED_BAD_SIGNATURE = 4,
+  /*
+   The ciphertext does not authenticate (altered, or sealed under other keys).
+   */
+  SIGIL_DIET_REFUSED_BAD_TAG = 5,
+  /*
+   A message from a neighbour without keys.
+   */
+  SIGIL_DIET_REFUSED_NO_SESSION = 6,
+  /*
+   The sequence number was accepted already, or is older than the 64-message window.
+   */
+  SIGIL_DIET_REFUSED_REPLAY = 7,
+  /*
+   A hello of an earlier epoch than the one held for its key (a replayed hello).
+   */
+  SIGIL_DIET_REFUSED_STALE_HELLO = 8,
+  /*
+   The neighbour table is full.
+   */
+  SIGIL_DIET_REFUSED_TABLE_FULL = 9,
+  /*
+   Anything else.
+   */
+  SIGIL_DIET_REFUSED_OTHER = 10,
+} sigil_diet_refusal;
+
+/*
+ Where a neighbour stands.
+ */
+typedef enum {
+  /*
+   Phase 1: our hello is out, the neighbour's has not arrived.
+   */
+  SIGIL_DIET_HANDSHAKE = 1,
+  /*
+   Phases 2 and 3: hellos exchanged, keys derived; messages flow.
+   */
+  SIGIL_DIET_ESTABLISHED = 2,
+  /*
+   Every hello went unanswered.
+   */
+  SIGIL_DIET_UNREACHABLE = 3,
+} sigil_diet_phase;
 
 /*
  Where a connection is, from `sigil_dtls_get_info`.
@@ -543,6 +707,77 @@ typedef struct {
   uint32_t retransmissions;
   uint32_t unexpected;
 } sigil_device_info;
+
+/*
+ Hello retransmission; start from `sigil_diet_config_default`.
+ */
+typedef struct {
+  /*
+   The first hello is repeated after this many milliseconds (at least 1) ...
+   */
+  uint32_t hello_initial_ms;
+  /*
+   ... the wait doubling up to this (at least `hello_initial_ms`) ...
+   */
+  uint32_t hello_max_ms;
+  /*
+   ... for at most this many hellos (at least 1); then the neighbour is
+   `SIGIL_DIET_UNREACHABLE` until added again.
+   */
+  uint8_t hello_attempts;
+} sigil_diet_config;
+
+/*
+ The node state: opaque, owned by the caller, `SIGIL_DIET_NODE_SIZE` bytes aligned to 8.
+ It may be static or on the stack; it holds no pointers into itself.
+ */
+typedef struct {
+  uint64_t opaque[SIGIL_DIET_NODE_WORDS];
+} sigil_diet_node;
+
+/*
+ One datagram's outcome, from `sigil_diet_node_handle`.
+ */
+typedef struct {
+  sigil_diet_outcome outcome;
+  /*
+   With `SIGIL_DIET_HELLO`: the hello started (or replaced) the keys, so the neighbour
+   just became established (again).
+   */
+  bool new_keys;
+  /*
+   With `SIGIL_DIET_MESSAGE`: the plaintext's length.
+   */
+  size_t len;
+  sigil_diet_refusal refusal;
+} sigil_diet_received;
+
+/*
+ What a node sent, accepted and refused, by reason (`sigil_diet_node_counters`).
+ */
+typedef struct {
+  uint64_t hellos_sent;
+  uint64_t hellos_accepted;
+  uint64_t messages_sent;
+  uint64_t messages_accepted;
+  uint64_t malformed;
+  /*
+   Hellos from unknown nodes (or from known nodes at another neighbour's address).
+   */
+  uint64_t untrusted;
+  uint64_t reflected;
+  uint64_t bad_signature;
+  uint64_t bad_tag;
+  uint64_t no_session;
+  uint64_t replayed;
+  uint64_t stale_hellos;
+  uint64_t table_full;
+  uint64_t other;
+  /*
+   All refusals together.
+   */
+  uint64_t refused;
+} sigil_diet_counters;
 
 /*
  How the client connects; start from `sigil_dtls_config_default`. The pointers need to
@@ -799,6 +1034,229 @@ sigil_status sigil_device_get_info(const sigil_device *dev,
 sigil_status sigil_device_location(const sigil_device *dev,
                                    char *out,
                                    size_t out_len);
+
+/*
+ `ECC_GenKeyPair` (Algorithm 1): a fresh P-256 key pair from the platform's randomness
+ callback (`platform->rng`; the storage callbacks are not used). Writes the 32-byte secret
+ scalar to `secret` (`secret_len` >= 32) and the 65-byte public key to `public_key`
+ (`public_len` >= 65). The same pair serves ECDH and ECDSA. `SIGIL_ERR_RNG` when the
+ callback fails. The caller stores the secret and wipes its copies.
+ */
+sigil_status sigil_diet_gen_key_pair(const sigil_platform *platform,
+                                     uint8_t *secret,
+                                     size_t secret_len,
+                                     uint8_t *public_key,
+                                     size_t public_len);
+
+/*
+ The public key of a stored secret scalar (`secret_len` = 32), into `public_key`
+ (`public_len` >= 65). `SIGIL_ERR_INVALID_KEY` if the scalar is zero or not below the
+ group order.
+ */
+sigil_status sigil_diet_public_key(const uint8_t *secret,
+                                   size_t secret_len,
+                                   uint8_t *public_key,
+                                   size_t public_len);
+
+/*
+ `ECDH_GenSharedKey` (Algorithm 2) with a key derivation: P-256 ECDH of `secret`
+ (`secret_len` = 32) and the peer's public key (`peer_len` = 65), whose x-coordinate is the
+ input keying material of HKDF-SHA-256 (RFC 5869) with `salt` and `info` (NULL with length
+ 0 for none); fills all `out_len` bytes of `out` (1 to `SIGIL_DIET_MAX_DERIVED`). The raw
+ ECDH output never leaves the library. `SIGIL_ERR_INVALID_KEY` for a point off the curve or
+ a bad scalar.
+ */
+sigil_status sigil_diet_shared_key(const uint8_t *secret,
+                                   size_t secret_len,
+                                   const uint8_t *peer_public,
+                                   size_t peer_len,
+                                   const uint8_t *salt,
+                                   size_t salt_len,
+                                   const uint8_t *info,
+                                   size_t info_len,
+                                   uint8_t *out,
+                                   size_t out_len);
+
+/*
+ `AES_Encrypt` (Algorithm 3): AES-128-CCM-8 (RFC 3610) of `plain` (`plain_len` bytes,
+ NULL with 0 for none) under `key` (`key_len` = 16) and `nonce` (`nonce_len` = 12; never
+ twice under one key), authenticating `aad` (NULL with 0 for none). Writes the ciphertext
+ and the 8-byte tag, `plain_len` + `SIGIL_DIET_TAG_LEN` bytes, to `out` (`out_cap` at least
+ that) and that length to `out_len`. `out` may be `plain` (in place).
+ */
+sigil_status sigil_diet_encrypt(const uint8_t *key,
+                                size_t key_len,
+                                const uint8_t *nonce,
+                                size_t nonce_len,
+                                const uint8_t *aad,
+                                size_t aad_len,
+                                const uint8_t *plain,
+                                size_t plain_len,
+                                uint8_t *out,
+                                size_t out_cap,
+                                size_t *out_len);
+
+/*
+ `AES_Decrypt` (Algorithm 4): checks the tag of `sealed` (ciphertext then tag,
+ `sealed_len` at least `SIGIL_DIET_TAG_LEN`) under `key`, `nonce` and `aad`, and writes the
+ plaintext,
+ `sealed_len` - `SIGIL_DIET_TAG_LEN` bytes, to `out` (`out_cap` at least that; `out` may be
+ `sealed`), its length to `out_len`. `SIGIL_ERR_BAD_SIGNATURE` when the tag does not
+ authenticate (ciphertext, AAD, nonce or key differ); then `out` holds zeros.
+ */
+sigil_status sigil_diet_decrypt(const uint8_t *key,
+                                size_t key_len,
+                                const uint8_t *nonce,
+                                size_t nonce_len,
+                                const uint8_t *aad,
+                                size_t aad_len,
+                                const uint8_t *sealed,
+                                size_t sealed_len,
+                                uint8_t *out,
+                                size_t out_cap,
+                                size_t *out_len);
+
+/*
+ `ECDSA_sign` (Algorithm 5): ECDSA P-256 with SHA-256 over `message` (`message_len` bytes,
+ NULL with 0 for none) with `secret` (`secret_len` = 32); the nonce is derived as RFC 6979
+ §3.2 says, so no randomness is needed. Writes `r || s` (64 bytes) to `signature`
+ (`signature_len` >= 64).
+ */
+sigil_status sigil_diet_sign(const uint8_t *secret,
+                             size_t secret_len,
+                             const uint8_t *message,
+                             size_t message_len,
+                             uint8_t *signature,
+                             size_t signature_len);
+
+/*
+ `ECDSA_verify` (Algorithm 6): `SIGIL_OK` only if `signature` (`signature_len` = 64,
+ `r || s`) is ECDSA P-256 with SHA-256 over exactly `message` under `public_key`
+ (`public_len` = 65); `SIGIL_ERR_BAD_SIGNATURE` otherwise, `SIGIL_ERR_INVALID_KEY` when
+ the key is not an uncompressed point.
+ */
+sigil_status sigil_diet_verify(const uint8_t *public_key,
+                               size_t public_len,
+                               const uint8_t *message,
+                               size_t message_len,
+                               const uint8_t *signature,
+                               size_t signature_len);
+
+/*
+ Fills `cfg` with the defaults: a hello repeated after 1 s, doubling up to 32 s, 8 hellos.
+ */
+sigil_status sigil_diet_config_default(sigil_diet_config *cfg);
+
+/*
+ Starts a node in `node` (`node_size` = `sizeof(sigil_diet_node)`) with its two stored
+ secret scalars (each 32 bytes, from `sigil_diet_gen_key_pair`): `ecdh_secret` for the
+ shared keys, `signing_secret` for hellos and messages. `epoch` must be higher than in any
+ earlier run with these keys: keep it in storage and raise it at each start, so messages
+ of an earlier run never open. `cfg` NULL takes the defaults. A node initialised before
+ is ended first. `SIGIL_ERR_INVALID_KEY` for a scalar that is zero or not below the group
+ order, `SIGIL_ERR_CONFIG` for a zero first timeout or attempt count or a maximum below the
+ first timeout; on any error `node` is left as it was.
+ */
+sigil_status sigil_diet_node_init(sigil_diet_node *node,
+                                  size_t node_size,
+                                  const uint8_t *ecdh_secret,
+                                  size_t ecdh_secret_len,
+                                  const uint8_t *signing_secret,
+                                  size_t signing_secret_len,
+                                  uint32_t epoch,
+                                  const sigil_diet_config *cfg);
+
+/*
+ Ends a node: its state, secrets included, is overwritten with zeros and it no longer
+ counts as initialised. Ending a node that is not initialised does nothing.
+ */
+sigil_status sigil_diet_node_end(sigil_diet_node *node);
+
+/*
+ The node's identity, I = h(P) of its signing key (RFC 8387 §4): what its neighbours
+ configure for it. 16 bytes into `out` (`out_len` >= 16).
+ */
+sigil_status sigil_diet_node_identity(const sigil_diet_node *node,
+                                      uint8_t *out,
+                                      size_t out_len);
+
+/*
+ Adds a neighbour from the routing table: `who` is its identity (`who_len` = 16) or its
+ signing public key (`who_len` = 65, an uncompressed P-256 point, taken as its identity
+ I = h(P)). Its handle goes to `neighbour`; map it to the neighbour's address. Its hello
+ goes out at the next `sigil_diet_node_poll_transmit`. Adding an identity again gives the
+ same handle and, unless established, restarts its hellos. `SIGIL_ERR_TABLE_FULL` past
+ `SIGIL_DIET_MAX_NEIGHBOURS`.
+ */
+sigil_status sigil_diet_node_add_neighbour(sigil_diet_node *node,
+                                           uint64_t now_ms,
+                                           const uint8_t *who,
+                                           size_t who_len,
+                                           uint32_t *neighbour);
+
+/*
+ Feeds one datagram (`len` >= 1 bytes) that arrived from neighbour `from` (a handle, or
+ `SIGIL_DIET_UNKNOWN_NEIGHBOUR` for an address no neighbour has). A message's plaintext
+ goes to `plain` (`plain_cap` bytes; a data datagram of n bytes needs n -
+ `SIGIL_DIET_OVERHEAD`, else `SIGIL_ERR_SHORT_BUFFER` and nothing is done; NULL with 0 when
+ no plaintext is wanted). What it was goes to `received`. A refused datagram (replayed,
+ altered, from an unknown node, ...) is counted and is still `SIGIL_OK`. An answer to a
+ hello goes out at the next `sigil_diet_node_poll_transmit`.
+ */
+sigil_status sigil_diet_node_handle(sigil_diet_node *node,
+                                    uint32_t from,
+                                    const uint8_t *datagram,
+                                    size_t len,
+                                    uint8_t *plain,
+                                    size_t plain_cap,
+                                    sigil_diet_received *received);
+
+/*
+ Takes the next datagram due at `now_ms` (a hello, a repeated hello or the answer to one)
+ into `buf` (`cap` >= `SIGIL_DIET_HELLO_LEN`): its length to `len` (0 when nothing is due)
+ and the neighbour to send it to to `to`. Call it until `len` is 0.
+ */
+sigil_status sigil_diet_node_poll_transmit(sigil_diet_node *node,
+                                           uint64_t now_ms,
+                                           uint8_t *buf,
+                                           size_t cap,
+                                           size_t *len,
+                                           uint32_t *to);
+
+/*
+ When to call `sigil_diet_node_poll_transmit` next if nothing arrives (milliseconds on the
+ caller's clock), or `SIGIL_NEVER`.
+ */
+sigil_status sigil_diet_node_poll_timeout(const sigil_diet_node *node,
+                                          uint64_t *at_ms);
+
+/*
+ Phase 3, sending: encrypts `plain` (`plain_len` bytes, NULL with 0 for none) for the
+ established neighbour `to` and signs the result into `out` (`out_cap` >= `plain_len` +
+ `SIGIL_DIET_OVERHEAD`); the datagram's length goes to `len`. Send it to `to`'s address.
+ `SIGIL_ERR_NO_SESSION` before the neighbour's hello arrived.
+ */
+sigil_status sigil_diet_node_send(sigil_diet_node *node,
+                                  uint32_t to,
+                                  const uint8_t *plain,
+                                  size_t plain_len,
+                                  uint8_t *out,
+                                  size_t out_cap,
+                                  size_t *len);
+
+/*
+ The phase of neighbour `neighbour` into `phase`.
+ */
+sigil_status sigil_diet_node_phase(const sigil_diet_node *node,
+                                   uint32_t neighbour,
+                                   sigil_diet_phase *phase);
+
+/*
+ The node's counters into `counters`: what it sent and accepted, and what it refused, by
+ reason.
+ */
+sigil_status sigil_diet_node_counters(const sigil_diet_node *node,
+                                      sigil_diet_counters *counters);
 
 /*
  Fills `cfg` with the defaults: TLS_PSK_WITH_AES_128_CCM_8 with no identity or key yet

@@ -1,5 +1,6 @@
 //! The Sigil C library (`libsigil.a` and `sigil.h`): identities (RFC 8387 §4, §4.1), the
-//! sans-IO sensor of `sigil-device`, and signing and verifying readings (`sigil-objects`).
+//! sans-IO sensor of `sigil-device`, signing and verifying readings (`sigil-objects`), and
+//! the IoT-CryptoDiet operations and node (`sigil-diet`, feature `diet`).
 //!
 //! Everything is caller-owned. State lives in opaque structs whose size and alignment the
 //! header declares, so C can place them in static memory; buffers are passed in with their
@@ -20,6 +21,8 @@
 extern crate std;
 
 mod device;
+#[cfg(feature = "diet")]
+mod diet;
 #[cfg(feature = "dtls")]
 mod dtls;
 mod ffi;
@@ -28,6 +31,8 @@ mod reading;
 mod status;
 
 pub use device::*;
+#[cfg(feature = "diet")]
+pub use diet::*;
 #[cfg(feature = "dtls")]
 pub use dtls::*;
 pub use identity::*;

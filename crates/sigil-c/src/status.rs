@@ -22,7 +22,8 @@ pub enum sigil_status {
     /// text that is not UTF-8 or not hex, an unknown label form.
     SIGIL_ERR_BAD_ARGUMENT = 4,
     /// The device state was not booted by `sigil_device_boot` (or was ended by
-    /// `sigil_device_end`).
+    /// `sigil_device_end`); or the CryptoDiet node was not initialised by
+    /// `sigil_diet_node_init` (or was ended by `sigil_diet_node_end`).
     SIGIL_ERR_NOT_BOOTED = 5,
     /// A storage callback failed, or returned a record of the wrong size. Nothing was sent.
     SIGIL_ERR_STORAGE = 6,
@@ -55,6 +56,11 @@ pub enum sigil_status {
     SIGIL_ERR_SEQUENCE_MISMATCH = 18,
     /// This build of the library does not include the algorithm or format asked for.
     SIGIL_ERR_UNSUPPORTED = 19,
+    /// The CryptoDiet neighbour has no keys yet (its hello has not arrived): keep feeding
+    /// the node datagrams and time.
+    SIGIL_ERR_NO_SESSION = 20,
+    /// The CryptoDiet node's neighbour table is full (`SIGIL_DIET_MAX_NEIGHBOURS`).
+    SIGIL_ERR_TABLE_FULL = 21,
     /// The DTLS client state was not connected by `sigil_dtls_connect` (or was ended by
     /// `sigil_dtls_end`).
     SIGIL_ERR_DTLS_NOT_CONNECTED = 32,
