@@ -165,7 +165,7 @@ pub struct sigil_device_info {
 
 const MAGIC: u64 = 0x5349_4749_4c44_4556; // "SIGILDEV"
 
-/// `repr(C)`: `magic` comes first, where `booted` reads it.
+/// `repr(C)`: `magic` comes first, where `ffi::live` reads it.
 #[repr(C)]
 struct State {
     magic: u64,
@@ -255,29 +255,19 @@ impl Rng for PlatformRng<'_> {
     }
 }
 
-/// The booted state behind `dev`.
-unsafe fn booted(dev: *const sigil_device) -> CResult<*mut State> {
-    if dev.is_null() {
-        return Err(SIGIL_ERR_NULL);
-    }
-    let state = dev.cast::<State>().cast_mut();
-    // SAFETY: the memory is the caller's `sigil_device`, large and aligned enough for `State`
-    // (asserted above); `magic` is its first field, read as plain bytes whatever they hold.
-    let magic = unsafe { core::ptr::addr_of!((*state).magic).read() };
-    if magic != MAGIC {
-        return Err(SIGIL_ERR_NOT_BOOTED);
-    }
-    Ok(state)
+impl crate::ffi::Tagged for State {
+    const MAGIC: u64 = MAGIC;
+    const NOT_LIVE: sigil_status = SIGIL_ERR_NOT_BOOTED;
 }
 
 unsafe fn state<'a>(dev: *mut sigil_device) -> CResult<&'a mut State> {
-    // SAFETY: `sigil_device_boot` wrote a `State` here (the magic says so).
-    Ok(unsafe { &mut *booted(dev)? })
+    // SAFETY: a `sigil_device` (the C contract), which `sigil_device_boot` fills.
+    unsafe { crate::ffi::live_mut(dev) }
 }
 
 unsafe fn state_ref<'a>(dev: *const sigil_device) -> CResult<&'a State> {
     // SAFETY: as for `state`; only read.
-    Ok(unsafe { &*booted(dev)? })
+    unsafe { crate::ffi::live_ref(dev) }
 }
 
 /// Fills `cfg` with the defaults: Ed25519, COSE, a 300 s lifetime, whole sequence numbers,

@@ -475,7 +475,7 @@ pub struct sigil_diet_counters {
 
 const NODE_MAGIC: u64 = 0x5349_4749_4c44_4954; // "SIGILDIT"
 
-/// `repr(C)`: `magic` comes first, where `initialised` reads it.
+/// `repr(C)`: `magic` comes first, where `ffi::live` reads it.
 #[repr(C)]
 struct NodeState {
     magic: u64,
@@ -488,28 +488,19 @@ struct NodeState {
 const _: () = assert!(size_of::<NodeState>() <= size_of::<sigil_diet_node>());
 const _: () = assert!(align_of::<NodeState>() <= align_of::<sigil_diet_node>());
 
-unsafe fn initialised(node: *const sigil_diet_node) -> CResult<*mut NodeState> {
-    if node.is_null() {
-        return Err(SIGIL_ERR_NULL);
-    }
-    let state = node.cast::<NodeState>().cast_mut();
-    // SAFETY: the memory is the caller's `sigil_diet_node`, large and aligned enough for
-    // `NodeState` (asserted above); `magic` is its first field, read as plain bytes.
-    let magic = unsafe { core::ptr::addr_of!((*state).magic).read() };
-    if magic != NODE_MAGIC {
-        return Err(SIGIL_ERR_NOT_BOOTED);
-    }
-    Ok(state)
+impl crate::ffi::Tagged for NodeState {
+    const MAGIC: u64 = NODE_MAGIC;
+    const NOT_LIVE: sigil_status = SIGIL_ERR_NOT_BOOTED;
 }
 
 unsafe fn node_state<'a>(node: *mut sigil_diet_node) -> CResult<&'a mut NodeState> {
-    // SAFETY: `sigil_diet_node_init` wrote a `NodeState` here (the magic says so).
-    Ok(unsafe { &mut *initialised(node)? })
+    // SAFETY: a `sigil_diet_node` (the C contract), which `sigil_diet_node_init` fills.
+    unsafe { crate::ffi::live_mut(node) }
 }
 
 unsafe fn node_ref<'a>(node: *const sigil_diet_node) -> CResult<&'a NodeState> {
     // SAFETY: as for `node_state`; only read.
-    Ok(unsafe { &*initialised(node)? })
+    unsafe { crate::ffi::live_ref(node) }
 }
 
 fn handle_of(state: &NodeState, neighbour: u32) -> CResult<u32> {

@@ -150,7 +150,7 @@ impl Trust for PinnedServer {
     }
 }
 
-/// `repr(C)`: `magic` comes first, where `connected` reads it.
+/// `repr(C)`: `magic` comes first, where `ffi::live` reads it.
 #[repr(C)]
 struct State {
     magic: u64,
@@ -167,30 +167,19 @@ const _: () = assert!(
 );
 const _: () = assert!(align_of::<State>() <= align_of::<sigil_dtls_client>());
 
-/// The connected state behind `c`.
-unsafe fn connected(c: *const sigil_dtls_client) -> CResult<*mut State> {
-    if c.is_null() {
-        return Err(SIGIL_ERR_NULL);
-    }
-    let state = c.cast::<State>().cast_mut();
-    // SAFETY: the memory is the caller's client, aligned to 8 and at least the `State`
-    // `sigil_dtls_connect` was given room for (the C contract: a `sigil_dtls_client`, or the
-    // size `sigil_dtls_client_size` says); `magic` is its first field, read as plain bytes.
-    let magic = unsafe { core::ptr::addr_of!((*state).magic).read() };
-    if magic != MAGIC {
-        return Err(SIGIL_ERR_DTLS_NOT_CONNECTED);
-    }
-    Ok(state)
+impl crate::ffi::Tagged for State {
+    const MAGIC: u64 = MAGIC;
+    const NOT_LIVE: sigil_status = SIGIL_ERR_DTLS_NOT_CONNECTED;
 }
 
 unsafe fn state<'a>(c: *mut sigil_dtls_client) -> CResult<&'a mut State> {
-    // SAFETY: `sigil_dtls_connect` wrote a `State` here (the magic says so).
-    Ok(unsafe { &mut *connected(c)? })
+    // SAFETY: a `sigil_dtls_client`, or at least the size `sigil_dtls_client_size` says (the C contract), which `sigil_dtls_connect` fills.
+    unsafe { crate::ffi::live_mut(c) }
 }
 
 unsafe fn state_ref<'a>(c: *const sigil_dtls_client) -> CResult<&'a State> {
     // SAFETY: as for `state`; only read.
-    Ok(unsafe { &*connected(c)? })
+    unsafe { crate::ffi::live_ref(c) }
 }
 
 /// A connection error as a status: the connection has failed (see `sigil_dtls_get_info`).

@@ -103,3 +103,51 @@ pub(crate) unsafe fn write_c_str(out: *mut c_char, cap: usize, text: &[u8]) -> C
     buf[text.len()] = 0;
     Ok(())
 }
+
+/// A state the library writes into caller memory: `repr(C)` with a `magic: u64` first field
+/// that says the memory holds a live `Self` (written when the state is made, cleared when it
+/// ends). Each implementor asserts at compile time that its header type is large and aligned
+/// enough for it.
+pub(crate) trait Tagged {
+    /// The first field's value while the state is live.
+    const MAGIC: u64;
+    /// The status for memory that does not hold a live state.
+    const NOT_LIVE: sigil_status;
+}
+
+/// The live state behind the caller's pointer `p` (to the header type that holds an `S`).
+///
+/// # Safety
+/// `p` is NULL or points to memory of the header type's size and alignment, as the C
+/// contract says.
+unsafe fn live<S: Tagged>(p: *const u8) -> CResult<*mut S> {
+    if p.is_null() {
+        return Err(SIGIL_ERR_NULL);
+    }
+    // SAFETY: the memory is the caller's header type, large and aligned enough for `S`
+    // (asserted beside each `S`), whose first field is the `u64` magic (`repr(C)`), read as
+    // plain bytes whatever they hold.
+    let magic = unsafe { p.cast::<u64>().read() };
+    if magic != S::MAGIC {
+        return Err(S::NOT_LIVE);
+    }
+    Ok(p.cast::<S>().cast_mut())
+}
+
+/// The live state behind `p`, to change.
+///
+/// # Safety
+/// As for [`live`]; and no other reference to the state exists for `'a`.
+pub(crate) unsafe fn live_mut<'a, S: Tagged, H>(p: *mut H) -> CResult<&'a mut S> {
+    // SAFETY: the magic says an `S` was written here and not ended.
+    Ok(unsafe { &mut *live::<S>(p.cast::<u8>().cast_const())? })
+}
+
+/// The live state behind `p`, to read.
+///
+/// # Safety
+/// As for [`live`]; and no mutable reference to the state exists for `'a`.
+pub(crate) unsafe fn live_ref<'a, S: Tagged, H>(p: *const H) -> CResult<&'a S> {
+    // SAFETY: as for `live_mut`; only read.
+    Ok(unsafe { &*live::<S>(p.cast::<u8>())? })
+}

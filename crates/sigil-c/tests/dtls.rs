@@ -465,14 +465,26 @@ fn p256(seed: u8) -> SecretKey {
     SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &[seed; 32]).unwrap()
 }
 
-#[test]
-fn ecdhe_ecdsa_with_the_device_key_and_a_pinned_server_identity() {
-    let (device, server_key) = (p256(0x11), p256(0x22));
-    let device_public = RustCrypto.public_key(&device).unwrap();
+/// How one ECDHE-ECDSA-CCM8 handshake with raw public keys and mutual authentication ended:
+/// the client's view, the key the server saw, whether the server completed, and the link.
+struct EcdsaRun {
+    info: sigil_dtls_info,
+    device_public: sigil_crypto::PublicKey,
+    server_saw: Option<sigil_crypto::PublicKey>,
+    server_established: bool,
+    traffic: Traffic,
+}
+
+/// The C client with `device` (an `alg` key) against Sigil's server with a P-256 key; the
+/// server pins the device's identity, the client the server's, or `pin` instead when given.
+/// Runs until both are established or the client failed.
+fn ecdhe_ecdsa(device: &SecretKey, alg: sigil_alg, pin: Option<[u8; 16]>, seed: u64) -> EcdsaRun {
+    let server_key = p256(0x22);
+    let device_public = RustCrypto.public_key(device).unwrap();
     let server_public = RustCrypto.public_key(&server_key).unwrap();
-    let device_id = Identity::of_key(&RustCrypto, &device_public, b"").unwrap();
+    let ids = [Identity::of_key(&RustCrypto, &device_public, b"").unwrap()];
     let server_id = Identity::of_key(&RustCrypto, &server_public, b"").unwrap();
-    let ids = [device_id];
+    let pinned = pin.unwrap_or(*server_id.as_bytes());
     let offer = ServerCredentials {
         key: Some(&server_key),
         require_client_key: true,
@@ -481,11 +493,10 @@ fn ecdhe_ecdsa_with_the_device_key_and_a_pinned_server_identity() {
     let secret = device.to_bytes();
     let mut cfg = psk_config(b"", b"");
     cfg.suite = sigil_dtls_suite::SIGIL_DTLS_ECDHE_ECDSA_CCM8 as u32;
-    cfg.server_identity = server_id.as_bytes().as_ptr();
-    cfg.own_alg = sigil_alg::SIGIL_ALG_ECDSA_P256 as u32;
+    cfg.server_identity = pinned.as_ptr();
+    cfg.own_alg = alg as u32;
     cfg.own_secret = secret.as_ptr();
-
-    let mut client = Client::new(6);
+    let mut client = Client::new(seed);
     assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
     let trust = PinnedIdentities {
         crypto: RustCrypto,
@@ -493,6 +504,9 @@ fn ecdhe_ecdsa_with_the_device_key_and_a_pinned_server_identity() {
     };
     let mut server = Server::new(trust, offer);
     let (mut now, mut traffic) = (0, Traffic::default());
+    let mut over = |c: &mut Client, s: &mut Server<'_, PinnedIdentities<'_, RustCrypto>>| {
+        established(c, s) || c.info().state == sigil_dtls_state::SIGIL_DTLS_FAILED
+    };
     assert!(run(
         &mut client,
         &mut server,
@@ -500,40 +514,41 @@ fn ecdhe_ecdsa_with_the_device_key_and_a_pinned_server_identity() {
         10_000,
         &mut traffic,
         &mut |_, _| 1,
-        &mut established
+        &mut over
     ));
-    println!("ECDHE-ECDSA-CCM8 (raw public keys, mutual) handshake: {traffic:?}");
-    assert_eq!(server.conn().peer_public_key(), Some(&device_public));
+    EcdsaRun {
+        info: client.info(),
+        server_saw: server.conn().peer_public_key().cloned(),
+        server_established: server.conn().is_established(),
+        device_public,
+        traffic,
+    }
+}
+
+#[test]
+fn ecdhe_ecdsa_with_the_device_key_and_a_pinned_server_identity() {
+    let r = ecdhe_ecdsa(&p256(0x11), sigil_alg::SIGIL_ALG_ECDSA_P256, None, 6);
+    assert!(r.info.established && r.server_established, "{:?}", r.info);
+    println!(
+        "ECDHE-ECDSA-CCM8 (raw public keys, mutual) handshake: {:?}",
+        r.traffic
+    );
+    assert_eq!(r.server_saw, Some(r.device_public));
 
     // Pinned to another identity, the client refuses the server's key with a fatal alert.
-    let other = [0x5a; 16];
-    cfg.server_identity = other.as_ptr();
-    let mut client = Client::new(7);
-    assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
-    let trust = PinnedIdentities {
-        crypto: RustCrypto,
-        identities: &ids,
-    };
-    let mut server = Server::new(trust, offer);
-    let (mut now, mut traffic) = (0, Traffic::default());
-    let mut failed = |c: &mut Client, _: &mut Server<'_, PinnedIdentities<'_, RustCrypto>>| {
-        c.info().state == sigil_dtls_state::SIGIL_DTLS_FAILED
-    };
-    assert!(run(
-        &mut client,
-        &mut server,
-        &mut now,
-        10_000,
-        &mut traffic,
-        &mut |_, _| 1,
-        &mut failed
-    ));
-    let info = client.info();
+    let r = ecdhe_ecdsa(
+        &p256(0x11),
+        sigil_alg::SIGIL_ALG_ECDSA_P256,
+        Some([0x5a; 16]),
+        7,
+    );
+    let info = r.info;
+    assert_eq!(info.state, sigil_dtls_state::SIGIL_DTLS_FAILED, "{info:?}");
     assert!(
         !info.alert_from_peer && !info.timed_out && info.alert != 0,
         "{info:?}"
     );
-    assert!(!server.conn().is_established());
+    assert!(!r.server_established);
 }
 
 /// The C client over a real UDP socket on loopback, on the real clock.
@@ -754,41 +769,13 @@ fn interop_with_gnutls_serv_psk_ccm8() {
 #[test]
 fn ecdhe_ecdsa_with_an_ed25519_device_key() {
     let device = SecretKey::from_bytes(SignatureAlgorithm::Ed25519, &[0x33; 32]).unwrap();
-    let server_key = p256(0x22);
-    let device_public = RustCrypto.public_key(&device).unwrap();
-    let server_public = RustCrypto.public_key(&server_key).unwrap();
-    let ids = [Identity::of_key(&RustCrypto, &device_public, b"").unwrap()];
-    let server_id = Identity::of_key(&RustCrypto, &server_public, b"").unwrap();
-    let offer = ServerCredentials {
-        key: Some(&server_key),
-        require_client_key: true,
-        ..ServerCredentials::NONE
-    };
-    let secret = device.to_bytes();
-    let mut cfg = psk_config(b"", b"");
-    cfg.suite = sigil_dtls_suite::SIGIL_DTLS_ECDHE_ECDSA_CCM8 as u32;
-    cfg.server_identity = server_id.as_bytes().as_ptr();
-    cfg.own_alg = sigil_alg::SIGIL_ALG_ED25519 as u32;
-    cfg.own_secret = secret.as_ptr();
-    let mut client = Client::new(10);
-    assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
-    let trust = PinnedIdentities {
-        crypto: RustCrypto,
-        identities: &ids,
-    };
-    let mut server = Server::new(trust, offer);
-    let (mut now, mut traffic) = (0, Traffic::default());
-    assert!(run(
-        &mut client,
-        &mut server,
-        &mut now,
-        10_000,
-        &mut traffic,
-        &mut |_, _| 1,
-        &mut established
-    ));
-    println!("ECDHE-ECDSA-CCM8 with an Ed25519 device key: {traffic:?}");
-    assert_eq!(server.conn().peer_public_key(), Some(&device_public));
+    let r = ecdhe_ecdsa(&device, sigil_alg::SIGIL_ALG_ED25519, None, 10);
+    assert!(r.info.established && r.server_established, "{:?}", r.info);
+    println!(
+        "ECDHE-ECDSA-CCM8 with an Ed25519 device key: {:?}",
+        r.traffic
+    );
+    assert_eq!(r.server_saw, Some(r.device_public));
 }
 
 /// With `connection_id`, the client offers RFC 9146 and, once Sigil's server gives it an ID,

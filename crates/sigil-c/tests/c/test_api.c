@@ -2,31 +2,11 @@
  * each must answer its documented sigil_status, never crash. Run by tests/c_api.rs under
  * AddressSanitizer and UndefinedBehaviorSanitizer. */
 #include "sigil.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static int failures, checks;
-
-#define EXPECT(call, want)                                                          \
-  do {                                                                              \
-    sigil_status got_ = (call);                                                     \
-    checks++;                                                                       \
-    if (got_ != (want)) {                                                           \
-      failures++;                                                                   \
-      fprintf(stderr, "%s:%d: %s = %d, expected %s\n", __FILE__, __LINE__, #call,   \
-              (int)got_, #want);                                                    \
-    }                                                                               \
-  } while (0)
-
-#define TRUE(cond)                                                                  \
-  do {                                                                              \
-    checks++;                                                                       \
-    if (!(cond)) {                                                                  \
-      failures++;                                                                   \
-      fprintf(stderr, "%s:%d: %s is false\n", __FILE__, __LINE__, #cond);           \
-    }                                                                               \
-  } while (0)
 
 /* The platform: storage in RAM, a deterministic generator (a test, not a device). */
 struct fake {
@@ -370,6 +350,5 @@ int main(void) {
   identities();
   readings();
   device();
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures == 0 ? 0 : 1;
+  return REPORT();
 }

@@ -4,32 +4,12 @@
  * through the three phases, with a replayed message, a tampered one and an unknown node's
  * hello refused. Run by tests/c_api.rs under AddressSanitizer and UndefinedBehaviorSanitizer. */
 #include "sigil.h"
+#include "check.h"
 #include "diet_kat.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static int failures, checks;
-
-#define EXPECT(call, want)                                                          \
-  do {                                                                              \
-    sigil_status got_ = (call);                                                     \
-    checks++;                                                                       \
-    if (got_ != (want)) {                                                           \
-      failures++;                                                                   \
-      fprintf(stderr, "%s:%d: %s = %d, expected %s\n", __FILE__, __LINE__, #call,   \
-              (int)got_, #want);                                                    \
-    }                                                                               \
-  } while (0)
-
-#define TRUE(cond)                                                                  \
-  do {                                                                              \
-    checks++;                                                                       \
-    if (!(cond)) {                                                                  \
-      failures++;                                                                   \
-      fprintf(stderr, "%s:%d: %s is false\n", __FILE__, __LINE__, #cond);           \
-    }                                                                               \
-  } while (0)
 
 #define SAME(buf, kat) TRUE(sizeof(kat) == sizeof(buf) && memcmp((buf), (kat), sizeof(kat)) == 0)
 
@@ -697,6 +677,5 @@ int main(void) {
   node_against_pyca();
   three_nodes();
   node_arguments();
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures == 0 ? 0 : 1;
+  return REPORT();
 }

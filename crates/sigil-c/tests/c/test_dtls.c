@@ -5,33 +5,13 @@
  * real server is in tests/dtls.rs (Sigil's server, OpenSSL's). Run by tests/c_api.rs under
  * AddressSanitizer and UndefinedBehaviorSanitizer. */
 #include "sigil.h"
+#include "check.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures, checks;
-
-#define EXPECT(call, want)                                                          \
-  do {                                                                              \
-    sigil_status got_ = (call);                                                     \
-    checks++;                                                                       \
-    if (got_ != (want)) {                                                           \
-      failures++;                                                                   \
-      fprintf(stderr, "%s:%d: %s = %d, expected %s\n", __FILE__, __LINE__, #call,   \
-              (int)got_, #want);                                                    \
-    }                                                                               \
-  } while (0)
-
-#define TRUE(cond)                                                                  \
-  do {                                                                              \
-    checks++;                                                                       \
-    if (!(cond)) {                                                                  \
-      failures++;                                                                   \
-      fprintf(stderr, "%s:%d: %s is false\n", __FILE__, __LINE__, #cond);           \
-    }                                                                               \
-  } while (0)
 
 /* A deterministic generator (a test, not a device). */
 static int fail_rng;
@@ -298,6 +278,5 @@ int main(void) {
   arguments();
   compact();
   alone();
-  printf("%d passed, %d failed\n", checks - failures, failures);
-  return failures == 0 ? 0 : 1;
+  return REPORT();
 }
