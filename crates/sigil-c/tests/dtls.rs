@@ -275,6 +275,22 @@ fn established<T: Trust>(c: &mut Client, s: &mut Server<'_, T>) -> bool {
     c.info().established && s.conn.as_ref().is_some_and(|c| c.is_established())
 }
 
+/// Runs the handshake on a perfect link until both sides are established (within 10 s of
+/// virtual time); returns the virtual time then, and what crossed the link.
+fn handshake<T: Trust>(client: &mut Client, server: &mut Server<'_, T>) -> (u64, Traffic) {
+    let (mut now, mut traffic) = (0, Traffic::default());
+    assert!(run(
+        client,
+        server,
+        &mut now,
+        10_000,
+        &mut traffic,
+        &mut |_, _| 1,
+        &mut established
+    ));
+    (now, traffic)
+}
+
 const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
     psk: true,
     ..ServerCredentials::NONE
@@ -286,16 +302,7 @@ fn a_psk_ccm8_handshake_with_sigils_server_then_coap_datagrams_both_ways_then_cl
     let cfg = psk_config(SENSOR_PSK.identity, SENSOR_PSK.key);
     assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
     let mut server = Server::new(SENSOR_PSK, PSK_ONLY);
-    let (mut now, mut traffic) = (0, Traffic::default());
-    assert!(run(
-        &mut client,
-        &mut server,
-        &mut now,
-        10_000,
-        &mut traffic,
-        &mut |_, _| 1,
-        &mut established
-    ));
+    let (now, traffic) = handshake(&mut client, &mut server);
     // ClientHello, HelloVerifyRequest, ClientHello with the cookie, the server's flight,
     // the client's, the server's last: no retransmission on a perfect link.
     assert_eq!(now, 0, "no timer fired");
@@ -415,16 +422,7 @@ fn ecdhe_psk_completes_with_sigils_server() {
     cfg.suite = sigil_dtls_suite::SIGIL_DTLS_ECDHE_PSK_CCM8 as u32;
     assert_eq!(client.connect(&cfg, 0), sigil_status::SIGIL_OK);
     let mut server = Server::new(SENSOR_PSK, PSK_ONLY);
-    let (mut now, mut traffic) = (0, Traffic::default());
-    assert!(run(
-        &mut client,
-        &mut server,
-        &mut now,
-        10_000,
-        &mut traffic,
-        &mut |_, _| 1,
-        &mut established
-    ));
+    let (_, traffic) = handshake(&mut client, &mut server);
     println!("ECDHE-PSK-CCM8 handshake: {traffic:?}");
     assert_eq!(
         server
@@ -792,16 +790,7 @@ fn the_connection_id_goes_into_the_clients_records() {
         ..ServerCredentials::NONE
     };
     let mut server = Server::new(SENSOR_PSK, offer);
-    let (mut now, mut traffic) = (0, Traffic::default());
-    assert!(run(
-        &mut client,
-        &mut server,
-        &mut now,
-        10_000,
-        &mut traffic,
-        &mut |_, _| 1,
-        &mut established
-    ));
+    let (now, _) = handshake(&mut client, &mut server);
     assert_eq!(client.send(b"with a cid"), sigil_status::SIGIL_OK);
     let records = client.transmit(now);
     assert_eq!(records.len(), 1);
