@@ -460,6 +460,11 @@ impl RecordLayer {
         &self.own_cid[..usize::from(self.own_cid_len)]
     }
 
+    /// The connection ID this side puts in its records to the peer (RFC 9146).
+    pub fn peer_cid(&self) -> &[u8] {
+        &self.peer_cid[..usize::from(self.peer_cid_len)]
+    }
+
     /// Sets the connection IDs (each at most [`MAX_CID`] bytes, checked by the decoder).
     pub fn set_cids(&mut self, own: &[u8], peer: &[u8]) -> Result<(), Error> {
         if own.len() > MAX_CID || peer.len() > MAX_CID {

@@ -96,6 +96,10 @@ pub enum Error {
     /// overtook the Finished): dropped, never delivered (RFC 6347 §4.1 lets a side discard
     /// records it cannot use yet).
     EarlyApplicationData,
+    /// The next record would use a sequence number at or beyond the reservation last
+    /// persisted ([`crate::saved`]): persist a new one first ([`crate::Traffic::save`], then
+    /// [`crate::Traffic::persisted`]). Nothing was sent, the connection stays usable.
+    ReservationExhausted,
 }
 
 impl Error {
@@ -131,7 +135,10 @@ impl Error {
             }
             Self::IllegalParameter(_) => AlertDescription::ILLEGAL_PARAMETER,
             Self::UnknownPskIdentity => AlertDescription::UNKNOWN_PSK_IDENTITY,
-            Self::PeerAlert(_) | Self::HandshakeTimeout | Self::NotEstablished => return None,
+            Self::PeerAlert(_)
+            | Self::HandshakeTimeout
+            | Self::NotEstablished
+            | Self::ReservationExhausted => return None,
             Self::UnsupportedKey => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::UntrustedKey => AlertDescription::CERTIFICATE_UNKNOWN,
             Self::BadSignature => AlertDescription::DECRYPT_ERROR,
@@ -215,6 +222,9 @@ impl fmt::Display for Error {
             Self::Unauthenticated(what) => write!(f, "unauthenticated {what} (dropped)"),
             Self::EarlyApplicationData => {
                 f.write_str("application data before the peer's Finished (dropped)")
+            }
+            Self::ReservationExhausted => {
+                f.write_str("record sequence reservation used up: persist a new one first")
             }
         }
     }

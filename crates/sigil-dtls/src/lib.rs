@@ -63,6 +63,7 @@ pub mod handshake;
 pub mod keys;
 pub mod protection;
 pub mod record;
+pub mod saved;
 pub mod server;
 pub mod spki;
 pub mod traffic;
@@ -76,7 +77,8 @@ pub use conn::{Config, Connection, State};
 pub use cookie::{refusal, CookieKey, CookieVerified, Stateless, COOKIE_LEN};
 pub use error::Error;
 pub use flight::{MAX_APP_DATA, MAX_DATAGRAM};
-pub use traffic::{Session, Traffic};
+pub use saved::{SavedAssociation, SavedError};
+pub use traffic::{Session, Traffic, TrafficCore};
 pub use trust::{
     Credentials, NoTrust, Peer, PeerVerified, PinnedIdentities, ServerCredentials, Trust,
     X509Anchors,

@@ -204,6 +204,22 @@ impl ReplayWindow {
     pub fn highest(&self) -> Option<u64> {
         self.top
     }
+
+    /// The window as (highest accepted, bitmap of the 64 numbers up to it), for saving it.
+    pub fn parts(&self) -> (Option<u64>, u64) {
+        (self.top, self.seen)
+    }
+
+    /// A window from [`ReplayWindow::parts`]; `None` when they cannot come from a window
+    /// (a bitmap without a highest number, a highest number not marked seen, or one beyond
+    /// [`MAX_SEQUENCE`]).
+    pub fn from_parts(top: Option<u64>, seen: u64) -> Option<Self> {
+        match top {
+            None if seen == 0 => Some(Self::new()),
+            Some(t) if t <= MAX_SEQUENCE && seen & 1 == 1 => Some(Self { top, seen }),
+            _ => None,
+        }
+    }
 }
 
 /// One epoch-0 record with a plaintext body written by `body` (RFC 6347 §4.1).

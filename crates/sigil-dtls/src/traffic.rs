@@ -83,6 +83,10 @@ pub struct TrafficCore {
     pmtu: u16,
     failed: Option<Error>,
     pub(crate) dropped: u32,
+    /// Epoch-1 sequence numbers at or beyond this are not reserved in the caller's storage
+    /// ([`crate::saved`]); never sealed. `None` until the first reservation: a connection
+    /// that is never saved is bounded only by [`crate::record::MAX_SEQUENCE`].
+    write_limit: Option<u64>,
 }
 
 impl TrafficCore {
@@ -111,6 +115,7 @@ impl TrafficCore {
             pmtu: config.pmtu.min(MAX_DATAGRAM) as u16,
             failed: None,
             dropped,
+            write_limit: None,
         };
         let mut d = [0u8; MAX_DATAGRAM];
         while let Some(n) = pending.pop(&mut d) {
@@ -156,6 +161,7 @@ impl TrafficCore {
         if self.failed.is_some() {
             return Err(Error::NotEstablished);
         }
+        self.check_reserved()?;
         let mut out = [0u8; 64];
         let n = self.rl.seal(
             crypto,
@@ -173,6 +179,102 @@ impl TrafficCore {
         self.queue.pop(out)
     }
 
+    /// Whether the next epoch-1 record's sequence number is inside the persisted reservation.
+    fn check_reserved(&self) -> Result<(), Error> {
+        if self.rl.write_seq[1] < self.write_limit() {
+            Ok(())
+        } else {
+            Err(Error::ReservationExhausted)
+        }
+    }
+
+    /// The next epoch-1 sequence number this side would write.
+    pub fn next_write_sequence(&self) -> u64 {
+        self.rl.write_seq[1]
+    }
+
+    /// Sequence numbers below this may be sealed: the reservation last persisted
+    /// (`MAX_SEQUENCE + 1` before any).
+    pub fn write_limit(&self) -> u64 {
+        self.write_limit.unwrap_or(crate::record::MAX_SEQUENCE + 1)
+    }
+
+    /// Records that may still be sealed before a new reservation must be persisted.
+    pub fn reserved_left(&self) -> u64 {
+        self.write_limit().saturating_sub(self.rl.write_seq[1])
+    }
+
+    /// What [`crate::saved::SavedAssociation`] takes from an established connection, with
+    /// the write sequence reserved up to `until`.
+    pub(crate) fn export(&self, until: u64) -> crate::saved::Parts {
+        let keys = self.rl.keys.as_ref();
+        crate::saved::Parts {
+            suite: self.suite,
+            write: keys.map(|k| (k.write.key, k.write.salt)),
+            read: keys.map(|k| (k.read.key, k.read.salt)),
+            own_cid: crate::saved::Cid::of(self.rl.own_cid()),
+            peer_cid: crate::saved::Cid::of(self.rl.peer_cid()),
+            peer: self.peer.clone(),
+            master: self.master,
+            session_id: self.session_id,
+            resumed: self.resumed,
+            replay: self.rl.replay[1],
+            next_write: until,
+            next_recv_msg: self.next_recv_msg,
+        }
+    }
+
+    /// Sets the reservation to `until` once the caller persisted it; a later reservation
+    /// never lowers it.
+    pub(crate) fn set_write_limit(&mut self, until: u64) {
+        let until = until.min(crate::record::MAX_SEQUENCE + 1);
+        self.write_limit = Some(self.write_limit.map_or(until, |l| l.max(until)));
+    }
+
+    /// The established state again from a saved association: writing starts at its
+    /// reservation, and nothing is sealed until a new one is persisted.
+    pub(crate) fn restore(p: crate::saved::Parts, vouched: &crate::saved::Vouched) -> Self {
+        let aead = crate::conn::aead_of(p.suite);
+        let mut rl = RecordLayer::new(aead);
+        if let (Some(w), Some(r)) = (p.write, p.read) {
+            rl.keys = Some(crate::conn::Epoch1 {
+                write: crate::protection::RecordKeys {
+                    aead,
+                    key: w.0,
+                    salt: w.1,
+                },
+                read: crate::protection::RecordKeys {
+                    aead,
+                    key: r.0,
+                    salt: r.1,
+                },
+            });
+        }
+        // The lengths were checked by the decoder (at most MAX_CID each).
+        let _ = rl.set_cids(p.own_cid.as_slice(), p.peer_cid.as_slice());
+        rl.read_epoch = 1;
+        rl.write_epoch = 1;
+        rl.write_seq = [0, p.next_write];
+        rl.replay[1] = p.replay;
+        Self {
+            rl,
+            queue: Queue::new(),
+            app: Queue::new(),
+            finished: FinishedVerified::restored(vouched),
+            peer: p.peer,
+            suite: p.suite,
+            master: p.master,
+            session_id: p.session_id,
+            resumed: p.resumed,
+            final_flight: None,
+            next_recv_msg: p.next_recv_msg,
+            pmtu: MAX_DATAGRAM as u16,
+            failed: None,
+            dropped: 0,
+            write_limit: Some(p.next_write),
+        }
+    }
+
     pub(crate) fn poll_app_data(&mut self, out: &mut [u8]) -> Option<usize> {
         self.app.pop(out)
     }
@@ -181,6 +283,7 @@ impl TrafficCore {
         if self.failed.is_some() {
             return Err(Error::NotEstablished);
         }
+        self.check_reserved()?;
         let mut out = [0u8; MAX_DATAGRAM];
         let n = self
             .rl
@@ -193,8 +296,11 @@ impl TrafficCore {
             return Err(e);
         }
         let mut out = [0u8; 64];
-        if let Some(n) = self.rl.alert_record(crypto, &e, &mut out) {
-            let _ = self.queue.push(&out[..n]);
+        // Without a reserved sequence number the alert is not sent (the peer times out).
+        if self.check_reserved().is_ok() {
+            if let Some(n) = self.rl.alert_record(crypto, &e, &mut out) {
+                let _ = self.queue.push(&out[..n]);
+            }
         }
         self.failed = Some(e);
         Err(e)
@@ -295,6 +401,7 @@ impl TrafficCore {
         vd: &[u8; VERIFY_DATA_LEN],
         seq: u16,
     ) -> Result<(), Error> {
+        self.check_reserved()?;
         let mut d = [0u8; 128];
         let ccs = self
             .rl
@@ -423,5 +530,41 @@ impl<C: CryptoProvider> Traffic<C> {
 
     pub fn close(&mut self) -> Result<(), Error> {
         self.core.close(&self.crypto)
+    }
+
+    /// The established state without the crypto provider.
+    pub fn core(&self) -> &TrafficCore {
+        &self.core
+    }
+
+    /// Exports the association with the write sequence reserved `ahead` records past the
+    /// next one to be written ([`crate::saved`]). The reservation takes effect only when the
+    /// caller has persisted the result and calls [`Traffic::persisted`]: until then this
+    /// side seals nothing at or beyond the previous reservation.
+    pub fn save(&self, ahead: u64) -> Result<crate::saved::SavedAssociation, Error> {
+        if self.core.failed.is_some() || self.core.rl.keys.is_none() {
+            return Err(Error::NotEstablished);
+        }
+        let until = self.core.rl.write_seq[1]
+            .saturating_add(ahead)
+            .min(crate::record::MAX_SEQUENCE + 1);
+        Ok(crate::saved::SavedAssociation::from_parts(
+            self.core.export(until),
+        ))
+    }
+
+    /// The caller has durably stored `saved` (from [`Traffic::save`]): sequence numbers up
+    /// to its reservation may now be sealed.
+    pub fn persisted(&mut self, saved: &crate::saved::SavedAssociation) {
+        self.core.set_write_limit(saved.reserved_until());
+    }
+
+    /// An established connection again from an association this side saved and read back
+    /// ([`crate::saved::SavedAssociation::decode`] checked its MAC). It writes from the
+    /// saved reservation on, and only after a new reservation is persisted
+    /// ([`Traffic::save`], [`Traffic::persisted`]).
+    pub fn restore(crypto: C, saved: crate::saved::SavedAssociation) -> Self {
+        let (parts, vouched) = saved.into_parts();
+        Self::new(crypto, TrafficCore::restore(parts, &vouched))
     }
 }

@@ -212,6 +212,12 @@ impl PskCheck {
     }
 }
 
+impl PskCheck {
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
 impl core::fmt::Debug for PskCheck {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("PskCheck(<secret>)")
@@ -252,6 +258,41 @@ impl Peer {
             Self::Key { key, .. } => Some(key),
             _ => None,
         }
+    }
+}
+
+/// What a saved association says the peer was, as read back from this side's storage.
+pub(crate) enum SavedPeer<'a> {
+    Psk { identity: &'a [u8], check: [u8; 32] },
+    Key(PublicKey),
+    Anonymous,
+}
+
+impl Peer {
+    /// The peer of a restored association: the proof was made by the handshake before the
+    /// association was saved, and only a save whose MAC under this side's storage key
+    /// verified (the [`crate::saved::Vouched`] token) may bring it back.
+    pub(crate) fn restored(saved: SavedPeer<'_>, _: &crate::saved::Vouched) -> Option<Self> {
+        Some(match saved {
+            SavedPeer::Psk { identity, check } => {
+                if identity.len() > 128 {
+                    return None;
+                }
+                let mut id = [0u8; 128];
+                id[..identity.len()].copy_from_slice(identity);
+                Self::Psk {
+                    identity: id,
+                    len: identity.len() as u8,
+                    key: PskCheck(check),
+                    proof: PeerVerified(()),
+                }
+            }
+            SavedPeer::Key(key) => Self::Key {
+                key,
+                proof: PeerVerified(()),
+            },
+            SavedPeer::Anonymous => Self::Anonymous(ClientNotAsked(())),
+        })
     }
 }
 
