@@ -251,6 +251,29 @@ impl SavedAssociation {
         self.parts.session_id.as_ref()
     }
 
+    /// Whether what the peer authenticated with is still trusted now, as resumption checks
+    /// it (a restore is not a handshake, so a revoked identity or a replaced PSK must not
+    /// come back with it): the same key for its PSK identity, its public key still trusted,
+    /// or, for an anonymous client, `anonymous_allowed`.
+    pub fn still_trusted<C: CryptoProvider + ?Sized, T: crate::Trust + ?Sized>(
+        &self,
+        crypto: &C,
+        trust: &T,
+        anonymous_allowed: bool,
+    ) -> bool {
+        match &self.parts.peer {
+            Peer::Psk { key, .. } => {
+                let mut k = [0u8; crate::keys::MAX_PSK_LEN];
+                trust
+                    .psk(self.parts.peer.psk_identity(), &mut k)
+                    .filter(|n| (1..=crate::keys::MAX_PSK_LEN).contains(n))
+                    .is_some_and(|n| crate::trust::PskCheck::of(crypto, &k[..n]) == *key)
+            }
+            Peer::Key { key, .. } => trust.trusted_key(key),
+            Peer::Anonymous(_) => anonymous_allowed,
+        }
+    }
+
     /// The encoding's length.
     pub fn encoded_len(&self) -> usize {
         let p = &self.parts;

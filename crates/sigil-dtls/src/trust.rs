@@ -207,7 +207,7 @@ impl Clone for Peer {
 pub struct PskCheck([u8; 32]);
 
 impl PskCheck {
-    fn of<C: CryptoProvider + ?Sized>(crypto: &C, key: &[u8]) -> Self {
+    pub(crate) fn of<C: CryptoProvider + ?Sized>(crypto: &C, key: &[u8]) -> Self {
         Self(crypto.hmac_sha256(key, &[b"sigil-dtls session psk"]))
     }
 }

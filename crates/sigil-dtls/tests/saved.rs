@@ -318,3 +318,24 @@ fn saved_association_fits_its_stated_bounds() {
     assert_eq!(MAX_ENCODED_LEN, 382);
     assert!(core::mem::size_of::<SavedAssociation>() <= 512);
 }
+
+/// A restore is not a handshake: a PSK that was replaced, or an identity that is gone, must
+/// not come back with the saved association.
+#[test]
+fn a_saved_peer_is_rechecked_against_the_current_trust() {
+    use sigil_testkit::dtls::OnePsk;
+    let (_c, mut s) = established(false);
+    let bytes = checkpoint(&mut s, SERVER_KEY, 8);
+    let saved = SavedAssociation::decode(&RustCrypto, SERVER_KEY, &bytes).unwrap();
+    assert!(saved.still_trusted(&RustCrypto, &SENSOR_PSK, false));
+    let replaced = OnePsk {
+        identity: b"sensor-1",
+        key: b"another key 0123",
+    };
+    assert!(!saved.still_trusted(&RustCrypto, &replaced, false));
+    let gone = OnePsk {
+        identity: b"sensor-2",
+        key: b"0123456789abcdef",
+    };
+    assert!(!saved.still_trusted(&RustCrypto, &gone, false));
+}

@@ -32,13 +32,14 @@ use crate::budget::{
 };
 use crate::log::LogLimiter;
 use crate::stats::Stats;
+use crate::store::{DtlsSessionRow, Store};
 use sigil_crypto::{CryptoError, CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
 use sigil_dtls::keys::MAX_PSK_LEN;
 use sigil_dtls::record::RecordFacts;
 use sigil_dtls::wire::ContentType;
 use sigil_dtls::{
-    Config, Connection, CookieKey, Peer as DtlsPeer, ServerCredentials, Session, Stateless,
-    Traffic, Trust, MAX_DATAGRAM,
+    Config, Connection, CookieKey, Peer as DtlsPeer, SavedAssociation, ServerCredentials, Session,
+    Stateless, Traffic, Trust, MAX_DATAGRAM,
 };
 use sigil_identity::Identity;
 use sigil_time::{Instant, UnixTime};
@@ -196,6 +197,23 @@ impl Trust for SharedTrust {
 
 type Conn = Connection<RustCrypto, SharedTrust>;
 
+/// The identity an established session speaks for, from the peer its handshake proved.
+fn auth_of(traffic: &Traffic<RustCrypto>) -> Option<PeerAuth> {
+    match traffic.peer() {
+        DtlsPeer::Key { key, .. } => {
+            SharedTrust::identity_of_key(key).map(|identity| PeerAuth::RawPublicKey {
+                identity,
+                key: *key,
+            })
+        }
+        DtlsPeer::Psk { .. } => std::str::from_utf8(traffic.psk_identity())
+            .ok()
+            .and_then(|t| Identity::parse(t).ok())
+            .map(PeerAuth::Psk),
+        DtlsPeer::Anonymous(_) => None,
+    }
+}
+
 /// A peer in one of the tables: `K` is a handshaking [`Conn`] or an established [`Traffic`].
 struct Peer<K> {
     conn: Box<K>,
@@ -210,6 +228,8 @@ struct Peer<K> {
     /// The client random of the ClientHello that started the handshake.
     hello_random: [u8; 32],
     auth: Option<PeerAuth>,
+    /// The session's row in the database (`dtls_sessions.id`); 0 for a handshake.
+    row: i64,
 }
 
 /// A resumable session in the cache, with when it was made and the host it is charged to.
@@ -402,7 +422,19 @@ pub struct SecureLayer {
     log: LogLimiter,
     stats: Stats,
     buf: Vec<u8>,
+    /// Where established sessions are kept across restarts (a connection of its own to the
+    /// server's database), and the key their records are MACed under.
+    saved: Option<Store>,
+    storage_key: [u8; 32],
+    /// The last session row id handed out.
+    next_row: i64,
+    /// The caller's Unix time at the last call (rows record when they were saved).
+    wall: UnixTime,
 }
+
+/// Records a session may seal per database write: the write sequence is reserved this far
+/// ahead, so a restarted server skips at most this many numbers per session.
+pub const SESSION_RESERVE_AHEAD: u64 = 256;
 
 impl SecureLayer {
     /// `key` is the server's raw public key credential; `cookie_secret` keys the stateless
@@ -442,7 +474,10 @@ impl SecureLayer {
                 RESUMPTION_BYTES,
             ),
         );
-        let layer = Self {
+        // The key saved sessions are MACed under: only this server (holding its DTLS key)
+        // can have written a row it restores.
+        let storage_key = RustCrypto.hmac_sha256(&key.to_bytes(), &[b"sigil-server dtls sessions"]);
+        let mut layer = Self {
             config,
             key,
             cookie: CookieKey::new(cookie_secret),
@@ -460,9 +495,159 @@ impl SecureLayer {
             log: LogLimiter::default(),
             stats,
             buf: vec![0u8; MAX_DATAGRAM],
+            saved: None,
+            storage_key: [0; 32],
+            next_row: 0,
+            wall: UnixTime::from_secs(0),
         };
+        layer.storage_key = storage_key;
         layer.publish();
         layer
+    }
+
+    /// Keeps established sessions in `store` from now on, and restores the ones it holds:
+    /// each row's MAC must verify under this server's key, its peer must still be trusted
+    /// (a revoked identity or replaced PSK does not come back), it must be younger than
+    /// `session_lifetime` and fit the session table's budgets; every other row is deleted.
+    /// A restored session gets a new write reservation before it seals anything. Returns how
+    /// many were restored.
+    pub fn restore_sessions(&mut self, store: Store, now: Instant, unix: UnixTime) -> usize {
+        self.wall = unix;
+        self.trust.set_time(unix);
+        let rows = match store.dtls_sessions() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read stored DTLS sessions");
+                Vec::new()
+            }
+        };
+        self.next_row = rows.iter().map(|r| r.id).max().unwrap_or(0);
+        self.saved = Some(store);
+        let lifetime = i64::try_from(self.config.session_lifetime.as_secs()).unwrap_or(i64::MAX);
+        let mut restored = 0;
+        for row in rows {
+            match self.restore_row(now, &row, lifetime) {
+                Ok(()) => {
+                    restored += 1;
+                    self.count("dtls.session_restored");
+                }
+                Err(why) => {
+                    self.forget_stored(row.id);
+                    self.count("dtls.session_not_restored");
+                    tracing::info!(addr = %row.addr, reason = why, "stored DTLS session not restored");
+                }
+            }
+        }
+        self.publish();
+        restored
+    }
+
+    fn restore_row(
+        &mut self,
+        now: Instant,
+        row: &DtlsSessionRow,
+        lifetime: i64,
+    ) -> Result<(), &'static str> {
+        if self.wall.as_secs().saturating_sub(row.saved_at) >= lifetime {
+            return Err("expired");
+        }
+        let peer: SocketAddr = row.addr.parse().map_err(|_| "bad address")?;
+        let saved = SavedAssociation::decode(&RustCrypto, &self.storage_key, &row.record)
+            .map_err(|_| "record refused (MAC, version or field)")?;
+        if !saved.still_trusted(&RustCrypto, &self.trust, !self.config.require_client_auth) {
+            return Err("peer no longer trusted");
+        }
+        if self.sessions.contains_key(&peer) {
+            return Err("address taken");
+        }
+        let cid: Option<[u8; CID_LEN]> = saved.connection_id().try_into().ok();
+        if cid.is_some_and(|c| self.by_cid.contains_key(&c)) {
+            return Err("connection ID taken");
+        }
+        let host = Host::of(peer);
+        if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
+            return Err("no room in the session table");
+        }
+        let traffic = Traffic::restore(RustCrypto, saved);
+        let auth = auth_of(&traffic);
+        let mut p = Peer {
+            conn: Box::new(traffic),
+            host,
+            cid,
+            created: now,
+            last_seen: now,
+            hello_random: [0; 32],
+            auth,
+            row: row.id,
+        };
+        if !self.save_session(now, peer, &mut p) {
+            self.session_bytes.refund(host, SESSION_BYTES);
+            return Err("cannot store a new reservation");
+        }
+        if let Some(c) = cid {
+            self.by_cid.insert(c, peer);
+        }
+        self.sessions.insert(peer, p);
+        Ok(())
+    }
+
+    /// Stores session `p` (at `peer`) with its write sequence reserved
+    /// [`SESSION_RESERVE_AHEAD`] records ahead, and only then lets it seal up to that
+    /// reservation. Without a database it is unbounded, as before. False when the write
+    /// failed: the session must end (it cannot seal more without risking a reused nonce
+    /// after a restart).
+    fn save_session(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        p: &mut Peer<Traffic<RustCrypto>>,
+    ) -> bool {
+        let Some(store) = &self.saved else {
+            return true;
+        };
+        let Ok(saved) = p.conn.save(SESSION_RESERVE_AHEAD) else {
+            return false;
+        };
+        let mut buf = [0u8; sigil_dtls::saved::MAX_ENCODED_LEN];
+        let Ok(n) = saved.encode(&RustCrypto, &self.storage_key, &mut buf) else {
+            return false;
+        };
+        let row = DtlsSessionRow {
+            id: p.row,
+            addr: peer.to_string(),
+            identity: p
+                .auth
+                .as_ref()
+                .map(|a| a.identity().to_string())
+                .unwrap_or_default(),
+            saved_at: self.wall.as_secs(),
+            record: buf[..n].to_vec(),
+        };
+        match store.put_dtls_session(&row) {
+            Ok(()) => {
+                p.conn.persisted(&saved);
+                self.count("dtls.session_saved");
+                true
+            }
+            Err(e) => {
+                self.count("dtls.session_save_failed");
+                crate::limited!(self.log, Self::secs(now), "dtls.session_save_failed", warn, %peer, error = %e, "cannot store DTLS session: it ends");
+                false
+            }
+        }
+    }
+
+    /// Deletes a session's row (the session ended, expired or was replaced).
+    fn forget_stored(&mut self, row: i64) {
+        if row == 0 {
+            return;
+        }
+        if let Some(store) = &self.saved {
+            if let Err(e) = store.delete_dtls_session(row) {
+                self.stats.incr("dtls.session_delete_failed");
+                tracing::warn!(error = %e, "cannot delete a stored DTLS session");
+            }
+        }
     }
 
     /// The server's public key (clients pin its identity).
@@ -538,6 +723,7 @@ impl SecureLayer {
     ) -> Vec<Delivered> {
         self.count("dtls.received");
         self.trust.set_time(unix);
+        self.wall = unix;
         let facts = RecordFacts::parse(datagram, CID_LEN).ok();
         let client_hello = facts.as_ref().is_some_and(RecordFacts::is_client_hello);
         // A ClientHello with a new random from a peer mid-handshake is a client that started
@@ -592,6 +778,10 @@ impl SecureLayer {
                 }
             },
         };
+        if p.conn.core().reserved_left() == 0 && !self.save_session(now, peer, &mut p) {
+            self.release_session(p);
+            return Vec::new();
+        }
         let before = p.conn.dropped();
         let r = p
             .conn
@@ -613,6 +803,10 @@ impl SecureLayer {
         let at = match moved_from {
             Some(old) if !authenticated => old,
             Some(_) => {
+                if !self.save_session(now, peer, &mut p) {
+                    self.release_session(p);
+                    return Vec::new();
+                }
                 self.count("dtls.address_changed");
                 crate::limited!(self.log, Self::secs(now), "dtls.address_changed", debug, %peer, "DTLS session followed its connection ID to a new address");
                 peer
@@ -681,6 +875,7 @@ impl SecureLayer {
     fn release_session(&mut self, p: Peer<Traffic<RustCrypto>>) {
         // Connection IDs are unique (`fresh_cid`), so no other session holds this one.
         self.forget_cid(p.cid);
+        self.forget_stored(p.row);
         self.session_bytes.refund(p.host, SESSION_BYTES);
         shrink_if_sparse(&mut self.sessions);
     }
@@ -709,6 +904,10 @@ impl SecureLayer {
             self.count("dtls.send_without_session");
             return;
         };
+        if p.conn.core().reserved_left() == 0 && !self.save_session(now, peer, &mut p) {
+            self.release_session(p);
+            return;
+        }
         if let Err(e) = p.conn.send(message) {
             self.count("dtls.send_failed");
             crate::limited!(self.log, Self::secs(now), "dtls.send_failed", debug, %peer, error = %e, "cannot protect response");
@@ -728,6 +927,7 @@ impl SecureLayer {
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
         self.trust.set_time(unix);
+        self.wall = unix;
         let due: Vec<SocketAddr> = self
             .handshakes
             .iter()
@@ -967,6 +1167,7 @@ impl SecureLayer {
                     last_seen: now,
                     hello_random: *hello.random,
                     auth: None,
+                    row: 0,
                 };
                 self.count("dtls.handshake_started");
                 if restarted {
@@ -1095,19 +1296,7 @@ impl SecureLayer {
                 return Vec::new();
             }
         };
-        let auth = match traffic.peer() {
-            DtlsPeer::Key { key, .. } => {
-                SharedTrust::identity_of_key(key).map(|identity| PeerAuth::RawPublicKey {
-                    identity,
-                    key: *key,
-                })
-            }
-            DtlsPeer::Psk { .. } => std::str::from_utf8(traffic.psk_identity())
-                .ok()
-                .and_then(|t| Identity::parse(t).ok())
-                .map(PeerAuth::Psk),
-            DtlsPeer::Anonymous(_) => None,
-        };
+        let auth = auth_of(&traffic);
         // The session it replaces (a device that rebooted at the same address) goes first,
         // so its bytes are there for the new one.
         let replaced = self.sessions.remove(&peer);
@@ -1115,6 +1304,7 @@ impl SecureLayer {
             self.count("dtls.session_replaced");
             self.release_session(old);
         }
+        self.next_row += 1;
         let mut p = Peer {
             conn: Box::new(traffic),
             host,
@@ -1123,6 +1313,7 @@ impl SecureLayer {
             last_seen: now,
             hello_random,
             auth,
+            row: self.next_row,
         };
         if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
             // Room was checked when the handshake started, counting it; this happens only
@@ -1141,6 +1332,11 @@ impl SecureLayer {
             self.remember(session, host, now);
         }
         crate::limited!(self.log, Self::secs(now), "dtls.session_established", debug, %peer, auth = ?p.auth.as_ref().map(|a| a.identity().to_string()), "DTLS session established");
+        // Stored (with its write sequence reserved ahead) before anything more is sealed.
+        if !self.save_session(now, peer, &mut p) {
+            self.release_session(p);
+            return Vec::new();
+        }
         let delivered = self.drain(peer, &mut p);
         if let Some(cid) = p.cid {
             self.by_cid.insert(cid, peer);

@@ -194,7 +194,21 @@ impl Server {
             }
             None => None,
         };
-        let service = Service::new(store, config.service.clone(), stats.clone())?;
+        let mut service = Service::new(store, config.service.clone(), stats.clone())?;
+        let mut secure = secure;
+        if let Some((_, layer)) = &mut secure {
+            // The sessions stored before a restart come back once the trust they are checked
+            // against is loaded; the layer keeps its own connection to the database for them.
+            if let Some(c) = service.changed_credentials() {
+                layer.trust().replace(c);
+            }
+            let sessions = Store::open(&config.database)?;
+            let clock = Clock::new();
+            let n = layer.restore_sessions(sessions, clock.now(), clock.wall());
+            if n > 0 {
+                tracing::info!(sessions = n, "DTLS sessions restored from the database");
+            }
+        }
         let socket = bind_udp(config.listen, config.receive_buffer)?;
         if config.listen.ip().is_unspecified() {
             if let Err(e) = report_destinations(&socket) {

@@ -138,7 +138,30 @@ const MIGRATIONS: &[&str] = &[
     // Rows from before were made by Sigil devices, which always signed their registration.
     "ALTER TABLE registrations ADD COLUMN owner TEXT NOT NULL DEFAULT 'signed'
         CHECK (owner IN ('open', 'signed', 'session'));",
+    // 4: established coaps:// sessions, so a restarted server keeps them (docs/security.md,
+    // "DTLS associations at rest"). `record` is a sigil_dtls SavedAssociation, MACed under a
+    // key derived from the server's DTLS key; its write sequence is reserved ahead.
+    "CREATE TABLE dtls_sessions (
+        id       INTEGER PRIMARY KEY,
+        addr     TEXT NOT NULL,
+        identity TEXT NOT NULL,
+        saved_at INTEGER NOT NULL,
+        record   BLOB NOT NULL CHECK (length(record) <= 382)
+    );",
 ];
+
+/// A stored coaps:// session ([`Store::dtls_sessions`]).
+#[derive(Clone, Debug)]
+pub struct DtlsSessionRow {
+    pub id: i64,
+    /// The peer's address (`SocketAddr` text).
+    pub addr: String,
+    /// The identity it authenticated as (empty for an anonymous client).
+    pub identity: String,
+    /// Unix seconds of the last save.
+    pub saved_at: i64,
+    pub record: Vec<u8>,
+}
 
 /// Kinds of entries on the authorized list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -475,6 +498,46 @@ impl Store {
         })
     }
 
+    // ---- DTLS sessions ----
+
+    /// Stores (or replaces) session `id`.
+    pub fn put_dtls_session(&self, row: &DtlsSessionRow) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO dtls_sessions (id, addr, identity, saved_at, record)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (id) DO UPDATE SET addr = ?2, identity = ?3, saved_at = ?4,
+             record = ?5",
+            params![row.id, row.addr, row.identity, row.saved_at, row.record],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets session `id` (ended, expired or replaced).
+    pub fn delete_dtls_session(&self, id: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM dtls_sessions WHERE id = ?1", params![id])?;
+        Ok(())
+    }
+
+    /// Every stored session, newest save first (the one a restart prefers when two name the
+    /// same address).
+    pub fn dtls_sessions(&self) -> Result<Vec<DtlsSessionRow>, StoreError> {
+        let mut st = self.conn.prepare(
+            "SELECT id, addr, identity, saved_at, record FROM dtls_sessions
+             ORDER BY saved_at DESC, id DESC",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok(DtlsSessionRow {
+                id: r.get(0)?,
+                addr: r.get(1)?,
+                identity: r.get(2)?,
+                saved_at: r.get(3)?,
+                record: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     // ---- registrations ----
 
     fn row_to_registration(
@@ -662,7 +725,7 @@ mod tests {
         )
         .unwrap();
         let mut store = Store::init(conn).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 3);
+        assert_eq!(store.schema_version().unwrap(), 4);
         let mut reg = store.registrations().unwrap().remove(0);
         assert_eq!(reg.owner, Ownership::Signed);
         reg.owner = Ownership::Session;

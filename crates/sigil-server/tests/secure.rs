@@ -62,6 +62,49 @@ impl Server {
         }
     }
 
+    /// The server after a crash: everything in memory is gone (no close_notify, no clean
+    /// shutdown), the database stays; the new process keeps its sessions in it, restoring
+    /// what it holds. Returns how many sessions came back.
+    fn restart(self) -> (Self, usize) {
+        let Server { _dir, db, .. } = self;
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
+        let mut svc = sigil_server::service::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+            .unwrap();
+        let mut layer = SecureLayer::new(dc, key, [8; 32], SharedTrust::default(), stats.clone());
+        if let Some(c) = svc.changed_credentials() {
+            layer.trust().replace(c);
+        }
+        let n = layer.restore_sessions(Store::open(&db).unwrap(), ms(0), UnixTime::from_secs(NOW));
+        (
+            Self {
+                d: Dispatcher::new(config, svc, stats.clone(), [8; 32]),
+                layer,
+                rng: Seeded(4321),
+                stats,
+                _dir,
+                db,
+            },
+            n,
+        )
+    }
+
+    fn stored_sessions(&self) -> i64 {
+        rusqlite::Connection::open(&self.db)
+            .unwrap()
+            .query_row("SELECT count(*) FROM dtls_sessions", [], |r| r.get(0))
+            .unwrap()
+    }
+
     fn provision(&self, id: &Identity, psk: Option<&[u8]>) {
         let s = Store::open(&self.db).unwrap();
         s.add_identity(id, IdentityKind::Device, "", NOW).unwrap();
@@ -844,4 +887,81 @@ fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
     run(&mut s, &mut [&mut again], &mut now, 1_000);
     assert!(again.conn.is_established());
     assert_eq!(s.count("dtls.handshake_restarted"), 1);
+}
+
+/// Sessions kept in the database: after a crash of the server (all its memory lost), a PSK
+/// device goes on publishing in its session with no new handshake and no record dropped;
+/// a session whose identity was revoked meanwhile is not restored, and its row is deleted.
+#[test]
+fn sessions_in_the_database_survive_a_server_crash() {
+    let s = Server::new(|_| {});
+    let (mut s, restored) = s.restart();
+    assert_eq!(restored, 0);
+    let (dev, st) = device(31, SignatureAlgorithm::Ed25519);
+    let id = *dev.identity();
+    s.provision(&id, Some(&[5; 16]));
+    let ident = id.to_string();
+    let mut now = 0;
+    let mut c = psk_client(31, &ident, &[5; 16], 32, now);
+    c.device = Some((dev, st));
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    assert!(c.device.as_ref().unwrap().0.can_publish());
+    publish(&mut c, now);
+    run(&mut s, &mut [&mut c], &mut now, 500);
+    assert_eq!(acked(&c), 1);
+    assert_eq!(s.stored_sessions(), 1);
+    assert_eq!(s.count("dtls.session_saved"), 1);
+
+    let (mut s, restored) = s.restart();
+    assert_eq!(restored, 1);
+    assert_eq!(s.layer.sessions(), 1);
+    for _ in 0..3 {
+        publish(&mut c, now);
+        run(&mut s, &mut [&mut c], &mut now, 500);
+    }
+    assert_eq!(acked(&c), 4, "published in the restored session");
+    assert_eq!(s.count("dtls.handshake_started"), 0);
+    assert_eq!(s.count("dtls.records_dropped"), 0);
+    assert_eq!(s.count("dtls.no_session"), 0);
+    assert_eq!(s.count("publish.accepted"), 3);
+
+    Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(&id, NOW)
+        .unwrap();
+    let (s, restored) = s.restart();
+    assert_eq!(
+        restored, 0,
+        "a revoked identity's session does not come back"
+    );
+    assert_eq!(s.count("dtls.session_not_restored"), 1);
+    assert_eq!(s.stored_sessions(), 0);
+}
+
+/// A row the server did not write (another server's key, or altered) is not restored.
+#[test]
+fn a_stored_session_from_another_key_is_refused() {
+    let s = Server::new(|_| {});
+    let (mut s, _) = s.restart();
+    let (dev, _) = device(41, SignatureAlgorithm::Ed25519);
+    let id = *dev.identity();
+    s.provision(&id, Some(&[6; 16]));
+    let mut now = 0;
+    let mut c = psk_client(41, &id.to_string(), &[6; 16], 42, now);
+    run(&mut s, &mut [&mut c], &mut now, 2_000);
+    assert!(c.conn.is_established());
+    assert_eq!(s.stored_sessions(), 1);
+    // One byte of the record flipped: its MAC no longer verifies.
+    let db = rusqlite::Connection::open(&s.db).unwrap();
+    let mut record: Vec<u8> = db
+        .query_row("SELECT record FROM dtls_sessions", [], |r| r.get(0))
+        .unwrap();
+    record[20] ^= 1;
+    db.execute("UPDATE dtls_sessions SET record = ?1", [&record])
+        .unwrap();
+    drop(db);
+    let (s, restored) = s.restart();
+    assert_eq!(restored, 0);
+    assert_eq!(s.count("dtls.session_not_restored"), 1);
+    assert_eq!(s.stored_sessions(), 0);
 }

@@ -18,10 +18,20 @@ fn tables_of_version(version: i64) -> &'static [&'static str] {
         "registrations",
         "server_key",
     ];
+    const V4: &[&str] = &[
+        "dtls_psk",
+        "dtls_sessions",
+        "freshness",
+        "identities",
+        "readings",
+        "registrations",
+        "server_key",
+    ];
     match version {
         1 => V1,
         // 3 adds a column, no table.
         2 | 3 => V2,
+        4 => V4,
         _ => &[],
     }
 }
