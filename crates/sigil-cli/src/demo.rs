@@ -177,6 +177,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             phase: i as f64 * 0.7,
             security: sigil_client::transport::Security::None,
             dtls: Default::default(),
+            association: None,
         };
         let (a, r) = (acked.clone(), rejected.clone());
         let stop = stop_rx.clone();

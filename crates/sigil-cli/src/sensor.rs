@@ -36,6 +36,12 @@ pub struct SensorReport {
     pub dtls_handshakes: u32,
     /// Of those, abbreviated handshakes that resumed the previous session.
     pub dtls_resumed: u32,
+    /// Sessions taken up from the association kept in the state directory, without a
+    /// handshake (0 or 1).
+    pub dtls_restored: u32,
+    /// Writes of the kept association file (one per handshake or restore, then one per
+    /// `ASSOCIATION_RESERVE_AHEAD` records).
+    pub dtls_association_writes: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -49,6 +55,9 @@ pub struct SensorRun {
     /// coaps:// credentials, or plain CoAP.
     pub security: Security,
     pub dtls: sigil_dtls::Config,
+    /// coaps://: keep the established association in this file, MACed under this key, and
+    /// take it up at start instead of a handshake.
+    pub association: Option<(std::path::PathBuf, [u8; 32])>,
 }
 
 /// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which
@@ -69,12 +78,15 @@ pub async fn run<S: DeviceStorage>(
     mut on_event: impl FnMut(&Event),
 ) -> Result<SensorReport> {
     let mut transport = Transport::bind(run.server, run.security.clone(), run.dtls).await?;
+    if let (true, Some((path, key))) = (transport.is_secure(), run.association.clone()) {
+        transport.keep_association(path, key);
+    }
     let start = Instant::now();
     let mut report = SensorReport {
         identity: device.identity().to_string(),
         ..Default::default()
     };
-    if transport.is_secure() && !connect(&mut transport, &mut stop).await {
+    if transport.is_secure() && !transport.restore() && !connect(&mut transport, &mut stop).await {
         // Stopped before the first session: nothing was published.
         return Ok(report);
     }
@@ -236,6 +248,8 @@ pub async fn run<S: DeviceStorage>(
     report.retransmissions = device.stats.retransmissions;
     report.dtls_handshakes = transport.handshakes;
     report.dtls_resumed = transport.resumed;
+    report.dtls_restored = transport.restored;
+    report.dtls_association_writes = transport.association_writes;
     Ok(report)
 }
 

@@ -597,6 +597,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
             phase: i as f64 * 0.7,
             security: sec,
             dtls: Default::default(),
+            association: None,
         };
         let a = acked.clone();
         let stop = stop_rx.clone();

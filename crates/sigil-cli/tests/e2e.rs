@@ -1038,3 +1038,190 @@ fn a_coaps_session_survives_a_server_kill_without_a_handshake() {
     assert_eq!(n("dtls.no_session"), 0, "{stats}");
     assert!(n("dtls.app_records") >= 1, "{stats}");
 }
+
+/// A coaps:// sensor keeps its DTLS association in its state directory: killed with SIGKILL
+/// between readings and started again (from a new source port), it publishes in the same
+/// session without a handshake. The server made one handshake in all, followed the session
+/// by its connection ID, and dropped none of the sensor's records: no record sequence number
+/// was used twice.
+#[cfg(unix)]
+#[test]
+fn a_sensor_killed_between_readings_resumes_its_association_without_a_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let (port, dport) = (free_port(), free_port());
+    let coaps = format!("coaps://127.0.0.1:{dport}");
+    let st = dir.path().join("psk");
+    let id = first_line(sigil(&[
+        "sensor",
+        "--state",
+        st.to_str().unwrap(),
+        "--print-identity",
+    ]));
+    assert!(sigil(&["provision", "--db", dbs, "add", &id])
+        .status
+        .success());
+    let psk = first_line(sigil(&["provision", "--db", dbs, "psk", &id]));
+    let srv = Command::new(SIGIL)
+        .args([
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--dtls-listen",
+            &format!("127.0.0.1:{dport}"),
+            "--db",
+            dbs,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_ready(port);
+    let sensor = |count: &str| {
+        Command::new(SIGIL)
+            .args([
+                "sensor",
+                "--server",
+                &coaps,
+                "--state",
+                st.to_str().unwrap(),
+                "--interval",
+                "100ms",
+                "--count",
+                count,
+                "--dtls",
+                "psk",
+                "--psk",
+                &psk,
+                "--ack-timeout",
+                "1s",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = sensor("1000");
+    std::thread::sleep(Duration::from_millis(2500));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(st.join("dtls-association").exists());
+
+    let out = sensor("10").wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(report["dtls_restored"].as_u64(), Some(1), "{report}");
+    assert_eq!(report["dtls_handshakes"].as_u64(), Some(0), "{report}");
+    assert!(
+        report["rejected"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert_eq!(
+        report["acknowledged"].as_array().unwrap().len(),
+        10,
+        "{report}"
+    );
+    // One write at the restore; 10 readings stay within one reservation.
+    assert_eq!(
+        report["dtls_association_writes"].as_u64(),
+        Some(1),
+        "{report}"
+    );
+    // The clean exit ended the session (close_notify) and its file.
+    assert!(!st.join("dtls-association").exists());
+
+    assert!(Command::new("kill")
+        .args(["-INT", &srv.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = srv.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let json = &stderr[stderr.find("{\n").expect("the server's counters")..];
+    let stats: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    let n = |k: &str| stats[k].as_u64().unwrap_or(0);
+    assert_eq!(n("dtls.handshake_completed"), 1, "{stats}");
+    assert_eq!(n("dtls.address_changed"), 1, "{stats}");
+    assert_eq!(n("dtls.records_dropped"), 0, "{stats}");
+    assert_eq!(n("dtls.no_session"), 0, "{stats}");
+}
+
+/// A sensor whose kept association the server no longer has (here: the server restarted
+/// without its stored sessions) is not answered in it; after two retransmissions it makes a
+/// full handshake and publishes every reading.
+#[cfg(unix)]
+#[test]
+fn a_sensor_whose_association_the_server_lost_handshakes_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let (port, dport) = (free_port(), free_port());
+    let coaps = format!("coaps://127.0.0.1:{dport}");
+    let st = dir.path().join("psk");
+    let id = first_line(sigil(&[
+        "sensor",
+        "--state",
+        st.to_str().unwrap(),
+        "--print-identity",
+    ]));
+    assert!(sigil(&["provision", "--db", dbs, "add", &id])
+        .status
+        .success());
+    let psk = first_line(sigil(&["provision", "--db", dbs, "psk", &id]));
+    let mut srv = secure_server(&db, port, dport);
+    wait_ready(port);
+    let sensor = |count: &str| {
+        Command::new(SIGIL)
+            .args([
+                "sensor",
+                "--server",
+                &coaps,
+                "--state",
+                st.to_str().unwrap(),
+                "--interval",
+                "100ms",
+                "--count",
+                count,
+                "--dtls",
+                "psk",
+                "--psk",
+                &psk,
+                "--ack-timeout",
+                "300ms",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = sensor("1000");
+    std::thread::sleep(Duration::from_millis(2000));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute("DELETE FROM dtls_sessions", [])
+        .unwrap();
+    let mut srv = secure_server(&db, port, dport);
+    wait_ready(port);
+
+    let out = sensor("5").wait_with_output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(report["dtls_restored"].as_u64(), Some(1), "{report}");
+    assert_eq!(report["dtls_handshakes"].as_u64(), Some(1), "{report}");
+    assert!(
+        report["rejected"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert_eq!(
+        report["acknowledged"].as_array().unwrap().len(),
+        5,
+        "{report}"
+    );
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}

@@ -7,6 +7,7 @@ use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust, MAX_DATAGRAM};
 use sigil_identity::Identity;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::net::UdpSocket;
 
@@ -88,7 +89,17 @@ pub struct Transport {
     pub resumed: u32,
     /// The session of the last handshake, offered for resumption on reconnect.
     resumable: Option<sigil_dtls::Session>,
+    /// Where the established association is kept between runs, and the key its record is
+    /// MACed under ([`Transport::keep_association`]).
+    kept: Option<(PathBuf, [u8; 32])>,
+    /// Sessions restored from the kept association instead of a handshake.
+    pub restored: u32,
+    /// Writes of the kept association (each one file written, synced and renamed).
+    pub association_writes: u64,
 }
+
+/// Records a kept association may seal per write of its file: the sequence reserved ahead.
+pub const ASSOCIATION_RESERVE_AHEAD: u64 = 64;
 
 impl Transport {
     /// Binds a socket and, for coaps://, completes the DTLS handshake (retransmitting with
@@ -122,11 +133,72 @@ impl Transport {
             handshakes: 0,
             resumed: 0,
             resumable: None,
+            kept: None,
+            restored: 0,
+            association_writes: 0,
         })
     }
 
     pub fn is_secure(&self) -> bool {
         self.security.is_secure()
+    }
+
+    /// Keeps every established association in the file `path` (written atomically: a
+    /// temporary file, synced, renamed), MACed under `key` (derived from a secret of this
+    /// device), with its record sequence reserved [`ASSOCIATION_RESERVE_AHEAD`] ahead: no
+    /// record is sealed beyond what the file says may have been used, so a restart from it
+    /// never reuses a nonce. [`Transport::restore`] takes it up again.
+    pub fn keep_association(&mut self, path: PathBuf, key: [u8; 32]) {
+        self.kept = Some((path, key));
+    }
+
+    /// The kept association as the established session, without a handshake, if the file
+    /// holds one this device wrote for this server's credentials. False (and the file
+    /// removed) otherwise: the caller handshakes. Whether the server still has the session
+    /// shows only when it answers; if it does not, the caller handshakes then.
+    pub fn restore(&mut self) -> bool {
+        let Some((path, key)) = self.kept.clone() else {
+            return false;
+        };
+        let Ok(bytes) = std::fs::read(&path) else {
+            return false;
+        };
+        let saved = match sigil_dtls::SavedAssociation::decode(&RustCrypto, &key, &bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, path = %path.display(), "kept DTLS association refused");
+                let _ = std::fs::remove_file(&path);
+                return false;
+            }
+        };
+        let mut conn = Box::new(Traffic::restore(RustCrypto, saved));
+        if let Err(e) = self.checkpoint(&mut conn) {
+            tracing::warn!(error = %e, "cannot keep the DTLS association");
+            return false;
+        }
+        self.resumable = conn.session();
+        self.session = Some(conn);
+        self.restored += 1;
+        true
+    }
+
+    /// Writes the association with a new reservation, then lets the session use it.
+    fn checkpoint(&mut self, conn: &mut Session) -> Result<()> {
+        let Some((path, key)) = &self.kept else {
+            return Ok(());
+        };
+        let saved = conn
+            .save(ASSOCIATION_RESERVE_AHEAD)
+            .map_err(|e| anyhow!("DTLS: {e}"))?;
+        let mut buf = [0u8; sigil_dtls::saved::MAX_ENCODED_LEN];
+        let n = saved
+            .encode(&RustCrypto, key, &mut buf)
+            .map_err(|e| anyhow!("DTLS association: {e}"))?;
+        write_atomically(path, &buf[..n])
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        self.association_writes += 1;
+        conn.persisted(&saved);
+        Ok(())
     }
 
     pub fn server(&self) -> SocketAddr {
@@ -223,6 +295,7 @@ impl Transport {
             conn.into_traffic()
                 .map_err(|_| anyhow!("DTLS handshake with {} incomplete", self.server))?,
         );
+        self.checkpoint(&mut conn)?;
         self.drain(&mut conn);
         self.flush(&mut conn).await?;
         if conn.resumed() {
@@ -260,6 +333,12 @@ impl Transport {
             .session
             .take()
             .ok_or_else(|| anyhow!("DTLS session lost"))?;
+        if conn.core().reserved_left() == 0 {
+            if let Err(e) = self.checkpoint(&mut conn) {
+                self.session = Some(conn);
+                return Err(e);
+            }
+        }
         let r = conn.send(message).map_err(|e| anyhow!("DTLS: {e}"));
         let f = self.flush(&mut conn).await;
         self.session = Some(conn);
@@ -305,8 +384,12 @@ impl Transport {
         }
     }
 
-    /// Ends the DTLS session with close_notify, so the server frees it at once.
+    /// Ends the DTLS session with close_notify, so the server frees it at once; the kept
+    /// association goes with it.
     pub async fn close(&mut self) {
+        if let Some((path, _)) = &self.kept {
+            let _ = std::fs::remove_file(path);
+        }
         if let Some(mut conn) = self.session.take() {
             if conn.close().is_ok() {
                 let _ = self.flush(&mut conn).await;
@@ -318,6 +401,24 @@ impl Transport {
     pub async fn recv_timeout(&mut self, wait: Duration) -> Option<Vec<u8>> {
         tokio::time::timeout(wait, self.recv()).await.ok()?.ok()
     }
+}
+
+/// Replaces `path` with `bytes` so that a power cut leaves either the old or the new content:
+/// a temporary file beside it, synced, renamed over it, and the directory synced.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
 }
 
 /// The parts of a `coap://` or `coaps://` URI this tool uses.

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use sigil_client::os::OsRng;
 use sigil_client::parse_uri;
-use sigil_crypto::{PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, DeviceStorage};
 use sigil_objects::ReadingFormat;
 use std::path::PathBuf;
@@ -156,9 +156,16 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         id.label(),
         device.public_key().algorithm().name()
     );
-    let security = a
-        .dtls
-        .security(uri.secure, Some((id, storage_key(&mut storage)?)))?;
+    let device_key = storage_key(&mut storage)?;
+    // The kept DTLS association's MAC key: only this device (holding its key) can have
+    // written a file it takes up.
+    let association = uri.secure.then(|| {
+        (
+            a.state.join("dtls-association"),
+            RustCrypto.hmac_sha256(&device_key.to_bytes(), &[b"sigil sensor dtls association"]),
+        )
+    });
+    let security = a.dtls.security(uri.secure, Some((id, device_key)))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
@@ -170,7 +177,13 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         readings: a.count,
         phase: f64::from(id.as_bytes()[0]) / 40.0,
         security,
-        dtls,
+        // A kept association is taken up from a new source port: the server follows it by
+        // its connection ID (RFC 9146).
+        dtls: sigil_dtls::Config {
+            connection_id: true,
+            ..dtls
+        },
+        association,
     };
     let report = sensor::run(device, storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "device event")
