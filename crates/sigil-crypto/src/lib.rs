@@ -19,6 +19,9 @@ mod cortex_m4;
 #[cfg(all(feature = "cortex-m4", target_arch = "arm"))]
 pub use cortex_m4::CortexM4;
 
+#[cfg(feature = "ibpv")]
+pub mod ibpv;
+
 mod agreement;
 pub use agreement::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, MAX_AGREEMENT_KEY_LEN,
