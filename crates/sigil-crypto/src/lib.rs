@@ -21,6 +21,8 @@ pub use cortex_m4::CortexM4;
 
 #[cfg(feature = "ibpv")]
 pub mod ibpv;
+#[cfg(feature = "ibpv")]
+pub mod shamir;
 
 mod agreement;
 pub use agreement::{

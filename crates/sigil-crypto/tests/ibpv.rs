@@ -139,3 +139,91 @@ fn misuse_is_refused() {
         Some(CryptoError::Unsupported)
     );
 }
+
+#[test]
+fn the_joint_pass_is_the_sum_of_the_two_multiplications() {
+    use p256::elliptic_curve::Field;
+    use sigil_crypto::shamir;
+    let mut rng = rand_core_rng(12);
+    for _ in 0..8 {
+        let (u1, u2, k) = (
+            p256::Scalar::random(&mut rng),
+            p256::Scalar::random(&mut rng),
+            p256::Scalar::random(&mut rng),
+        );
+        let q = ProjectivePoint::GENERATOR * k;
+        assert_eq!(
+            shamir::lincomb(&ProjectivePoint::GENERATOR, &u1, &q, &u2),
+            ProjectivePoint::GENERATOR * u1 + q * u2
+        );
+    }
+    // Edge scalars: zero and n - 1.
+    let q = ProjectivePoint::GENERATOR * p256::Scalar::from(5u64);
+    let minus_one = -p256::Scalar::ONE;
+    for (a, b) in [
+        (p256::Scalar::ZERO, minus_one),
+        (minus_one, p256::Scalar::ZERO),
+        (minus_one, minus_one),
+    ] {
+        assert_eq!(
+            shamir::lincomb(&ProjectivePoint::GENERATOR, &a, &q, &b),
+            ProjectivePoint::GENERATOR * a + q * b
+        );
+    }
+}
+
+#[test]
+fn both_ways_of_verifying_accept_the_rfc6979_vector_and_reject_a_change() {
+    use sigil_crypto::shamir::{verify_prehash, Combine};
+    // RFC 6979 A.2.5, SHA-256, message "sample".
+    let public = hex::decode(concat!(
+        "04",
+        "60fed4ba255a9d31c961eb74c6356d68c049b8923b61fa6ce669622e60f29fb6",
+        "7903fe1008b8bc99a41ae9e95628bc64f2f1b20c2d7e9f5177a3c294d4462299"
+    ))
+    .unwrap();
+    let sig: [u8; 64] = hex::decode(concat!(
+        "efd48b2aacb6a8fd1140dd9cd45e81d69d2c877b56aaf991c34d0ea84eaf3716",
+        "f7cb1c942d657c41d436c7a1b6e29f65f3e900dbb9aff4064dc4ab2f843acda8"
+    ))
+    .unwrap()
+    .try_into()
+    .unwrap();
+    let digest = RustCrypto.sha256(&[b"sample"]);
+    for how in [Combine::Joint, Combine::Separate] {
+        assert!(verify_prehash(&public, &digest, &sig, how));
+        let mut bad = sig;
+        bad[63] ^= 1;
+        assert!(!verify_prehash(&public, &digest, &bad, how));
+        let other = RustCrypto.sha256(&[b"samplf"]);
+        assert!(!verify_prehash(&public, &other, &sig, how));
+        assert!(!verify_prehash(&public[..64], &digest, &sig, how));
+        assert!(!verify_prehash(&public, &digest, &[0; 64], how));
+    }
+}
+
+/// A `rand_core` RNG over the test's deterministic bytes, for `Field::random`.
+fn rand_core_rng(seed: u64) -> impl p256::elliptic_curve::rand_core::RngCore {
+    struct R(Seeded);
+    impl p256::elliptic_curve::rand_core::RngCore for R {
+        fn next_u32(&mut self) -> u32 {
+            let mut b = [0; 4];
+            self.fill_bytes(&mut b);
+            u32::from_le_bytes(b)
+        }
+        fn next_u64(&mut self) -> u64 {
+            self.0.next_u64()
+        }
+        fn fill_bytes(&mut self, dest: &mut [u8]) {
+            self.0.fill(dest).unwrap();
+        }
+        fn try_fill_bytes(
+            &mut self,
+            dest: &mut [u8],
+        ) -> Result<(), p256::elliptic_curve::rand_core::Error> {
+            self.fill_bytes(dest);
+            Ok(())
+        }
+    }
+    R(Seeded::new(seed))
+}
