@@ -64,8 +64,9 @@ pub fn verify_prehash(public: &[u8], digest: &[u8; 32], sig: &[u8; 64], how: Com
         return false;
     };
     let e = <Scalar as Reduce<U256>>::reduce_bytes(&(*digest).into());
-    let w = s.invert();
-    let (u1, u2) = (e * *w, *r * *w);
+    // Public values: the variable-time inversion, as `ecdsa`'s own verification uses.
+    let w = *s.invert_vartime();
+    let (u1, u2) = (e * w, *r * w);
     let q = q.to_projective();
     let sum = match how {
         Combine::Joint => lincomb(&ProjectivePoint::GENERATOR, &u1, &q, &u2),
