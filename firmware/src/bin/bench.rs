@@ -133,3 +133,175 @@ fn main() -> ! {
         core::hint::spin_loop();
     }
 }
+
+/// The ECC comparison (docs/device-costs.md, beside the DTLS-as-CoAP-resource paper's Tables II
+/// and III): `sigil_ecc_<name>`, each writing `SIGIL_OUT` like the operations above. The
+/// harness runs `ibpv_setup` first: it fills the table the other `ibpv_*` operations draw from.
+#[cfg(feature = "ecc")]
+mod ecc {
+    use super::{record, SIGIL_OUT};
+    use core::mem::MaybeUninit;
+    use core::ptr::{addr_of, addr_of_mut};
+    use sigil_crypto::ibpv::Ibpv;
+    use sigil_crypto::shamir::{verify_prehash, Combine};
+    use sigil_crypto::{AgreementAlgorithm, CryptoProvider, SecretKey, SignatureAlgorithm};
+    use sigil_devbench::{
+        Failure, P256_ECDH_GR, P256_MESSAGE, P256_PUBLIC, P256_SECRET, P256_SIGNATURE,
+    };
+    use sigil_firmware::{XorShift, BACKEND};
+
+    /// Entries in the table (n); each fresh pair sums `L` of them (l).
+    pub const N: usize = 256;
+    pub const L: usize = 32;
+
+    /// All-zero bytes, so the table lands in .bss and takes no flash for an initialiser.
+    #[no_mangle]
+    static mut SIGIL_IBPV_TABLE: MaybeUninit<Ibpv<N>> = MaybeUninit::zeroed();
+    /// n, l, serialised table bytes and in-memory table bytes, for the report.
+    #[no_mangle]
+    #[used]
+    static SIGIL_IBPV_PARAMS: [u32; 4] = [
+        N as u32,
+        L as u32,
+        Ibpv::<N>::table_bytes() as u32,
+        core::mem::size_of::<Ibpv<N>>() as u32,
+    ];
+
+    fn out() -> &'static mut [u8] {
+        // SAFETY: single-threaded bare metal; one operation runs at a time.
+        unsafe { &mut *addr_of_mut!(SIGIL_OUT) }
+    }
+
+    fn table() -> &'static Ibpv<N> {
+        // SAFETY: single-threaded, and only `sigil_ecc_ibpv_setup` writes the table. All-zero
+        // bytes are a valid `Ibpv` (zero scalars, zero coordinates, a zero flag byte, `filled`
+        // false), which refuses to produce pairs until it is filled.
+        unsafe { (*addr_of!(SIGIL_IBPV_TABLE)).assume_init_ref() }
+    }
+
+    fn verify(how: Combine) -> u32 {
+        let digest = BACKEND.sha256(&[P256_MESSAGE]);
+        let ok = verify_prehash(&P256_PUBLIC, &digest, &P256_SIGNATURE, how);
+        record(if ok {
+            put(&[1])
+        } else {
+            Err(Failure::Rejected)
+        })
+    }
+
+    fn put(bytes: &[u8]) -> Result<usize, Failure> {
+        out()[..bytes.len()].copy_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    /// ECDSA verify of the RFC 6979 vector, u1·G + u2·Q in one joint pass.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_verify_joint() -> u32 {
+        verify(Combine::Joint)
+    }
+
+    /// The same, as two scalar multiplications and an addition.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_verify_separate() -> u32 {
+        verify(Combine::Separate)
+    }
+
+    /// The one-time setup: n random scalars and their multiples of G.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ibpv_setup() -> u32 {
+        // SAFETY: as `table`; nothing else holds a reference during an operation.
+        let t = unsafe { (*addr_of_mut!(SIGIL_IBPV_TABLE)).assume_init_mut() };
+        let r = t.fill(&mut XorShift(0x1bad_5eed)).map_err(Failure::Crypto);
+        record(r.and_then(|()| put(&(N as u32).to_le_bytes())))
+    }
+
+    fn pair<const K: usize>() -> u32 {
+        let r = table()
+            .agreement_secret::<K>(&mut XorShift(0x5eed_0001))
+            .map_err(Failure::Crypto);
+        record(r.and_then(|(k, big_r)| {
+            out()[..32].copy_from_slice(&k.to_bytes());
+            out()[32..97].copy_from_slice(big_r.as_bytes());
+            Ok(97)
+        }))
+    }
+
+    /// A fresh pair (r, r·G) from the table, summing 16, 32 or 64 entries: output r || r·G.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ibpv_pair16() -> u32 {
+        pair::<16>()
+    }
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ibpv_pair32() -> u32 {
+        pair::<32>()
+    }
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ibpv_pair64() -> u32 {
+        pair::<64>()
+    }
+
+    /// ECDSA sign of "sample" with the RFC 6979 A.2.5 key, nonce from the table.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ibpv_sign() -> u32 {
+        let r = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_SECRET)
+            .and_then(|sk| table().sign::<L>(&mut XorShift(0x5eed_0002), &sk, P256_MESSAGE))
+            .map_err(Failure::Crypto);
+        record(r.and_then(|sig| put(&sig.0)))
+    }
+
+    fn ecdh_output(public: &[u8], shared: &[u8; 32]) -> Result<usize, Failure> {
+        out()[..65].copy_from_slice(public);
+        out()[65..97].copy_from_slice(shared);
+        Ok(97)
+    }
+
+    /// Ephemeral ECDH as a handshake does it: a fresh key pair, then the shared secret with the
+    /// RFC 5903 responder's public value. Output: our public value || shared secret.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ecdh_ephemeral() -> u32 {
+        let r = (|| {
+            let mut rng = XorShift(0x5eed_0003);
+            let sk = BACKEND.generate_agreement(AgreementAlgorithm::P256, &mut rng)?;
+            let pk = BACKEND.agreement_public_key(&sk)?;
+            let shared = BACKEND.agree(&sk, &P256_ECDH_GR)?;
+            Ok((pk, shared))
+        })()
+        .map_err(Failure::Crypto);
+        record(r.and_then(|(pk, shared)| ecdh_output(pk.as_bytes(), &shared)))
+    }
+
+    /// The same with the ephemeral key pair summed from the table.
+    #[no_mangle]
+    #[inline(never)]
+    pub extern "C" fn sigil_ecc_ibpv_ecdh() -> u32 {
+        let r = (|| {
+            let (sk, pk) = table().agreement_secret::<L>(&mut XorShift(0x5eed_0004))?;
+            let shared = BACKEND.agree(&sk, &P256_ECDH_GR)?;
+            Ok((pk, shared))
+        })()
+        .map_err(Failure::Crypto);
+        record(r.and_then(|(pk, shared)| ecdh_output(pk.as_bytes(), &shared)))
+    }
+
+    /// Keeps the operations in the linked image (nothing calls them on a board).
+    #[used]
+    static ECC: [extern "C" fn() -> u32; 9] = [
+        sigil_ecc_verify_joint,
+        sigil_ecc_verify_separate,
+        sigil_ecc_ibpv_setup,
+        sigil_ecc_ibpv_pair16,
+        sigil_ecc_ibpv_pair32,
+        sigil_ecc_ibpv_pair64,
+        sigil_ecc_ibpv_sign,
+        sigil_ecc_ecdh_ephemeral,
+        sigil_ecc_ibpv_ecdh,
+    ];
+}
