@@ -3,6 +3,7 @@
 
     scripts/bench-device            # everything; writes docs/device-costs.md and docs/img/
     scripts/bench-device --quick    # builds, known answers on every backend and target, sizes
+                                    # (not the ECC comparison: its table setup takes minutes)
 
 Steps: build the firmware images (firmware/) for each target and backend; run every operation
 of the bench image inside unicorn (Cortex-M4 and Cortex-M0+ models) and check its output
@@ -51,6 +52,21 @@ SENSOR_VARIANTS = [
     ("m4-compact", "thumbv7em-none-eabihf", ["compact"], "cortex-m4", "--cfg aes_compact"),
     ("m0plus-rustcrypto", "thumbv6m-none-eabi", [], "cortex-m0plus", ""),
 ]
+# The ECC comparison (the `ecc` feature: IBPV and Shamir's trick, report section beside the
+# DTLS-as-CoAP-resource paper's Tables II/III): (variant, target, features, core). Built and run
+# in the full run only: filling the table takes n scalar multiplications, minutes in the emulator.
+ECC_VARIANTS = [
+    ("m4-rustcrypto-ecc", "thumbv7em-none-eabihf", ["ecc"], "cortex-m4"),
+    ("m4-fast-ecc", "thumbv7em-none-eabihf", ["fast", "ecc"], "cortex-m4"),
+    ("m0plus-rustcrypto-ecc", "thumbv6m-none-eabi", ["ecc"], "cortex-m0plus"),
+]
+# The variant whose table setup is measured; the others get a copy of its table (same p256
+# build, same in-memory layout on both cores; every output below is checked on the host, so a
+# table that did not carry over would fail).
+ECC_SETUP_VARIANT = "m4-rustcrypto-ecc"
+# RFC 5903 §8.1: the responder's private r, whose public value the device's ECDH uses.
+RFC5903_R = "c6ef9c5d78ae012a011164acb397ce2088685d8f06bf9be0b283ab46476bee53"
+
 # The C sensor (examples/c/m4): (variant, libsigil.a features, LTO, the Rust sensor variant
 # with the same curves it is compared with). Cortex-M4F only.
 C_SENSOR_VARIANTS = [
@@ -132,6 +148,67 @@ def calibrate(path):
             raise SystemExit(f"calibration: p256-cm4 {op} failed in the emulator")
         out[op] = (i, c, s)
     return out
+
+
+def ecc_check(name, out, n):
+    """Checks an ECC comparison output on the host with pyca/cryptography; returns None or why
+    it is wrong."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+    curve = ec.SECP256R1()
+
+    def public_of(k):
+        return ec.derive_private_key(int.from_bytes(k, "big"), curve).public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    if name.startswith("verify_"):
+        return None if out == b"\x01" else f"verification output {out.hex()}"
+    if name == "ibpv_setup":
+        return None if out == n.to_bytes(4, "little") else f"setup output {out.hex()}"
+    if name.startswith("ibpv_pair"):
+        return None if len(out) == 97 and public_of(out[:32]) == out[32:] else "r·G is not R"
+    if name == "ibpv_sign":
+        pk = ec.EllipticCurvePublicKey.from_encoded_point(curve, bytes.fromhex(KAT["keygen_p256"]["output"]))
+        sig = encode_dss_signature(int.from_bytes(out[:32], "big"), int.from_bytes(out[32:64], "big"))
+        try:
+            pk.verify(sig, b"sample", ec.ECDSA(hashes.SHA256()))
+        except Exception:
+            return "the signature does not verify"
+        return None
+    if name in ("ecdh_ephemeral", "ibpv_ecdh"):
+        r = ec.derive_private_key(int(RFC5903_R, 16), curve)
+        ours = ec.EllipticCurvePublicKey.from_encoded_point(curve, out[:65])
+        return None if r.exchange(ec.ECDH(), ours) == out[65:97] else "the two sides do not agree"
+    return f"no check for {name}"
+
+
+def run_ecc(path, core, table=None):
+    """Runs the ECC comparison operations with cycle counting. The table setup is measured when
+    `table` is None, else `table` (bytes of another run's filled table) is copied in."""
+    img = Image(path)
+    m = Machine(img, core, count_cycles=True)
+    sym = img.symbols["SIGIL_IBPV_TABLE"]
+    n, l, table_bytes, in_memory = struct.unpack("<4I", m.read("SIGIL_IBPV_PARAMS", 16))
+    results, failures = {}, []
+    if table is None:
+        names = ["ibpv_setup"]
+    else:
+        m.uc.mem_write(sym, table)
+        names = []
+    names += [name for name, _ in img.ops("sigil_ecc_") if name != "ibpv_setup"]
+    for name in names:
+        try:
+            k, insns, cycles, stack = m.call("sigil_ecc_" + name, limit=10_000_000_000)
+        except EmulationError as e:
+            failures.append(f"ecc {name}: {e}")
+            continue
+        why = ecc_check(name, m.read("SIGIL_OUT", k), n)
+        if why:
+            failures.append(f"ecc {name}: {why}")
+        results[name] = {"instructions": insns, "cycles": cycles, "stack": stack, "checked": why is None}
+    params = {"n": n, "l": l, "table_bytes": table_bytes, "in_memory": in_memory,
+              "static_ram": img.static_ram_bytes(), "flash": img.flash_bytes()}
+    return results, failures, params, bytes(m.uc.mem_read(sym, in_memory))
 
 
 def coap_answer(datagram):
@@ -237,7 +314,7 @@ def main():
     ap.add_argument("--report", default=os.path.join(ROOT, "docs", "device-costs.md"))
     args = ap.parse_args()
     count = not args.quick
-    results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None}
+    results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None, "ecc": {}}
     failures = []
 
     log("== building firmware images")
@@ -274,6 +351,18 @@ def main():
         results["calibration"] = calibrate(bench_paths["m4-fast"])
         for op, (i, c, s) in results["calibration"].items():
             log(f"  {op:7} {i:9,} instructions  {c:9,} cycles (model)  stack {s} B")
+
+        log("== ECC comparison: IBPV and Shamir's trick (P-256)")
+        table = None
+        for variant, target, features, core in sorted(ECC_VARIANTS, key=lambda v: v[0] != ECC_SETUP_VARIANT):
+            path = build(variant, target, features, "", "bench", "release")
+            t = time.time()
+            res, fails, params, filled = run_ecc(path, core, table)
+            table = table or filled
+            failures += [f"{variant}: {f}" for f in fails]
+            results["ecc"][variant] = {"ops": res, "params": params, "core": core}
+            log(f"  {variant:22} {sum(r['checked'] for r in res.values())}/{len(res)} checked on the host"
+                f" in {time.time() - t:5.1f}s (n={params['n']}, l={params['l']}, table {params['in_memory']} B in RAM)")
 
     import avr
     log("== AVR (ATmega2560) under simavr")
