@@ -93,9 +93,10 @@ def write(results, w):
         elif name == "all + IBPV":
             for ll in (16, 32, 64):
                 key = f"ibpv_pair{ll}"
-                label = f"all + IBPV (ours: table sum, l = {ll})" if ll == 16 else f"table sum, l = {ll}"
+                main = ll == l
+                label = f"all + IBPV (ours: table sum, l = {ll})" if main else f"table sum, l = {ll}"
                 w(f"| {label} | "
-                  f"{paper if ll == 16 else ''} | {fmt(cyc(e4.get(key)), 'cortex-m4')} | "
+                  f"{paper if main else ''} | {fmt(cyc(e4.get(key)), 'cortex-m4')} | "
                   f"{fmt(cyc(e0.get(key)), 'cortex-m0plus')} |")
         else:
             w(f"| {name} | {paper} | – | – |")
