@@ -162,9 +162,13 @@ impl<const N: usize> Ibpv<N> {
 
 impl<const N: usize> Drop for Ibpv<N> {
     fn drop(&mut self) {
-        for k in self.k.iter_mut() {
+        // The points are secret too: with them, the subset behind each signature can be
+        // searched for, and enough known subsets give the scalars by linear algebra.
+        for (k, p) in self.k.iter_mut().zip(self.p.iter_mut()) {
             *k = Scalar::ZERO;
+            *p = AffinePoint::IDENTITY;
         }
+        self.filled = false;
     }
 }
 
