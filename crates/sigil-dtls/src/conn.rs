@@ -4,26 +4,45 @@
 //! [`Connection::poll_app_data`], the next wake-up from [`Connection::poll_timeout`].
 //!
 //! Underneath it is one of two things: a handshake (one state struct per expected message,
-//! [`crate::client`] and [`crate::server`], sharing the transcript, reassembly and flight
-//! buffers of `HsIo`), or the established [`TrafficCore`], which holds none of those.
+//! [`crate::client`] and [`crate::server`], sharing the transcript and flight buffers of
+//! `HsIo`), or the established [`TrafficCore`], which holds none of those.
 //! Record intake (epochs, replay windows, connection IDs, record protection) is here.
+//!
+//! The handshake states are carrier-independent: a transition builds its flight in `HsIo` and
+//! marks it ready ([`Cx::send_flight`]); the carrier sends it. Two carriers exist:
+//! [`Connection`] (feature `record-carrier`: flights cut into datagrams, fragment reassembly,
+//! messages kept ahead, the retransmission timer; RFC 6347 §4.2) and
+//! [`crate::whole::WholeFlights`] (each flight travels whole as one payload over a carrier
+//! that brings reliability and fragmentation itself, such as CoAP).
 
+#[cfg(feature = "record-carrier")]
+use crate::cookie::CookieVerified;
 use crate::extensions::MAX_CID;
 use crate::finished::{ExpectCcs, ExpectFinished};
-use crate::flight::{
-    Ahead, Flight, Queue, Timer, AHEAD_MESSAGES, MAX_DATAGRAM, MAX_MESSAGE, MAX_TRANSCRIPT,
-    SEND_QUEUE_BYTES,
-};
-use crate::handshake::{Fragment, Reassembler, HEADER_LEN as HS_HEADER_LEN};
+#[cfg(feature = "record-carrier")]
+use crate::flight::{Ahead, Queue, Timer, AHEAD_MESSAGES, SEND_QUEUE_BYTES};
+use crate::flight::{Flight, MAX_DATAGRAM, MAX_MESSAGE, MAX_TRANSCRIPT};
+#[cfg(feature = "record-carrier")]
+use crate::handshake::Reassembler;
+use crate::handshake::{Fragment, HEADER_LEN as HS_HEADER_LEN};
 use crate::keys::{self, KeyBlock, Side};
 use crate::protection::{self, Aead, RecordKeys};
-use crate::record::{plaintext_record, Record, Records, ReplayWindow, HEADER_LEN};
+#[cfg(feature = "record-carrier")]
+use crate::record::Records;
+#[cfg(feature = "record-carrier")]
+use crate::record::HEADER_LEN;
+use crate::record::{plaintext_record, Record, ReplayWindow};
+#[cfg(feature = "record-carrier")]
 use crate::traffic::{Session, Traffic, TrafficCore};
-use crate::trust::{Credentials, NoTrust, ServerCredentials, Trust};
+use crate::trust::Trust;
+#[cfg(feature = "record-carrier")]
+use crate::trust::{Credentials, NoTrust, ServerCredentials};
 use crate::wire::{AlertDescription, AlertLevel, ContentType, HandshakeType, ProtocolVersion};
-use crate::{client, cookie::CookieVerified, server, Error, Reader, Writer};
+use crate::{client, server, Error, Reader, Writer};
 use core::time::Duration;
-use sigil_crypto::{CryptoProvider, PublicKey, Rng};
+use sigil_crypto::CryptoProvider;
+#[cfg(feature = "record-carrier")]
+use sigil_crypto::{PublicKey, Rng};
 use sigil_time::Instant;
 
 /// Timing and size parameters.
@@ -121,7 +140,7 @@ impl From<Hs> for Next {
 }
 
 impl Hs {
-    fn name(&self) -> State {
+    pub(crate) fn name(&self) -> State {
         match self {
             Self::ExpectHelloVerifyOrServerHello(_) => State::ExpectHelloVerifyOrServerHello,
             Self::ExpectServerCertificate(_) => State::ExpectServerCertificate,
@@ -136,7 +155,7 @@ impl Hs {
     }
 
     /// The one transition: this state consumes itself and one whole handshake message.
-    fn handle<C: CryptoProvider, T: Trust>(
+    pub(crate) fn handle<C: CryptoProvider, T: Trust>(
         self,
         m: &Fragment<'_>,
         epoch: u16,
@@ -174,10 +193,12 @@ pub(crate) struct Cx<'a, C, T> {
 }
 
 impl<C: CryptoProvider, T> Cx<'_, C, T> {
-    /// Sends the flight built in [`HsIo::flight`] (a new flight: fresh timer and budget).
+    /// Marks the flight built in [`HsIo::flight`] as ready: the carrier sends it once the
+    /// transition returns (the record carrier as a new flight, with a fresh timer and budget).
     pub fn send_flight(&mut self) -> Result<(), Error> {
-        self.io
-            .send_flight(self.crypto, self.rl, self.config, self.now, false)
+        let _ = (self.config, self.now);
+        self.io.flight_ready = true;
+        Ok(())
     }
 
     /// Adds ChangeCipherSpec and this side's Finished (over the transcript so far) to the
@@ -233,7 +254,7 @@ pub(crate) struct Transcript {
 }
 
 impl Transcript {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             buf: [0; MAX_TRANSCRIPT],
             len: 0,
@@ -265,24 +286,23 @@ impl Transcript {
     }
 }
 
-/// The handshake's buffers: transcript, the flight (kept for retransmission), the datagrams
-/// waiting for the caller, and the flight's timer.
+/// The handshake's buffers every carrier needs: the transcript and this side's current
+/// flight (whole messages, as built by the transitions).
 pub(crate) struct HsIo {
     pub transcript: Transcript,
     pub flight: Flight,
-    pub queue: Queue<SEND_QUEUE_BYTES>,
-    pub timer: Timer,
     pub next_send_msg: u16,
+    /// The transition finished a flight; the carrier sends it and clears this.
+    pub flight_ready: bool,
 }
 
 impl HsIo {
-    fn new(config: &Config) -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             transcript: Transcript::new(),
             flight: Flight::new(),
-            queue: Queue::new(),
-            timer: Timer::new(config.initial_timeout),
             next_send_msg: 0,
+            flight_ready: false,
         }
     }
 
@@ -312,6 +332,24 @@ impl HsIo {
         self.flight.push(ContentType::HANDSHAKE, epoch, &msg[..n])?;
         self.transcript.add(&f)
     }
+}
+
+/// The record carrier's own part of a handshake: the datagrams waiting for the caller and
+/// the flight's retransmission timer.
+#[cfg(feature = "record-carrier")]
+pub(crate) struct RecordIo {
+    pub queue: Queue<SEND_QUEUE_BYTES>,
+    pub timer: Timer,
+}
+
+#[cfg(feature = "record-carrier")]
+impl RecordIo {
+    fn new(config: &Config) -> Self {
+        Self {
+            queue: Queue::new(),
+            timer: Timer::new(config.initial_timeout),
+        }
+    }
 
     /// Records the flight's messages into datagrams of at most the PMTU, fragmenting
     /// handshake messages that do not fit, and queues them. Every transmission uses fresh
@@ -320,8 +358,8 @@ impl HsIo {
         &mut self,
         crypto: &C,
         rl: &mut RecordLayer,
-        config: &Config,
-        now: Instant,
+        flight: &Flight,
+        (config, now): (&Config, Instant),
         retransmission: bool,
     ) -> Result<(), Error> {
         if !retransmission {
@@ -334,14 +372,29 @@ impl HsIo {
         // not sent yet belong to an earlier (re)transmission this one supersedes.
         self.queue = Queue::new();
         let pmtu = config.pmtu.min(MAX_DATAGRAM);
-        pack_flight(crypto, rl, &self.flight, pmtu, |d| self.queue.push(d))?;
+        pack_flight(crypto, rl, flight, pmtu, |d| self.queue.push(d))?;
         self.timer.arm(now);
+        Ok(())
+    }
+
+    /// Sends the flight a transition marked ready, if any (a new flight).
+    fn send_ready<C: CryptoProvider + ?Sized>(
+        &mut self,
+        crypto: &C,
+        rl: &mut RecordLayer,
+        io: &mut HsIo,
+        parts: (&Config, Instant),
+    ) -> Result<(), Error> {
+        if core::mem::take(&mut io.flight_ready) {
+            self.send_flight(crypto, rl, &io.flight, parts, false)?;
+        }
         Ok(())
     }
 }
 
 /// Cuts `flight` into datagrams of at most `pmtu` bytes (fragmenting handshake messages, never
 /// the ClientHello) and hands each to `out`.
+#[cfg(feature = "record-carrier")]
 pub(crate) fn pack_flight<C: CryptoProvider + ?Sized>(
     crypto: &C,
     rl: &mut RecordLayer,
@@ -478,6 +531,7 @@ impl RecordLayer {
     }
 
     /// Bytes a record of `epoch` adds around its plaintext.
+    #[cfg(feature = "record-carrier")]
     pub fn overhead(&self, epoch: u16) -> usize {
         if epoch == 0 {
             HEADER_LEN
@@ -612,11 +666,13 @@ pub(crate) fn next_seq(seq: u16) -> Result<u16, Error> {
 }
 
 /// A connection in its handshake.
+#[cfg(feature = "record-carrier")]
 pub(crate) struct Handshaking {
     rl: RecordLayer,
     /// `None` only after a failure (the state was consumed by a transition that failed).
     state: Option<Hs>,
     io: HsIo,
+    out: RecordIo,
     next_recv_msg: u16,
     reassembler: Reassembler<MAX_MESSAGE>,
     ahead: Ahead,
@@ -626,6 +682,7 @@ pub(crate) struct Handshaking {
 
 /// No heap, so no boxing: a caller that wants the established state's smaller size takes
 /// it out with [`Connection::into_traffic`].
+#[cfg(feature = "record-carrier")]
 #[allow(clippy::large_enum_variant)]
 enum Inner {
     Handshaking(Handshaking),
@@ -635,6 +692,7 @@ enum Inner {
 /// A DTLS 1.2 connection, client or server, from the first flight to close. `T` says what
 /// this side trusts. Once established it holds only a [`TrafficCore`]; take it out with
 /// [`Connection::into_traffic`] to keep the smaller [`Traffic`] instead.
+#[cfg(feature = "record-carrier")]
 pub struct Connection<C, T = NoTrust> {
     crypto: C,
     trust: T,
@@ -642,6 +700,7 @@ pub struct Connection<C, T = NoTrust> {
     inner: Inner,
 }
 
+#[cfg(feature = "record-carrier")]
 impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     fn handshaking(crypto: C, trust: T, config: Config, rl: RecordLayer) -> Self {
         Self {
@@ -651,7 +710,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             inner: Inner::Handshaking(Handshaking {
                 rl,
                 state: None,
-                io: HsIo::new(&config),
+                io: HsIo::new(),
+                out: RecordIo::new(&config),
                 next_recv_msg: 0,
                 reassembler: Reassembler::new(),
                 ahead: Ahead::new(),
@@ -711,6 +771,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             now,
         };
         let first = client::start(&mut cx, rng, credentials, session)?;
+        h.out
+            .send_ready(&c.crypto, &mut h.rl, &mut h.io, (&c.config, now))?;
         h.state = Some(Hs::ExpectHelloVerifyOrServerHello(first));
         Ok(c)
     }
@@ -742,6 +804,8 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             now,
         };
         let (next, next_recv_msg) = server::accept(&mut cx, offer, rng, cookie, datagram)?;
+        h.out
+            .send_ready(&c.crypto, &mut h.rl, &mut h.io, (&c.config, now))?;
         h.next_recv_msg = next_recv_msg;
         h.state = Some(next);
         Ok(c)
@@ -842,9 +906,9 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         match &mut self.inner {
             Inner::Handshaking(h) => {
-                let n = h.io.queue.pop(out)?;
+                let n = h.out.queue.pop(out)?;
                 if h.failed.is_none() {
-                    h.io.timer.sent(now);
+                    h.out.timer.sent(now);
                 }
                 Some(n)
             }
@@ -855,7 +919,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     /// When to call [`Connection::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.inner {
-            Inner::Handshaking(h) if h.failed.is_none() => h.io.timer.deadline,
+            Inner::Handshaking(h) if h.failed.is_none() => h.out.timer.deadline,
             _ => None,
         }
     }
@@ -876,16 +940,22 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         if h.failed.is_some() {
             return Ok(());
         }
-        match h.io.timer.deadline {
+        match h.out.timer.deadline {
             Some(t) if now >= t => {}
             _ => return Ok(()),
         }
-        if h.io.timer.retransmissions >= self.config.max_retransmissions {
+        if h.out.timer.retransmissions >= self.config.max_retransmissions {
             return h.fail(&self.crypto, Error::HandshakeTimeout);
         }
-        h.io.timer.retransmissions += 1;
-        h.io.timer.timeout = (h.io.timer.timeout * 2).min(self.config.max_timeout);
-        h.io.send_flight(&self.crypto, &mut h.rl, &self.config, now, true)
+        h.out.timer.retransmissions += 1;
+        h.out.timer.timeout = (h.out.timer.timeout * 2).min(self.config.max_timeout);
+        h.out.send_flight(
+            &self.crypto,
+            &mut h.rl,
+            &h.io.flight,
+            (&self.config, now),
+            true,
+        )
     }
 
     /// Protects `data` as one application-data record and queues it.
@@ -921,7 +991,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                     if let Some(done) = h.handle_record(parts, now, &rec)? {
                         let core = TrafficCore::new(
                             &mut h.rl,
-                            &mut h.io.queue,
+                            &mut h.out.queue,
                             done,
                             h.next_recv_msg,
                             h.dropped,
@@ -936,6 +1006,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     }
 }
 
+#[cfg(feature = "record-carrier")]
 impl Handshaking {
     /// Fails the handshake with a fatal alert (sent in the current write epoch).
     fn fail<C: CryptoProvider>(&mut self, crypto: &C, e: Error) -> Result<(), Error> {
@@ -944,11 +1015,11 @@ impl Handshaking {
         }
         let mut out = [0u8; 64];
         if let Some(n) = self.rl.alert_record(crypto, &e, &mut out) {
-            let _ = self.io.queue.push(&out[..n]);
+            let _ = self.out.queue.push(&out[..n]);
         }
         self.failed = Some(e);
         self.state = None;
-        self.io.timer.deadline = None;
+        self.out.timer.deadline = None;
         Err(e)
     }
 
@@ -1012,7 +1083,7 @@ impl Handshaking {
                 Ok(Some(e)) => {
                     self.failed = Some(e);
                     self.state = None;
-                    self.io.timer.deadline = None;
+                    self.out.timer.deadline = None;
                     Ok(())
                 }
                 Ok(None) => Ok(()),
@@ -1092,13 +1163,19 @@ impl Handshaking {
             // forged by anyone, and each answer is a whole flight (no reflector).
             if self.io.flight.used > 0
                 && ends_flight
-                && self.io.timer.deadline.is_some()
-                && self.io.timer.answers < config.max_retransmissions
+                && self.out.timer.deadline.is_some()
+                && self.out.timer.answers < config.max_retransmissions
             {
-                self.io.timer.answers += 1;
+                self.out.timer.answers += 1;
                 // A full send queue (the caller is not draining) drops the retransmission
                 // rather than failing the connection.
-                match self.io.send_flight(crypto, &mut self.rl, config, now, true) {
+                match self.out.send_flight(
+                    crypto,
+                    &mut self.rl,
+                    &self.io.flight,
+                    (config, now),
+                    true,
+                ) {
                     Err(Error::BufferTooSmall) => self.dropped += 1,
                     r => r?,
                 }
@@ -1146,7 +1223,10 @@ impl Handshaking {
             io: &mut self.io,
             now,
         };
-        match state.handle(&whole, epoch, &mut cx)? {
+        let next = state.handle(&whole, epoch, &mut cx)?;
+        self.out
+            .send_ready(crypto, &mut self.rl, &mut self.io, (config, now))?;
+        match next {
             Next::Hs(s) => self.state = Some(s),
             Next::Traffic(done) => return Ok(Some(done)),
         }
@@ -1296,7 +1376,7 @@ impl<C: CryptoProvider, T> Cx<'_, C, T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "record-carrier"))]
 mod tests {
     extern crate std;
     use super::*;

@@ -1,11 +1,17 @@
 //! Flights (RFC 6347 §4.2.4): the messages sent together and kept for retransmission, the
-//! queue of datagrams waiting for the caller, the handshake fragments kept when they arrive
-//! ahead of their turn (§4.2.2), and the retransmission timer (§4.2.4.1).
+//! queue of datagrams waiting for the caller, and, for the record carrier only (feature
+//! `record-carrier`), the handshake fragments kept when they arrive ahead of their turn
+//! (§4.2.2) and the retransmission timer (§4.2.4.1).
 
+#[cfg(feature = "record-carrier")]
 use crate::handshake::{Fragment, HEADER_LEN as HS_HEADER_LEN};
 use crate::wire::ContentType;
-use crate::{Error, Writer};
+use crate::Error;
+#[cfg(feature = "record-carrier")]
+use crate::Writer;
+#[cfg(feature = "record-carrier")]
 use core::time::Duration;
+#[cfg(feature = "record-carrier")]
 use sigil_time::Instant;
 
 /// Largest handshake message this side reassembles (certificate chains need more room, so
@@ -39,18 +45,23 @@ pub const MAX_DATAGRAM: usize = 1400;
 pub const MAX_APP_DATA: usize = 1024;
 /// Bytes of datagrams waiting to be sent (a flight, or a few application records), with room
 /// for the per-datagram headers of a flight cut to a small PMTU.
+#[cfg(feature = "record-carrier")]
 #[cfg(not(feature = "x509"))]
 pub(crate) const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 1024;
+#[cfg(feature = "record-carrier")]
 #[cfg(feature = "x509")]
 pub(crate) const SEND_QUEUE_BYTES: usize = MAX_FLIGHT + 2048;
 /// Bytes of handshake fragments kept when they arrive ahead of the message this side expects
 /// (RFC 6347 §4.2.2: when the first datagram of a flight is lost, the rest is kept for when the
 /// retransmission fills the gap).
+#[cfg(feature = "record-carrier")]
 #[cfg(not(feature = "x509"))]
 pub(crate) const AHEAD_BYTES: usize = 512;
+#[cfg(feature = "record-carrier")]
 #[cfg(feature = "x509")]
 pub(crate) const AHEAD_BYTES: usize = 2048;
 /// How far ahead of the expected message a kept fragment may be.
+#[cfg(feature = "record-carrier")]
 pub(crate) const AHEAD_MESSAGES: u16 = 4;
 /// Bytes of received application records waiting for the caller.
 pub(crate) const RECEIVE_QUEUE_BYTES: usize = MAX_APP_DATA + 512;
@@ -160,11 +171,13 @@ impl<const N: usize> Queue<N> {
 
 /// Epoch-0 handshake fragments that arrived ahead of the expected message, each stored as
 /// `len (u16) || fragment (header and body)`, oldest first; bounded by [`AHEAD_BYTES`].
+#[cfg(feature = "record-carrier")]
 pub(crate) struct Ahead {
     buf: [u8; AHEAD_BYTES],
     used: usize,
 }
 
+#[cfg(feature = "record-carrier")]
 impl Ahead {
     pub(crate) const fn new() -> Self {
         Self {
@@ -235,6 +248,7 @@ impl Ahead {
 /// The retransmission timer of the last flight (RFC 6347 §4.2.4.1): it runs from when the
 /// flight's first datagram leaves, doubles on each expiry up to the maximum, and gives up
 /// after the configured number of retransmissions.
+#[cfg(feature = "record-carrier")]
 pub(crate) struct Timer {
     pub deadline: Option<Instant>,
     pub timeout: Duration,
@@ -247,6 +261,7 @@ pub(crate) struct Timer {
     pub armed_by_send: bool,
 }
 
+#[cfg(feature = "record-carrier")]
 impl Timer {
     pub(crate) fn new(initial: Duration) -> Self {
         Self {

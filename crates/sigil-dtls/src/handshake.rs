@@ -65,12 +65,14 @@ impl<'a> Fragment<'a> {
     }
 }
 
+#[cfg(feature = "record-carrier")]
 /// Most disjoint byte ranges one message may arrive in before the reassembler gives up.
 pub const MAX_RANGES: usize = 8;
 
 /// Reassembles one handshake message at a time from its fragments, in a fixed buffer of `N`
 /// bytes: a message longer than `N` is refused before anything is buffered, so a peer cannot
 /// make this side hold more than `N` bytes (CVE-2022-29189's class of unbounded buffering).
+#[cfg(feature = "record-carrier")]
 pub struct Reassembler<const N: usize> {
     buf: [u8; N],
     current: Option<(HandshakeType, u32, u16)>,
@@ -79,12 +81,14 @@ pub struct Reassembler<const N: usize> {
     nranges: usize,
 }
 
+#[cfg(feature = "record-carrier")]
 impl<const N: usize> Default for Reassembler<N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(feature = "record-carrier")]
 impl<const N: usize> Reassembler<N> {
     pub const fn new() -> Self {
         Self {

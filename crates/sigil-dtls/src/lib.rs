@@ -24,8 +24,12 @@
 //! - [`trust`]: what each side trusts ([`Trust`], [`PinnedIdentities`], [`X509Anchors`]) and
 //!   authenticates with ([`Credentials`], [`ServerCredentials`]).
 //! - [`cookie`]: the stateless cookie exchange ([`CookieKey`]).
-//! - [`Connection`]: the sans-IO connection for both roles (`handle_datagram`,
-//!   `handle_timeout`, `poll_transmit`, `poll_timeout`, `poll_app_data`, `send`).
+//! - [`Connection`] (feature `record-carrier`): the sans-IO connection for both roles
+//!   (`handle_datagram`, `handle_timeout`, `poll_transmit`, `poll_timeout`, `poll_app_data`,
+//!   `send`), carrying flights as DTLS records with fragmentation and retransmission.
+//! - [`whole::WholeFlights`]: the same handshake states driven by a carrier that exchanges
+//!   whole flights (one payload each, no fragmentation, no timer: CoAP in sigil-dtls-coap);
+//!   it ends in the same [`Traffic`].
 //!
 //! What the types enforce:
 //! - The handshake is one struct per expected message ([`client`], [`server`],
@@ -68,12 +72,15 @@ pub mod server;
 pub mod spki;
 pub mod traffic;
 pub mod trust;
+pub mod whole;
 pub mod wire;
 pub mod x509;
 
 mod error;
 pub use codec::{Reader, Writer};
-pub use conn::{Config, Connection, State};
+#[cfg(feature = "record-carrier")]
+pub use conn::Connection;
+pub use conn::{Config, State};
 pub use cookie::{refusal, CookieKey, CookieVerified, Stateless, COOKIE_LEN};
 pub use error::Error;
 pub use flight::{MAX_APP_DATA, MAX_DATAGRAM};
@@ -83,3 +90,4 @@ pub use trust::{
     Credentials, NoTrust, Peer, PeerVerified, PinnedIdentities, ServerCredentials, Trust,
     X509Anchors,
 };
+pub use whole::WholeFlights;
