@@ -19,6 +19,10 @@ const CORES: &[(&str, &[&str])] = &[
     ),
     ("sigil-diet", &["sigil-crypto", "sigil-time"]),
     (
+        "sigil-dtls-coap",
+        &["sigil-coap", "sigil-crypto", "sigil-dtls", "sigil-time"],
+    ),
+    (
         "sigil-device",
         &[
             "sigil-coap",

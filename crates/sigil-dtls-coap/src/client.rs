@@ -1,0 +1,443 @@
+//! The client role: one DTLS handshake over CoAP requests, one Confirmable request at a time
+//! (RFC 7252 §4.7: NSTART 1), each retransmitted with exponential back-off until its
+//! piggybacked response arrives (§4.2). Flights larger than the block size go with Block1;
+//! responses larger than the server's block size are fetched with Block2 from the session
+//! resource (`GET /dtls/<id>`), whose representation is the server's latest flight.
+
+use crate::{parse_id, Error, MAX_DATAGRAM, MAX_FLIGHT, PATH};
+use sigil_coap::message::option;
+use sigil_coap::{
+    BlockOption, Code, Message, MessageBuilder, MessageType, Retransmission, RetransmitDecision,
+    TransmissionParameters,
+};
+use sigil_crypto::{CryptoProvider, Rng};
+use sigil_dtls::{Config, Credentials, Traffic, Trust, WholeFlights};
+use sigil_time::Instant;
+
+/// The client's parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct CarrierConfig {
+    /// The handshake's (suites, connection ID); its timers and PMTU are not used here.
+    pub dtls: Config,
+    /// ACK_TIMEOUT, ACK_RANDOM_FACTOR and MAX_RETRANSMIT (RFC 7252 §4.8).
+    pub coap: TransmissionParameters,
+    /// Block size exponent (RFC 7959 §2.2: size = 2^(szx+4)) for Block1 requests and the
+    /// Block2 blocks it asks for; 6 (1024 bytes) at most.
+    pub block_szx: u8,
+}
+
+impl Default for CarrierConfig {
+    fn default() -> Self {
+        Self {
+            dtls: Config::default(),
+            coap: TransmissionParameters::default(),
+            block_szx: 6,
+        }
+    }
+}
+
+/// The request waiting for its response.
+struct Pending {
+    message_id: u16,
+    datagram: [u8; MAX_DATAGRAM],
+    len: usize,
+    retransmission: Retransmission,
+    /// Not yet handed to the caller (first transmission or a retransmission due).
+    unsent: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// `PUT /dtls` with a ClientHello (with or without the cookie).
+    Hello,
+    /// `POST /dtls/<id>` with the client's later flight.
+    Flight,
+    Done,
+    Failed(Error),
+}
+
+/// A client handshake over CoAP.
+pub struct Client<C, T> {
+    hs: WholeFlights<C, T>,
+    config: CarrierConfig,
+    phase: Phase,
+    token: [u8; 4],
+    next_mid: u16,
+    session: Option<u32>,
+    /// This side's flight being sent, and the next Block1 number.
+    out: [u8; MAX_FLIGHT],
+    out_len: usize,
+    block1: u32,
+    /// The response body being assembled from Block2 blocks, and its code.
+    body: [u8; MAX_FLIGHT],
+    body_len: usize,
+    body_code: Code,
+    pending: Option<Pending>,
+    /// Datagrams ignored: duplicates and answers to earlier requests.
+    ignored: u32,
+    /// Requests sent again after a timeout.
+    retransmissions: u32,
+}
+
+fn random_u32(rng: &mut dyn Rng) -> Result<u32, Error> {
+    let mut b = [0u8; 4];
+    rng.fill(&mut b)
+        .map_err(|e| Error::Dtls(sigil_dtls::Error::Crypto(e)))?;
+    Ok(u32::from_be_bytes(b))
+}
+
+impl<C: CryptoProvider, T: Trust> Client<C, T> {
+    /// Starts the handshake: `PUT /dtls` with the ClientHello is ready to send.
+    pub fn connect(
+        crypto: C,
+        trust: T,
+        config: CarrierConfig,
+        rng: &mut dyn Rng,
+        credentials: Credentials<'_>,
+        now: Instant,
+    ) -> Result<Self, Error> {
+        if config.block_szx > 6 {
+            return Err(Error::Protocol("block size above 1024 bytes"));
+        }
+        let mut out = [0u8; MAX_FLIGHT];
+        let (hs, n) =
+            WholeFlights::connect(crypto, trust, config.dtls, rng, credentials, now, &mut out)?;
+        let r = random_u32(rng)?;
+        let mut c = Self {
+            hs,
+            config,
+            phase: Phase::Hello,
+            token: r.to_be_bytes(),
+            next_mid: (r >> 7) as u16,
+            session: None,
+            out,
+            out_len: n,
+            block1: 0,
+            body: [0; MAX_FLIGHT],
+            body_len: 0,
+            body_code: Code::EMPTY,
+            pending: None,
+            ignored: 0,
+            retransmissions: 0,
+        };
+        c.send_hello(now, rng)?;
+        Ok(c)
+    }
+
+    /// The handshake completed: take the established [`Traffic`].
+    pub fn is_established(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// Why the handshake failed, if it did.
+    pub fn failure(&self) -> Option<Error> {
+        match self.phase {
+            Phase::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The session resource's id (from the server's Location-Path), once created.
+    pub fn session_id(&self) -> Option<u32> {
+        self.session
+    }
+
+    /// Datagrams ignored (duplicates, answers to earlier requests, foreign tokens).
+    pub fn ignored(&self) -> u32 {
+        self.ignored
+    }
+
+    /// Requests sent again after their timeout.
+    pub fn retransmissions(&self) -> u32 {
+        self.retransmissions
+    }
+
+    /// The established connection (or `self` back if the handshake is not complete).
+    #[allow(clippy::result_large_err)]
+    pub fn into_traffic(self) -> Result<Traffic<C>, Self> {
+        if self.phase != Phase::Done {
+            return Err(self);
+        }
+        let Self {
+            hs,
+            config,
+            phase,
+            token,
+            next_mid,
+            session,
+            out,
+            out_len,
+            block1,
+            body,
+            body_len,
+            body_code,
+            pending,
+            ignored,
+            retransmissions,
+        } = self;
+        hs.into_traffic().map_err(|hs| Self {
+            hs,
+            config,
+            phase,
+            token,
+            next_mid,
+            session,
+            out,
+            out_len,
+            block1,
+            body,
+            body_len,
+            body_code,
+            pending,
+            ignored,
+            retransmissions,
+        })
+    }
+
+    /// The next datagram to send, if any.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<usize> {
+        let p = self.pending.as_mut()?;
+        if !p.unsent || out.len() < p.len {
+            return None;
+        }
+        p.unsent = false;
+        out[..p.len].copy_from_slice(&p.datagram[..p.len]);
+        Some(p.len)
+    }
+
+    /// When to call [`Client::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.pending.as_ref().map(|p| p.retransmission.deadline())
+    }
+
+    /// Retransmits the outstanding request when its timer expired (RFC 7252 §4.2), or gives
+    /// up after MAX_RETRANSMIT.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
+        let Some(p) = self.pending.as_mut() else {
+            return Ok(());
+        };
+        match p.retransmission.on_timer(now) {
+            RetransmitDecision::Wait => Ok(()),
+            RetransmitDecision::Resend => {
+                p.unsent = true;
+                self.retransmissions += 1;
+                Ok(())
+            }
+            RetransmitDecision::GiveUp => self.fail(Error::Timeout),
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Result<(), Error> {
+        self.phase = Phase::Failed(e);
+        self.pending = None;
+        Err(e)
+    }
+
+    /// Takes one received datagram: the response to the outstanding request moves the
+    /// handshake on; anything else is ignored (counted).
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+        rng: &mut dyn Rng,
+    ) -> Result<(), Error> {
+        if let Phase::Failed(e) = self.phase {
+            return Err(e);
+        }
+        let Ok(msg) = Message::parse(datagram) else {
+            self.ignored += 1;
+            return Ok(());
+        };
+        let ours = self.pending.as_ref().is_some_and(|p| {
+            p.message_id == msg.message_id
+                && matches!(msg.mtype, MessageType::Acknowledgement | MessageType::Reset)
+        });
+        if !ours || (msg.mtype == MessageType::Acknowledgement && msg.token != self.token) {
+            self.ignored += 1;
+            return Ok(());
+        }
+        if msg.mtype == MessageType::Reset {
+            return self.fail(Error::Protocol("the server reset the request"));
+        }
+        if msg.code == Code::EMPTY {
+            // The server piggybacks every response; an empty ACK promises a separate one,
+            // which this carrier does not use.
+            return self.fail(Error::Protocol("an empty ACK instead of a response"));
+        }
+        self.pending = None;
+        match self.response(now, &msg, rng) {
+            Ok(()) => Ok(()),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn response(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        rng: &mut dyn Rng,
+    ) -> Result<(), Error> {
+        match (self.phase, msg.code) {
+            // The stateless server's HelloVerifyRequest: the ClientHello again, with the cookie.
+            (Phase::Hello, Code::UNAUTHORIZED) => {
+                let n = self.hs.handle_flight(now, msg.payload, &mut self.out)?;
+                if n == 0 {
+                    return Err(Error::Protocol("4.01 without a HelloVerifyRequest"));
+                }
+                self.out_len = n;
+                self.send_hello(now, rng)
+            }
+            (Phase::Flight, Code::CONTINUE) => {
+                let b = msg
+                    .block1()
+                    .and_then(Result::ok)
+                    .ok_or(Error::Protocol("2.31 without Block1"))?;
+                if b.num != self.block1 {
+                    return Err(Error::Protocol("2.31 for another block"));
+                }
+                self.block1 += 1;
+                self.send_flight(now, rng)
+            }
+            (Phase::Hello, Code::CREATED)
+            | (Phase::Flight, Code::CHANGED)
+            | (Phase::Hello | Phase::Flight, Code::CONTENT) => self.body_block(now, msg, rng),
+            (_, code) => Err(Error::Refused(code)),
+        }
+    }
+
+    /// One block (or all) of the server's flight.
+    fn body_block(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        rng: &mut dyn Rng,
+    ) -> Result<(), Error> {
+        let block = match msg.block2() {
+            None => None,
+            Some(Ok(b)) => Some(b),
+            Some(Err(_)) => return Err(Error::Protocol("malformed Block2")),
+        };
+        let num = block.map_or(0, |b| b.num);
+        if num == 0 {
+            if msg.code == Code::CONTENT {
+                return Err(Error::Protocol("2.05 for the first block"));
+            }
+            self.body_len = 0;
+            self.body_code = msg.code;
+            if msg.code == Code::CREATED {
+                self.session = Some(location(msg)?);
+            }
+        } else if msg.code != Code::CONTENT {
+            return Err(Error::Protocol("a later block that is not 2.05"));
+        }
+        let offset = block.map_or(0, |b| b.offset());
+        if offset != self.body_len {
+            return Err(Error::Protocol("a block out of order"));
+        }
+        let end = offset + msg.payload.len();
+        if end > MAX_FLIGHT {
+            return Err(Error::FlightTooLarge);
+        }
+        self.body[offset..end].copy_from_slice(msg.payload);
+        self.body_len = end;
+        if let Some(b) = block.filter(|b| b.more) {
+            if msg.payload.len() != b.size() {
+                return Err(Error::Protocol("a short block before the last"));
+            }
+            let next = BlockOption::new(b.num + 1, false, b.szx.min(self.config.block_szx));
+            // A smaller size than the server's: the next number counts in the new size.
+            let next = BlockOption::new((end / next.size()) as u32, false, next.szx);
+            return self.request(now, rng, Code::GET, None, Some(next), 0..0);
+        }
+        let n = self
+            .hs
+            .handle_flight(now, &self.body[..self.body_len], &mut self.out)?;
+        if self.hs.is_established() {
+            self.phase = Phase::Done;
+            return Ok(());
+        }
+        if n == 0 || self.body_code != Code::CREATED {
+            return Err(Error::Protocol("a flight that asks for no answer"));
+        }
+        self.out_len = n;
+        self.block1 = 0;
+        self.phase = Phase::Flight;
+        self.send_flight(now, rng)
+    }
+
+    fn send_hello(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
+        // The ClientHello always goes whole: a stateless server cannot gather blocks.
+        self.request(now, rng, Code::PUT, None, None, 0..self.out_len)
+    }
+
+    /// The current Block1 of this side's flight (or all of it if it fits one block).
+    fn send_flight(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
+        let size = 1usize << (self.config.block_szx + 4);
+        if self.out_len <= size {
+            return self.request(now, rng, Code::POST, None, None, 0..self.out_len);
+        }
+        let b = BlockOption::new(self.block1, false, self.config.block_szx);
+        let (part, more) = b
+            .slice(&self.out[..self.out_len])
+            .ok_or(Error::Protocol("Block1 past the flight"))?;
+        let range = b.offset()..b.offset() + part.len();
+        let b = BlockOption::new(self.block1, more, self.config.block_szx);
+        self.request(now, rng, Code::POST, Some(b), None, range)
+    }
+
+    /// Builds the request and arms its retransmission.
+    fn request(
+        &mut self,
+        now: Instant,
+        rng: &mut dyn Rng,
+        method: Code,
+        block1: Option<BlockOption>,
+        block2: Option<BlockOption>,
+        payload: core::ops::Range<usize>,
+    ) -> Result<(), Error> {
+        let mid = self.next_mid;
+        self.next_mid = self.next_mid.wrapping_add(1);
+        let mut datagram = [0u8; MAX_DATAGRAM];
+        let mut m = MessageBuilder::new(
+            &mut datagram,
+            MessageType::Confirmable,
+            method,
+            mid,
+            &self.token,
+        )?;
+        m.option(option::URI_PATH, PATH.as_bytes())?;
+        if method != Code::PUT {
+            let id = self.session.ok_or(Error::Protocol("no session resource"))?;
+            let mut b = [0u8; crate::MAX_ID_LEN];
+            m.option(option::URI_PATH, crate::id_text(id, &mut b).as_bytes())?;
+        }
+        if let Some(b) = block2 {
+            let (v, n) = b.encode().map_err(|_| Error::Protocol("Block2 number"))?;
+            m.option(option::BLOCK2, &v[..n])?;
+        }
+        if let Some(b) = block1 {
+            let (v, n) = b.encode().map_err(|_| Error::Protocol("Block1 number"))?;
+            m.option(option::BLOCK1, &v[..n])?;
+        }
+        let len = m.finish_with_payload(&self.out[payload])?;
+        self.pending = Some(Pending {
+            message_id: mid,
+            datagram,
+            len,
+            retransmission: Retransmission::start(now, &self.config.coap, random_u32(rng)?),
+            unsent: true,
+        });
+        Ok(())
+    }
+}
+
+/// The session id from a 2.01's Location-Path `dtls/<id>`.
+fn location(msg: &Message<'_>) -> Result<u32, Error> {
+    let mut segs = msg.option_values(option::LOCATION_PATH);
+    match (segs.next(), segs.next(), segs.next()) {
+        (Some(p), Some(id), None) if p == PATH.as_bytes() => {
+            parse_id(id).ok_or(Error::Protocol("Location-Path id"))
+        }
+        _ => Err(Error::Protocol("2.01 without Location-Path dtls/<id>")),
+    }
+}

@@ -1,0 +1,643 @@
+//! The server role: the `/dtls` resource and the session resources below it.
+//!
+//! - `PUT /dtls` is stateless until its ClientHello carries a valid cookie
+//!   ([`sigil_dtls::CookieKey::respond`], bound to the peer's address and the ClientHello): it
+//!   is answered with 4.01 and the HelloVerifyRequest, never larger than the request, and
+//!   nothing is kept. With a valid cookie the session resource `dtls/<id>` is created and the
+//!   answer is 2.01 with its Location-Path and the server's flight.
+//! - `POST /dtls/<id>` carries the client's next flight (Block1 when large); the answer is 2.04
+//!   with the server's final flight.
+//! - `GET /dtls/<id>` returns the server's latest flight, for Block2 (RFC 7959 §2.4).
+//! - `DELETE /dtls/<id>` removes the session (2.02).
+//!
+//! The table holds at most `N` sessions, and at most [`EndpointConfig::max_per_peer`] for one
+//! peer address; a session expires after it was idle for its timeout. Each session answers a
+//! retransmitted request (same message ID, same peer) with the cached response instead of a
+//! second handshake step (RFC 7252 §4.5). Every refusal is counted in [`Counters`].
+
+use crate::{id_text, parse_id, MAX_DATAGRAM, MAX_FLIGHT, MAX_ID_LEN, PATH};
+use core::time::Duration;
+use sigil_coap::message::option;
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, Rng};
+use sigil_dtls::handshake::{ClientHello, Fragment};
+use sigil_dtls::record::Record;
+use sigil_dtls::{Config, CookieKey, ServerCredentials, Stateless, Traffic, Trust, WholeFlights};
+use sigil_time::Instant;
+
+/// Longest peer address (the caller's bytes, e.g. an IPv6 socket address).
+pub const MAX_PEER: usize = 32;
+
+/// The server's parameters.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointConfig {
+    /// The handshake's; its timers and PMTU are not used here.
+    pub dtls: Config,
+    /// Block size exponent of the server's responses (RFC 7959 §2.2); 6 at most.
+    pub block_szx: u8,
+    /// Sessions one peer address may hold.
+    pub max_per_peer: usize,
+    /// A session still in its handshake is removed after this long without a request.
+    pub handshake_timeout: Duration,
+    /// An established session is removed after this long unused.
+    pub idle_timeout: Duration,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        Self {
+            dtls: Config::default(),
+            block_szx: 6,
+            max_per_peer: 2,
+            handshake_timeout: Duration::from_secs(247),
+            idle_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What the endpoint did with what it was given, one counter per outcome.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// HelloVerifyRequests sent for a ClientHello without a cookie.
+    pub hello_verify: u64,
+    /// ClientHellos whose cookie was not this server's for that peer and ClientHello
+    /// (answered with a fresh HelloVerifyRequest).
+    pub bad_cookie: u64,
+    /// Session resources created.
+    pub created: u64,
+    /// Handshakes completed.
+    pub established: u64,
+    /// Refused: the table is full (5.03).
+    pub table_full: u64,
+    /// Refused: the peer address holds its maximum of sessions (5.03).
+    pub peer_limit: u64,
+    /// Refused: no such session for this peer, or no such resource (4.04).
+    pub unknown_session: u64,
+    /// Dropped or refused: not a CoAP request this endpoint can read (4.00, 4.02, 4.08, or
+    /// nothing for a datagram that is not a Confirmable request).
+    pub malformed: u64,
+    /// Refused: a method the resource does not allow (4.05).
+    pub wrong_method: u64,
+    /// Refused: a payload larger than a flight, or a ClientHello in blocks (4.13).
+    pub oversized: u64,
+    /// The handshake failed on a flight: the session is removed (4.03).
+    pub handshake_failed: u64,
+    /// The ClientHello with a valid cookie was refused by the handshake (4.03; no state).
+    pub refused_hello: u64,
+    /// A retransmitted request answered with the cached response.
+    pub duplicates: u64,
+    /// A HelloVerifyRequest that would have been larger than its request: dropped.
+    pub amplification: u64,
+    /// Sessions removed by idle expiry.
+    pub expired: u64,
+    /// Sessions removed by `DELETE`.
+    pub deleted: u64,
+}
+
+#[allow(clippy::large_enum_variant)]
+enum SessionState<'a, C, T> {
+    Handshake(WholeFlights<C, &'a T>),
+    Established(Traffic<C>),
+    /// Only while moving from one to the other.
+    Moving,
+}
+
+struct Session<'a, C, T> {
+    id: u32,
+    peer: [u8; MAX_PEER],
+    peer_len: usize,
+    last_seen: Instant,
+    state: SessionState<'a, C, T>,
+    /// The server's latest flight (the resource's representation, source of Block2).
+    flight: [u8; MAX_FLIGHT],
+    flight_len: usize,
+    /// The client's flight gathered from Block1 requests.
+    body: [u8; MAX_FLIGHT],
+    body_len: usize,
+    /// The message ID of the `PUT` that created it: with the cached one, the span of this
+    /// client's requests so far (it sends one at a time, with increasing IDs).
+    first_mid: u16,
+    /// The last request's message ID and the response sent to it (RFC 7252 §4.5).
+    cached: Cached,
+}
+
+struct Cached {
+    mid: Option<u16>,
+    bytes: [u8; MAX_DATAGRAM],
+    len: usize,
+}
+
+impl<C, T> Session<'_, C, T> {
+    fn peer(&self) -> &[u8] {
+        &self.peer[..self.peer_len]
+    }
+
+    fn established(&self) -> bool {
+        matches!(self.state, SessionState::Established(_))
+    }
+}
+
+/// The server's `/dtls` resource and its table of at most `N` session resources.
+pub struct Endpoint<'a, C, T, const N: usize> {
+    crypto: C,
+    trust: &'a T,
+    offer: ServerCredentials<'a>,
+    config: EndpointConfig,
+    cookies: CookieKey,
+    sessions: [Option<Session<'a, C, T>>; N],
+    next_id: u32,
+    counters: Counters,
+}
+
+/// A response to write: code, options from the request, payload.
+struct Reply<'p> {
+    code: Code,
+    location: Option<u32>,
+    block2: Option<BlockOption>,
+    block1: Option<BlockOption>,
+    payload: &'p [u8],
+}
+
+impl<'p> Reply<'p> {
+    const fn code(code: Code) -> Self {
+        Self {
+            code,
+            location: None,
+            block2: None,
+            block1: None,
+            payload: &[],
+        }
+    }
+}
+
+fn write_reply(req: &Message<'_>, r: &Reply<'_>, out: &mut [u8]) -> Option<usize> {
+    let mut m = MessageBuilder::new(
+        out,
+        MessageType::Acknowledgement,
+        r.code,
+        req.message_id,
+        req.token,
+    )
+    .ok()?;
+    if let Some(id) = r.location {
+        let mut b = [0u8; MAX_ID_LEN];
+        m.option(option::LOCATION_PATH, PATH.as_bytes()).ok()?;
+        m.option(option::LOCATION_PATH, id_text(id, &mut b).as_bytes())
+            .ok()?;
+    }
+    if let Some(b) = r.block2 {
+        let (v, n) = b.encode().ok()?;
+        m.option(option::BLOCK2, &v[..n]).ok()?;
+    }
+    if let Some(b) = r.block1 {
+        let (v, n) = b.encode().ok()?;
+        m.option(option::BLOCK1, &v[..n]).ok()?;
+    }
+    m.finish_with_payload(r.payload).ok()
+}
+
+/// Block `num` of `flight` at size `szx`: the payload and the Block2 option (none when the
+/// whole flight fits the first block). `None` past the end.
+fn block_of(flight: &[u8], num: u32, szx: u8) -> Option<(&[u8], Option<BlockOption>)> {
+    let b = BlockOption::new(num, false, szx);
+    let (part, more) = b.slice(flight)?;
+    if num == 0 && !more {
+        return Some((part, None));
+    }
+    Some((part, Some(BlockOption::new(num, more, szx))))
+}
+
+impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T, N> {
+    /// An endpoint with an empty table. `cookie_secret` keys the stateless cookies (fresh
+    /// random bytes, rotated by making a new endpoint or kept for the process's life).
+    pub fn new(
+        crypto: C,
+        trust: &'a T,
+        offer: ServerCredentials<'a>,
+        config: EndpointConfig,
+        cookie_secret: [u8; 32],
+    ) -> Self {
+        Self {
+            crypto,
+            trust,
+            offer,
+            config: EndpointConfig {
+                block_szx: config.block_szx.min(6),
+                ..config
+            },
+            cookies: CookieKey::new(cookie_secret),
+            sessions: core::array::from_fn(|_| None),
+            next_id: 1,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Sessions in the table (in their handshake or established).
+    pub fn sessions(&self) -> usize {
+        self.sessions.iter().flatten().count()
+    }
+
+    /// The session `id` of `peer`, if established: its [`Traffic`], for the DTLS records of
+    /// application data. Using it counts as activity (idle expiry starts again at `now`).
+    pub fn traffic_mut(&mut self, id: u32, peer: &[u8], now: Instant) -> Option<&mut Traffic<C>> {
+        let s = self
+            .sessions
+            .iter_mut()
+            .flatten()
+            .find(|s| s.id == id && s.peer() == peer)?;
+        s.last_seen = now;
+        match &mut s.state {
+            SessionState::Established(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The established session of `peer` with the highest id, if any (how a caller routes a
+    /// DTLS record datagram that carries no connection ID).
+    pub fn session_of_peer(&self, peer: &[u8]) -> Option<u32> {
+        self.sessions
+            .iter()
+            .flatten()
+            .filter(|s| s.peer() == peer && s.established())
+            .map(|s| s.id)
+            .max()
+    }
+
+    /// When the next session expires.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.sessions
+            .iter()
+            .flatten()
+            .map(|s| s.last_seen.saturating_add(self.timeout_of(s)))
+            .min()
+    }
+
+    fn timeout_of(&self, s: &Session<'_, C, T>) -> Duration {
+        if s.established() {
+            self.config.idle_timeout
+        } else {
+            self.config.handshake_timeout
+        }
+    }
+
+    /// Removes the sessions idle past their timeout.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for i in 0..N {
+            let expired = self.sessions[i]
+                .as_ref()
+                .is_some_and(|s| now >= s.last_seen.saturating_add(self.timeout_of(s)));
+            if expired {
+                self.sessions[i] = None;
+                self.counters.expired += 1;
+            }
+        }
+    }
+
+    /// One datagram from `peer` (its address bytes). Returns the length of the response
+    /// written to `out`, if any; `out` should hold [`MAX_DATAGRAM`] bytes.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        peer: &[u8],
+        datagram: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        self.handle_timeout(now);
+        let Ok(req) = Message::parse(datagram) else {
+            self.counters.malformed += 1;
+            return None;
+        };
+        // Only Confirmable requests: the carrier's reliability is CoAP's.
+        if req.mtype != MessageType::Confirmable || !req.code.is_request() {
+            self.counters.malformed += 1;
+            return None;
+        }
+        if peer.len() > MAX_PEER || req.unknown_critical_option().is_some() {
+            self.counters.malformed += 1;
+            return write_reply(&req, &Reply::code(Code::BAD_OPTION), out);
+        }
+        // A retransmission of a request a session answered: the same answer (§4.5).
+        if let Some(s) = self
+            .sessions
+            .iter()
+            .flatten()
+            .find(|s| s.peer() == peer && s.cached.mid == Some(req.message_id))
+        {
+            self.counters.duplicates += 1;
+            let n = s.cached.len;
+            out.get_mut(..n)?.copy_from_slice(&s.cached.bytes[..n]);
+            return Some(n);
+        }
+        // A late copy of an earlier request of a session (its answer was superseded, and the
+        // client has moved on): dropped, so it cannot open a second session.
+        if self.sessions.iter().flatten().any(|s| {
+            s.peer() == peer
+                && s.cached.mid.is_some_and(|last| {
+                    req.message_id.wrapping_sub(s.first_mid) < last.wrapping_sub(s.first_mid)
+                })
+        }) {
+            self.counters.duplicates += 1;
+            return None;
+        }
+        let mut path = req.option_values(option::URI_PATH);
+        let route = match (path.next(), path.next(), path.next()) {
+            (Some(p), None, _) if p == PATH.as_bytes() => Route::Dtls,
+            (Some(p), Some(id), None) if p == PATH.as_bytes() => match parse_id(id) {
+                Some(id) => Route::Session(id),
+                None => Route::Unknown,
+            },
+            _ => Route::Unknown,
+        };
+        match (route, req.code) {
+            (Route::Dtls, Code::PUT) => self.hello(now, peer, &req, datagram.len(), rng, out),
+            (Route::Dtls, _) => {
+                self.counters.wrong_method += 1;
+                write_reply(&req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
+            }
+            (Route::Session(id), _) => self.session(now, peer, id, &req, out),
+            (Route::Unknown, _) => {
+                self.counters.unknown_session += 1;
+                write_reply(&req, &Reply::code(Code::NOT_FOUND), out)
+            }
+        }
+    }
+
+    /// `PUT /dtls`: the cookie exchange, then the session resource.
+    fn hello(
+        &mut self,
+        now: Instant,
+        peer: &[u8],
+        req: &Message<'_>,
+        request_len: usize,
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        // A stateless server cannot gather blocks: the ClientHello comes whole.
+        if req.block1().is_some() || req.payload.len() > MAX_FLIGHT {
+            self.counters.oversized += 1;
+            return write_reply(req, &Reply::code(Code::REQUEST_ENTITY_TOO_LARGE), out);
+        }
+        let mut hvr = [0u8; 128];
+        let proof = match self
+            .cookies
+            .respond(&self.crypto, peer, req.payload, &mut hvr)
+        {
+            Stateless::HelloVerify(n) => {
+                if carries_cookie(req.payload) {
+                    self.counters.bad_cookie += 1;
+                } else {
+                    self.counters.hello_verify += 1;
+                }
+                let reply = Reply {
+                    payload: &hvr[..n],
+                    ..Reply::code(Code::UNAUTHORIZED)
+                };
+                let len = write_reply(req, &reply, out)?;
+                // No amplification: an unverified address never gets more than it sent.
+                if len > request_len {
+                    self.counters.amplification += 1;
+                    return None;
+                }
+                return Some(len);
+            }
+            Stateless::Drop(_) => {
+                self.counters.malformed += 1;
+                return write_reply(req, &Reply::code(Code::BAD_REQUEST), out);
+            }
+            Stateless::Accept(proof) => proof,
+        };
+        // The address is verified now; the table's bounds come next.
+        if self
+            .sessions
+            .iter()
+            .flatten()
+            .filter(|s| s.peer() == peer)
+            .count()
+            >= self.config.max_per_peer
+        {
+            self.counters.peer_limit += 1;
+            return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+        }
+        let Some(slot) = self.sessions.iter().position(Option::is_none) else {
+            self.counters.table_full += 1;
+            return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+        };
+        let mut flight = [0u8; MAX_FLIGHT];
+        let hs = match WholeFlights::accept(
+            self.crypto.clone(),
+            self.trust,
+            self.config.dtls,
+            &self.offer,
+            rng,
+            proof,
+            req.payload,
+            now,
+            &mut flight,
+        ) {
+            Ok((hs, n)) => (hs, n),
+            Err(_) => {
+                self.counters.refused_hello += 1;
+                return write_reply(req, &Reply::code(Code::FORBIDDEN), out);
+            }
+        };
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let mut p = [0u8; MAX_PEER];
+        p[..peer.len()].copy_from_slice(peer);
+        let s = self.sessions[slot].insert(Session {
+            id,
+            peer: p,
+            peer_len: peer.len(),
+            last_seen: now,
+            state: SessionState::Handshake(hs.0),
+            flight,
+            flight_len: hs.1,
+            body: [0; MAX_FLIGHT],
+            body_len: 0,
+            first_mid: req.message_id,
+            cached: Cached {
+                mid: None,
+                bytes: [0; MAX_DATAGRAM],
+                len: 0,
+            },
+        });
+        self.counters.created += 1;
+        let (payload, block2) = block_of(&s.flight[..s.flight_len], 0, self.config.block_szx)?;
+        let reply = Reply {
+            location: Some(id),
+            block2,
+            payload,
+            ..Reply::code(Code::CREATED)
+        };
+        cache(&mut s.cached, req, &reply, out)
+    }
+
+    /// A request to the session resource `id`.
+    fn session(
+        &mut self,
+        now: Instant,
+        peer: &[u8],
+        id: u32,
+        req: &Message<'_>,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let Some(slot) = self
+            .sessions
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.id == id && s.peer() == peer))
+        else {
+            self.counters.unknown_session += 1;
+            return write_reply(req, &Reply::code(Code::NOT_FOUND), out);
+        };
+        let szx = self.config.block_szx;
+        let s = self.sessions[slot].as_mut()?;
+        s.last_seen = now;
+        match req.code {
+            Code::DELETE => {
+                self.sessions[slot] = None;
+                self.counters.deleted += 1;
+                write_reply(req, &Reply::code(Code::DELETED), out)
+            }
+            Code::GET => {
+                let asked = match req.block2() {
+                    None => BlockOption::new(0, false, szx),
+                    Some(Ok(b)) => b,
+                    Some(Err(_)) => {
+                        self.counters.malformed += 1;
+                        return write_reply(req, &Reply::code(Code::BAD_OPTION), out);
+                    }
+                };
+                let szx = asked.szx.min(szx);
+                // The number counts in the size the client asked for.
+                let num = (asked.offset() / (1usize << (szx + 4))) as u32;
+                let Some((payload, block2)) = block_of(&s.flight[..s.flight_len], num, szx) else {
+                    self.counters.malformed += 1;
+                    return write_reply(req, &Reply::code(Code::BAD_OPTION), out);
+                };
+                let reply = Reply {
+                    block2: block2.or(Some(BlockOption::new(num, false, szx))),
+                    payload,
+                    ..Reply::code(Code::CONTENT)
+                };
+                cache(&mut s.cached, req, &reply, out)
+            }
+            Code::POST if !s.established() => self.flight(now, slot, req, out),
+            _ => {
+                self.counters.wrong_method += 1;
+                write_reply(req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
+            }
+        }
+    }
+
+    /// `POST /dtls/<id>`: one block (or all) of the client's flight.
+    fn flight(
+        &mut self,
+        now: Instant,
+        slot: usize,
+        req: &Message<'_>,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let szx = self.config.block_szx;
+        let s = self.sessions[slot].as_mut()?;
+        let block1 = match req.block1() {
+            None => None,
+            Some(Ok(b)) => Some(b),
+            Some(Err(_)) => {
+                self.counters.malformed += 1;
+                return write_reply(req, &Reply::code(Code::BAD_OPTION), out);
+            }
+        };
+        let offset = block1.map_or(0, |b| b.offset());
+        if offset != if block1.is_some() { s.body_len } else { 0 } {
+            // A block out of sequence (RFC 7959 §2.3): start the body again.
+            s.body_len = 0;
+            self.counters.malformed += 1;
+            return write_reply(req, &Reply::code(Code::REQUEST_ENTITY_INCOMPLETE), out);
+        }
+        let end = offset + req.payload.len();
+        if end > MAX_FLIGHT {
+            s.body_len = 0;
+            self.counters.oversized += 1;
+            return write_reply(req, &Reply::code(Code::REQUEST_ENTITY_TOO_LARGE), out);
+        }
+        if block1.is_some_and(|b| b.more && req.payload.len() != b.size()) {
+            s.body_len = 0;
+            self.counters.malformed += 1;
+            return write_reply(req, &Reply::code(Code::BAD_REQUEST), out);
+        }
+        s.body[offset..end].copy_from_slice(req.payload);
+        s.body_len = end;
+        if let Some(b) = block1.filter(|b| b.more) {
+            let reply = Reply {
+                block1: Some(b),
+                ..Reply::code(Code::CONTINUE)
+            };
+            return cache(&mut s.cached, req, &reply, out);
+        }
+        let SessionState::Handshake(hs) = &mut s.state else {
+            return None;
+        };
+        let n = match hs.handle_flight(now, &s.body[..s.body_len], &mut s.flight) {
+            Ok(n) => n,
+            Err(_) => {
+                self.sessions[slot] = None;
+                self.counters.handshake_failed += 1;
+                return write_reply(req, &Reply::code(Code::FORBIDDEN), out);
+            }
+        };
+        s.flight_len = n;
+        s.body_len = 0;
+        if hs.is_established() {
+            if let SessionState::Handshake(hs) =
+                core::mem::replace(&mut s.state, SessionState::Moving)
+            {
+                if let Ok(t) = hs.into_traffic() {
+                    s.state = SessionState::Established(t);
+                }
+            }
+            if !s.established() {
+                self.sessions[slot] = None;
+                return None;
+            }
+            self.counters.established += 1;
+        }
+        let (payload, block2) = block_of(&s.flight[..s.flight_len], 0, szx)?;
+        let reply = Reply {
+            block2,
+            block1: block1.map(|b| BlockOption::new(b.num, false, b.szx)),
+            payload,
+            ..Reply::code(Code::CHANGED)
+        };
+        cache(&mut s.cached, req, &reply, out)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Route {
+    Dtls,
+    Session(u32),
+    Unknown,
+}
+
+/// Writes the reply and keeps it for a retransmission of the same request.
+fn cache(c: &mut Cached, req: &Message<'_>, reply: &Reply<'_>, out: &mut [u8]) -> Option<usize> {
+    let n = write_reply(req, reply, &mut c.bytes)?;
+    c.len = n;
+    c.mid = Some(req.message_id);
+    out.get_mut(..n)?.copy_from_slice(&c.bytes[..n]);
+    Some(n)
+}
+
+/// Whether the ClientHello in `payload` carries a cookie at all.
+fn carries_cookie(payload: &[u8]) -> bool {
+    Record::parse(payload)
+        .ok()
+        .and_then(|(r, _)| Fragment::parse(r.fragment).ok())
+        .and_then(|(f, _)| ClientHello::parse(f.body).ok())
+        .is_some_and(|ch| !ch.cookie.is_empty())
+}

@@ -1,0 +1,533 @@
+//! The DTLS handshake as a CoAP resource, client and endpoint in memory with virtual time:
+//! every suite, loss of each message, duplicates and reordering, block-wise flights, the
+//! stateless cookie, the table's bounds, expiry, DELETE, and application data afterwards.
+
+mod common;
+
+use common::{at, Fate, Link, To};
+use sigil_coap::message::option;
+use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_dtls::{Credentials, NoTrust, PinnedIdentities, ServerCredentials, Traffic};
+use sigil_dtls_coap::{CarrierConfig, Client, Endpoint, EndpointConfig, MAX_DATAGRAM};
+use sigil_identity::Identity;
+use sigil_testkit::dtls::{OnePsk, SENSOR_PSK};
+use sigil_testkit::Counter;
+use std::time::Duration;
+
+const PEER: &[u8] = b"[2001:db8::7]:5683";
+
+const PSK_ONLY: ServerCredentials<'static> = ServerCredentials {
+    psk: true,
+    ..ServerCredentials::NONE
+};
+
+fn psk_client(seed: u8, config: CarrierConfig) -> Client<RustCrypto, NoTrust> {
+    Client::connect(
+        RustCrypto,
+        NoTrust,
+        config,
+        &mut Counter::new(seed, 37),
+        Credentials::Psk {
+            identity: SENSOR_PSK.identity,
+            key: SENSOR_PSK.key,
+        },
+        at(0),
+    )
+    .unwrap()
+}
+
+type PskEndpoint<'a, const N: usize> = Endpoint<'a, RustCrypto, OnePsk, N>;
+
+fn psk_endpoint<const N: usize>(trust: &OnePsk, config: EndpointConfig) -> PskEndpoint<'_, N> {
+    Endpoint::new(RustCrypto, trust, PSK_ONLY, config, [9; 32])
+}
+
+/// Sends `data` from one side's records to the other's and back.
+fn exchange(client: &mut Traffic<RustCrypto>, server: &mut Traffic<RustCrypto>) {
+    let mut d = [0u8; 1500];
+    client.send(b"reading 21.5 C").unwrap();
+    let n = client.poll_transmit(at(1), &mut d).unwrap();
+    // An ordinary DTLS 1.2 application-data record of epoch 1.
+    assert_eq!(&d[..5], &[23, 0xfe, 0xfd, 0, 1]);
+    server.handle_datagram(at(1), &d[..n]).unwrap();
+    let m = server.poll_app_data(&mut d).unwrap();
+    assert_eq!(&d[..m], b"reading 21.5 C");
+    server.send(b"ack").unwrap();
+    let n = server.poll_transmit(at(2), &mut d).unwrap();
+    client.handle_datagram(at(2), &d[..n]).unwrap();
+    let m = client.poll_app_data(&mut d).unwrap();
+    assert_eq!(&d[..m], b"ack");
+}
+
+#[test]
+fn psk_ccm8_handshake_then_application_data_as_records() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut link = Link::new(PEER);
+    assert!(link.run(&mut client, &mut server, 10_000));
+    // PUT (no cookie) -> 4.01, PUT (cookie) -> 2.01, POST -> 2.04.
+    let codes: Vec<_> = link.log.iter().map(|s| s.message().code).collect();
+    assert_eq!(
+        codes,
+        [
+            Code::PUT,
+            Code::UNAUTHORIZED,
+            Code::PUT,
+            Code::CREATED,
+            Code::POST,
+            Code::CHANGED
+        ]
+    );
+    let created = link.log[3].message();
+    let loc: Vec<_> = created.option_values(option::LOCATION_PATH).collect();
+    let id = client.session_id().unwrap();
+    assert_eq!(loc, [&b"dtls"[..], id.to_string().as_bytes()]);
+    assert_eq!(server.counters().established, 1);
+    assert_eq!(server.sessions(), 1);
+    let mut c = client.into_traffic().ok().unwrap();
+    let s = server.traffic_mut(id, PEER, at(1)).unwrap();
+    assert_eq!(s.psk_identity(), b"sensor-1");
+    exchange(&mut c, s);
+}
+
+#[cfg(feature = "ecdhe-psk")]
+#[test]
+fn ecdhe_psk_handshake_over_the_carrier() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let mut client = Client::connect(
+        RustCrypto,
+        SENSOR_PSK,
+        CarrierConfig::default(),
+        &mut Counter::new(3, 37),
+        Credentials::EcdhePsk {
+            identity: SENSOR_PSK.identity,
+            key: SENSOR_PSK.key,
+        },
+        at(0),
+    )
+    .unwrap();
+    let mut link = Link::new(PEER);
+    assert!(link.run(&mut client, &mut server, 10_000));
+    let id = client.session_id().unwrap();
+    let mut c = client.into_traffic().ok().unwrap();
+    exchange(&mut c, server.traffic_mut(id, PEER, at(1)).unwrap());
+}
+
+fn key(seed: u8) -> (SecretKey, Identity) {
+    let sk = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter::new(seed, 29))
+        .unwrap();
+    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap();
+    (sk, id)
+}
+
+/// Mutual ECDHE-ECDSA with raw public keys pinned to identities, at block size `szx`.
+fn rpk_handshake(szx: u8) -> Link<'static> {
+    let (server_key, server_id) = key(40);
+    let (client_key, client_id) = key(50);
+    let server_ids = [client_id];
+    let client_ids = [server_id];
+    let server_trust = PinnedIdentities {
+        crypto: RustCrypto,
+        identities: &server_ids[..],
+    };
+    let offer = ServerCredentials {
+        key: Some(&server_key),
+        require_client_key: true,
+        ..ServerCredentials::NONE
+    };
+    let config = EndpointConfig {
+        block_szx: szx,
+        ..EndpointConfig::default()
+    };
+    let mut server: Endpoint<'_, RustCrypto, _, 2> =
+        Endpoint::new(RustCrypto, &server_trust, offer, config, [3; 32]);
+    let mut client = Client::connect(
+        RustCrypto,
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &client_ids[..],
+        },
+        CarrierConfig {
+            block_szx: szx,
+            ..CarrierConfig::default()
+        },
+        &mut Counter::new(5, 29),
+        Credentials::RawPublicKey(Some(&client_key)),
+        at(0),
+    )
+    .unwrap();
+    let mut link = Link::new(PEER);
+    assert!(
+        link.run(&mut client, &mut server, 60_000),
+        "{:?}",
+        client.failure()
+    );
+    let id = client.session_id().unwrap();
+    let mut c = client.into_traffic().ok().unwrap();
+    let s = server.traffic_mut(id, PEER, at(1)).unwrap();
+    // Each side holds the other's pinned key.
+    assert_eq!(
+        s.peer_public_key(),
+        Some(&RustCrypto.public_key(&client_key).unwrap())
+    );
+    assert_eq!(
+        c.peer_public_key(),
+        Some(&RustCrypto.public_key(&server_key).unwrap())
+    );
+    exchange(&mut c, s);
+    link
+}
+
+#[test]
+fn ecdhe_ecdsa_with_pinned_raw_public_keys_over_the_carrier() {
+    let link = rpk_handshake(6);
+    // Every flight fits one 1024-byte block: no block options at all.
+    assert!(link.log.iter().all(|s| {
+        let m = s.message();
+        m.block1().is_none() && m.block2().is_none()
+    }));
+}
+
+#[test]
+fn small_blocks_carry_the_ecdhe_ecdsa_flights_in_block1_and_block2() {
+    // 64-byte blocks: the server's flight (certificate, key exchange, request) and the
+    // client's (certificate, key exchange, verify, Finished) both need several.
+    let link = rpk_handshake(2);
+    let block1 = link
+        .requests()
+        .iter()
+        .filter(|s| s.message().code == Code::POST && s.message().block1().is_some())
+        .count();
+    let continues = link
+        .log
+        .iter()
+        .filter(|s| s.message().code == Code::CONTINUE)
+        .count();
+    let block2_gets = link
+        .requests()
+        .iter()
+        .filter(|s| s.message().code == Code::GET && s.message().block2().is_some())
+        .count();
+    assert!(block1 >= 3, "{block1} Block1 requests");
+    assert_eq!(continues, block1 - 1);
+    assert!(block2_gets >= 3, "{block2_gets} Block2 requests");
+    // No datagram carries more than one block's payload.
+    assert!(link
+        .log
+        .iter()
+        .all(|s| s.message().payload.len() <= 64 || s.message().code == Code::PUT));
+}
+
+/// Messages in a clean PSK handshake.
+const PSK_MESSAGES: usize = 6;
+
+#[test]
+fn each_lost_message_is_recovered_by_coap_retransmission() {
+    for lost in 0..PSK_MESSAGES {
+        let trust = SENSOR_PSK;
+        let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+        let mut client = psk_client(1, CarrierConfig::default());
+        let mut link = Link::with(
+            PEER,
+            |i, _, _| if i == lost { Fate::Lose } else { Fate::Deliver },
+        );
+        assert!(link.run(&mut client, &mut server, 60_000), "lost #{lost}");
+        assert_eq!(client.retransmissions(), 1, "lost #{lost}");
+        // The retransmission came after ACK_TIMEOUT (2 s) to ACK_TIMEOUT * 1.5.
+        assert!(
+            (2_000..=3_000).contains(&link.now.as_millis()),
+            "{}",
+            link.now
+        );
+        // A lost response: the retransmitted request got the cached one, no second step.
+        let c = server.counters();
+        assert_eq!(c.created, 1, "lost #{lost}");
+        assert_eq!(c.established, 1);
+        assert_eq!(
+            c.duplicates,
+            u64::from(lost == 3 || lost == 5),
+            "lost #{lost}"
+        );
+        assert_eq!(server.sessions(), 1);
+    }
+}
+
+#[test]
+fn a_client_gives_up_after_max_retransmit() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut link = Link::with(PEER, |_, to, _| {
+        if to == To::Server {
+            Fate::Lose
+        } else {
+            Fate::Deliver
+        }
+    });
+    assert!(!link.run(&mut client, &mut server, 1_000_000));
+    assert_eq!(client.failure(), Some(sigil_dtls_coap::Error::Timeout));
+    // 1 + MAX_RETRANSMIT (4) transmissions.
+    assert_eq!(link.log.len(), 5);
+}
+
+#[test]
+fn duplicates_and_reordering_change_nothing() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let mut client = psk_client(1, CarrierConfig::default());
+    // Every datagram twice.
+    let mut link = Link::with(PEER, |_, _, _| Fate::Duplicate);
+    assert!(link.run(&mut client, &mut server, 10_000));
+    let c = *server.counters();
+    assert_eq!((c.created, c.established), (1, 1));
+    assert_eq!(c.duplicates, 2, "the second PUT and the POST came twice");
+    assert!(
+        client.ignored() >= 3,
+        "the duplicate responses were ignored"
+    );
+
+    // Each request held back and delivered after its retransmission (late copies).
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let mut client = psk_client(2, CarrierConfig::default());
+    let mut held = 0;
+    let mut link = Link::with(PEER, |_, to, _| {
+        if to == To::Server && held < 3 {
+            held += 1;
+            Fate::Hold
+        } else {
+            Fate::Deliver
+        }
+    });
+    assert!(link.run(&mut client, &mut server, 60_000));
+    let c = server.counters();
+    assert_eq!((c.created, c.established), (1, 1));
+    assert_eq!(server.sessions(), 1, "a late PUT opened no second session");
+}
+
+fn request(code: Code, mtype: MessageType, mid: u16, path: &[&str], payload: &[u8]) -> Vec<u8> {
+    let mut buf = [0u8; 512];
+    let mut m = MessageBuilder::new(&mut buf, mtype, code, mid, &[1, 2]).unwrap();
+    for p in path {
+        m.option(option::URI_PATH, p.as_bytes()).unwrap();
+    }
+    let n = m.finish_with_payload(payload).unwrap();
+    buf[..n].to_vec()
+}
+
+#[test]
+fn the_cookie_exchange_keeps_no_state_and_never_amplifies() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let client = psk_client(1, CarrierConfig::default());
+    let mut client = client;
+    let mut put = [0u8; MAX_DATAGRAM];
+    let n = client.poll_transmit(&mut put).unwrap();
+    let mut out = [0u8; MAX_DATAGRAM];
+    let r = server
+        .handle_datagram(at(0), PEER, &put[..n], &mut Counter::new(8, 3), &mut out)
+        .unwrap();
+    assert!(r <= n, "4.01 of {r} bytes to a PUT of {n}");
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::UNAUTHORIZED);
+    assert_eq!(server.sessions(), 0);
+    assert_eq!(server.counters().hello_verify, 1);
+
+    // The ClientHello with the cookie, sent from another address: the cookie is bound to
+    // the first, so it is a bad cookie there, and still no state.
+    client
+        .handle_datagram(at(1), &out[..r], &mut Counter::new(9, 3))
+        .unwrap();
+    let n = client.poll_transmit(&mut put).unwrap();
+    let r = server
+        .handle_datagram(
+            at(2),
+            b"[2001:db8::99]:5683",
+            &put[..n],
+            &mut Counter::new(8, 3),
+            &mut out,
+        )
+        .unwrap();
+    assert!(r <= n);
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::UNAUTHORIZED);
+    assert_eq!(server.counters().bad_cookie, 1);
+    assert_eq!(server.sessions(), 0);
+    // From the right address it creates the session.
+    let r = server
+        .handle_datagram(at(3), PEER, &put[..n], &mut Counter::new(8, 3), &mut out)
+        .unwrap();
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::CREATED);
+    assert_eq!(server.sessions(), 1);
+}
+
+/// One whole PSK handshake from `peer`; returns the session id, or the client's failure.
+fn handshake<const N: usize>(
+    server: &mut PskEndpoint<'_, N>,
+    peer: &[u8],
+    seed: u8,
+    start_ms: u64,
+) -> Result<u32, Option<sigil_dtls_coap::Error>> {
+    let mut client = Client::connect(
+        RustCrypto,
+        NoTrust,
+        CarrierConfig::default(),
+        &mut Counter::new(seed, 37),
+        Credentials::Psk {
+            identity: SENSOR_PSK.identity,
+            key: SENSOR_PSK.key,
+        },
+        at(start_ms),
+    )
+    .unwrap();
+    let mut link = Link::new(peer);
+    link.now = at(start_ms);
+    if link.run(&mut client, server, start_ms + 1_000) {
+        Ok(client.session_id().unwrap())
+    } else {
+        Err(client.failure())
+    }
+}
+
+#[test]
+fn the_table_is_bounded_per_peer_and_in_total() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        max_per_peer: 2,
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<3>(&trust, config);
+    let a = b"[2001:db8::a]:1";
+    handshake(&mut server, a, 1, 0).unwrap();
+    handshake(&mut server, a, 2, 0).unwrap();
+    let refused = sigil_dtls_coap::Error::Refused(Code::SERVICE_UNAVAILABLE);
+    assert_eq!(handshake(&mut server, a, 3, 0), Err(Some(refused)));
+    assert_eq!(server.counters().peer_limit, 1);
+    handshake(&mut server, b"[2001:db8::b]:1", 4, 0).unwrap();
+    assert_eq!(
+        handshake(&mut server, b"[2001:db8::c]:1", 5, 0),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().table_full, 1);
+    assert_eq!(server.sessions(), 3);
+}
+
+#[test]
+fn sessions_expire_when_idle_and_can_be_deleted() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        handshake_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(600),
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<4>(&trust, config);
+    // A handshake abandoned after the 2.01: expires 30 s after its last request.
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut link = Link::with(
+        PEER,
+        |i, _, _| if i >= 4 { Fate::Lose } else { Fate::Deliver },
+    );
+    assert!(!link.run(&mut client, &mut server, 500));
+    assert_eq!(server.sessions(), 1);
+    assert_eq!(server.poll_timeout(), Some(at(30_000)));
+    server.handle_timeout(at(29_999));
+    assert_eq!(server.sessions(), 1);
+    server.handle_timeout(at(30_000));
+    assert_eq!(server.sessions(), 0);
+    assert_eq!(server.counters().expired, 1);
+
+    // An established one lives while used.
+    let id = handshake(&mut server, PEER, 2, 40_000).unwrap();
+    assert!(server.traffic_mut(id, PEER, at(500_000)).is_some());
+    server.handle_timeout(at(1_099_999));
+    assert_eq!(server.sessions(), 1);
+    server.handle_timeout(at(1_100_000));
+    assert_eq!(server.sessions(), 0);
+    assert_eq!(server.counters().expired, 2);
+
+    // DELETE: only the peer's own session, then gone.
+    let id = handshake(&mut server, PEER, 3, 2_000_000).unwrap();
+    let path = ["dtls", &id.to_string()];
+    let del = request(Code::DELETE, MessageType::Confirmable, 9000, &path, &[]);
+    let mut out = [0u8; MAX_DATAGRAM];
+    let mut rng = Counter::new(1, 1);
+    let r = server
+        .handle_datagram(at(2_000_100), b"[2001:db8::66]:1", &del, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::NOT_FOUND);
+    assert_eq!(server.sessions(), 1);
+    let r = server
+        .handle_datagram(at(2_000_100), PEER, &del, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::DELETED);
+    assert_eq!(server.sessions(), 0);
+    assert_eq!(server.counters().deleted, 1);
+    let post = request(Code::POST, MessageType::Confirmable, 9001, &path, b"x");
+    let r = server
+        .handle_datagram(at(2_000_200), PEER, &post, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::NOT_FOUND);
+    assert_eq!(server.counters().unknown_session, 2);
+}
+
+#[test]
+fn every_refusal_is_answered_and_counted() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<2>(&trust, EndpointConfig::default());
+    let mut out = [0u8; MAX_DATAGRAM];
+    let mut rng = Counter::new(1, 1);
+    let mut ask = |server: &mut PskEndpoint<'_, 2>, d: &[u8]| {
+        server
+            .handle_datagram(at(0), PEER, d, &mut rng, &mut out)
+            .map(|n| Message::parse(&out[..n]).unwrap().code)
+    };
+    let con = MessageType::Confirmable;
+    assert_eq!(
+        ask(&mut server, &request(Code::GET, con, 1, &["dtls"], &[])),
+        Some(Code::METHOD_NOT_ALLOWED)
+    );
+    assert_eq!(
+        ask(&mut server, &request(Code::PUT, con, 2, &["other"], &[])),
+        Some(Code::NOT_FOUND)
+    );
+    assert_eq!(
+        ask(
+            &mut server,
+            &request(Code::POST, con, 3, &["dtls", "7"], &[1])
+        ),
+        Some(Code::NOT_FOUND)
+    );
+    assert_eq!(
+        ask(
+            &mut server,
+            &request(Code::PUT, con, 4, &["dtls"], b"not a hello")
+        ),
+        Some(Code::BAD_REQUEST)
+    );
+    // A ClientHello in blocks cannot be taken by a stateless server.
+    let mut buf = [0u8; 64];
+    let mut m = MessageBuilder::new(&mut buf, con, Code::PUT, 5, &[]).unwrap();
+    m.option(option::URI_PATH, b"dtls").unwrap();
+    m.option(option::BLOCK1, &[0x0a]).unwrap();
+    let n = m.finish_with_payload(&[0; 16]).unwrap();
+    assert_eq!(
+        ask(&mut server, &buf[..n]),
+        Some(Code::REQUEST_ENTITY_TOO_LARGE)
+    );
+    // Non-confirmable requests and garbage get no answer.
+    assert_eq!(
+        ask(
+            &mut server,
+            &request(Code::PUT, MessageType::NonConfirmable, 6, &["dtls"], &[])
+        ),
+        None
+    );
+    assert_eq!(ask(&mut server, &[0xff, 0, 1]), None);
+    let c = *server.counters();
+    assert_eq!(
+        (c.wrong_method, c.unknown_session, c.malformed, c.oversized),
+        (1, 2, 3, 1)
+    );
+    assert_eq!(server.sessions(), 0);
+}
