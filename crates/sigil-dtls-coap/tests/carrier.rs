@@ -531,3 +531,31 @@ fn every_refusal_is_answered_and_counted() {
     );
     assert_eq!(server.sessions(), 0);
 }
+
+#[test]
+fn a_failed_handshake_removes_its_session_and_is_counted() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<2>(&trust, EndpointConfig::default());
+    // The right identity with the wrong key: the server's Finished check fails on the POST.
+    let mut client = Client::connect(
+        RustCrypto,
+        NoTrust,
+        CarrierConfig::default(),
+        &mut Counter::new(1, 37),
+        Credentials::Psk {
+            identity: SENSOR_PSK.identity,
+            key: b"not the right key",
+        },
+        at(0),
+    )
+    .unwrap();
+    let mut link = Link::new(PEER);
+    assert!(!link.run(&mut client, &mut server, 10_000));
+    assert_eq!(
+        client.failure(),
+        Some(sigil_dtls_coap::Error::Refused(Code::FORBIDDEN))
+    );
+    let c = server.counters();
+    assert_eq!((c.created, c.handshake_failed, c.established), (1, 1, 0));
+    assert_eq!(server.sessions(), 0);
+}
