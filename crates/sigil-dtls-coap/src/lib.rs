@@ -90,6 +90,14 @@ impl From<sigil_coap::Error> for Error {
     }
 }
 
+/// Whether a datagram on the carrier's port is a DTLS record (the application data after the
+/// handshake) rather than a CoAP message, so one socket can serve both: a record starts with
+/// its content type (20..=25, RFC 6347 §4.1; 25 is tls12_cid, RFC 9146), a CoAP message with
+/// version 1 in its top two bits (0x40..=0x7f, RFC 7252 §3). The ranges do not overlap.
+pub fn is_dtls_record(datagram: &[u8]) -> bool {
+    matches!(datagram.first(), Some(20..=25))
+}
+
 /// Writes `id` in decimal; returns the digits.
 pub(crate) fn id_text(id: u32, buf: &mut [u8; MAX_ID_LEN]) -> &str {
     let mut n = id;
@@ -122,6 +130,16 @@ pub(crate) fn parse_id(s: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_and_coap_messages_are_told_apart_by_their_first_byte() {
+        assert!(is_dtls_record(&[23, 0xfe, 0xfd]));
+        assert!(is_dtls_record(&[25]));
+        for b in [0x40u8, 0x44, 0x64, 0x7f, 19, 26, 0] {
+            assert!(!is_dtls_record(&[b, 0, 0, 0]), "{b:#x}");
+        }
+        assert!(!is_dtls_record(&[]));
+    }
 
     #[test]
     fn session_ids_round_trip_and_odd_forms_are_refused() {

@@ -50,6 +50,7 @@ fn exchange(client: &mut Traffic<RustCrypto>, server: &mut Traffic<RustCrypto>) 
     let n = client.poll_transmit(at(1), &mut d).unwrap();
     // An ordinary DTLS 1.2 application-data record of epoch 1.
     assert_eq!(&d[..5], &[23, 0xfe, 0xfd, 0, 1]);
+    assert!(sigil_dtls_coap::is_dtls_record(&d[..n]));
     server.handle_datagram(at(1), &d[..n]).unwrap();
     let m = server.poll_app_data(&mut d).unwrap();
     assert_eq!(&d[..m], b"reading 21.5 C");
