@@ -101,7 +101,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         }
         let mut out = [0u8; MAX_FLIGHT];
         let (hs, n) =
-            WholeFlights::connect(crypto, trust, config.dtls, rng, credentials, now, &mut out)?;
+            WholeFlights::connect(crypto, trust, config.dtls, rng, credentials, &mut out)?;
         let r = random_u32(rng)?;
         let mut c = Self {
             hs,
@@ -280,7 +280,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         match (self.phase, msg.code) {
             // The stateless server's HelloVerifyRequest: the ClientHello again, with the cookie.
             (Phase::Hello, Code::UNAUTHORIZED) => {
-                let n = self.hs.handle_flight(now, msg.payload, &mut self.out)?;
+                let n = self.hs.handle_flight(msg.payload, &mut self.out)?;
                 if n == 0 {
                     return Err(Error::Protocol("4.01 without a HelloVerifyRequest"));
                 }
@@ -351,7 +351,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         }
         let n = self
             .hs
-            .handle_flight(now, &self.body[..self.body_len], &mut self.out)?;
+            .handle_flight(&self.body[..self.body_len], &mut self.out)?;
         if self.hs.is_established() {
             self.phase = Phase::Done;
             return Ok(());

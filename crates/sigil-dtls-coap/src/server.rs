@@ -436,7 +436,6 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
             rng,
             proof,
             req.payload,
-            now,
             &mut flight,
         ) {
             Ok((hs, n)) => (hs, n),
@@ -526,7 +525,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
                 };
                 cache(&mut s.cached, req, &reply, out)
             }
-            Code::POST if !s.established() => self.flight(now, slot, req, out),
+            Code::POST if !s.established() => self.flight(slot, req, out),
             _ => {
                 self.counters.wrong_method += 1;
                 write_reply(req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
@@ -535,13 +534,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
     }
 
     /// `POST /dtls/<id>`: one block (or all) of the client's flight.
-    fn flight(
-        &mut self,
-        now: Instant,
-        slot: usize,
-        req: &Message<'_>,
-        out: &mut [u8],
-    ) -> Option<usize> {
+    fn flight(&mut self, slot: usize, req: &Message<'_>, out: &mut [u8]) -> Option<usize> {
         let szx = self.config.block_szx;
         let s = self.sessions[slot].as_mut()?;
         let block1 = match req.block1() {
@@ -582,7 +575,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         let SessionState::Handshake(hs) = &mut s.state else {
             return None;
         };
-        let n = match hs.handle_flight(now, &s.body[..s.body_len], &mut s.flight) {
+        let n = match hs.handle_flight(&s.body[..s.body_len], &mut s.flight) {
             Ok(n) => n,
             Err(_) => {
                 self.sessions[slot] = None;

@@ -43,6 +43,7 @@ use core::time::Duration;
 use sigil_crypto::CryptoProvider;
 #[cfg(feature = "record-carrier")]
 use sigil_crypto::{PublicKey, Rng};
+#[cfg(feature = "record-carrier")]
 use sigil_time::Instant;
 
 /// Timing and size parameters.
@@ -189,14 +190,12 @@ pub(crate) struct Cx<'a, C, T> {
     pub config: &'a Config,
     pub rl: &'a mut RecordLayer,
     pub io: &'a mut HsIo,
-    pub now: Instant,
 }
 
 impl<C: CryptoProvider, T> Cx<'_, C, T> {
     /// Marks the flight built in [`HsIo::flight`] as ready: the carrier sends it once the
     /// transition returns (the record carrier as a new flight, with a fresh timer and budget).
     pub fn send_flight(&mut self) -> Result<(), Error> {
-        let _ = (self.config, self.now);
         self.io.flight_ready = true;
         Ok(())
     }
@@ -768,7 +767,6 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             config: &c.config,
             rl: &mut h.rl,
             io: &mut h.io,
-            now,
         };
         let first = client::start(&mut cx, rng, credentials, session)?;
         h.out
@@ -801,7 +799,6 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
             config: &c.config,
             rl: &mut h.rl,
             io: &mut h.io,
-            now,
         };
         let (next, next_recv_msg) = server::accept(&mut cx, offer, rng, cookie, datagram)?;
         h.out
@@ -1221,7 +1218,6 @@ impl Handshaking {
             config,
             rl: &mut self.rl,
             io: &mut self.io,
-            now,
         };
         let next = state.handle(&whole, epoch, &mut cx)?;
         self.out

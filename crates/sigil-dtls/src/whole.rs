@@ -10,6 +10,9 @@
 //! reassembly, no messages kept ahead and no retransmission timer, and a build without the
 //! `record-carrier` feature links none of that code.
 //!
+//! No clock: the carrier's retransmission timers are its own (X.509 validity takes its time
+//! from the trust value, as for the record carrier).
+//!
 //! What arrives is strict: every record must open, every handshake message must be whole and
 //! the one expected next; anything else fails the handshake (a carrier that hands over a
 //! flight twice is broken, since it promises to deliver each once). Once the peer's Finished
@@ -27,7 +30,6 @@ use crate::trust::{Credentials, NoTrust, ServerCredentials, Trust};
 use crate::wire::ContentType;
 use crate::{client, server, Error};
 use sigil_crypto::{CryptoProvider, Rng};
-use sigil_time::Instant;
 
 /// Room for a flight written as records: its messages plus one record header and the largest
 /// protection overhead per message (a flight holds at most six).
@@ -82,7 +84,6 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
         config: Config,
         rng: &mut dyn Rng,
         credentials: Credentials<'_>,
-        now: Instant,
         out: &mut [u8],
     ) -> Result<(Self, usize), Error> {
         let mut c = Self::new(crypto, trust, config);
@@ -95,7 +96,6 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
             config: &c.config,
             rl: &mut h.rl,
             io: &mut h.io,
-            now,
         };
         let first = client::start(&mut cx, rng, credentials, None)?;
         let n = write_ready(&c.crypto, &mut h.rl, &mut h.io, out)?.unwrap_or(0);
@@ -114,7 +114,6 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
         rng: &mut dyn Rng,
         cookie: CookieVerified,
         flight: &[u8],
-        now: Instant,
         out: &mut [u8],
     ) -> Result<(Self, usize), Error> {
         let mut c = Self::new(crypto, trust, config);
@@ -133,7 +132,6 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
             config: &c.config,
             rl: &mut h.rl,
             io: &mut h.io,
-            now,
         };
         let (next, next_recv_msg) = server::accept(&mut cx, offer, rng, cookie, flight)?;
         let n = write_ready(&c.crypto, &mut h.rl, &mut h.io, out)?.unwrap_or(0);
@@ -186,12 +184,7 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
     /// Takes one whole flight of the peer. This side's answering flight, if the handshake
     /// calls for one, is written to `out` and its length returned (0: none, as for the
     /// client after the server's final flight). Any error fails the handshake for good.
-    pub fn handle_flight(
-        &mut self,
-        now: Instant,
-        flight: &[u8],
-        out: &mut [u8],
-    ) -> Result<usize, Error> {
+    pub fn handle_flight(&mut self, flight: &[u8], out: &mut [u8]) -> Result<usize, Error> {
         let Inner::Handshaking(h) = &mut self.inner else {
             return Err(Error::UnexpectedMessage("a flight after the handshake"));
         };
@@ -199,7 +192,7 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
             return Err(e);
         }
         let parts = (&self.crypto, &self.trust, &self.config);
-        match h.intake(parts, now, flight, out) {
+        match h.intake(parts, flight, out) {
             Ok((n, Some(mut done))) => {
                 // The final flight travels in the carrier's response: nothing is resent as
                 // records afterwards.
@@ -231,7 +224,6 @@ impl Handshaking {
     fn intake<C: CryptoProvider, T: Trust>(
         &mut self,
         (crypto, trust, config): (&C, &T, &Config),
-        now: Instant,
         flight: &[u8],
         out: &mut [u8],
     ) -> Result<(usize, Option<Established>), Error> {
@@ -276,7 +268,6 @@ impl Handshaking {
                             config,
                             rl: &mut self.rl,
                             io: &mut self.io,
-                            now,
                         };
                         let next = state.handle(&f, epoch, &mut cx)?;
                         if let Some(n) = write_ready(crypto, &mut self.rl, &mut self.io, out)? {
