@@ -127,6 +127,10 @@ fn key(seed: u8) -> (SecretKey, Identity) {
 
 /// Mutual ECDHE-ECDSA with raw public keys pinned to identities, at block size `szx`.
 fn rpk_handshake(szx: u8) -> Link<'static> {
+    rpk_handshake_with(szx, Link::new(PEER))
+}
+
+fn rpk_handshake_with(szx: u8, mut link: Link<'_>) -> Link<'_> {
     let (server_key, server_id) = key(40);
     let (client_key, client_id) = key(50);
     let server_ids = [client_id];
@@ -161,12 +165,12 @@ fn rpk_handshake(szx: u8) -> Link<'static> {
         at(0),
     )
     .unwrap();
-    let mut link = Link::new(PEER);
     assert!(
-        link.run(&mut client, &mut server, 60_000),
+        link.run(&mut client, &mut server, 600_000),
         "{:?}",
         client.failure()
     );
+    assert_eq!(server.counters().created, 1);
     let id = client.session_id().unwrap();
     let mut c = client.into_traffic().ok().unwrap();
     let s = server.traffic_mut(id, PEER, at(1)).unwrap();
@@ -221,6 +225,27 @@ fn small_blocks_carry_the_ecdhe_ecdsa_flights_in_block1_and_block2() {
         .log
         .iter()
         .all(|s| s.message().payload.len() <= 64 || s.message().code == Code::PUT));
+}
+
+#[test]
+fn each_lost_block_of_the_ecdhe_ecdsa_flights_is_recovered() {
+    let clean = rpk_handshake(2).log.len();
+    assert!(clean > 15, "{clean} messages");
+    for lost in 0..clean {
+        let link = Link::with(
+            PEER,
+            move |i, _, _| {
+                if i == lost {
+                    Fate::Lose
+                } else {
+                    Fate::Deliver
+                }
+            },
+        );
+        let link = rpk_handshake_with(2, link);
+        // The lost message is sent again, and a lost response means its request went twice.
+        assert_eq!(link.log.len(), clean + 1 + lost % 2, "lost #{lost}");
+    }
 }
 
 /// Messages in a clean PSK handshake.
