@@ -21,7 +21,7 @@ use sigil_crypto::{
     CryptoError, CryptoProvider, PublicKey, Rng, SecretKey, SignatureAlgorithm, CCM16_NONCE_LEN,
     CCM8_TAG_LEN, SIGNATURE_LEN,
 };
-use sigil_objects::cbor::{Decoder, Encoder, Item};
+use sigil_objects::cbor::{CborError, Decoder, Encoder, Item};
 use sigil_time::UnixTime;
 
 /// Longest token read or written, in bytes.
@@ -234,6 +234,15 @@ pub struct AcTrust<'a> {
     pub shared: Option<AcSharedKey<'a>>,
 }
 
+/// A CBOR error while reading a field: a wrong type names the field, anything else (truncation,
+/// indefinite lengths, nesting) stays the CBOR error it is.
+fn typed(e: CborError, field: Malformed) -> TokenError {
+    match e {
+        CborError::UnexpectedType { .. } | CborError::Overflow => field.into(),
+        e => e.into(),
+    }
+}
+
 fn kid_matches(expected: Option<&[u8]>, got: Option<&[u8]>) -> bool {
     match (expected, got) {
         (Some(e), Some(g)) => e == g,
@@ -363,18 +372,18 @@ fn read_bucket<'a>(
 ) -> Result<(), TokenError> {
     let n = d
         .map()
-        .map_err(|_| Malformed::Header("bucket is not a map"))?;
+        .map_err(|e| typed(e, Malformed::Header("bucket is not a map")))?;
     if n > MAX_HEADER_ENTRIES {
         return Err(Malformed::Header("too many header parameters").into());
     }
     for _ in 0..n {
         let label = d
             .i64()
-            .map_err(|_| Malformed::Header("label is not an integer"))?;
+            .map_err(|e| typed(e, Malformed::Header("label is not an integer")))?;
         match label {
             H_ALG if protected => {
                 if h.alg
-                    .replace(d.i64().map_err(|_| Malformed::Header("alg"))?)
+                    .replace(d.i64().map_err(|e| typed(e, Malformed::Header("alg")))?)
                     .is_some()
                 {
                     return Err(Malformed::Header("alg repeated").into());
@@ -384,7 +393,7 @@ fn read_bucket<'a>(
             H_KID => {
                 let kid = d
                     .bytes()
-                    .map_err(|_| Malformed::Header("kid is not bytes"))?;
+                    .map_err(|e| typed(e, Malformed::Header("kid is not bytes")))?;
                 if kid.len() > MAX_KID_LEN {
                     return Err(Malformed::Header("kid length").into());
                 }
@@ -395,7 +404,7 @@ fn read_bucket<'a>(
             H_IV => {
                 let iv = d
                     .bytes()
-                    .map_err(|_| Malformed::Header("IV is not bytes"))?;
+                    .map_err(|e| typed(e, Malformed::Header("IV is not bytes")))?;
                 if h.iv.replace(iv).is_some() {
                     return Err(Malformed::Header("IV repeated").into());
                 }
@@ -459,7 +468,7 @@ fn open_sign1<P: CryptoProvider + ?Sized>(
     }
     let protected = d
         .bytes()
-        .map_err(|_| Malformed::Header("protected is not bytes"))?;
+        .map_err(|e| typed(e, Malformed::Header("protected is not bytes")))?;
     let mut h = Headers::default();
     if !protected.is_empty() {
         let mut p = Decoder::new(protected);
@@ -469,10 +478,10 @@ fn open_sign1<P: CryptoProvider + ?Sized>(
     read_bucket(d, &mut h, false)?;
     let payload = d
         .bytes()
-        .map_err(|_| Malformed::Header("payload is not bytes"))?;
+        .map_err(|e| typed(e, Malformed::Header("payload is not bytes")))?;
     let signature = d
         .bytes()
-        .map_err(|_| Malformed::Header("signature is not bytes"))?;
+        .map_err(|e| typed(e, Malformed::Header("signature is not bytes")))?;
     d.finish()?;
     let alg = h.alg.ok_or(Malformed::Header("alg missing"))?;
     let alg = SignatureAlgorithm::from_cose(alg).ok_or(TokenError::UnsupportedAlgorithm(alg))?;
@@ -516,7 +525,7 @@ fn open_encrypt0<P: CryptoProvider + ?Sized>(
     }
     let protected = d
         .bytes()
-        .map_err(|_| Malformed::Header("protected is not bytes"))?;
+        .map_err(|e| typed(e, Malformed::Header("protected is not bytes")))?;
     let mut h = Headers::default();
     if !protected.is_empty() {
         let mut p = Decoder::new(protected);
@@ -526,7 +535,7 @@ fn open_encrypt0<P: CryptoProvider + ?Sized>(
     read_bucket(d, &mut h, false)?;
     let ciphertext = d
         .bytes()
-        .map_err(|_| Malformed::Header("ciphertext is not bytes"))?;
+        .map_err(|e| typed(e, Malformed::Header("ciphertext is not bytes")))?;
     d.finish()?;
     let alg = h.alg.ok_or(Malformed::Header("alg missing"))?;
     if alg != ALG_AES_CCM_16_64_128 {
