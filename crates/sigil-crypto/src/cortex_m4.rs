@@ -14,7 +14,8 @@ use crate::rustcrypto::sha256;
 use crate::RustCrypto;
 use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
-    PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
+    PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM16_NONCE_LEN, CCM8_TAG_LEN,
+    CCM_NONCE_LEN,
 };
 
 /// The Cortex-M4 backend. A zero-sized value: pass `&CortexM4` where a provider is expected.
@@ -273,6 +274,27 @@ impl CryptoProvider for CortexM4 {
         tag: &[u8; CCM8_TAG_LEN],
     ) -> Result<(), CryptoError> {
         RustCrypto.aes128_ccm8_open(key, nonce, aad, buf, tag)
+    }
+
+    fn aes128_ccm16_64_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+        RustCrypto.aes128_ccm16_64_seal(key, nonce, aad, buf)
+    }
+
+    fn aes128_ccm16_64_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        RustCrypto.aes128_ccm16_64_open(key, nonce, aad, buf, tag)
     }
 
     fn aes128_gcm_seal(

@@ -34,6 +34,8 @@ pub use agreement::{
 pub const CCM_NONCE_LEN: usize = 12;
 /// Length of the AES-128-CCM-8 authentication tag (RFC 6655 §3).
 pub const CCM8_TAG_LEN: usize = 8;
+/// Nonce length of COSE's AES-CCM-16-64-128 (RFC 9053 §4.2: L = 2, so 15 - 2 = 13 bytes).
+pub const CCM16_NONCE_LEN: usize = 13;
 /// AES-GCM tag length (RFC 5288).
 pub const GCM_TAG_LEN: usize = 16;
 
@@ -338,6 +340,34 @@ pub trait CryptoProvider {
         tag: &[u8; CCM8_TAG_LEN],
     ) -> Result<(), CryptoError>;
 
+    /// AES-128-CCM with an 8-byte tag and a 13-byte nonce (COSE `AES-CCM-16-64-128`, alg 10,
+    /// RFC 9053 §4.2): encrypts `buf` in place and returns the tag. Providers without it answer
+    /// [`CryptoError::Unsupported`].
+    fn aes128_ccm16_64_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+        let _ = (key, nonce, aad, buf);
+        Err(CryptoError::Unsupported)
+    }
+
+    /// Checks `tag` and decrypts `buf` in place (COSE `AES-CCM-16-64-128`); on failure `buf` is
+    /// left unspecified and [`CryptoError::BadTag`] is returned.
+    fn aes128_ccm16_64_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        let _ = (key, nonce, aad, buf, tag);
+        Err(CryptoError::Unsupported)
+    }
+
     /// AES-128-GCM (RFC 5288) with a 12-byte nonce: encrypts `buf` in place and returns the
     /// 16-byte tag. Providers without it answer [`CryptoError::Unsupported`].
     fn aes128_gcm_seal(
@@ -366,6 +396,25 @@ pub trait CryptoProvider {
 }
 
 impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
+    fn aes128_ccm16_64_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+        (**self).aes128_ccm16_64_seal(key, nonce, aad, buf)
+    }
+    fn aes128_ccm16_64_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        (**self).aes128_ccm16_64_open(key, nonce, aad, buf, tag)
+    }
     fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
         (**self).sha256(parts)
     }

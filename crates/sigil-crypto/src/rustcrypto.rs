@@ -7,13 +7,16 @@
 
 use crate::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
-    PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM8_TAG_LEN, CCM_NONCE_LEN,
+    PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm, CCM16_NONCE_LEN, CCM8_TAG_LEN,
+    CCM_NONCE_LEN,
 };
 use ccm::aead::{AeadInPlace, KeyInit};
 use sha2::{Digest, Sha256};
 
 /// AES-128-CCM with an 8-byte tag and a 12-byte nonce (RFC 6655 §3).
 type Aes128Ccm8 = ccm::Ccm<aes::Aes128, ccm::consts::U8, ccm::consts::U12>;
+/// COSE AES-CCM-16-64-128: an 8-byte tag and a 13-byte nonce (RFC 9053 §4.2).
+type Aes128Ccm16_64 = ccm::Ccm<aes::Aes128, ccm::consts::U8, ccm::consts::U13>;
 
 /// Draws a P-256 scalar in [1, n-1] by rejection sampling. A retry happens with probability
 /// about 2^-32, so the bound is never reached by a working RNG.
@@ -294,6 +297,34 @@ impl CryptoProvider for RustCrypto {
         buf: &mut [u8],
     ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
         ccm8_seal(key, nonce, aad, buf)
+    }
+
+    fn aes128_ccm16_64_seal(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+    ) -> Result<[u8; CCM8_TAG_LEN], CryptoError> {
+        let cipher = Aes128Ccm16_64::new(key.into());
+        let tag = cipher
+            .encrypt_in_place_detached(nonce.into(), aad, buf)
+            .map_err(|_| CryptoError::Unsupported)?;
+        Ok(tag.into())
+    }
+
+    fn aes128_ccm16_64_open(
+        &self,
+        key: &[u8; 16],
+        nonce: &[u8; CCM16_NONCE_LEN],
+        aad: &[u8],
+        buf: &mut [u8],
+        tag: &[u8; CCM8_TAG_LEN],
+    ) -> Result<(), CryptoError> {
+        let cipher = Aes128Ccm16_64::new(key.into());
+        cipher
+            .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into())
+            .map_err(|_| CryptoError::BadTag)
     }
 
     fn aes128_ccm8_open(

@@ -172,6 +172,39 @@ fn ccm8_detects_any_change_to_ciphertext_tag_or_associated_data() {
 }
 
 #[test]
+fn ccm16_64_rfc3610_packet_vector_1() {
+    // RFC 3610 §8, packet vector #1: M = 8, L = 2 (a 13-byte nonce), COSE's AES-CCM-16-64-128.
+    let key: [u8; 16] = hex::decode("c0c1c2c3c4c5c6c7c8c9cacbcccdcecf")
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let nonce: [u8; 13] = hex::decode("00000003020100a0a1a2a3a4a5")
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let aad = hex::decode("0001020304050607").unwrap();
+    let plain = hex::decode("08090a0b0c0d0e0f101112131415161718191a1b1c1d1e").unwrap();
+    let mut buf = plain.clone();
+    let tag = RustCrypto
+        .aes128_ccm16_64_seal(&key, &nonce, &aad, &mut buf)
+        .unwrap();
+    assert_eq!(
+        hex::encode([&buf[..], &tag[..]].concat()),
+        "588c979a61c663d2f066d0c2c0f989806d5f6b61dac38417e8d12cfdf926e0"
+    );
+    RustCrypto
+        .aes128_ccm16_64_open(&key, &nonce, &aad, &mut buf, &tag)
+        .unwrap();
+    assert_eq!(buf, plain);
+    let mut bad = tag;
+    bad[0] ^= 1;
+    assert_eq!(
+        RustCrypto.aes128_ccm16_64_open(&key, &nonce, &aad, &mut buf.clone(), &bad),
+        Err(CryptoError::BadTag)
+    );
+}
+
+#[test]
 fn hmac_sha256_rfc4231_test_cases_2_and_6() {
     // RFC 4231 §4.3 (test case 2) and §4.7 (test case 6: a key longer than the block).
     assert_eq!(

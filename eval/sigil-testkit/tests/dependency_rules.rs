@@ -23,6 +23,10 @@ const CORES: &[(&str, &[&str])] = &[
         &["sigil-coap", "sigil-crypto", "sigil-dtls", "sigil-time"],
     ),
     (
+        "sigil-ace",
+        &["sigil-crypto", "sigil-objects", "sigil-time"],
+    ),
+    (
         "sigil-device",
         &[
             "sigil-coap",

@@ -1,0 +1,25 @@
+//! Access tokens for Sigil's authorization (ACE, RFC 9200): CBOR Web Tokens (RFC 8392) with
+//! proof-of-possession keys (RFC 8747) and AIF scopes over pub-sub topics and the resource
+//! directory (RFC 9237, draft-ietf-ace-coap-pubsub-profile).
+//!
+//! The access-control server (AC) makes tokens with [`encode_signed`] or [`encode_encrypted`];
+//! a resource server (broker, RD, a sensor serving its own readings) checks them with
+//! [`validate`] and asks the result [`AccessToken::allows`]. Every refusal has a reason
+//! ([`TokenError`]). No heap, no I/O, no clock: the caller passes the current time, its
+//! buffers and its crypto provider. The wire layout and the measured sizes are in
+//! `docs/wire-formats.md`, "Access tokens".
+#![no_std]
+#![forbid(unsafe_code)]
+
+pub mod cnf;
+pub mod error;
+pub mod scope;
+pub mod token;
+
+pub use cnf::Confirmation;
+pub use error::{Claim, Malformed, TokenError};
+pub use scope::{Permissions, Scope, ScopeEntry, RD_OBJECT};
+pub use token::{
+    check, encode_encrypted, encode_signed, open, validate, AcSharedKey, AcSigningKey, AcTrust,
+    AccessToken, Claims, TokenForm, MAX_TOKEN_LEN,
+};
