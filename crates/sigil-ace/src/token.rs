@@ -457,13 +457,14 @@ pub fn open<'s, P: CryptoProvider + ?Sized>(
     Ok((form, claims))
 }
 
-fn open_sign1<P: CryptoProvider + ?Sized>(
-    d: &mut Decoder<'_>,
-    trust: &AcTrust<'_>,
-    provider: &P,
-    scratch: &mut [u8],
-) -> Result<(TokenForm, usize), TokenError> {
-    if d.array().map_err(|_| Malformed::NotCose)? != 4 {
+/// The start of a COSE message of `items` elements: the array, the protected bucket (its
+/// bytes, kept for the MAC or signature input) and the unprotected one, read into one
+/// [`Headers`].
+fn read_headers<'a>(
+    d: &mut Decoder<'a>,
+    items: usize,
+) -> Result<(&'a [u8], Headers<'a>), TokenError> {
+    if d.array().map_err(|_| Malformed::NotCose)? != items {
         return Err(Malformed::NotCose.into());
     }
     let protected = d
@@ -476,6 +477,16 @@ fn open_sign1<P: CryptoProvider + ?Sized>(
         p.finish()?;
     }
     read_bucket(d, &mut h, false)?;
+    Ok((protected, h))
+}
+
+fn open_sign1<P: CryptoProvider + ?Sized>(
+    d: &mut Decoder<'_>,
+    trust: &AcTrust<'_>,
+    provider: &P,
+    scratch: &mut [u8],
+) -> Result<(TokenForm, usize), TokenError> {
+    let (protected, h) = read_headers(d, 4)?;
     let payload = d
         .bytes()
         .map_err(|e| typed(e, Malformed::Header("payload is not bytes")))?;
@@ -520,19 +531,7 @@ fn open_encrypt0<P: CryptoProvider + ?Sized>(
     provider: &P,
     scratch: &mut [u8],
 ) -> Result<(TokenForm, usize), TokenError> {
-    if d.array().map_err(|_| Malformed::NotCose)? != 3 {
-        return Err(Malformed::NotCose.into());
-    }
-    let protected = d
-        .bytes()
-        .map_err(|e| typed(e, Malformed::Header("protected is not bytes")))?;
-    let mut h = Headers::default();
-    if !protected.is_empty() {
-        let mut p = Decoder::new(protected);
-        read_bucket(&mut p, &mut h, true)?;
-        p.finish()?;
-    }
-    read_bucket(d, &mut h, false)?;
+    let (protected, h) = read_headers(d, 3)?;
     let ciphertext = d
         .bytes()
         .map_err(|e| typed(e, Malformed::Header("ciphertext is not bytes")))?;
