@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
         block_szx: 2,
         ..EndpointConfig::default()
     };
-    let mut endpoint: Endpoint<'_, Transparent, Keys, 3> =
+    let mut endpoint: Endpoint<'_, Transparent, &Keys, 3> =
         Endpoint::new(Transparent, &Keys, offer, config, [0; 32]);
     let mut out = [0u8; MAX_DATAGRAM];
     let mut rest = data;

@@ -8,12 +8,22 @@
 //! - `POST /dtls/<id>` carries the client's next flight (Block1 when large); the answer is 2.04
 //!   with the server's final flight.
 //! - `GET /dtls/<id>` returns the server's latest flight, for Block2 (RFC 7959 §2.4).
-//! - `DELETE /dtls/<id>` removes the session (2.02).
+//! - `DELETE /dtls/<id>` abandons a session still in its handshake (2.02). An established
+//!   session is not deleted by a plain CoAP request, which anyone who can send from the peer's
+//!   address could forge: it ends with an authenticated DTLS `close_notify` on the record
+//!   layer, after which the caller calls [`Endpoint::remove`].
 //!
 //! The table holds at most `N` sessions, and at most [`EndpointConfig::max_per_peer`] for one
-//! peer address; a session expires after it was idle for its timeout. Each session answers a
-//! retransmitted request (same message ID, same peer) with the cached response instead of a
-//! second handshake step (RFC 7252 §4.5). Every refusal is counted in [`Counters`].
+//! peer (or for one host, with [`EndpointConfig::host_prefix`]); a session expires after it
+//! was idle for its timeout. Session IDs are random, so an off-path sender cannot name
+//! another peer's session. Each session answers a retransmitted request (same message ID, same
+//! peer) with the cached response instead of a second handshake step (RFC 7252 §4.5). Every
+//! refusal is counted in [`Counters`].
+//!
+//! A caller that keeps established sessions in a table of its own (a server that also speaks
+//! record-layer DTLS) takes each one out with [`Endpoint::take_established`]; the slot then
+//! keeps only the last response, for a retransmission of the final request, until it is
+//! needed for a new session or `handshake_timeout` has passed.
 
 use crate::{id_text, parse_id, MAX_DATAGRAM, MAX_FLIGHT, MAX_ID_LEN, PATH};
 use core::time::Duration;
@@ -35,8 +45,12 @@ pub struct EndpointConfig {
     pub dtls: Config,
     /// Block size exponent of the server's responses (RFC 7959 §2.2); 6 at most.
     pub block_szx: u8,
-    /// Sessions one peer address may hold.
+    /// Sessions one peer address may hold (in their handshake or established here).
     pub max_per_peer: usize,
+    /// How many leading bytes of a peer address name its host, for `max_per_peer`: a caller
+    /// that writes the host first (an IPv4 address, an IPv6 /64) limits hosts rather than
+    /// ports. 0: the whole address.
+    pub host_prefix: usize,
     /// A session still in its handshake is removed after this long without a request.
     pub handshake_timeout: Duration,
     /// An established session is removed after this long unused.
@@ -49,6 +63,7 @@ impl Default for EndpointConfig {
             dtls: Config::default(),
             block_szx: 6,
             max_per_peer: 2,
+            host_prefix: 0,
             handshake_timeout: Duration::from_secs(247),
             idle_timeout: Duration::from_secs(3600),
         }
@@ -92,22 +107,28 @@ pub struct Counters {
     pub expired: u64,
     /// Sessions removed by `DELETE`.
     pub deleted: u64,
+    /// Refused: the caller's admission check said no (5.03), e.g. the host's handshake rate.
+    pub not_admitted: u64,
+    /// Established sessions the caller took out ([`Endpoint::take_established`]).
+    pub handed_off: u64,
 }
 
 #[allow(clippy::large_enum_variant)]
-enum SessionState<'a, C, T> {
-    Handshake(WholeFlights<C, &'a T>),
+enum SessionState<C, T> {
+    Handshake(WholeFlights<C, T>),
     Established(Traffic<C>),
+    /// Established and taken out by the caller: only the cached response is kept.
+    HandedOff,
     /// Only while moving from one to the other.
     Moving,
 }
 
-struct Session<'a, C, T> {
+struct Session<C, T> {
     id: u32,
     peer: [u8; MAX_PEER],
     peer_len: usize,
     last_seen: Instant,
-    state: SessionState<'a, C, T>,
+    state: SessionState<C, T>,
     /// The server's latest flight (the resource's representation, source of Block2).
     flight: [u8; MAX_FLIGHT],
     flight_len: usize,
@@ -127,7 +148,7 @@ struct Cached {
     len: usize,
 }
 
-impl<C, T> Session<'_, C, T> {
+impl<C, T> Session<C, T> {
     fn peer(&self) -> &[u8] {
         &self.peer[..self.peer_len]
     }
@@ -135,17 +156,39 @@ impl<C, T> Session<'_, C, T> {
     fn established(&self) -> bool {
         matches!(self.state, SessionState::Established(_))
     }
+
+    fn handed_off(&self) -> bool {
+        matches!(self.state, SessionState::HandedOff)
+    }
+}
+
+/// An established session taken out of the endpoint.
+pub struct Established<C> {
+    /// The session resource's ID (`dtls/<id>`).
+    pub id: u32,
+    peer: [u8; MAX_PEER],
+    peer_len: usize,
+    pub traffic: Traffic<C>,
+}
+
+impl<C> Established<C> {
+    /// The peer address bytes the handshake came from.
+    pub fn peer(&self) -> &[u8] {
+        &self.peer[..self.peer_len]
+    }
 }
 
 /// The server's `/dtls` resource and its table of at most `N` session resources.
+///
+/// `T` is what the handshakes trust, cloned into each (a reference, or a handle to shared
+/// state).
 pub struct Endpoint<'a, C, T, const N: usize> {
     crypto: C,
-    trust: &'a T,
+    trust: T,
     offer: ServerCredentials<'a>,
     config: EndpointConfig,
     cookies: CookieKey,
-    sessions: [Option<Session<'a, C, T>>; N],
-    next_id: u32,
+    sessions: [Option<Session<C, T>>; N],
     counters: Counters,
 }
 
@@ -207,12 +250,12 @@ fn block_of(flight: &[u8], num: u32, szx: u8) -> Option<(&[u8], Option<BlockOpti
     Some((part, Some(BlockOption::new(num, more, szx))))
 }
 
-impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T, N> {
+impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'a, C, T, N> {
     /// An endpoint with an empty table. `cookie_secret` keys the stateless cookies (fresh
     /// random bytes, rotated by making a new endpoint or kept for the process's life).
     pub fn new(
         crypto: C,
-        trust: &'a T,
+        trust: T,
         offer: ServerCredentials<'a>,
         config: EndpointConfig,
         cookie_secret: [u8; 32],
@@ -227,7 +270,6 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
             },
             cookies: CookieKey::new(cookie_secret),
             sessions: core::array::from_fn(|_| None),
-            next_id: 1,
             counters: Counters::default(),
         }
     }
@@ -236,9 +278,51 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         &self.counters
     }
 
-    /// Sessions in the table (in their handshake or established).
+    /// Sessions in the table (in their handshake or established here; not the ones taken
+    /// out).
     pub fn sessions(&self) -> usize {
-        self.sessions.iter().flatten().count()
+        self.sessions
+            .iter()
+            .flatten()
+            .filter(|s| !s.handed_off())
+            .count()
+    }
+
+    /// Takes out an established session, if there is one: its [`Traffic`] is the caller's
+    /// from now on. Its slot keeps the last response, for a retransmission of the request
+    /// that completed the handshake, until the slot is needed or `handshake_timeout` passed.
+    pub fn take_established(&mut self) -> Option<Established<C>> {
+        let s = self
+            .sessions
+            .iter_mut()
+            .flatten()
+            .find(|s| s.established())?;
+        let SessionState::Established(traffic) =
+            core::mem::replace(&mut s.state, SessionState::HandedOff)
+        else {
+            return None;
+        };
+        self.counters.handed_off += 1;
+        Some(Established {
+            id: s.id,
+            peer: s.peer,
+            peer_len: s.peer_len,
+            traffic,
+        })
+    }
+
+    /// Removes session `id` of `peer` (e.g. after its authenticated `close_notify`). True if
+    /// it was there.
+    pub fn remove(&mut self, id: u32, peer: &[u8]) -> bool {
+        let Some(slot) = self
+            .sessions
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|s| s.id == id && s.peer() == peer))
+        else {
+            return false;
+        };
+        *slot = None;
+        true
     }
 
     /// The session `id` of `peer`, if established: its [`Traffic`], for the DTLS records of
@@ -276,7 +360,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
             .min()
     }
 
-    fn timeout_of(&self, s: &Session<'_, C, T>) -> Duration {
+    fn timeout_of(&self, s: &Session<C, T>) -> Duration {
         if s.established() {
             self.config.idle_timeout
         } else {
@@ -304,6 +388,26 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         now: Instant,
         peer: &[u8],
         datagram: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let offer = self.offer;
+        self.handle_datagram_with(now, peer, datagram, &offer, &mut |_| true, rng, out)
+    }
+
+    /// [`Endpoint::handle_datagram`] with this ClientHello's `offer` instead of the one the
+    /// endpoint was made with (e.g. a fresh connection ID, a session to resume, credentials
+    /// the caller owns), and `admit`, asked with the peer's address once its cookie is valid
+    /// and the table has room, before any handshake work: false refuses the session (5.03),
+    /// e.g. for the caller's per-host rate or its own session budget.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_datagram_with(
+        &mut self,
+        now: Instant,
+        peer: &[u8],
+        datagram: &[u8],
+        offer: &ServerCredentials<'_>,
+        admit: &mut dyn FnMut(&[u8]) -> bool,
         rng: &mut dyn Rng,
         out: &mut [u8],
     ) -> Option<usize> {
@@ -354,7 +458,14 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
             _ => Route::Unknown,
         };
         match (route, req.code) {
-            (Route::Dtls, Code::PUT) => self.hello(now, peer, &req, datagram.len(), rng, out),
+            (Route::Dtls, Code::PUT) => {
+                let hello = Hello {
+                    request_len: datagram.len(),
+                    offer,
+                    admit,
+                };
+                self.hello(now, peer, &req, hello, rng, out)
+            }
             (Route::Dtls, _) => {
                 self.counters.wrong_method += 1;
                 write_reply(&req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
@@ -373,10 +484,11 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         now: Instant,
         peer: &[u8],
         req: &Message<'_>,
-        request_len: usize,
+        hello: Hello<'_, '_>,
         rng: &mut dyn Rng,
         out: &mut [u8],
     ) -> Option<usize> {
+        let request_len = hello.request_len;
         // A stateless server cannot gather blocks: the ClientHello comes whole.
         if req.block1().is_some() || req.payload.len() > MAX_FLIGHT {
             self.counters.oversized += 1;
@@ -412,27 +524,43 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
             Stateless::Accept(proof) => proof,
         };
         // The address is verified now; the table's bounds come next.
+        let host = &peer[..self.config.host_prefix.min(peer.len())];
+        let host = if host.is_empty() { peer } else { host };
         if self
             .sessions
             .iter()
             .flatten()
-            .filter(|s| s.peer() == peer)
+            .filter(|s| !s.handed_off() && s.peer().starts_with(host))
             .count()
             >= self.config.max_per_peer
         {
             self.counters.peer_limit += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         }
-        let Some(slot) = self.sessions.iter().position(Option::is_none) else {
+        // A free slot, else the one handed off longest ago (it only holds a cached answer).
+        let free = self.sessions.iter().position(Option::is_none).or_else(|| {
+            (0..N)
+                .filter(|&i| self.sessions[i].as_ref().is_some_and(|s| s.handed_off()))
+                .min_by_key(|&i| self.sessions[i].as_ref().map(|s| s.last_seen))
+        });
+        let Some(slot) = free else {
+            self.counters.table_full += 1;
+            return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+        };
+        if !(hello.admit)(peer) {
+            self.counters.not_admitted += 1;
+            return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+        }
+        let Some(id) = self.fresh_id(rng) else {
             self.counters.table_full += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         };
         let mut flight = [0u8; MAX_FLIGHT];
         let hs = match WholeFlights::accept(
             self.crypto.clone(),
-            self.trust,
+            self.trust.clone(),
             self.config.dtls,
-            &self.offer,
+            hello.offer,
             rng,
             proof,
             req.payload,
@@ -444,8 +572,6 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
                 return write_reply(req, &Reply::code(Code::FORBIDDEN), out);
             }
         };
-        let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1).max(1);
         let mut p = [0u8; MAX_PEER];
         p[..peer.len()].copy_from_slice(peer);
         let s = self.sessions[slot].insert(Session {
@@ -476,6 +602,19 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         cache(&mut s.cached, req, &reply, out)
     }
 
+    /// A random session ID no session holds (nonzero).
+    fn fresh_id(&self, rng: &mut dyn Rng) -> Option<u32> {
+        for _ in 0..8 {
+            let mut b = [0u8; 4];
+            rng.fill(&mut b).ok()?;
+            let id = u32::from_be_bytes(b);
+            if id != 0 && !self.sessions.iter().flatten().any(|s| s.id == id) {
+                return Some(id);
+            }
+        }
+        None
+    }
+
     /// A request to the session resource `id`.
     fn session(
         &mut self,
@@ -495,8 +634,19 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         };
         let szx = self.config.block_szx;
         let s = self.sessions[slot].as_mut()?;
+        if s.handed_off() {
+            // Only its final answer is left (retransmissions were answered above).
+            self.counters.unknown_session += 1;
+            return write_reply(req, &Reply::code(Code::NOT_FOUND), out);
+        }
         s.last_seen = now;
         match req.code {
+            Code::DELETE if s.established() => {
+                // Forgeable from the peer's address: an established session ends with its
+                // authenticated close_notify instead.
+                self.counters.wrong_method += 1;
+                write_reply(req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
+            }
             Code::DELETE => {
                 self.sessions[slot] = None;
                 self.counters.deleted += 1;
@@ -608,6 +758,13 @@ impl<'a, C: CryptoProvider + Clone, T: Trust, const N: usize> Endpoint<'a, C, T,
         };
         cache(&mut s.cached, req, &reply, out)
     }
+}
+
+/// What `PUT /dtls` needs besides the request.
+struct Hello<'o, 'f> {
+    request_len: usize,
+    offer: &'o ServerCredentials<'o>,
+    admit: &'f mut dyn FnMut(&[u8]) -> bool,
 }
 
 #[derive(Clone, Copy)]

@@ -37,7 +37,7 @@ fn psk_client(seed: u8, config: CarrierConfig) -> Client<RustCrypto, NoTrust> {
     .unwrap()
 }
 
-type PskEndpoint<'a, const N: usize> = Endpoint<'a, RustCrypto, OnePsk, N>;
+type PskEndpoint<'a, const N: usize> = Endpoint<'a, RustCrypto, &'a OnePsk, N>;
 
 fn psk_endpoint<const N: usize>(trust: &OnePsk, config: EndpointConfig) -> PskEndpoint<'_, N> {
     Endpoint::new(RustCrypto, trust, PSK_ONLY, config, [9; 32])
@@ -417,6 +417,67 @@ fn handshake<const N: usize>(
 }
 
 #[test]
+fn the_callers_admission_check_and_the_host_prefix_bound_sessions() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        max_per_peer: 1,
+        host_prefix: 4,
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<4>(&trust, config);
+    let refused = sigil_dtls_coap::Error::Refused(Code::SERVICE_UNAVAILABLE);
+    // Peer addresses written host first: two ports of one host share its one session.
+    handshake(&mut server, b"\x0a\x00\x00\x01:1000", 1, 0).unwrap();
+    assert_eq!(
+        handshake(&mut server, b"\x0a\x00\x00\x01:2000", 2, 0),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().peer_limit, 1);
+    handshake(&mut server, b"\x0a\x00\x00\x02:1000", 3, 0).unwrap();
+
+    // The caller's check is asked once the cookie is valid, never for the first ClientHello.
+    let mut client = Client::connect(
+        RustCrypto,
+        NoTrust,
+        CarrierConfig::default(),
+        &mut Counter::new(4, 37),
+        Credentials::Psk {
+            identity: SENSOR_PSK.identity,
+            key: SENSOR_PSK.key,
+        },
+        at(0),
+    )
+    .unwrap();
+    let peer = b"\x0a\x00\x00\x03:1";
+    let (mut buf, mut out) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM]);
+    let mut rng = Counter::new(5, 1);
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let n = client.poll_transmit(&mut buf).unwrap();
+        let mut admit = |p: &[u8]| {
+            asked.push(p.to_vec());
+            false
+        };
+        let r = server
+            .handle_datagram_with(
+                at(0),
+                peer,
+                &buf[..n],
+                &PSK_ONLY,
+                &mut admit,
+                &mut rng,
+                &mut out,
+            )
+            .unwrap();
+        let _ = client.handle_datagram(at(0), &out[..r], &mut rng);
+    }
+    assert_eq!(asked, vec![peer.to_vec()]);
+    assert_eq!(client.failure(), Some(refused));
+    assert_eq!(server.counters().not_admitted, 1);
+    assert_eq!(server.sessions(), 2);
+}
+
+#[test]
 fn the_table_is_bounded_per_peer_and_in_total() {
     let trust = SENSOR_PSK;
     let config = EndpointConfig {
@@ -472,29 +533,102 @@ fn sessions_expire_when_idle_and_can_be_deleted() {
     assert_eq!(server.sessions(), 0);
     assert_eq!(server.counters().expired, 2);
 
-    // DELETE: only the peer's own session, then gone.
+    // An established session is not deleted by a plain (forgeable) DELETE: it ends with its
+    // authenticated close_notify, after which the caller removes it.
     let id = handshake(&mut server, PEER, 3, 2_000_000).unwrap();
     let path = ["dtls", &id.to_string()];
     let del = request(Code::DELETE, MessageType::Confirmable, 9000, &path, &[]);
     let mut out = [0u8; MAX_DATAGRAM];
     let mut rng = Counter::new(1, 1);
     let r = server
-        .handle_datagram(at(2_000_100), b"[2001:db8::66]:1", &del, &mut rng, &mut out)
+        .handle_datagram(at(2_000_100), PEER, &del, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(
+        Message::parse(&out[..r]).unwrap().code,
+        Code::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(server.sessions(), 1);
+    assert!(server.remove(id, PEER));
+    assert!(!server.remove(id, PEER));
+    assert_eq!(server.sessions(), 0);
+
+    // DELETE of a session in its handshake: only the peer's own, then gone.
+    let mut client = psk_client(4, CarrierConfig::default());
+    let mut link = Link::with(
+        PEER,
+        |i, _, _| if i >= 4 { Fate::Lose } else { Fate::Deliver },
+    );
+    link.now = at(2_000_000);
+    assert!(!link.run(&mut client, &mut server, 500));
+    let id = client.session_id().unwrap();
+    let path = ["dtls", &id.to_string()];
+    let del = request(Code::DELETE, MessageType::Confirmable, 9001, &path, &[]);
+    let r = server
+        .handle_datagram(at(2_000_600), b"[2001:db8::66]:1", &del, &mut rng, &mut out)
         .unwrap();
     assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::NOT_FOUND);
     assert_eq!(server.sessions(), 1);
     let r = server
-        .handle_datagram(at(2_000_100), PEER, &del, &mut rng, &mut out)
+        .handle_datagram(at(2_000_600), PEER, &del, &mut rng, &mut out)
         .unwrap();
     assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::DELETED);
     assert_eq!(server.sessions(), 0);
     assert_eq!(server.counters().deleted, 1);
-    let post = request(Code::POST, MessageType::Confirmable, 9001, &path, b"x");
+    let post = request(Code::POST, MessageType::Confirmable, 9002, &path, b"x");
     let r = server
-        .handle_datagram(at(2_000_200), PEER, &post, &mut rng, &mut out)
+        .handle_datagram(at(2_000_700), PEER, &post, &mut rng, &mut out)
         .unwrap();
     assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::NOT_FOUND);
     assert_eq!(server.counters().unknown_session, 2);
+}
+
+#[test]
+fn an_established_session_taken_out_leaves_only_its_last_answer() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<2>(&trust, EndpointConfig::default());
+    // The 2.04 that completes the handshake is lost: the session is taken out, and the
+    // client then sends its final POST again.
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut link = Link::with(PEER, |i, to, _| {
+        if i >= 5 && to == To::Client {
+            Fate::Lose
+        } else {
+            Fate::Deliver
+        }
+    });
+    assert!(!link.run(&mut client, &mut server, 1_000));
+    let taken = server.take_established();
+    assert!(server.take_established().is_none());
+    let mut link = Link::with(PEER, |_, _, _| Fate::Deliver);
+    assert!(link.run(&mut client, &mut server, 60_000));
+    let est = taken.expect("taken out");
+    assert_eq!(est.peer(), PEER);
+    assert_eq!(Some(est.id), client.session_id());
+    assert_eq!(server.counters().handed_off, 1);
+    assert_eq!(server.counters().duplicates, 1);
+    assert_eq!(server.sessions(), 0);
+    assert!(server.session_of_peer(PEER).is_none());
+    // The two sides' keys match: a record from the client opens in the taken-out session.
+    let mut client = client.into_traffic().ok().unwrap();
+    let mut server_side = est.traffic;
+    client.send(b"reading").unwrap();
+    let mut buf = [0u8; MAX_DATAGRAM];
+    let n = client.poll_transmit(at(0), &mut buf).unwrap();
+    server_side.handle_datagram(at(0), &buf[..n]).unwrap();
+    assert_eq!(server_side.poll_app_data(&mut buf), Some(7));
+    // Anything else to the old resource: 4.04.
+    let path = ["dtls", &est.id.to_string()];
+    let get = request(Code::GET, MessageType::Confirmable, 9000, &path, &[]);
+    let mut rng = Counter::new(1, 1);
+    let mut out = [0u8; MAX_DATAGRAM];
+    let r = server
+        .handle_datagram(at(61_000), PEER, &get, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::NOT_FOUND);
+    // Its slot is the first to go for a new session once the table is full.
+    assert!(handshake(&mut server, PEER, 2, 62_000).is_ok());
+    assert!(handshake(&mut server, b"[2001:db8::77]:5683", 3, 63_000).is_ok());
+    assert_eq!(server.sessions(), 2);
 }
 
 #[test]

@@ -21,6 +21,11 @@ impl Host {
         Self::of_ip(addr.ip())
     }
 
+    /// The host as an address: the IPv4 address, or the IPv6 /64 with the rest zero.
+    pub fn ip(&self) -> IpAddr {
+        self.0
+    }
+
     pub fn of_ip(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V4(v4) => Host(IpAddr::V4(v4)),

@@ -25,6 +25,15 @@
 //! that rebooted) starts a new handshake beside it, and replaces the session only once the new
 //! handshake completes (RFC 6347 §4.2.8). Log lines a peer can cause go through a
 //! [`LogLimiter`]; the counters stay exact. docs/security.md, "DTLS tables under a flood".
+//!
+//! The same port also serves the handshake as a CoAP resource ([`sigil_dtls_coap`], the
+//! `coap_carrier` setting): a datagram whose first byte is not a DTLS content type is a CoAP
+//! message for the carrier's [`Endpoint`]s ([`CARRIER_SHARDS`] fixed tables of
+//! [`CARRIER_SLOTS`] handshakes each, a host always in the same one, chosen by a hash keyed per
+//! process; a share of it per host; the same per-host handshake rate; admitted only with room
+//! in the session table). A handshake completed there leaves the endpoint at once and becomes an ordinary
+//! session here: the same budgets, connection IDs, database rows and resumption cache, and its
+//! application data arrives as records like any other session's.
 
 use crate::auth::{Credentials, PeerAuth};
 use crate::budget::{
@@ -41,6 +50,7 @@ use sigil_dtls::{
     Config, Connection, CookieKey, Peer as DtlsPeer, SavedAssociation, ServerCredentials, Session,
     Stateless, Traffic, Trust, MAX_DATAGRAM,
 };
+use sigil_dtls_coap::{Endpoint, EndpointConfig};
 use sigil_identity::Identity;
 use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -109,6 +119,8 @@ pub struct DtlsConfig {
     /// the cache holds at most `max_sessions` entries (`max_sessions_per_host` per host); when
     /// full, the oldest entry of the host holding the most is dropped first.
     pub session_lifetime: Duration,
+    /// Also serve the handshake as a CoAP resource on this port (`PUT /dtls`, sigil-dtls-coap).
+    pub coap_carrier: bool,
 }
 
 impl DtlsConfig {
@@ -132,6 +144,7 @@ impl DtlsConfig {
             certificate_key: None,
             resumption: true,
             session_lifetime: Duration::from_secs(24 * 3600),
+            coap_carrier: true,
         }
     }
 }
@@ -260,6 +273,19 @@ pub const SESSION_BYTES: usize = size_of::<Traffic<RustCrypto>>()
 /// What one cached resumable session is charged: the [`Session`] (ID, master secret, peer),
 /// its key and its place in the age queue, and the bookkeeping.
 pub const RESUMPTION_BYTES: usize = 32 + size_of::<Cached>() + 32 + ENTRY_OVERHEAD;
+
+/// Handshakes one of the CoAP carrier's tables holds at once; a host gets at most half of its
+/// table, and no more than `max_handshakes_per_host`.
+pub const CARRIER_SLOTS: usize = 8;
+
+/// The carrier's tables (hosts are spread over them by a keyed hash).
+pub const CARRIER_SHARDS: usize = 8;
+
+/// One of the carrier's endpoints: a fixed table (about 14.5 KB a slot), allocated once.
+type Carrier = Endpoint<'static, RustCrypto, SharedTrust, CARRIER_SLOTS>;
+
+/// What the carrier's tables take, whatever their peers do.
+pub const CARRIER_BYTES: usize = CARRIER_SHARDS * size_of::<Carrier>();
 
 /// The gauge names (`mem.<name>.*`) of the three tables.
 pub const HANDSHAKE_TABLE: &str = "dtls_handshakes";
@@ -430,6 +456,10 @@ pub struct SecureLayer {
     next_row: i64,
     /// The caller's Unix time at the last call (rows record when they were saved).
     wall: UnixTime,
+    /// The handshake as a CoAP resource: empty if disabled, else [`CARRIER_SHARDS`] tables.
+    carrier: Vec<Box<Carrier>>,
+    /// Picks a host's table.
+    shard_of: std::collections::hash_map::RandomState,
 }
 
 /// Records a session may seal per database write: the write sequence is reserved this far
@@ -477,6 +507,31 @@ impl SecureLayer {
         // The key saved sessions are MACed under: only this server (holding its DTLS key)
         // can have written a row it restores.
         let storage_key = RustCrypto.hmac_sha256(&key.to_bytes(), &[b"sigil-server dtls sessions"]);
+        let shards = if config.coap_carrier {
+            CARRIER_SHARDS
+        } else {
+            0
+        };
+        let endpoint = EndpointConfig {
+            dtls: config.dtls,
+            block_szx: 6,
+            max_per_peer: config.max_handshakes_per_host.clamp(1, CARRIER_SLOTS / 2),
+            host_prefix: HOST_BYTES,
+            handshake_timeout: config.handshake_timeout,
+            idle_timeout: config.session_idle,
+        };
+        let secret = RustCrypto.hmac_sha256(&cookie_secret, &[b"sigil-server coap carrier"]);
+        let carrier = (0..shards)
+            .map(|_| {
+                Box::new(Carrier::new(
+                    RustCrypto,
+                    trust.clone(),
+                    ServerCredentials::NONE,
+                    endpoint,
+                    secret,
+                ))
+            })
+            .collect();
         let mut layer = Self {
             config,
             key,
@@ -499,6 +554,8 @@ impl SecureLayer {
             storage_key: [0; 32],
             next_row: 0,
             wall: UnixTime::from_secs(0),
+            carrier,
+            shard_of: Default::default(),
         };
         layer.storage_key = storage_key;
         layer.publish();
@@ -692,6 +749,37 @@ impl SecureLayer {
         self.cache_bytes.publish(&self.stats);
         self.stats
             .set("dtls.rate_hosts", self.start_rate.hosts.len() as u64);
+        if !self.carrier.is_empty() {
+            let mut c = sigil_dtls_coap::Counters::default();
+            let mut sessions = 0;
+            for ep in &self.carrier {
+                c = add_counters(c, ep.counters());
+                sessions += ep.sessions();
+            }
+            for (name, v) in [
+                ("dtls_coap.hello_verify", c.hello_verify),
+                ("dtls_coap.bad_cookie", c.bad_cookie),
+                ("dtls_coap.created", c.created),
+                ("dtls_coap.established", c.established),
+                ("dtls_coap.table_full", c.table_full),
+                ("dtls_coap.peer_limit", c.peer_limit),
+                ("dtls_coap.not_admitted", c.not_admitted),
+                ("dtls_coap.unknown_session", c.unknown_session),
+                ("dtls_coap.malformed", c.malformed),
+                ("dtls_coap.wrong_method", c.wrong_method),
+                ("dtls_coap.oversized", c.oversized),
+                ("dtls_coap.handshake_failed", c.handshake_failed),
+                ("dtls_coap.refused_hello", c.refused_hello),
+                ("dtls_coap.duplicates", c.duplicates),
+                ("dtls_coap.amplification", c.amplification),
+                ("dtls_coap.expired", c.expired),
+                ("dtls_coap.deleted", c.deleted),
+                ("dtls_coap.sessions", sessions as u64),
+                ("mem.dtls_coap.total", CARRIER_BYTES as u64),
+            ] {
+                self.stats.set(name, v);
+            }
+        }
     }
 
     /// The authenticated identity of an established session.
@@ -724,6 +812,9 @@ impl SecureLayer {
         self.count("dtls.received");
         self.trust.set_time(unix);
         self.wall = unix;
+        if !self.carrier.is_empty() && !sigil_dtls_coap::is_dtls_record(datagram) {
+            return self.carrier_datagram(now, rng, peer, datagram, out);
+        }
         let facts = RecordFacts::parse(datagram, CID_LEN).ok();
         let client_hello = facts.as_ref().is_some_and(RecordFacts::is_client_hello);
         // A ClientHello with a new random from a peer mid-handshake is a client that started
@@ -958,6 +1049,9 @@ impl SecureLayer {
             self.expire_handshakes(now);
             self.expire_sessions(now);
             self.expire_resumable(now);
+            for ep in &mut self.carrier {
+                ep.handle_timeout(now);
+            }
         }
         for (kind, n) in self.log.flush(Self::secs(now)) {
             tracing::warn!(
@@ -1296,6 +1390,23 @@ impl SecureLayer {
                 return Vec::new();
             }
         };
+        self.install_session(now, peer, traffic, host, cid, created, hello_random, out)
+    }
+
+    /// An established [`Traffic`] (from either carrier) becomes the session of `peer`: charged
+    /// to `host`, remembered for resumption, stored before it seals anything.
+    #[allow(clippy::too_many_arguments)]
+    fn install_session(
+        &mut self,
+        now: Instant,
+        peer: SocketAddr,
+        traffic: Traffic<RustCrypto>,
+        host: Host,
+        cid: Option<[u8; CID_LEN]>,
+        created: Instant,
+        hello_random: [u8; 32],
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<Delivered> {
         let auth = auth_of(&traffic);
         // The session it replaces (a device that rebooted at the same address) goes first,
         // so its bytes are there for the new one.
@@ -1342,6 +1453,108 @@ impl SecureLayer {
             self.by_cid.insert(cid, peer);
         }
         self.sessions.insert(peer, p);
+        delivered
+    }
+
+    /// A CoAP message on the DTLS port: the handshake as a CoAP resource. Its answer goes to
+    /// `out`; a handshake it completes becomes a session.
+    fn carrier_datagram(
+        &mut self,
+        now: Instant,
+        rng: &mut dyn Rng,
+        peer: SocketAddr,
+        datagram: &[u8],
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<Delivered> {
+        let mut carrier = std::mem::take(&mut self.carrier);
+        if carrier.is_empty() {
+            return Vec::new();
+        }
+        self.count("dtls_coap.received");
+        let host = Host::of(peer);
+        let shard = {
+            use std::hash::BuildHasher;
+            (self.shard_of.hash_one(host) % carrier.len() as u64) as usize
+        };
+        let ep = &mut carrier[shard];
+        // What a `PUT /dtls` with a ClientHello would be offered: a fresh connection ID, and
+        // the session it asks to resume if the cache has it.
+        let requested = sigil_coap::Message::parse(datagram)
+            .ok()
+            .and_then(|m| RecordFacts::parse(m.payload, 0).ok())
+            .and_then(|f| f.client_hello)
+            .and_then(|ch| ch.requested_session.copied());
+        let lifetime = self.config.session_lifetime;
+        let resume: Option<Session> = requested
+            .and_then(|id| self.cache.get(&id))
+            .filter(|c| now.saturating_since(c.made) < lifetime)
+            .map(|c| c.session.clone());
+        let cid = self.fresh_cid(rng);
+        let chain: Vec<&[u8]> = self
+            .config
+            .certificate_chain
+            .iter()
+            .map(Vec::as_slice)
+            .collect();
+        let offer = ServerCredentials {
+            issue_session_ids: self.config.resumption,
+            resume: resume.as_ref().filter(|_| self.config.resumption),
+            connection_id: cid.as_ref().map_or(&[][..], |c| &c[..]),
+            psk: self.config.psk,
+            key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
+            require_client_key: self.config.require_client_auth,
+            chain: (!chain.is_empty()).then_some(&chain[..]),
+        };
+        // Admitted (once the cookie is valid) only with room in the session table for what
+        // the handshake may become, and within the host's handshake rate.
+        let has_session = self.sessions.contains_key(&peer);
+        let room = has_session || self.session_room(host).is_ok();
+        let start_rate = &mut self.start_rate;
+        let mut refusal = None;
+        let mut admit = |_: &[u8]| {
+            if !room {
+                refusal = Some(Refusal::Sessions);
+                return false;
+            }
+            if !start_rate.take(now, host) {
+                refusal = Some(Refusal::HostRate);
+                return false;
+            }
+            true
+        };
+        let key = carrier_peer(&peer);
+        let answer =
+            ep.handle_datagram_with(now, &key, datagram, &offer, &mut admit, rng, &mut self.buf);
+        if let Some(n) = answer {
+            out.push((peer, self.buf[..n].to_vec()));
+        }
+        if let Some(r) = refusal {
+            self.count(r.counter());
+            crate::limited!(self.log, Self::secs(now), r.counter(), info, %peer, reason = ?r, "ClientHello over CoAP refused");
+        }
+        let mut delivered = Vec::new();
+        while let Some(est) = ep.take_established() {
+            let Some(at) = carrier_addr(est.peer()) else {
+                continue;
+            };
+            let cid: Option<[u8; CID_LEN]> = est.traffic.connection_id().try_into().ok();
+            if cid.is_some_and(|c| self.by_cid.contains_key(&c)) {
+                self.count("dtls.refused_sessions_full");
+                continue;
+            }
+            self.count("dtls_coap.handshake_completed");
+            delivered.extend(self.install_session(
+                now,
+                at,
+                est.traffic,
+                Host::of(at),
+                cid,
+                now,
+                [0; 32],
+                out,
+            ));
+        }
+        self.carrier = carrier;
         delivered
     }
 
@@ -1421,6 +1634,72 @@ impl SecureLayer {
     }
 }
 
+/// The sum of two tables' counters.
+fn add_counters(
+    a: sigil_dtls_coap::Counters,
+    b: &sigil_dtls_coap::Counters,
+) -> sigil_dtls_coap::Counters {
+    sigil_dtls_coap::Counters {
+        hello_verify: a.hello_verify + b.hello_verify,
+        bad_cookie: a.bad_cookie + b.bad_cookie,
+        created: a.created + b.created,
+        established: a.established + b.established,
+        table_full: a.table_full + b.table_full,
+        peer_limit: a.peer_limit + b.peer_limit,
+        unknown_session: a.unknown_session + b.unknown_session,
+        malformed: a.malformed + b.malformed,
+        wrong_method: a.wrong_method + b.wrong_method,
+        oversized: a.oversized + b.oversized,
+        handshake_failed: a.handshake_failed + b.handshake_failed,
+        refused_hello: a.refused_hello + b.refused_hello,
+        duplicates: a.duplicates + b.duplicates,
+        amplification: a.amplification + b.amplification,
+        expired: a.expired + b.expired,
+        deleted: a.deleted + b.deleted,
+        not_admitted: a.not_admitted + b.not_admitted,
+        handed_off: a.handed_off + b.handed_off,
+    }
+}
+
+/// Leading bytes of [`carrier_peer`] that name the host.
+const HOST_BYTES: usize = 8;
+
+/// A peer address as the carrier's endpoint sees it: its host first (an IPv4 address, or an
+/// IPv6 /64, padded to [`HOST_BYTES`]), so the endpoint's per-peer limit is per host; then the
+/// family, the address and the port.
+fn carrier_peer(peer: &SocketAddr) -> [u8; 27] {
+    let mut b = [0u8; 27];
+    let (family, ip) = match peer.ip() {
+        std::net::IpAddr::V4(a) => {
+            let mut ip = [0u8; 16];
+            ip[..4].copy_from_slice(&a.octets());
+            (4, ip)
+        }
+        std::net::IpAddr::V6(a) => (6, a.octets()),
+    };
+    match Host::of(*peer).ip() {
+        std::net::IpAddr::V4(h) => b[..4].copy_from_slice(&h.octets()),
+        std::net::IpAddr::V6(h) => b[..HOST_BYTES].copy_from_slice(&h.octets()[..HOST_BYTES]),
+    }
+    b[HOST_BYTES] = family;
+    b[HOST_BYTES + 1..HOST_BYTES + 17].copy_from_slice(&ip);
+    b[HOST_BYTES + 17..].copy_from_slice(&peer.port().to_be_bytes());
+    b
+}
+
+/// The address [`carrier_peer`] wrote.
+fn carrier_addr(b: &[u8]) -> Option<SocketAddr> {
+    let b: &[u8; 27] = b.try_into().ok()?;
+    let ip: [u8; 16] = b[HOST_BYTES + 1..HOST_BYTES + 17].try_into().ok()?;
+    let port = u16::from_be_bytes([b[25], b[26]]);
+    let ip = match b[HOST_BYTES] {
+        4 => std::net::IpAddr::from([ip[0], ip[1], ip[2], ip[3]]),
+        6 => std::net::IpAddr::from(ip),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
 /// The address bytes the cookie is bound to.
 fn peer_bytes(peer: &SocketAddr) -> Vec<u8> {
     let mut v = match peer.ip() {
@@ -1461,6 +1740,27 @@ mod tests {
 
     /// The figures docs/security.md quotes (x86-64, the server's feature set): an entry is
     /// charged at least its state, and not far beyond it.
+    #[test]
+    fn carrier_peers_are_host_first_and_round_trip() {
+        for a in [
+            "10.1.2.3:5683",
+            "[2001:db8:1:2:3:4:5:6]:40000",
+            "[::ffff:10.1.2.3]:7",
+        ] {
+            let a: SocketAddr = a.parse().unwrap();
+            let b = carrier_peer(&a);
+            assert_eq!(carrier_addr(&b), Some(a));
+        }
+        let x = carrier_peer(&"[2001:db8:1:2:3:4:5:6]:1".parse().unwrap());
+        let y = carrier_peer(&"[2001:db8:1:2:ff:4:5:6]:2".parse().unwrap());
+        assert_eq!(x[..HOST_BYTES], y[..HOST_BYTES], "one /64, one host");
+        let v4 = carrier_peer(&"10.1.2.3:1".parse().unwrap());
+        let mapped = carrier_peer(&"[::ffff:10.1.2.3]:2".parse().unwrap());
+        assert_eq!(v4[..HOST_BYTES], mapped[..HOST_BYTES]);
+        assert_eq!(carrier_addr(&[0; 27]), None);
+        assert_eq!(carrier_addr(&[4; 26]), None);
+    }
+
     #[test]
     fn entry_charges_cover_the_state() {
         assert!(HANDSHAKE_BYTES > size_of::<Conn>());

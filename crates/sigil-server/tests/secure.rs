@@ -5,7 +5,8 @@
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
-use sigil_dtls::{Config, Connection, Credentials, Session, Trust};
+use sigil_dtls::{Config, Connection, Credentials, Session, Traffic, Trust};
+use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
@@ -140,10 +141,15 @@ impl Trust for AnyServer {
     }
 }
 
-/// A DTLS client at `addr`, optionally with a device above it.
+/// A DTLS client at `addr`, optionally with a device above it. With `carrier`, its handshake
+/// runs as a CoAP resource (`conn` stays unused) and the session is `traffic`.
 struct Client {
     addr: SocketAddr,
     conn: Connection<RustCrypto, AnyServer>,
+    carrier: Option<CoapClient<RustCrypto, AnyServer>>,
+    over_coap: bool,
+    traffic: Option<Traffic<RustCrypto>>,
+    rng: Seeded,
     device: Option<(Device<RustCrypto>, MemoryStorage)>,
     inbox: Vec<Vec<u8>>,
     events: Vec<Event>,
@@ -169,6 +175,10 @@ impl Client {
         Self {
             addr: addr(port),
             conn,
+            carrier: None,
+            over_coap: false,
+            traffic: None,
+            rng: Seeded(seed + 1),
             device: None,
             inbox: vec![],
             events: vec![],
@@ -176,7 +186,35 @@ impl Client {
         }
     }
 
+    /// The same client with its handshake over CoAP (`PUT /dtls`).
+    fn over_coap(mut self, creds: Credentials<'_>, seed: u64, now: u64) -> Self {
+        self.carrier = Some(
+            CoapClient::connect(
+                RustCrypto,
+                AnyServer,
+                CarrierConfig::default(),
+                &mut Seeded(seed),
+                creds,
+                ms(now),
+            )
+            .unwrap(),
+        );
+        self.over_coap = true;
+        self
+    }
+
+    fn is_established(&self) -> bool {
+        if self.over_coap {
+            self.traffic.is_some()
+        } else {
+            self.conn.is_established()
+        }
+    }
+
     fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        if self.over_coap {
+            return self.outgoing_over_coap(now);
+        }
         if let Some((dev, st)) = &mut self.device {
             dev.handle_timeout(sigil_time::Instant::from_millis(now), st)
                 .unwrap();
@@ -200,15 +238,69 @@ impl Client {
         out
     }
 
-    fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        let _ = self.conn.handle_datagram(ms(now), datagram);
+    fn outgoing_over_coap(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = vec![];
         let mut buf = [0u8; 2048];
-        while let Some(n) = self.conn.poll_app_data(&mut buf) {
+        if let Some(hs) = self.carrier.as_mut() {
+            let _ = hs.handle_timeout(ms(now));
+            while let Some(n) = hs.poll_transmit(&mut buf) {
+                out.push((self.addr, buf[..n].to_vec()));
+            }
+        }
+        let Some(t) = self.traffic.as_mut() else {
+            return out;
+        };
+        if let Some((dev, st)) = &mut self.device {
+            dev.handle_timeout(sigil_time::Instant::from_millis(now), st)
+                .unwrap();
+            while let Some(n) = dev.poll_transmit(&mut buf) {
+                t.send(&buf[..n]).unwrap();
+                self.sent.push(buf[..n].to_vec());
+            }
+            while let Some(e) = dev.poll_event() {
+                self.events.push(e);
+            }
+        }
+        while let Some(n) = t.poll_transmit(ms(now), &mut buf) {
+            out.push((self.addr, buf[..n].to_vec()));
+        }
+        out
+    }
+
+    fn incoming(&mut self, now: u64, datagram: &[u8]) {
+        if let Some(hs) = self.carrier.as_mut() {
+            let _ = hs.handle_datagram(ms(now), datagram, &mut self.rng);
+            if hs.is_established() {
+                let hs = self.carrier.take().unwrap();
+                self.traffic = Some(hs.into_traffic().ok().unwrap());
+            }
+            return;
+        }
+        let mut buf = [0u8; 2048];
+        let app = match self.traffic.as_mut() {
+            Some(t) => {
+                let _ = t.handle_datagram(ms(now), datagram);
+                let mut v = vec![];
+                while let Some(n) = t.poll_app_data(&mut buf) {
+                    v.push(buf[..n].to_vec());
+                }
+                v
+            }
+            None => {
+                let _ = self.conn.handle_datagram(ms(now), datagram);
+                let mut v = vec![];
+                while let Some(n) = self.conn.poll_app_data(&mut buf) {
+                    v.push(buf[..n].to_vec());
+                }
+                v
+            }
+        };
+        for m in app {
             match &mut self.device {
                 Some((dev, st)) => dev
-                    .handle_datagram(sigil_time::Instant::from_millis(now), st, &buf[..n])
+                    .handle_datagram(sigil_time::Instant::from_millis(now), st, &m)
                     .unwrap(),
-                None => self.inbox.push(buf[..n].to_vec()),
+                None => self.inbox.push(m),
             }
         }
     }
@@ -964,4 +1056,107 @@ fn a_stored_session_from_another_key_is_refused() {
     assert_eq!(restored, 0);
     assert_eq!(s.count("dtls.session_not_restored"), 1);
     assert_eq!(s.stored_sessions(), 0);
+}
+
+/// A PSK device whose handshake runs as a CoAP resource on the coaps:// port.
+fn coap_carrier_device(s: &mut Server, port: u16, seed: u64, now: u64) -> (Client, Identity) {
+    let (dev, st) = device(seed, SignatureAlgorithm::Ed25519);
+    let id = *dev.identity();
+    s.provision(&id, Some(&[seed as u8; 16]));
+    let ident = id.to_string();
+    let key = [seed as u8; 16];
+    let creds = Credentials::Psk {
+        identity: ident.as_bytes(),
+        key: &key,
+    };
+    let mut c = Client::new(port, creds, seed, now).over_coap(creds, seed + 2, now);
+    c.device = Some((dev, st));
+    (c, id)
+}
+
+#[test]
+fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives_a_crash() {
+    let s = Server::new(|_| {});
+    let (mut s, _) = s.restart();
+    let mut now = 0;
+    let (mut c, id) = coap_carrier_device(&mut s, 41, 41, now);
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    assert!(c.is_established());
+    assert!(c.device.as_ref().unwrap().0.can_publish(), "registered");
+    for _ in 0..2 {
+        publish(&mut c, now);
+        run(&mut s, &mut [&mut c], &mut now, 500);
+    }
+    assert_eq!(acked(&c), 2);
+    // The handshake went over CoAP only; the session is an ordinary one, stored.
+    assert_eq!(s.count("dtls_coap.handshake_completed"), 1);
+    assert_eq!(s.count("dtls_coap.hello_verify"), 1);
+    assert_eq!(s.count("dtls.handshake_started"), 0);
+    assert_eq!(s.count("dtls.handshake_completed"), 1);
+    assert_eq!(
+        s.count("dtls_coap.sessions"),
+        0,
+        "handed to the session table"
+    );
+    assert!(s.layer.authenticated().contains(&id));
+    assert_eq!(s.stored_sessions(), 1);
+
+    // kill -9 of the server: the session comes back from the database, no new handshake.
+    let (mut s, restored) = s.restart();
+    assert_eq!(restored, 1);
+    publish(&mut c, now);
+    run(&mut s, &mut [&mut c], &mut now, 500);
+    assert_eq!(acked(&c), 3);
+    assert_eq!(s.count("dtls_coap.created"), 0);
+    assert_eq!(s.count("dtls.handshake_completed"), 0);
+    assert_eq!(s.count("publish.accepted"), 1);
+
+    // close_notify (authenticated) ends it.
+    c.traffic.as_mut().unwrap().close().unwrap();
+    run(&mut s, &mut [&mut c], &mut now, 100);
+    assert_eq!(s.layer.sessions(), 0);
+    assert_eq!(s.stored_sessions(), 0);
+}
+
+#[test]
+fn handshakes_over_coap_share_the_hosts_rate_and_an_unknown_psk_gets_no_session() {
+    let mut s = Server::new(|c| {
+        c.handshake_burst_per_host = 1;
+        c.handshakes_per_host_per_sec = 0;
+    });
+    let mut now = 0;
+    let (mut a, _) = coap_carrier_device(&mut s, 51, 51, now);
+    run(&mut s, &mut [&mut a], &mut now, 2_000);
+    assert!(a.is_established());
+    // Same host (10.0.0.x is one address per port here: use the same address, other port).
+    let (mut b, _) = coap_carrier_device(&mut s, 51, 52, now);
+    b.addr.set_port(b.addr.port() + 1);
+    run(&mut s, &mut [&mut b], &mut now, 100);
+    assert!(!b.is_established());
+    assert_eq!(s.count("dtls.refused_host_rate"), 1);
+    assert_eq!(s.count("dtls_coap.not_admitted"), 1);
+    assert_eq!(s.layer.sessions(), 1);
+
+    // A PSK identity the server does not know: the handshake fails, nothing is kept.
+    let mut c = Client::new(
+        52,
+        Credentials::Psk {
+            identity: b"unknown",
+            key: &[1; 16],
+        },
+        61,
+        now,
+    )
+    .over_coap(
+        Credentials::Psk {
+            identity: b"unknown",
+            key: &[1; 16],
+        },
+        62,
+        now,
+    );
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    assert!(!c.is_established());
+    assert_eq!(s.layer.sessions(), 1);
+    assert_eq!(s.count("dtls_coap.sessions"), 0);
 }

@@ -98,7 +98,7 @@ impl<'h> Link<'h> {
     }
 
     /// Runs until the client is established or failed, or `limit_ms` of virtual time passed.
-    pub fn run<C: Trust, S: Trust, const N: usize>(
+    pub fn run<C: Trust, S: Trust + Clone, const N: usize>(
         &mut self,
         client: &mut Client<RustCrypto, C>,
         server: &mut Endpoint<'_, RustCrypto, S, N>,
