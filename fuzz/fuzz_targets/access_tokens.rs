@@ -1,10 +1,12 @@
 #![no_main]
-//! Access tokens: open any bytes as a signed or encrypted CWT against fixed AC keys (which must
-//! refuse everything the fuzzer makes without a panic), and parse any bytes as a claims set,
-//! walking its scope and writing it back.
+//! Access tokens: open any bytes as a signed, encrypted or MACed CWT against fixed AC keys (which
+//! must refuse everything the fuzzer makes without a panic), and parse any bytes as a claims
+//! set, walking its scope and writing it back.
 use libfuzzer_sys::fuzz_target;
 use sigil_ace::token::Claims;
-use sigil_ace::{open, AcSharedKey, AcSigningKey, AcTrust, Permissions, MAX_TOKEN_LEN};
+use sigil_ace::{
+    open, AcMacKey, AcSharedKey, AcSigningKey, AcTrust, Permissions, MAC_KEY_LEN, MAX_TOKEN_LEN,
+};
 use sigil_crypto::{PublicKey, RustCrypto, SignatureAlgorithm};
 
 const KEY: [u8; 32] = [
@@ -12,6 +14,7 @@ const KEY: [u8; 32] = [
     0x0e, 0xe1, 0x72, 0xf3, 0xda, 0xa6, 0x23, 0x25, 0xaf, 0x02, 0x1a, 0x68, 0xf7, 0x07, 0x51, 0x1a,
 ];
 const SHARED: [u8; 16] = [0x42; 16];
+const MAC_KEY: [u8; MAC_KEY_LEN] = [0x24; MAC_KEY_LEN];
 
 fuzz_target!(|data: &[u8]| {
     let trust = AcTrust {
@@ -22,6 +25,10 @@ fuzz_target!(|data: &[u8]| {
         shared: Some(AcSharedKey {
             kid: None,
             key: &SHARED,
+        }),
+        mac: Some(AcMacKey {
+            kid: None,
+            key: &MAC_KEY,
         }),
     };
     let mut scratch = [0u8; MAX_TOKEN_LEN];

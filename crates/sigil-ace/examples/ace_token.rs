@@ -4,8 +4,10 @@
 //! ```text
 //! ace_token sign <ed25519|p256> <ac-secret-hex> <now> <aud> <topic> <client-p256-point-hex>
 //! ace_token encrypt <shared-key-hex> <now> <aud> <topic> <psk-hex>
+//! ace_token mac <mac-key-hex> <now> <aud> <topic> <client-p256-point-hex>
 //! ace_token check-signed <ed25519|p256> <ac-public-hex> <now> <aud>      (token hex on stdin)
 //! ace_token check-encrypted <shared-key-hex> <now> <aud>                 (token hex on stdin)
+//! ace_token check-maced <mac-key-hex> <now> <aud>                        (token hex on stdin)
 //! ```
 //!
 //! A check prints `ok`, then `form`, `aud`, `exp`, one `scope <object> <bits>` line per pair
@@ -16,8 +18,9 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use sigil_ace::{
-    encode_encrypted, encode_signed, validate, AcSharedKey, AcSigningKey, AcTrust, Claims,
-    Confirmation, Permissions, Scope, ScopeEntry, TokenError, MAX_TOKEN_LEN,
+    encode_encrypted, encode_maced, encode_signed, validate, AcMacKey, AcSharedKey, AcSigningKey,
+    AcTrust, Claims, Confirmation, Permissions, Scope, ScopeEntry, TokenError, MAC_KEY_LEN,
+    MAX_TOKEN_LEN,
 };
 use sigil_crypto::{CryptoError, PublicKey, Rng, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_time::UnixTime;
@@ -49,6 +52,17 @@ fn alg(name: &str) -> SignatureAlgorithm {
 
 fn now(s: &str) -> UnixTime {
     UnixTime::from_secs(s.parse().unwrap_or_else(|_| fail("now: seconds")))
+}
+
+fn mac_key(s: &str) -> [u8; MAC_KEY_LEN] {
+    hex(s)
+        .try_into()
+        .unwrap_or_else(|_| fail("32-byte MAC key"))
+}
+
+fn client_key(s: &str) -> PublicKey {
+    PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex(s))
+        .unwrap_or_else(|e| fail(&e.to_string()))
 }
 
 fn stdin_hex() -> Vec<u8> {
@@ -98,8 +112,7 @@ fn main() -> ExitCode {
             let alg = alg(alg_name);
             let key =
                 SecretKey::from_bytes(alg, &hex(secret)).unwrap_or_else(|e| fail(&e.to_string()));
-            let client = PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex(client))
-                .unwrap_or_else(|e| fail(&e.to_string()));
+            let client = client_key(client);
             let entries = [ScopeEntry {
                 object: topic,
                 permissions: Permissions::READ,
@@ -148,6 +161,26 @@ fn main() -> ExitCode {
             println!("{}", hex::encode(&out[..n]));
             ExitCode::SUCCESS
         }
+        ["mac", key, t, aud, topic, client] => {
+            let key = mac_key(key);
+            let entries = [ScopeEntry {
+                object: topic,
+                permissions: Permissions::READ,
+            }];
+            let claims = claims(
+                now(t),
+                aud,
+                &entries,
+                Confirmation::PublicKey {
+                    kid: None,
+                    key: client_key(client),
+                },
+            );
+            let n = encode_maced(&claims, Some(KID), &key, &RustCrypto, &mut out)
+                .unwrap_or_else(|e| fail(&e.to_string()));
+            println!("{}", hex::encode(&out[..n]));
+            ExitCode::SUCCESS
+        }
         ["check-signed", alg_name, public, t, aud] => {
             let key = PublicKey::from_bytes(alg(alg_name), &hex(public))
                 .unwrap_or_else(|e| fail(&e.to_string()));
@@ -156,7 +189,7 @@ fn main() -> ExitCode {
                     kid: Some(KID),
                     key,
                 }),
-                shared: None,
+                ..AcTrust::default()
             };
             report(validate(
                 &stdin_hex(),
@@ -172,11 +205,29 @@ fn main() -> ExitCode {
                 .try_into()
                 .unwrap_or_else(|_| fail("16-byte key"));
             let trust = AcTrust {
-                signing: None,
                 shared: Some(AcSharedKey {
                     kid: Some(KID),
                     key: &shared,
                 }),
+                ..AcTrust::default()
+            };
+            report(validate(
+                &stdin_hex(),
+                now(t),
+                aud,
+                &trust,
+                &RustCrypto,
+                &mut scratch,
+            ))
+        }
+        ["check-maced", key, t, aud] => {
+            let key = mac_key(key);
+            let trust = AcTrust {
+                mac: Some(AcMacKey {
+                    kid: Some(KID),
+                    key: &key,
+                }),
+                ..AcTrust::default()
             };
             report(validate(
                 &stdin_hex(),

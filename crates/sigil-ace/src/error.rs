@@ -67,7 +67,7 @@ impl Claim {
 pub enum Malformed {
     /// The CBOR itself is broken (truncated, indefinite length, nesting too deep...).
     Cbor(CborError),
-    /// The token is neither a tagged COSE_Sign1 (18) nor a tagged COSE_Encrypt0 (16), with or
+    /// The token is not a tagged COSE_Sign1 (18), COSE_Encrypt0 (16) or COSE_Mac0 (17), with or
     /// without the CWT tag (61).
     NotCose,
     /// A COSE header is missing, has the wrong type, is repeated or is not understood.
@@ -101,7 +101,8 @@ pub enum TokenError {
     WrongAudience,
     /// The COSE_Sign1 signature does not verify: the token was altered or not signed by the AC.
     BadSignature,
-    /// The COSE_Encrypt0 tag does not match: the token was altered or sealed under another key.
+    /// The COSE_Encrypt0 or COSE_Mac0 tag does not match: the token was altered or protected
+    /// under another key.
     BadTag,
     /// The token names a key (kid, or an algorithm) that is not the AC's.
     UnknownKey,
@@ -109,12 +110,14 @@ pub enum TokenError {
     Malformed(Malformed),
     /// The token (or a part of it) is longer than the bound this crate reads.
     Oversized { len: usize, max: usize },
-    /// The COSE algorithm is not one of EdDSA (-8), ES256 (-7), AES-CCM-16-64-128 (10).
+    /// The COSE algorithm is not one of EdDSA (-8), ES256 (-7), AES-CCM-16-64-128 (10) or
+    /// HMAC 256/64 (4), or not the one the token's COSE structure takes.
     UnsupportedAlgorithm(i64),
     /// A claim every Sigil access token carries (`aud`, `exp`, `scope`) is absent.
     MissingClaim(Claim),
-    /// A symmetric proof-of-possession key in a token that is only signed: the key would travel
-    /// in the clear (RFC 8747 §3.3 requires it encrypted), so it is neither made nor accepted.
+    /// A symmetric proof-of-possession key in a token that is only signed or MACed: the key
+    /// would travel in the clear (RFC 8747 §3.3 requires it encrypted), so it is neither made
+    /// nor accepted.
     ExposedPopKey,
     /// The caller's output or scratch buffer is too small.
     BufferTooSmall,
@@ -141,7 +144,7 @@ impl fmt::Display for Malformed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Cbor(e) => write!(f, "{e}"),
-            Self::NotCose => f.write_str("not a tagged COSE_Sign1 or COSE_Encrypt0"),
+            Self::NotCose => f.write_str("not a tagged COSE_Sign1, COSE_Encrypt0 or COSE_Mac0"),
             Self::Header(h) => write!(f, "COSE header: {h}"),
             Self::Claim(c) => write!(f, "claim {} has the wrong type or range", c.name()),
             Self::DuplicateClaim(c) => write!(f, "claim {} appears twice", c.name()),

@@ -2,10 +2,10 @@
 //! proof-of-possession keys (RFC 8747) and AIF scopes over pub-sub topics and the resource
 //! directory (RFC 9237, draft-ietf-ace-coap-pubsub-profile).
 //!
-//! The access-control server (AC) makes tokens with [`encode_signed`] or [`encode_encrypted`];
-//! a resource server (broker, RD, a sensor serving its own readings) checks them with
-//! [`validate`] and asks the result [`AccessToken::allows`]. Every refusal has a reason
-//! ([`TokenError`]). No heap, no I/O, no clock: the caller passes the current time, its
+//! The access-control server (AC) makes tokens with [`encode_signed`], [`encode_encrypted`] or
+//! [`encode_maced`]; a resource server (broker, RD, a sensor serving its own readings) checks
+//! them with [`validate`] and asks the result [`AccessToken::allows`]. Every refusal has a
+//! reason ([`TokenError`]). No heap, no I/O, no clock: the caller passes the current time, its
 //! buffers and its crypto provider. The wire layout and the measured sizes are in
 //! `docs/wire-formats.md`, "Access tokens".
 #![no_std]
@@ -20,6 +20,7 @@ pub use cnf::Confirmation;
 pub use error::{Claim, Malformed, TokenError};
 pub use scope::{Permissions, Scope, ScopeEntry, RD_OBJECT};
 pub use token::{
-    check, encode_encrypted, encode_signed, open, validate, AcSharedKey, AcSigningKey, AcTrust,
-    AccessToken, Claims, TokenForm, MAX_TOKEN_LEN,
+    check, encode_encrypted, encode_maced, encode_signed, hmac_256_64_tag, open, validate,
+    AcMacKey, AcSharedKey, AcSigningKey, AcTrust, AccessToken, Claims, TokenForm, MAC_KEY_LEN,
+    MAX_TOKEN_LEN,
 };

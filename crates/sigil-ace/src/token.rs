@@ -1,10 +1,13 @@
-//! CWT access tokens (RFC 8392) in the two forms a Sigil AC issues:
+//! CWT access tokens (RFC 8392) in the three forms a Sigil AC issues:
 //!
 //! - signed: a tagged COSE_Sign1 (RFC 9052 §4.2) under the AC's Ed25519 (EdDSA, -8) or P-256
 //!   (ES256, -7) key; any resource server holding the AC's public key checks it offline;
 //! - encrypted: a tagged COSE_Encrypt0 (RFC 9052 §5.2) under AES-CCM-16-64-128 (alg 10) with a
 //!   key the AC shares with one resource server; the only form that may carry a symmetric PoP
-//!   key (RFC 8747 §3.3).
+//!   key (RFC 8747 §3.3);
+//! - MACed: a tagged COSE_Mac0 (RFC 9052 §6.2) under HMAC 256/64 (alg 4, RFC 9053 §3.1) with a
+//!   256-bit key the AC shares with one resource server: integrity without confidentiality, so
+//!   like the signed form it never carries a symmetric PoP key.
 //!
 //! The `alg` is in the protected bucket; `kid` (and for Encrypt0 the 13-byte IV) are in the
 //! unprotected one, as in RFC 8392 Appendix A. Tokens are written without the CWT tag (61): the
@@ -23,6 +26,7 @@ use sigil_crypto::{
 };
 use sigil_objects::cbor::{CborError, Decoder, Encoder, Item};
 use sigil_time::UnixTime;
+use subtle::ConstantTimeEq;
 
 /// Longest token read or written, in bytes.
 pub const MAX_TOKEN_LEN: usize = 512;
@@ -36,9 +40,17 @@ const MAX_HEADER_ENTRIES: usize = 4;
 /// The CWT tag (RFC 8392 §6).
 pub const TAG_CWT: u64 = 61;
 const TAG_ENCRYPT0: u64 = 16;
+const TAG_MAC0: u64 = 17;
 const TAG_SIGN1: u64 = 18;
 /// COSE `AES-CCM-16-64-128` (RFC 9053 §4.2).
 pub const ALG_AES_CCM_16_64_128: i64 = 10;
+/// COSE `HMAC 256/64`: HMAC-SHA-256 truncated to its first 64 bits (RFC 9053 §3.1).
+pub const ALG_HMAC_256_64: i64 = 4;
+/// Length of an HMAC 256/64 tag.
+pub const HMAC_256_64_TAG_LEN: usize = 8;
+/// Length of the key the AC and a resource server share for MACed tokens (RFC 9053 §3.1:
+/// 256 bits for HMAC 256/64).
+pub const MAC_KEY_LEN: usize = 32;
 
 const H_ALG: i64 = 1;
 const H_CRIT: i64 = 2;
@@ -200,6 +212,8 @@ fn check_len(claim: Claim, len: usize) -> Result<(), TokenError> {
 pub enum TokenForm {
     Signed(SignatureAlgorithm),
     Encrypted,
+    /// COSE_Mac0 under HMAC 256/64.
+    Maced,
 }
 
 /// The AC's signing key as a resource server knows it.
@@ -226,12 +240,29 @@ impl core::fmt::Debug for AcSharedKey<'_> {
     }
 }
 
+/// The key the AC and this resource server share for MACed tokens.
+#[derive(Clone, Copy)]
+pub struct AcMacKey<'a> {
+    /// The kid the AC puts in its tokens; `None` accepts tokens with any kid or none.
+    pub kid: Option<&'a [u8]>,
+    pub key: &'a [u8; MAC_KEY_LEN],
+}
+
+impl core::fmt::Debug for AcMacKey<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AcMacKey")
+            .field("kid", &self.kid)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The keys through which a resource server trusts its AC: a token protected by anything else
 /// is refused with [`TokenError::UnknownKey`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AcTrust<'a> {
     pub signing: Option<AcSigningKey<'a>>,
     pub shared: Option<AcSharedKey<'a>>,
+    pub mac: Option<AcMacKey<'a>>,
 }
 
 /// A CBOR error while reading a field: a wrong type names the field, anything else (truncation,
@@ -349,6 +380,75 @@ pub fn encode_encrypted<P: CryptoProvider + ?Sized>(
     Ok(n)
 }
 
+/// Writes a MACed token: a tagged COSE_Mac0 over the claims under HMAC 256/64 with `key`
+/// (shared by the AC and the resource server). A symmetric PoP key is refused here
+/// ([`TokenError::ExposedPopKey`]): the claims travel in the clear.
+pub fn encode_maced<P: CryptoProvider + ?Sized>(
+    claims: &Claims<'_>,
+    kid: Option<&[u8]>,
+    key: &[u8; MAC_KEY_LEN],
+    provider: &P,
+    out: &mut [u8],
+) -> Result<usize, TokenError> {
+    if claims.cnf.is_some_and(|c| c.is_symmetric()) {
+        return Err(TokenError::ExposedPopKey);
+    }
+    if kid.is_some_and(|k| k.is_empty() || k.len() > MAX_KID_LEN) {
+        return Err(Malformed::Header("kid length").into());
+    }
+    let mut payload = [0u8; MAX_TOKEN_LEN];
+    let plen = claims.encode(&mut payload)?;
+    let payload = &payload[..plen];
+    let protected = [0xa1, 0x01, ALG_HMAC_256_64 as u8];
+    let tag = hmac_256_64_tag(provider, key, &protected, payload)?;
+    let mut e = Encoder::new(out);
+    e.tag(TAG_MAC0)?.array(4)?.bytes(&protected)?;
+    match kid {
+        Some(kid) => e.map(1)?.i64(H_KID)?.bytes(kid)?,
+        None => e.map(0)?,
+    };
+    e.bytes(payload)?.bytes(&tag)?;
+    let n = e.finish();
+    if n > MAX_TOKEN_LEN {
+        return Err(TokenError::Oversized {
+            len: n,
+            max: MAX_TOKEN_LEN,
+        });
+    }
+    Ok(n)
+}
+
+/// The HMAC 256/64 tag of a COSE_Mac0: HMAC-SHA-256 with `key` over
+/// `MAC_structure = ["MAC0", protected, external_aad = h'', payload]` (RFC 9052 §6.3), cut to
+/// its first 8 bytes. `protected` is the protected bucket's bytes as they are on the wire. The
+/// parts go to the provider as they are, so the payload is not copied.
+pub fn hmac_256_64_tag<P: CryptoProvider + ?Sized>(
+    provider: &P,
+    key: &[u8; MAC_KEY_LEN],
+    protected: &[u8],
+    payload: &[u8],
+) -> Result<[u8; HMAC_256_64_TAG_LEN], TokenError> {
+    let mut head = [0u8; 16];
+    let head_len = {
+        let mut e = Encoder::new(&mut head);
+        e.array(4)?.text("MAC0")?.bytes_header(protected.len())?;
+        e.finish()
+    };
+    let mut middle = [0u8; 16];
+    let middle_len = {
+        let mut e = Encoder::new(&mut middle);
+        e.bytes(&[])?.bytes_header(payload.len())?;
+        e.finish()
+    };
+    let full = provider.hmac_sha256(
+        key,
+        &[&head[..head_len], protected, &middle[..middle_len], payload],
+    );
+    let mut tag = [0u8; HMAC_256_64_TAG_LEN];
+    tag.copy_from_slice(&full[..HMAC_256_64_TAG_LEN]);
+    Ok(tag)
+}
+
 /// `Enc_structure = ["Encrypt0", protected, external_aad = h'']` (RFC 9052 §5.3).
 fn enc_structure(protected: &[u8], out: &mut [u8]) -> Result<usize, TokenError> {
     let mut e = Encoder::new(out);
@@ -419,9 +519,10 @@ fn read_bucket<'a>(
 
 /// Checks a token's signature or tag against the AC's keys in `trust` and reads its claims.
 ///
-/// The claims are copied (signed form) or decrypted (encrypted form) into `scratch`, which must
-/// hold the payload; the returned claims borrow it. Nothing is read from a claim before the
-/// signature or tag has been checked. Time, audience and required claims are [`validate`]'s.
+/// The claims are copied (signed and MACed forms) or decrypted (encrypted form) into `scratch`,
+/// which must hold the payload; the returned claims borrow it. Nothing is read from a claim
+/// before the signature or tag has been checked. Time, audience and required claims are
+/// [`validate`]'s.
 pub fn open<'s, P: CryptoProvider + ?Sized>(
     token: &[u8],
     trust: &AcTrust<'_>,
@@ -448,6 +549,7 @@ pub fn open<'s, P: CryptoProvider + ?Sized>(
     let (form, len) = match tag {
         TAG_SIGN1 => open_sign1(&mut d, trust, provider, scratch)?,
         TAG_ENCRYPT0 => open_encrypt0(&mut d, trust, provider, scratch)?,
+        TAG_MAC0 => open_mac0(&mut d, trust, provider, scratch)?,
         _ => return Err(Malformed::NotCose.into()),
     };
     let claims = Claims::parse(&scratch[..len])?;
@@ -568,6 +670,42 @@ fn open_encrypt0<P: CryptoProvider + ?Sized>(
         })
         .inspect_err(|_| out.fill(0))?;
     Ok((TokenForm::Encrypted, body.len()))
+}
+
+fn open_mac0<P: CryptoProvider + ?Sized>(
+    d: &mut Decoder<'_>,
+    trust: &AcTrust<'_>,
+    provider: &P,
+    scratch: &mut [u8],
+) -> Result<(TokenForm, usize), TokenError> {
+    let (protected, h) = read_headers(d, 4)?;
+    let payload = d
+        .bytes()
+        .map_err(|e| typed(e, Malformed::Header("payload is not bytes")))?;
+    let tag = d
+        .bytes()
+        .map_err(|e| typed(e, Malformed::Header("tag is not bytes")))?;
+    d.finish()?;
+    let alg = h.alg.ok_or(Malformed::Header("alg missing"))?;
+    if alg != ALG_HMAC_256_64 {
+        return Err(TokenError::UnsupportedAlgorithm(alg));
+    }
+    if tag.len() != HMAC_256_64_TAG_LEN {
+        return Err(TokenError::BadTag);
+    }
+    let ac = trust.mac.ok_or(TokenError::UnknownKey)?;
+    if !kid_matches(ac.kid, h.kid) {
+        return Err(TokenError::UnknownKey);
+    }
+    let expected = hmac_256_64_tag(provider, ac.key, protected, payload)?;
+    if !bool::from(expected[..].ct_eq(tag)) {
+        return Err(TokenError::BadTag);
+    }
+    let out = scratch
+        .get_mut(..payload.len())
+        .ok_or(TokenError::BufferTooSmall)?;
+    out.copy_from_slice(payload);
+    Ok((TokenForm::Maced, payload.len()))
 }
 
 /// A token that passed every check of [`validate`]: verified by the AC's key, unexpired, for
