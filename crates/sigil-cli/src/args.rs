@@ -25,6 +25,26 @@ pub enum DtlsMode {
     Cert,
 }
 
+/// How the DTLS handshake travels to a coaps:// server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum DtlsCarrier {
+    /// DTLS flights over UDP, with DTLS's retransmission timers and fragmentation.
+    #[default]
+    Records,
+    /// Each flight in a Confirmable CoAP request to the server's `/dtls` resource, with
+    /// CoAP's retransmission and block-wise transfer (DTLS as a CoAP resource).
+    Coap,
+}
+
+impl From<DtlsCarrier> for sigil_client::Carrier {
+    fn from(c: DtlsCarrier) -> Self {
+        match c {
+            DtlsCarrier::Records => Self::Records,
+            DtlsCarrier::Coap => Self::Coap,
+        }
+    }
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s
@@ -171,6 +191,10 @@ pub struct DtlsArgs {
     /// own device key instead.
     #[arg(long)]
     pub key_file: Option<PathBuf>,
+    /// How the handshake travels: as DTLS records, or as a CoAP resource (`PUT /dtls` on the
+    /// same coaps:// port). The session's records are the same either way.
+    #[arg(long, value_enum, default_value = "records")]
+    pub dtls_carrier: DtlsCarrier,
     #[command(flatten)]
     pub timing: DtlsTimingArgs,
 }
@@ -182,6 +206,9 @@ impl DtlsArgs {
     pub fn check(&self, secure: bool) -> Result<()> {
         self.timing.config()?;
         let mode = match (&self.dtls, secure) {
+            (None, false) if self.dtls_carrier == DtlsCarrier::Coap => {
+                bail!("--dtls-carrier needs a coaps:// server URI")
+            }
             (None, false) => return Ok(()),
             (Some(_), false) => bail!("--dtls needs a coaps:// server URI"),
             (None, true) => bail!("a coaps:// server needs --dtls psk|ecdhe-psk|rpk|cert"),

@@ -178,6 +178,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             security: sigil_client::transport::Security::None,
             dtls: Default::default(),
             association: None,
+            carrier: Default::default(),
         };
         let (a, r) = (acked.clone(), rejected.clone());
         let stop = stop_rx.clone();

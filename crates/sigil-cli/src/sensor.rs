@@ -58,6 +58,8 @@ pub struct SensorRun {
     /// coaps://: keep the established association in this file, MACed under this key, and
     /// take it up at start instead of a handshake.
     pub association: Option<(std::path::PathBuf, [u8; 32])>,
+    /// How its DTLS handshakes travel.
+    pub carrier: sigil_client::Carrier,
 }
 
 /// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which
@@ -78,6 +80,7 @@ pub async fn run<S: DeviceStorage>(
     mut on_event: impl FnMut(&Event),
 ) -> Result<SensorReport> {
     let mut transport = Transport::bind(run.server, run.security.clone(), run.dtls).await?;
+    transport.set_carrier(run.carrier);
     if let (true, Some((path, key))) = (transport.is_secure(), run.association.clone()) {
         transport.keep_association(path, key);
     }

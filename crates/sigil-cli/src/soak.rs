@@ -598,6 +598,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
             security: sec,
             dtls: Default::default(),
             association: None,
+            carrier: Default::default(),
         };
         let a = acked.clone();
         let stop = stop_rx.clone();

@@ -1049,6 +1049,17 @@ fn a_coaps_session_survives_a_server_kill_without_a_handshake() {
 #[cfg(unix)]
 #[test]
 fn a_sensor_killed_between_readings_resumes_its_association_without_a_handshake() {
+    killed_sensor_resumes_its_association("records");
+}
+
+/// The same over the CoAP carrier (`--dtls-carrier coap`): the handshake is `PUT /dtls` on
+/// the coaps:// port, the readings DTLS records, the association kept the same way.
+#[test]
+fn a_sensor_with_its_handshake_over_coap_publishes_and_resumes_after_kill_9() {
+    killed_sensor_resumes_its_association("coap");
+}
+
+fn killed_sensor_resumes_its_association(carrier: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
     let dbs = db.to_str().unwrap();
@@ -1096,6 +1107,8 @@ fn a_sensor_killed_between_readings_resumes_its_association_without_a_handshake(
                 "psk",
                 "--psk",
                 &psk,
+                "--dtls-carrier",
+                carrier,
                 "--ack-timeout",
                 "1s",
             ])
@@ -1147,6 +1160,10 @@ fn a_sensor_killed_between_readings_resumes_its_association_without_a_handshake(
     assert_eq!(n("dtls.address_changed"), 1, "{stats}");
     assert_eq!(n("dtls.records_dropped"), 0, "{stats}");
     assert_eq!(n("dtls.no_session"), 0, "{stats}");
+    let over_coap = u64::from(carrier == "coap");
+    assert_eq!(n("dtls_coap.handshake_completed"), over_coap, "{stats}");
+    assert_eq!(n("dtls.handshake_started"), 1 - over_coap, "{stats}");
+    assert!(n("publish.accepted") >= 11, "{stats}");
 }
 
 /// A sensor whose kept association the server no longer has (here: the server restarted

@@ -18,4 +18,4 @@ pub mod pem;
 pub mod transport;
 
 pub use coap::{ClientResponse, CoapClient, RequestSpec};
-pub use transport::{parse_uri, Security, ServerUri, Transport};
+pub use transport::{parse_uri, Carrier, Security, ServerUri, Transport};

@@ -1,5 +1,6 @@
 //! How the command-line clients reach the server: plain UDP (coap://) or a DTLS 1.2 session
-//! (coaps://, RFC 7252 §9) driven from the sans-IO `sigil-dtls` connection.
+//! (coaps://, RFC 7252 §9) driven from the sans-IO `sigil-dtls` connection, its handshake
+//! carried as DTLS records or as a CoAP resource ([`Carrier`]).
 
 use anyhow::{anyhow, bail, Context, Result};
 use sigil_crypto::{PublicKey, RustCrypto, SecretKey};
@@ -47,6 +48,17 @@ impl Security {
     }
 }
 
+/// How the DTLS handshake travels; the session's records are the same either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Carrier {
+    /// DTLS flights over UDP, with DTLS's own retransmission timers and fragmentation.
+    #[default]
+    Records,
+    /// Each flight in a Confirmable CoAP request or response to the server's `/dtls`
+    /// resource (sigil-dtls-coap): CoAP's retransmission and block-wise transfer.
+    Coap,
+}
+
 /// Trusts exactly the server's pinned identity (raw public keys), or chains to the anchors
 /// at the current time (X.509), whose certified key must hash to the pinned identity when
 /// there is one.
@@ -79,6 +91,7 @@ pub struct Transport {
     server: SocketAddr,
     security: Security,
     config: Config,
+    carrier: Carrier,
     session: Option<Box<Session>>,
     start: Instant,
     inbox: VecDeque<Vec<u8>>,
@@ -105,11 +118,27 @@ impl Transport {
     /// Binds a socket and, for coaps://, completes the DTLS handshake (retransmitting with
     /// the configured timers) before returning.
     pub async fn open(server: SocketAddr, security: Security, config: Config) -> Result<Self> {
+        Self::open_over(server, security, config, Carrier::Records).await
+    }
+
+    /// [`Transport::open`] with the handshake carried by `carrier`.
+    pub async fn open_over(
+        server: SocketAddr,
+        security: Security,
+        config: Config,
+        carrier: Carrier,
+    ) -> Result<Self> {
         let mut t = Self::bind(server, security, config).await?;
+        t.set_carrier(carrier);
         if t.security.is_secure() {
             t.handshake().await?;
         }
         Ok(t)
+    }
+
+    /// How later handshakes travel.
+    pub fn set_carrier(&mut self, carrier: Carrier) {
+        self.carrier = carrier;
     }
 
     /// Binds a socket for `server` without a DTLS handshake: for coaps://, the caller runs
@@ -126,6 +155,7 @@ impl Transport {
             server,
             security,
             config,
+            carrier: Carrier::Records,
             session: None,
             start: Instant::now(),
             inbox: VecDeque::new(),
@@ -212,14 +242,15 @@ impl Transport {
 
     /// (Re-)establishes the DTLS session: a new handshake from the same socket.
     pub async fn handshake(&mut self) -> Result<()> {
+        let security = self.security.clone();
         let (identity, key);
-        let chain: Vec<&[u8]> = match &self.security {
+        let chain: Vec<&[u8]> = match &security {
             Security::Certificate {
                 own: Some((c, _)), ..
             } => c.iter().map(Vec::as_slice).collect(),
             _ => Vec::new(),
         };
-        let credentials = match &self.security {
+        let credentials = match &security {
             Security::None => return Ok(()),
             Security::Psk {
                 identity: i,
@@ -245,16 +276,41 @@ impl Transport {
                 Credentials::Certificate(own.as_ref().map(|(_, k)| (&chain[..], k)))
             }
         };
-        let pinned = match &self.security {
+        let pinned = match &security {
             Security::RawPublicKey { server, .. } => Some(*server),
             Security::Certificate { server, .. } => *server,
             _ => None,
         };
-        let anchors = match &self.security {
+        let anchors = match &security {
             Security::Certificate { anchors, .. } => anchors.clone(),
             _ => Vec::new(),
         };
         let trust = PinnedServer(pinned, anchors);
+        self.inbox.clear();
+        let conn = match self.carrier {
+            Carrier::Records => self.handshake_records(trust, credentials).await?,
+            Carrier::Coap => self.handshake_coap(trust, credentials).await?,
+        };
+        let mut conn = Box::new(conn);
+        self.checkpoint(&mut conn)?;
+        self.drain(&mut conn);
+        self.flush(&mut conn).await?;
+        if conn.resumed() {
+            self.resumed += 1;
+        }
+        self.resumable = conn.session();
+        self.session = Some(conn);
+        self.handshakes += 1;
+        tracing::debug!(server = %self.server, carrier = ?self.carrier, "DTLS session established");
+        Ok(())
+    }
+
+    /// A handshake in DTLS records (resuming the last session if there is one).
+    async fn handshake_records(
+        &mut self,
+        trust: PinnedServer,
+        credentials: Credentials<'_>,
+    ) -> Result<Session> {
         let now = self.now();
         let rng = &mut crate::os::OsRng;
         let conn = match &self.resumable {
@@ -262,7 +318,6 @@ impl Transport {
             None => Connection::connect(RustCrypto, trust, self.config, rng, credentials, now),
         };
         let mut conn: Box<Handshake> = Box::new(conn.map_err(|e| anyhow!("DTLS: {e}"))?);
-        self.inbox.clear();
         let mut out = [0u8; MAX_DATAGRAM];
         loop {
             while let Some(n) = conn.poll_transmit(self.now(), &mut out) {
@@ -291,21 +346,63 @@ impl Transport {
                 }
             }
         }
-        let mut conn = Box::new(
-            conn.into_traffic()
-                .map_err(|_| anyhow!("DTLS handshake with {} incomplete", self.server))?,
+        conn.into_traffic()
+            .map_err(|_| anyhow!("DTLS handshake with {} incomplete", self.server))
+    }
+
+    /// A full handshake as a CoAP resource: `PUT /dtls`, then `POST /dtls/<id>`, each
+    /// Confirmable, retransmitted on CoAP's timers (RFC 7252 §4.2).
+    async fn handshake_coap(
+        &mut self,
+        trust: PinnedServer,
+        credentials: Credentials<'_>,
+    ) -> Result<Session> {
+        let config = sigil_dtls_coap::CarrierConfig {
+            dtls: self.config,
+            ..Default::default()
+        };
+        let rng = &mut crate::os::OsRng;
+        let server = self.server;
+        let failed = |e| anyhow!("DTLS handshake over CoAP with {server}: {e:?}");
+        let mut hs = Box::new(
+            sigil_dtls_coap::Client::connect(
+                RustCrypto,
+                trust,
+                config,
+                rng,
+                credentials,
+                self.now(),
+            )
+            .map_err(failed)?,
         );
-        self.checkpoint(&mut conn)?;
-        self.drain(&mut conn);
-        self.flush(&mut conn).await?;
-        if conn.resumed() {
-            self.resumed += 1;
+        let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
+        loop {
+            while let Some(n) = hs.poll_transmit(&mut out) {
+                self.socket.send_to(&out[..n], self.server).await?;
+            }
+            if hs.is_established() {
+                break;
+            }
+            if let Some(e) = hs.failure() {
+                return Err(failed(e));
+            }
+            let now = self.now();
+            let wake = hs.poll_timeout().unwrap_or(now + Duration::from_secs(1));
+            let wait = wake.saturating_since(now).max(Duration::from_millis(1));
+            match tokio::time::timeout(wait, self.socket.recv_from(&mut self.buf)).await {
+                Err(_) => hs.handle_timeout(self.now()).map_err(failed)?,
+                Ok(r) => {
+                    let (n, from) = r.context("socket")?;
+                    if from == self.server {
+                        let now = self.now();
+                        hs.handle_datagram(now, &self.buf[..n], rng)
+                            .map_err(failed)?;
+                    }
+                }
+            }
         }
-        self.resumable = conn.session();
-        self.session = Some(conn);
-        self.handshakes += 1;
-        tracing::debug!(server = %self.server, "DTLS session established");
-        Ok(())
+        hs.into_traffic()
+            .map_err(|_| anyhow!("DTLS handshake over CoAP with {} incomplete", self.server))
     }
 
     async fn flush(&mut self, conn: &mut Session) -> Result<()> {
@@ -358,6 +455,10 @@ impl Transport {
             }
             if !self.security.is_secure() {
                 return Ok(self.buf[..n].to_vec());
+            }
+            if !sigil_dtls_coap::is_dtls_record(&self.buf[..n]) {
+                // A late copy of a handshake answer over CoAP: not for the session.
+                continue;
             }
             let Some(mut conn) = self.session.take() else {
                 bail!("DTLS session lost");

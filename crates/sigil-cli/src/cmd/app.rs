@@ -39,7 +39,8 @@ pub async fn run(a: AppArgs) -> Result<i32> {
     };
     a.dtls.check(uri.secure)?;
     let security = a.dtls.security(uri.secure, None)?;
-    let t = Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
+    let config = a.dtls.timing.config()?;
+    let t = Transport::open_over(uri.addr, security, config, a.dtls.dtls_carrier.into()).await?;
     let report = app::run(t, trust.as_ref(), a.history).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

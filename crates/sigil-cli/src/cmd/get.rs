@@ -16,7 +16,8 @@ pub struct GetArgs {
 pub async fn run(a: GetArgs) -> Result<i32> {
     let uri = parse_uri(&a.uri)?;
     let security = a.dtls.security(uri.secure, None)?;
-    let t = Transport::open(uri.addr, security, a.dtls.timing.config()?).await?;
+    let config = a.dtls.timing.config()?;
+    let t = Transport::open_over(uri.addr, security, config, a.dtls.dtls_carrier.into()).await?;
     let mut c = CoapClient::over(t, sigil_coap::TransmissionParameters::default());
     let r = c.get(&uri.path, &[]).await?;
     c.close().await;

@@ -184,6 +184,7 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             ..dtls
         },
         association,
+        carrier: a.dtls.dtls_carrier.into(),
     };
     let report = sensor::run(device, storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "device event")
