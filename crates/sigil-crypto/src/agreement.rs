@@ -1,6 +1,6 @@
 //! Key-agreement values: the algorithm, the secret scalar and the public value.
 
-use crate::CryptoError;
+use crate::{CryptoError, SecretKey, SignatureAlgorithm};
 use core::fmt;
 use zeroize::Zeroize;
 
@@ -47,6 +47,20 @@ impl AgreementSecret {
     pub fn from_bytes(alg: AgreementAlgorithm, bytes: &[u8]) -> Result<Self, CryptoError> {
         let bytes: [u8; 32] = bytes.try_into().map_err(|_| CryptoError::KeyLength)?;
         Ok(Self { alg, bytes })
+    }
+
+    /// The P-256 ECDH secret of a P-256 signing key: the same scalar, so its public value is
+    /// the signing key's public point. This is what a static ECDH key exchange needs, in which
+    /// the key a certificate or raw public key names is the key-agreement key itself
+    /// (ECDH_ECDSA, RFC 4492 §2.1). An Ed25519 key has no P-256 counterpart.
+    pub fn from_p256_signing_key(key: &SecretKey) -> Result<Self, CryptoError> {
+        if key.algorithm() != SignatureAlgorithm::EcdsaP256 {
+            return Err(CryptoError::InvalidKey);
+        }
+        Ok(Self {
+            alg: AgreementAlgorithm::P256,
+            bytes: key.bytes,
+        })
     }
 
     pub fn algorithm(&self) -> AgreementAlgorithm {

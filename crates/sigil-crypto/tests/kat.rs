@@ -138,6 +138,41 @@ fn key_agreement_refuses_low_order_and_off_curve_peers() {
 }
 
 #[test]
+fn a_p256_signing_key_agrees_as_the_point_it_signs_with() {
+    use sigil_crypto::{AgreementAlgorithm, AgreementSecret};
+    let signing = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter::new(11, 3))
+        .unwrap();
+    let static_secret = AgreementSecret::from_p256_signing_key(&signing).unwrap();
+    let public = RustCrypto.public_key(&signing).unwrap();
+    assert_eq!(
+        RustCrypto
+            .agreement_public_key(&static_secret)
+            .unwrap()
+            .as_bytes(),
+        public.as_bytes()
+    );
+    // A peer that knows only the signing key's public point reaches the same secret.
+    let peer = RustCrypto
+        .generate_agreement(AgreementAlgorithm::P256, &mut Counter::new(12, 5))
+        .unwrap();
+    let peer_public = RustCrypto.agreement_public_key(&peer).unwrap();
+    assert_eq!(
+        RustCrypto.agree(&peer, public.as_bytes()).unwrap(),
+        RustCrypto
+            .agree(&static_secret, peer_public.as_bytes())
+            .unwrap()
+    );
+    let ed25519 = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Counter::new(13, 7))
+        .unwrap();
+    assert_eq!(
+        AgreementSecret::from_p256_signing_key(&ed25519).unwrap_err(),
+        CryptoError::InvalidKey
+    );
+}
+
+#[test]
 fn ccm8_detects_any_change_to_ciphertext_tag_or_associated_data() {
     let key = [9u8; 16];
     let nonce = [1u8; 12];

@@ -197,6 +197,140 @@ fn ecdhe_ecdsa_with_pinned_raw_public_keys_over_the_carrier() {
     }));
 }
 
+/// Mutual static ECDH (sigil-dtls's PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8) over the
+/// carrier, with each side enabling it or not. Returns the link and, if the handshake
+/// completed, the server key the client holds (else the client's failure).
+#[cfg(feature = "static-ecdh")]
+fn static_ecdh_handshake(
+    client_static: bool,
+    server_static: bool,
+) -> (
+    Link<'static>,
+    Result<sigil_crypto::PublicKey, Option<sigil_dtls_coap::Error>>,
+) {
+    let (server_key, server_id) = key(60);
+    let (client_key, client_id) = key(70);
+    let server_ids = [client_id];
+    let client_ids = [server_id];
+    let server_trust = PinnedIdentities {
+        crypto: RustCrypto,
+        identities: &server_ids[..],
+    };
+    let offer = ServerCredentials {
+        key: Some(&server_key),
+        require_client_key: true,
+        ..ServerCredentials::NONE
+    };
+    let config = EndpointConfig {
+        dtls: sigil_dtls::Config {
+            danger_static_ecdh: server_static,
+            ..sigil_dtls::Config::default()
+        },
+        ..EndpointConfig::default()
+    };
+    let mut server: Endpoint<'_, RustCrypto, _, 2> =
+        Endpoint::new(RustCrypto, &server_trust, offer, config, [3; 32]);
+    let mut client = Client::connect(
+        RustCrypto,
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &client_ids[..],
+        },
+        CarrierConfig {
+            dtls: sigil_dtls::Config {
+                danger_static_ecdh: client_static,
+                ..sigil_dtls::Config::default()
+            },
+            ..CarrierConfig::default()
+        },
+        &mut Counter::new(6, 29),
+        Credentials::RawPublicKey(Some(&client_key)),
+        at(0),
+    )
+    .unwrap();
+    let mut link = Link::new(PEER);
+    if !link.run(&mut client, &mut server, 600_000) {
+        return (link, Err(client.failure()));
+    }
+    let id = client.session_id().unwrap();
+    let s = server.traffic_mut(id, PEER, at(1)).unwrap();
+    assert_eq!(
+        s.peer_public_key(),
+        Some(&RustCrypto.public_key(&client_key).unwrap())
+    );
+    let mut c = client.into_traffic().ok().unwrap();
+    let server_key = *c.peer_public_key().unwrap();
+    exchange(&mut c, s);
+    (link, Ok(server_key))
+}
+
+/// The handshake message types in a carrier payload (plaintext records).
+#[cfg(feature = "static-ecdh")]
+fn handshake_types(payload: &[u8]) -> Vec<sigil_dtls::wire::HandshakeType> {
+    sigil_dtls::record::Records::new(payload)
+        .map(Result::unwrap)
+        .filter(|r| {
+            r.header.content_type == sigil_dtls::wire::ContentType::HANDSHAKE && r.header.epoch == 0
+        })
+        .map(|r| sigil_dtls::wire::HandshakeType(r.fragment[0]))
+        .collect()
+}
+
+#[cfg(feature = "static-ecdh")]
+#[test]
+fn static_ecdh_over_the_carrier_sends_no_server_key_exchange() {
+    use sigil_dtls::wire::{CipherSuite, HandshakeType};
+    let (link, server_key) = static_ecdh_handshake(true, true);
+    // The server's flight, in the 2.01 that answers the PUT with the cookie.
+    let created = link
+        .log
+        .iter()
+        .map(|s| s.message())
+        .find(|m| m.code == Code::CREATED)
+        .unwrap();
+    assert_eq!(
+        handshake_types(created.payload),
+        [
+            HandshakeType::SERVER_HELLO,
+            HandshakeType::CERTIFICATE,
+            HandshakeType::CERTIFICATE_REQUEST,
+            HandshakeType::SERVER_HELLO_DONE,
+        ]
+    );
+    let (rec, _) = sigil_dtls::record::Record::parse(created.payload).unwrap();
+    let sh = sigil_dtls::handshake::ServerHello::parse(&rec.fragment[12..]).unwrap();
+    assert_eq!(
+        sh.cipher_suite,
+        CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8
+    );
+    // The client holds the server's pinned key.
+    let (_, server_id) = key(60);
+    let pk = server_key.unwrap();
+    assert_eq!(Identity::of_key(&RustCrypto, &pk, b"").unwrap(), server_id);
+}
+
+#[cfg(feature = "static-ecdh")]
+#[test]
+fn static_ecdh_over_the_carrier_needs_both_sides_to_enable_it() {
+    // The client asks for it alone: the server has no suite in common and refuses.
+    let (_, refused) = static_ecdh_handshake(true, false);
+    assert_eq!(
+        refused,
+        Err(Some(sigil_dtls_coap::Error::Refused(Code::FORBIDDEN)))
+    );
+    // The server takes it, the client did not ask: ECDHE-ECDSA, with its ServerKeyExchange.
+    let (link, ecdhe) = static_ecdh_handshake(false, true);
+    assert!(ecdhe.is_ok(), "{ecdhe:?}");
+    let created = link
+        .log
+        .iter()
+        .map(|s| s.message())
+        .find(|m| m.code == Code::CREATED)
+        .unwrap();
+    assert!(handshake_types(created.payload)
+        .contains(&sigil_dtls::wire::HandshakeType::SERVER_KEY_EXCHANGE));
+}
+
 #[test]
 fn small_blocks_carry_the_ecdhe_ecdsa_flights_in_block1_and_block2() {
     // 64-byte blocks: the server's flight (certificate, key exchange, request) and the

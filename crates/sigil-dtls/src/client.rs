@@ -2,6 +2,9 @@
 //! §7.3): [`ExpectHelloVerifyOrServerHello`] (HelloVerifyRequest or ServerHello) → [`ExpectCertificate`]
 //! → [`ExpectServerKeyExchange`] → [`ExpectServerHelloDone`] → ChangeCipherSpec → Finished
 //! ([`crate::finished`]). Each consumes itself and one message, checking its type first.
+//! With static ECDH (feature `static-ecdh`) the server sends no ServerKeyExchange: its
+//! Certificate leads to [`ExpectServerHelloDone`], and the key it names is the one the
+//! client's ephemeral key agrees with (RFC 4492 §2.1).
 
 use crate::conn::{aead_of, kx_of, Cx, Hs, Kx, Next, OwnChain};
 use crate::extensions::{
@@ -63,6 +66,17 @@ fn ecdsa_suite(config: &crate::conn::Config) -> CipherSuite {
     CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8
 }
 
+/// The suite a client with a raw public key offers for `config`: static ECDH only when the
+/// caller asked for it by name.
+#[cfg(feature = "ecdhe-ecdsa")]
+fn raw_public_key_suite(config: &crate::conn::Config) -> CipherSuite {
+    #[cfg(feature = "static-ecdh")]
+    if config.danger_static_ecdh {
+        return CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8;
+    }
+    ecdsa_suite(config)
+}
+
 /// A cached session the client asks to resume.
 struct Resume {
     id: [u8; 32],
@@ -115,7 +129,7 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
         }
         #[cfg(feature = "ecdhe-ecdsa")]
         Credentials::RawPublicKey(key) => {
-            base.suite = ecdsa_suite(cx.config);
+            base.suite = raw_public_key_suite(cx.config);
             base.own_key = key.cloned();
             base.ephemeral = Some(
                 cx.crypto
@@ -175,7 +189,7 @@ impl ExpectHelloVerifyOrServerHello {
             add(Extension::SupportedGroups(P256_ONLY));
             add(Extension::EcPointFormats(UNCOMPRESSED));
         }
-        if b.kx() == Kx::EcdheEcdsa {
+        if b.kx().with_certificates() {
             add(Extension::SignatureAlgorithms(OUR_SCHEMES));
             // With certificates, the default type X.509 needs no extension.
             if !b.server_x509 {
@@ -255,7 +269,7 @@ impl ExpectHelloVerifyOrServerHello {
         ext.check_renegotiation_info(false)?;
         let resume = self.resume.filter(|r| sh.session_id == &r.id[..]);
         let kx = self.base.kx();
-        if kx == Kx::EcdheEcdsa && resume.is_none() {
+        if kx.with_certificates() && resume.is_none() {
             let chosen = ext.server_certificate_type;
             let ok = if self.base.server_x509 {
                 chosen.is_none() || chosen == Some(CertificateTypes::Chosen(CertificateType::X509))
@@ -321,6 +335,8 @@ impl ExpectHelloVerifyOrServerHello {
                 server_key: None,
             }),
             Kx::EcdheEcdsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
+            #[cfg(feature = "static-ecdh")]
+            Kx::EcdhEcdsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
         }
         .into())
     }
@@ -335,7 +351,7 @@ pub(crate) struct AfterHello {
     client_rpk: bool,
 }
 
-/// Expects the server's Certificate (ECDHE-ECDSA).
+/// Expects the server's Certificate (ECDHE-ECDSA, static ECDH).
 pub struct ExpectCertificate {
     hs: AfterHello,
 }
@@ -351,6 +367,19 @@ impl ExpectCertificate {
         }
         let key = trust::peer_certificate(cx.trust, m.body, self.hs.base.server_x509)?;
         cx.io.transcript.add(m)?;
+        #[cfg(feature = "static-ecdh")]
+        if self.hs.base.kx().is_static_ecdh() {
+            // No ServerKeyExchange follows: the trusted key is the server's ECDH key, and only
+            // its holder can answer the ClientKeyExchange with the right Finished.
+            let (point, proof) = trust::static_ecdh_key(&key)?;
+            return Ok(Hs::ExpectServerHelloDone(ExpectServerHelloDone {
+                hs: self.hs,
+                peer_point: Some(point),
+                peer: Peer::key(&key, proof),
+                cert_requested: false,
+            })
+            .into());
+        }
         Ok(Hs::ExpectServerKeyExchange(ExpectServerKeyExchange {
             hs: self.hs,
             server_key: Some(key),
@@ -418,8 +447,9 @@ impl ExpectServerKeyExchange {
     }
 }
 
-/// Expects CertificateRequest (ECDHE-ECDSA), ServerKeyExchange (PSK identity hint) or
-/// ServerHelloDone; the peer is authenticated by now (or, with a PSK, will be by its Finished).
+/// Expects CertificateRequest (ECDHE-ECDSA, static ECDH), ServerKeyExchange (PSK identity
+/// hint) or ServerHelloDone; the peer is authenticated by now (or, with a PSK or a static
+/// ECDH key, will be by its Finished).
 pub struct ExpectServerHelloDone {
     hs: AfterHello,
     peer_point: Option<[u8; 65]>,
@@ -446,7 +476,7 @@ impl ExpectServerHelloDone {
             }
             HandshakeType::CERTIFICATE_REQUEST
                 if cfg!(feature = "ecdhe-ecdsa")
-                    && kx == Kx::EcdheEcdsa
+                    && kx.with_certificates()
                     && !self.cert_requested =>
             {
                 let mut r = Reader::new(m.body);
@@ -508,9 +538,13 @@ impl ExpectServerHelloDone {
         let kx = base.kx();
         let agree = |eph: &AgreementSecret, cx: &Cx<'_, C, T>| {
             let point = peer_point.ok_or(Error::UnexpectedHandshake(14))?;
-            cx.crypto
-                .agree(eph, &point)
-                .map_err(|_| Error::IllegalParameter("ServerKeyExchange point"))
+            cx.crypto.agree(eph, &point).map_err(|_| {
+                Error::IllegalParameter(if kx.is_static_ecdh() {
+                    "Certificate key as an ECDH point"
+                } else {
+                    "ServerKeyExchange point"
+                })
+            })
         };
         let ecdh = if kx == Kx::Psk || kx == Kx::EcdhePsk {
             // ClientKeyExchange: psk_identity<0..2^16-1>, and with ECDHE-PSK our ephemeral
@@ -544,7 +578,8 @@ impl ExpectServerHelloDone {
                         .queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0])?,
                 }
             }
-            // ClientKeyExchange: our ephemeral point (RFC 8422 §5.7), drawn at connect.
+            // ClientKeyExchange: our ephemeral point (RFC 8422 §5.7; with static ECDH too,
+            // since the client authenticates by signing, RFC 4492 §3.2), drawn at connect.
             let eph = base
                 .ephemeral
                 .take()

@@ -63,6 +63,13 @@ pub struct Config {
     /// CCM-8 suite (for comparison: 8 more bytes per record). Servers accept either.
     #[cfg(feature = "gcm")]
     pub gcm: bool,
+    /// Static ECDH (PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8, for comparison): a client with a
+    /// raw public key offers it instead of ECDHE-ECDSA (and instead of GCM), a server with a
+    /// P-256 key accepts it besides its other suites. It gives up forward secrecy: whoever
+    /// later learns the server's key decrypts every session recorded with it
+    /// (docs/security.md). Negotiated only when both sides set it.
+    #[cfg(feature = "static-ecdh")]
+    pub danger_static_ecdh: bool,
     /// A client offers the connection_id extension (RFC 9146) with an empty ID of its own:
     /// the server's ID then goes into every protected record the client sends, so the
     /// server keeps the session when the client's address changes.
@@ -78,6 +85,8 @@ impl Default for Config {
             pmtu: 1_152,
             #[cfg(feature = "gcm")]
             gcm: false,
+            #[cfg(feature = "static-ecdh")]
+            danger_static_ecdh: false,
             connection_id: false,
         }
     }
@@ -1260,6 +1269,32 @@ pub(crate) enum Kx {
     EcdhePsk,
     /// Ephemeral ECDH signed with ECDSA/EdDSA keys (RFC 8422).
     EcdheEcdsa,
+    /// Static ECDH: the client's ephemeral key with the server's P-256 key, which its
+    /// Certificate carries (RFC 4492 §2.1 ECDH_ECDSA); no ServerKeyExchange.
+    #[cfg(feature = "static-ecdh")]
+    EcdhEcdsa,
+}
+
+impl Kx {
+    /// The server authenticates with a raw public key or certificate (and may ask for the
+    /// client's): the ECDHE-ECDSA and static ECDH exchanges.
+    pub(crate) fn with_certificates(self) -> bool {
+        match self {
+            Kx::Psk | Kx::EcdhePsk => false,
+            Kx::EcdheEcdsa => true,
+            #[cfg(feature = "static-ecdh")]
+            Kx::EcdhEcdsa => true,
+        }
+    }
+
+    /// The server's certificate key is its key-agreement key: static ECDH.
+    pub(crate) fn is_static_ecdh(self) -> bool {
+        #[cfg(feature = "static-ecdh")]
+        if self == Kx::EcdhEcdsa {
+            return true;
+        }
+        false
+    }
 }
 
 pub(crate) fn kx_of(s: crate::wire::CipherSuite) -> Kx {
@@ -1267,6 +1302,8 @@ pub(crate) fn kx_of(s: crate::wire::CipherSuite) -> Kx {
     match s {
         CipherSuite::TLS_PSK_WITH_AES_128_CCM_8 => Kx::Psk,
         CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 => Kx::EcdhePsk,
+        #[cfg(feature = "static-ecdh")]
+        CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8 => Kx::EcdhEcdsa,
         _ => Kx::EcdheEcdsa,
     }
 }
@@ -1349,7 +1386,8 @@ impl<C: CryptoProvider, T> Cx<'_, C, T> {
     ) -> Result<[u8; 48], Error> {
         let mut pre = [0u8; 4 + 2 * keys::MAX_PSK_LEN];
         let n = match (kx, ecdh, psk) {
-            (Kx::EcdheEcdsa, Some(z), _) => {
+            // RFC 8422 §5.10 (RFC 4492 §5.10 for static ECDH): the x-coordinate Z.
+            (kx, Some(z), _) if kx.with_certificates() => {
                 pre[..32].copy_from_slice(z);
                 32
             }

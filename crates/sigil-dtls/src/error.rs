@@ -70,6 +70,9 @@ pub enum Error {
     UnsupportedKey,
     /// The peer's raw public key is not on the trusted list (its identity is not provisioned).
     UntrustedKey,
+    /// Static ECDH: the server's key is not a P-256 key, so it cannot be the key-agreement
+    /// key the suite needs (RFC 4492 §2.1).
+    StaticKeyNotP256,
     /// A handshake signature (ServerKeyExchange, CertificateVerify) does not verify.
     BadSignature,
     /// The server asked for a client key this client does not have, or the client sent none
@@ -141,6 +144,7 @@ impl Error {
             | Self::ReservationExhausted => return None,
             Self::UnsupportedKey => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::UntrustedKey => AlertDescription::CERTIFICATE_UNKNOWN,
+            Self::StaticKeyNotP256 => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::BadSignature => AlertDescription::DECRYPT_ERROR,
             Self::MissingClientKey => AlertDescription::HANDSHAKE_FAILURE,
             Self::BadCertificate(_) => AlertDescription::BAD_CERTIFICATE,
@@ -208,6 +212,9 @@ impl fmt::Display for Error {
                 f.write_str("peer key is not a P-256 or Ed25519 SubjectPublicKeyInfo")
             }
             Self::UntrustedKey => f.write_str("peer key's identity is not trusted"),
+            Self::StaticKeyNotP256 => {
+                f.write_str("static ECDH needs the server's key to be a P-256 key")
+            }
             Self::BadSignature => f.write_str("handshake signature does not verify"),
             Self::MissingClientKey => {
                 f.write_str("client authentication required but no client key")

@@ -198,6 +198,10 @@ fn suite_known(s: CipherSuite) -> bool {
     {
         ok |= s == CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;
     }
+    #[cfg(feature = "static-ecdh")]
+    {
+        ok |= s == CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8;
+    }
     ok
 }
 

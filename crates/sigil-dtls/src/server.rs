@@ -3,8 +3,11 @@
 //! ClientHello with the server's flight, then
 //! [`ExpectCertificate`] (mutual authentication) → [`ExpectClientKeyExchange`] →
 //! [`ExpectCertificateVerify`] (mutual) → ChangeCipherSpec → Finished ([`crate::finished`]).
+//! With static ECDH (feature `static-ecdh` and `Config::danger_static_ecdh`) the server's
+//! flight has no ServerKeyExchange, and its own key's scalar is the ECDH secret the
+//! client's ephemeral point agrees with (RFC 4492 §2.1).
 
-use crate::conn::{aead_of, kx_of, next_seq, Cx, Hs, Kx, Next, OwnChain};
+use crate::conn::{aead_of, kx_of, next_seq, Config, Cx, Hs, Kx, Next, OwnChain};
 use crate::cookie::{first_client_hello, CookieVerified};
 use crate::extensions::{
     CertificateTypes, Extension, Hello, HelloExtensions, SCHEMES, UNCOMPRESSED,
@@ -17,7 +20,7 @@ use crate::wire::{
     CertificateType, CipherSuite, ClientCertificateType, HandshakeType, NamedGroup, ProtocolVersion,
 };
 use crate::{Error, Reader, Writer};
-use sigil_crypto::{AgreementAlgorithm, AgreementSecret, CryptoProvider, Rng};
+use sigil_crypto::{AgreementAlgorithm, AgreementSecret, CryptoProvider, Rng, SignatureAlgorithm};
 
 /// What the server knows once it answered the ClientHello.
 pub(crate) struct ServerBase {
@@ -25,6 +28,18 @@ pub(crate) struct ServerBase {
     client_random: [u8; 32],
     server_random: [u8; 32],
     session_id: Option<[u8; 32]>,
+}
+
+/// Whether this server takes static ECDH: only with the feature and the caller's
+/// `Config::danger_static_ecdh`.
+fn static_ecdh_enabled(config: &Config) -> bool {
+    #[cfg(feature = "static-ecdh")]
+    return config.danger_static_ecdh;
+    #[cfg(not(feature = "static-ecdh"))]
+    {
+        let _ = config;
+        false
+    }
 }
 
 /// The server's answer to a ClientHello that passed the cookie check; returns the first
@@ -72,10 +87,14 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
     // Client certificates only on a server configured with certificates itself.
     let client_x509 = !client_rpk && have_chain && x509_ok(ext.client_certificate_type);
     // Resumption (RFC 5246 §7.3): the cached session the client names, if its peer is still
-    // trusted and the client still offers its suite.
+    // trusted and the client still offers its suite (and a static ECDH one is still enabled).
+    let static_ecdh = static_ecdh_enabled(cx.config);
     let resume = offer
         .resume
         .filter(|sess| ch.session_id == sess.id && ch.cipher_suites().any(|s| s == sess.suite))
+        .filter(|sess| {
+            static_ecdh || sess.suite != CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8
+        })
         .and_then(|sess| {
             trust::recheck_session(cx.crypto, cx.trust, sess, offer.require_client_key)
                 .map(|p| (sess, p))
@@ -98,6 +117,16 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
                     && offer
                         .key
                         .is_some_and(|k| ext.offers_scheme(trust::scheme_of(k.algorithm())))
+                    && (!offer.require_client_key || client_rpk || client_x509))
+                // Static ECDH: raw public keys only, the server's key a P-256 one (its ECDH
+                // key), and only when this server was told to take it.
+                || (static_ecdh
+                    && *s == CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8
+                    && server_rpk
+                    && ext.offers_p256()
+                    && offer
+                        .key
+                        .is_some_and(|k| k.algorithm() == SignatureAlgorithm::EcdsaP256)
                     && (!offer.require_client_key || client_rpk || client_x509))
         })
         .or(resume.as_ref().map(|(sess, _)| sess.suite))
@@ -168,7 +197,7 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
             .queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
         Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
             base,
-            ephemeral: None,
+            ecdh_secret: None,
             client_key: None,
             require_client_key: false,
         })
@@ -185,7 +214,7 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
             .queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
         Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
             base,
-            ephemeral: Some(eph),
+            ecdh_secret: Some(eph),
             client_key: None,
             require_client_key: false,
         })
@@ -226,20 +255,27 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
             &[server_type, Some(points), client_type, cid_ext],
         )?;
         cx.queue_certificate(chain.as_ref(), key)?;
-        // ServerKeyExchange for ECDHE (RFC 8422 §5.4): named curve secp256r1, the ephemeral
-        // point, and a signature over client_random || server_random || params.
-        let (eph, params) = ephemeral_params(cx, rng)?;
-        let mut signed = [0u8; 64 + 69];
-        signed[..32].copy_from_slice(&base.client_random);
-        signed[32..64].copy_from_slice(&base.server_random);
-        signed[64..].copy_from_slice(&params);
-        let mut body = [0u8; 69 + 4 + 72];
-        let mut w = Writer::new(&mut body);
-        w.bytes(&params)?;
-        trust::write_signature(cx.crypto, key, &signed, &mut w)?;
-        let n = w.len();
-        cx.io
-            .queue_handshake(HandshakeType::SERVER_KEY_EXCHANGE, &body[..n])?;
+        let ecdh_secret = if kx.is_static_ecdh() {
+            // Static ECDH: no ServerKeyExchange (RFC 4492 §5.4); the key the Certificate
+            // names is the one the client agrees with.
+            AgreementSecret::from_p256_signing_key(key)?
+        } else {
+            // ServerKeyExchange for ECDHE (RFC 8422 §5.4): named curve secp256r1, the
+            // ephemeral point, and a signature over client_random || server_random || params.
+            let (eph, params) = ephemeral_params(cx, rng)?;
+            let mut signed = [0u8; 64 + 69];
+            signed[..32].copy_from_slice(&base.client_random);
+            signed[32..64].copy_from_slice(&base.server_random);
+            signed[64..].copy_from_slice(&params);
+            let mut body = [0u8; 69 + 4 + 72];
+            let mut w = Writer::new(&mut body);
+            w.bytes(&params)?;
+            trust::write_signature(cx.crypto, key, &signed, &mut w)?;
+            let n = w.len();
+            cx.io
+                .queue_handshake(HandshakeType::SERVER_KEY_EXCHANGE, &body[..n])?;
+            eph
+        };
         let next = if client_auth {
             // CertificateRequest: types [ecdsa_sign], schemes, no authorities (RFC 5246
             // §7.4.4; RFC 8422 §5.5).
@@ -256,13 +292,13 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
                 .queue_handshake(HandshakeType::CERTIFICATE_REQUEST, &cr[..n])?;
             Hs::ExpectClientCertificate(ExpectCertificate {
                 base,
-                ephemeral: eph,
+                ecdh_secret,
                 x509: client_x509,
             })
         } else {
             Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
                 base,
-                ephemeral: Some(eph),
+                ecdh_secret: Some(ecdh_secret),
                 client_key: None,
                 require_client_key: false,
             })
@@ -326,7 +362,8 @@ fn ephemeral_params<C: CryptoProvider, T>(
 /// Mutual authentication: expects the client's Certificate.
 pub struct ExpectCertificate {
     base: ServerBase,
-    ephemeral: AgreementSecret,
+    /// This side's ECDH secret: ephemeral, or with static ECDH its own key's scalar.
+    ecdh_secret: AgreementSecret,
     x509: bool,
 }
 
@@ -347,7 +384,7 @@ impl ExpectCertificate {
         cx.io.transcript.add(m)?;
         Ok(Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
             base: self.base,
-            ephemeral: Some(self.ephemeral),
+            ecdh_secret: Some(self.ecdh_secret),
             client_key: Some(key),
             require_client_key: true,
         })
@@ -359,7 +396,8 @@ impl ExpectCertificate {
 /// client's ephemeral point, or both.
 pub struct ExpectClientKeyExchange {
     base: ServerBase,
-    ephemeral: Option<AgreementSecret>,
+    /// This side's ECDH secret: ephemeral, or with static ECDH its own key's scalar.
+    ecdh_secret: Option<AgreementSecret>,
     /// The client's trusted key, whose possession its CertificateVerify must prove.
     client_key: Option<TrustedKey>,
     require_client_key: bool,
@@ -377,12 +415,12 @@ impl ExpectClientKeyExchange {
         let mut r = Reader::new(m.body);
         let kx = kx_of(self.base.suite);
         let agree = |point: &[u8]| {
-            let eph = self
-                .ephemeral
+            let secret = self
+                .ecdh_secret
                 .as_ref()
                 .ok_or(Error::UnexpectedHandshake(16))?;
             cx.crypto
-                .agree(eph, point)
+                .agree(secret, point)
                 .map_err(|_| Error::IllegalParameter("ClientKeyExchange point"))
         };
         let (psk, peer, ecdh) = if kx == Kx::Psk || kx == Kx::EcdhePsk {

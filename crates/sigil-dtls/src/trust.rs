@@ -5,6 +5,9 @@
 //!   (`TrustedKey`, made only here from a Certificate message), or
 //! - the PSK identity was found in the trust store (server, RFC 4279 §2), or the client took
 //!   the key it was configured with (the Finished check then proves the server holds it), or
+//! - with static ECDH (feature `static-ecdh`), the client took a P-256 key `Trust` accepted
+//!   as the server's key-agreement key (the Finished check then proves the server holds its
+//!   secret, without which the premaster secret cannot be computed), or
 //! - a cached session's credentials were checked against the trust store again (resumption).
 
 use crate::keys::MAX_PSK_LEN;
@@ -408,6 +411,19 @@ pub(crate) fn client_may_resume<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
 /// chain). Possession is not proven yet: that takes a signature ([`verify_signed`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TrustedKey(PublicKey);
+
+/// Client, static ECDH: the server's trusted key as the ECDH point the client's ephemeral key
+/// agrees with (RFC 4492 §2.1, ECDH_ECDSA). Nothing is signed in this exchange; the server
+/// proves it holds the key's secret by its Finished, which the established state requires,
+/// as with a PSK. Only a P-256 key can be one.
+#[cfg(feature = "static-ecdh")]
+pub(crate) fn static_ecdh_key(key: &TrustedKey) -> Result<([u8; 65], PeerVerified), Error> {
+    if key.0.algorithm() != SignatureAlgorithm::EcdsaP256 {
+        return Err(Error::StaticKeyNotP256);
+    }
+    let point = <[u8; 65]>::try_from(key.0.as_bytes()).map_err(|_| Error::StaticKeyNotP256)?;
+    Ok((point, PeerVerified(())))
+}
 
 /// A Certificate message (RFC 7250 §3 raw public key, or an RFC 5246 §7.4.2 X.509 chain),
 /// parsed, then checked against [`Trust`].

@@ -60,6 +60,13 @@ registry! {
         TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 = 0xc02b,
         /// RFC 8442 §3.
         TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 = 0xd003,
+        /// Static ECDH with the server's P-256 key, AES-128-CCM-8 (feature `static-ecdh`):
+        /// the ECDH_ECDSA key exchange of RFC 4492 §2.1 with the record protection of
+        /// RFC 7251. IANA registers no such suite (RFC 7251 defines only the ECDHE ones, and
+        /// RFC 8422, which obsoletes RFC 4492, lists no static ECDH suite), so this is a value
+        /// of the private-use range 0xFF00-0xFFFF (RFC 5246 §12, kept by RFC 8447),
+        /// meaningful only between Sigil peers: 0xFFAE, after RFC 7251's 0xC0AE.
+        PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8 = 0xffae,
         /// RFC 5746 §3.3: signals secure renegotiation support in a ClientHello.
         TLS_EMPTY_RENEGOTIATION_INFO_SCSV = 0x00ff,
     }
