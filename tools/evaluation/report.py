@@ -13,6 +13,7 @@ import os
 import sys
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -33,6 +34,12 @@ def check(d):
     for c in d["fig7"]["seed_timers"] + d["fig7"]["calibrated_timers"]:
         if c["loss"] == 0 and c["completed"] != c["runs"]:
             fail(f"fig7: a handshake failed on a clean link (MTU {c['pmtu']})")
+    for c in d["carriers"]["cells"]:
+        if c["loss"] == 0 and c["in_time"] != c["runs"]:
+            fail(f"carriers: {c['carrier']} {c['suite']} at {c['size']} bytes did not complete on a clean link")
+    for c in d["carriers"]["clean"]:
+        if c["requests"] and c["coap_bytes"] <= 0:
+            fail("carriers: a CoAP handshake without CoAP header bytes")
     if d["fig9"]["ccm8_overhead"] != 29:
         fail(f"fig9: CCM-8 record overhead {d['fig9']['ccm8_overhead']}, expected 29")
     for p in d["crossover"]["periods"]:
@@ -272,6 +279,122 @@ def crossover(d, img, prefix, w):
         w("")
 
 
+def carrier_cell(cells, carrier, suite, size, loss):
+    return next(c for c in cells if c["carrier"] == carrier and c["suite"] == suite
+                and c["size"] == size and abs(c["loss"] - loss) < 1e-9)
+
+
+def carriers(d, img, prefix, w):
+    cr = d["carriers"]
+    cells, sizes, losses, suites = cr["cells"], cr["sizes"], cr["losses"], cr["suites"]
+    records, coap = cr["carriers"]
+    deadline = cr["deadline_s"]
+    pct = [100 * l for l in losses]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = {records: "-", coap: "--"}
+    marks = {records: "o", coap: "s"}
+    spread_size = 256 if 256 in sizes else sizes[len(sizes) // 2]
+    fig, axes = plt.subplots(len(suites), 4, figsize=(17, 3.6 * len(suites)), squeeze=False)
+    for row, suite in zip(axes, suites):
+        for i, size in enumerate(sizes):
+            for car in (records, coap):
+                cs = [carrier_cell(cells, car, suite, size, l) for l in losses]
+                kw = dict(color=colours[i % len(colours)], ls=styles[car], marker=marks[car], ms=3)
+                label = f"{'records, MTU' if car == records else 'CoAP, block'} {size}"
+                row[0].plot(pct, [c["median_s"] if c["median_s"] is not None else math.nan for c in cs],
+                            label=label, **kw)
+                row[2].plot(pct, [c["median_frames"] for c in cs], label=label, **kw)
+                row[3].plot(pct, [100 * c["in_time"] / c["runs"] for c in cs], label=label, **kw)
+        for j, car in enumerate((records, coap)):
+            cs = [carrier_cell(cells, car, suite, spread_size, l) for l in losses]
+            inf = lambda v: v if v is not None else math.nan  # noqa: E731
+            row[1].fill_between(pct, [inf(c["p10_s"]) for c in cs], [inf(c["p90_s"]) for c in cs],
+                                color=colours[j], alpha=0.2)
+            row[1].plot(pct, [inf(c["median_s"]) for c in cs], color=colours[j], ls=styles[car],
+                        marker=marks[car], ms=3, label=f"{car}: median, p10-p90")
+        titles = ("median completion time (s)", f"spread at {spread_size} bytes (s)",
+                  "median 802.15.4 frames", f"completed within {deadline:g} s (%)")
+        for ax, t in zip(row, titles):
+            ax.set_title(f"{suite}: {t}", fontsize=9)
+            ax.set_xlabel("frame loss per hop (%)")
+            ax.grid(alpha=0.3)
+        row[1].legend(fontsize=7)
+        row[2].set_yscale("log")
+        row[2].yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        row[2].yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        row[3].set_ylim(0, 103)
+    axes[0][0].legend(fontsize=6, ncol=2)
+    fig.suptitle(f"DTLS handshake over the record carrier (solid) and as a CoAP resource (dashed), "
+                 f"{cr['seeds']} seeds per point, {cr['platform']}")
+    save(fig, img, prefix, "eval-carriers.png", "handshake carriers under loss", w)
+    t = cr["coap"]
+    rt = cr["record_timers_ms"]
+    w(f"Timers: the record carrier starts at {rt[0] / 1000:g} s at both ends, doubling up to "
+      f"{rt[2] / 1000:g} s, and gives a flight up after {cr['record_max_retransmissions']} "
+      f"retransmissions; the CoAP client uses RFC 7252's ACK_TIMEOUT {t['ack_timeout_ms'] / 1000:g} s, "
+      f"ACK_RANDOM_FACTOR {t['ack_random_factor']:g}, MAX_RETRANSMIT {t['max_retransmit']} for each "
+      f"request (the endpoint never retransmits). Deadline {deadline:g} s.\n")
+    w("**On a clean link** (seed 1; both directions; \"budget\" is the record carrier's path MTU or "
+      "the CoAP carrier's block size; requests are PUT/POST/GET, retransmissions included):\n")
+    w("| suite | budget (B) | carrier | time (s) | datagrams | frames | UDP bytes | of which CoAP header+options | DTLS bytes | requests PUT/POST/GET (retransmitted) | 2.31 | records with calibrated timers: datagrams / frames / bytes / time (s) |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in cr["clean"]:
+        r = c["requests"]
+        req = f"{r['put']}/{r['post']}/{r['get']} ({r['retransmissions']} again)" if r else "–"
+        cont = str(r["continues"]) if r else "–"
+        cal = c.get("calibrated")
+        cal = f"{cal['datagrams']} / {cal['frames']} / {cal['udp_bytes']:,} / {cal['time_s']:.2f}" if cal else "–"
+        w(f"| {c['suite']} | {c['size']} | {c['carrier']} | {c['time_s']:.2f} | {c['datagrams']} | {c['frames']} | "
+          f"{c['udp_bytes']:,} | {format(c['coap_bytes'], ',') if r else '–'} | {c['dtls_bytes']:,} | {req} | {cont} | {cal} |")
+    w("")
+    coap_clean = [c for c in cr["clean"] if c["requests"]]
+    psk = next((c for c in coap_clean if c["suite"] == suites[0] and c["size"] == sizes[-1]), None)
+    if psk:
+        w(f"CoAP adds {psk['coap_bytes']} bytes over the {psk['datagrams']} messages of a "
+          f"{psk['suite']} handshake ({psk['coap_bytes'] / psk['datagrams']:.0f} per message: 4 bytes "
+          f"of header, a 4-byte token, Uri-Path or Location-Path `dtls` and the session id, the "
+          f"payload marker), and more with blocks: each block carries the header again, plus its "
+          f"Block1 or Block2 option.\n")
+    slow = max(coap_clean, key=lambda c: c["requests"]["longest_wait_ms"])
+    w(f"The CoAP client's longest wait on a clean link, from building a request (which arms its "
+      f"timer) to the response, is {slow['requests']['longest_wait_ms']} ms ({slow['suite']}, "
+      f"block {slow['size']}), against an ACK_TIMEOUT of {t['ack_timeout_ms'] / 1000:g} s or more.\n")
+    misses = {}
+    for c in cells:
+        m = misses.setdefault(c["carrier"], [0, 0])
+        m[0] += c["runs"] - c["completed"]
+        m[1] += c["completed"] - c["in_time"]
+    w("Runs that missed the deadline, over every cell: " + "; ".join(
+        f"{car}: {m[0]} gave up, {m[1]} completed later" for car, m in misses.items()) + ".\n")
+    for suite in suites:
+        w(f"**{suite}**: median completion time in s [p10-p90] over {cr['seeds']} seeds; "
+          f"`(k/n)`: only k of n completed within {deadline:g} s; –: that share of the runs never "
+          f"completed:\n")
+        w("| carrier | budget (B) | " + " | ".join(f"{p:g} %" for p in pct) + " |")
+        w("|---|---|" + "---|" * len(losses))
+        for car in (records, coap):
+            for size in sizes:
+                row = []
+                for l in losses:
+                    c = carrier_cell(cells, car, suite, size, l)
+                    v = f"{fmt(c['median_s'], 2)} [{fmt(c['p10_s'], 1)}-{fmt(c['p90_s'], 1)}]"
+                    if c["in_time"] != c["runs"]:
+                        v += f" ({c['in_time']}/{c['runs']})"
+                    row.append(v)
+                w(f"| {car} | {size} | " + " | ".join(row) + " |")
+        w("")
+        w(f"{suite}: mean 802.15.4 frames / mean UDP bytes per handshake (both directions, "
+          f"retransmissions included):\n")
+        w("| carrier | budget (B) | " + " | ".join(f"{p:g} %" for p in pct) + " |")
+        w("|---|---|" + "---|" * len(losses))
+        for car in (records, coap):
+            for size in sizes:
+                row = [f"{fmt(c['mean_frames'], 0)} / {fmt(c['mean_bytes'], 0)}"
+                       for c in (carrier_cell(cells, car, suite, size, l) for l in losses)]
+                w(f"| {car} | {size} | " + " | ".join(row) + " |")
+        w("")
+
+
 def platforms(d, w):
     w("| platform | clock | CPU | TX | RX | asleep | cycles from | source |")
     w("|---|---|---|---|---|---|---|---|")
@@ -338,6 +461,9 @@ def main():
     w("## Signed objects, DTLS sessions, CryptoDiet: cost per reading (RFC 8387 §8.3-8.4)\n")
     crossover(d, a.img, a.img_prefix, w)
     prose("Crossover")
+    w("## The handshake's two carriers: DTLS records or a CoAP resource, under loss\n")
+    carriers(d, a.img, a.img_prefix, w)
+    prose("Carriers")
     prose("Limits")
     os.makedirs(os.path.dirname(os.path.abspath(a.md)), exist_ok=True)
     with open(a.md, "w") as f:

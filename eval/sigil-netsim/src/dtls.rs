@@ -15,7 +15,7 @@ use std::time::Duration;
 const NOW_UNIX: UnixTime = UnixTime::from_secs(1_767_225_600);
 
 /// The emulator's clock (milliseconds) as the DTLS cores take it.
-fn ms(t: u64) -> Instant {
+pub(crate) fn ms(t: u64) -> Instant {
     Instant::from_millis(t)
 }
 
@@ -110,8 +110,65 @@ fn pki() -> &'static Pki {
     })
 }
 
+/// The test PKI's chains (leaf first) as the handshake cores take them.
+pub(crate) struct Chains {
+    client: Vec<&'static [u8]>,
+    server: Vec<&'static [u8]>,
+}
+
+impl Chains {
+    pub(crate) fn new() -> Self {
+        let p = pki();
+        Self {
+            client: p.client_chain.iter().map(Vec::as_slice).collect(),
+            server: p.server_chain.iter().map(Vec::as_slice).collect(),
+        }
+    }
+}
+
+impl Suite {
+    /// What the device brings to a handshake of this suite.
+    pub(crate) fn client_credentials(self, chains: &Chains) -> Credentials<'_> {
+        let p = pki();
+        match self {
+            Suite::Psk => Credentials::Psk {
+                identity: b"sensor",
+                key: &[7; 16],
+            },
+            Suite::EcdhePsk => Credentials::EcdhePsk {
+                identity: b"sensor",
+                key: &[7; 16],
+            },
+            Suite::RpkServerOnly => Credentials::RawPublicKey(None),
+            Suite::RpkMutual => Credentials::RawPublicKey(Some(&p.client_key)),
+            Suite::X509ServerOnly => Credentials::Certificate(None),
+            Suite::X509Mutual => {
+                Credentials::Certificate(Some((&chains.client, &p.client_cert_key)))
+            }
+        }
+    }
+
+    /// What the server offers to a device handshaking with this suite.
+    pub(crate) fn server_offer(self, chains: &Chains) -> ServerCredentials<'_> {
+        let p = pki();
+        let x509 = matches!(self, Suite::X509ServerOnly | Suite::X509Mutual);
+        ServerCredentials {
+            psk: true,
+            key: Some(if x509 {
+                &p.server_cert_key
+            } else {
+                &p.server_key
+            }),
+            chain: Some(&chains.server),
+            require_client_key: matches!(self, Suite::RpkMutual | Suite::X509Mutual),
+            ..ServerCredentials::NONE
+        }
+    }
+}
+
 /// Both ends trust the PSK "sensor", the two raw keys, and chains to the test root. The
 /// device's copy verifies chains with its metered provider, so certificate checks are priced.
+#[derive(Clone)]
 pub struct SimTrust(pub Option<Metered>);
 
 impl Trust for SimTrust {
@@ -161,7 +218,8 @@ pub struct Handshake {
     pub net: NetStats,
     /// The longest wait of each side for the peer's next flight on this run, from sending
     /// its own flight, in ms ([client, server]): what a timer calibrated on a clean run
-    /// starts from.
+    /// starts from. Over the CoAP carrier ([`crate::carriers`]), the client's longest wait
+    /// from building a request (arming its timer) to the response; the endpoint has no timer.
     pub longest_wait_ms: [u64; 2],
 }
 
@@ -182,41 +240,15 @@ pub fn handshake(
     timers: Timers,
     seed: u64,
 ) -> (Handshake, Option<Secure>) {
-    let p = pki();
-    let client_chain: Vec<&[u8]> = p.client_chain.iter().map(Vec::as_slice).collect();
-    let server_chain: Vec<&[u8]> = p.server_chain.iter().map(Vec::as_slice).collect();
+    let chains = Chains::new();
     let config = |initial| Config {
         initial_timeout: Duration::from_millis(initial),
         max_timeout: Duration::from_millis(timers.max_ms),
         pmtu,
         ..Config::default()
     };
-    let credentials = match suite {
-        Suite::Psk => Credentials::Psk {
-            identity: b"sensor",
-            key: &[7; 16],
-        },
-        Suite::EcdhePsk => Credentials::EcdhePsk {
-            identity: b"sensor",
-            key: &[7; 16],
-        },
-        Suite::RpkServerOnly => Credentials::RawPublicKey(None),
-        Suite::RpkMutual => Credentials::RawPublicKey(Some(&p.client_key)),
-        Suite::X509ServerOnly => Credentials::Certificate(None),
-        Suite::X509Mutual => Credentials::Certificate(Some((&client_chain, &p.client_cert_key))),
-    };
-    let x509 = matches!(suite, Suite::X509ServerOnly | Suite::X509Mutual);
-    let offer = ServerCredentials {
-        psk: true,
-        key: Some(if x509 {
-            &p.server_cert_key
-        } else {
-            &p.server_key
-        }),
-        chain: Some(&server_chain),
-        require_client_key: matches!(suite, Suite::RpkMutual | Suite::X509Mutual),
-        ..ServerCredentials::NONE
-    };
+    let credentials = suite.client_credentials(&chains);
+    let offer = suite.server_offer(&chains);
     let cookies = CookieKey::new([seed as u8; 32]);
     let meter = Metered::new(table);
     let mut emu = Emulator::new(link, seed);

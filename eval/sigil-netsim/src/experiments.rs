@@ -1,6 +1,7 @@
 //! The seeds' figures, re-run in the emulator with Sigil's code, written as one JSON document
 //! for `tools/evaluation/report.py` (plots and docs/evaluation.md).
 
+use crate::carriers::{handshake_over_coap, Carrier, CoapCarrier, CoapTally};
 use crate::channel::{Latency, Loss};
 use crate::cryptodiet;
 use crate::dtls::{handshake, Handshake, Suite, Timers};
@@ -248,6 +249,181 @@ pub fn fig7_handshake_loss(plan: &Plan, start: Instant) -> Value {
         "mtus": MTUS, "losses": LOSSES,
         "seed_timers": seed_cells, "calibrated_timers": adaptive_cells, "best": best,
         "bursty": { "seed": bursty_seed, "calibrated": bursty_adaptive },
+    })
+}
+
+/// Datagram budgets compared between the carriers: the record carrier's path MTU (the
+/// largest datagram of DTLS records) and the CoAP carrier's block size (the largest flight
+/// slice per message, CoAP header and options on top).
+pub const CARRIER_SIZES: [usize; 5] = [64, 128, 256, 512, 1024];
+/// PSK-CCM8, ECDHE-ECDSA-CCM8 with raw public keys, and with certificates (mutual).
+pub const CARRIER_SUITES: [Suite; 3] = [Suite::Psk, Suite::RpkMutual, Suite::X509Mutual];
+/// A handshake completes in time if the device is established within this.
+pub const CARRIER_DEADLINE_MS: u64 = 60_000;
+/// The record carrier's timers in the comparison: CoAP's ACK_TIMEOUT (2 s) as the initial
+/// value at both ends, doubled per retransmission up to RFC 6347's 60 s, so both carriers
+/// wait equally long before their first retransmission.
+pub const CARRIER_RECORD_TIMERS: Timers = Timers {
+    client_initial_ms: 2_000,
+    server_initial_ms: 2_000,
+    max_ms: 60_000,
+};
+
+/// One handshake over `carrier` at datagram budget `size`.
+fn carrier_run(
+    carrier: Carrier,
+    link: LinkConfig,
+    table: CycleTable,
+    suite: Suite,
+    size: usize,
+    seed: u64,
+) -> (Handshake, Option<CoapTally>) {
+    match carrier {
+        Carrier::Records => {
+            let (h, _) = handshake(link, table, suite, size, CARRIER_RECORD_TIMERS, seed);
+            (h, None)
+        }
+        Carrier::Coap => {
+            let (h, t) = handshake_over_coap(
+                link,
+                table,
+                suite,
+                CoapCarrier::with_block(size),
+                CARRIER_DEADLINE_MS,
+                seed,
+            )
+            .expect("the carrier's configuration is valid");
+            (h, Some(t))
+        }
+    }
+}
+
+/// What one clean handshake put on the air, for the breakdown table.
+fn carrier_clean_json(
+    carrier: Carrier,
+    suite: Suite,
+    size: usize,
+    h: &Handshake,
+    t: Option<&CoapTally>,
+) -> Value {
+    let coap_bytes = t.map_or(0, |t| t.header_bytes);
+    json!({
+        "carrier": carrier.name(), "suite": suite.name(), "size": size,
+        "completed": h.completed, "time_s": h.time_ms / 1000.0,
+        "datagrams": h.net.datagrams_sent, "frames": h.net.frames_sent,
+        "frame_bytes": h.net.frame_bytes, "udp_bytes": h.net.udp_bytes,
+        "coap_bytes": coap_bytes, "dtls_bytes": h.net.udp_bytes - coap_bytes,
+        "device_frames_tx": h.device.frames_tx, "device_frames_rx": h.device.frames_rx,
+        "device_cpu_s": h.device.cpu_cycles as f64 / OPAL.hz,
+        "requests": t.map(|t| json!({ "put": t.put, "post": t.post, "get": t.get,
+                                      "continues": t.continues,
+                                      "retransmissions": t.retransmissions,
+                                      "longest_wait_ms": h.longest_wait_ms[0] })),
+    })
+}
+
+/// The DTLS-as-a-CoAP-resource issue's comparison: the handshake over the record carrier
+/// and over the CoAP carrier, against frame loss and datagram budget, for PSK, raw public
+/// keys and certificates; the device is the OPAL, as in Fig. 7, and every run of a cell
+/// uses the same seeds for both carriers.
+pub fn carriers_under_loss(plan: &Plan, start: Instant) -> Value {
+    let table = CORTEX_M4_PORTABLE;
+    let base = LinkConfig {
+        device_hz: OPAL.hz,
+        ..Default::default()
+    };
+    let (sizes, losses): (Vec<usize>, Vec<f64>) = if plan.quick {
+        (vec![64, 256, 1024], vec![0.0, 0.04, 0.10])
+    } else {
+        (CARRIER_SIZES.to_vec(), LOSSES.to_vec())
+    };
+    let mut clean = vec![];
+    let mut cells = vec![];
+    for &suite in &CARRIER_SUITES {
+        for &size in &sizes {
+            for carrier in Carrier::BOTH {
+                let (h, t) = carrier_run(carrier, base, table, suite, size, 1);
+                let mut c = carrier_clean_json(carrier, suite, size, &h, t.as_ref());
+                if carrier == Carrier::Records {
+                    // The same handshake with Fig. 7's calibrated timers: what the 2 s
+                    // timers' spurious retransmissions cost on a clean link.
+                    let timers = calibrated_timers(base, table, suite, size);
+                    let (h, _) = handshake(base, table, suite, size, timers, 1);
+                    c["calibrated"] = json!({
+                        "timers_ms": [timers.client_initial_ms, timers.server_initial_ms],
+                        "datagrams": h.net.datagrams_sent, "frames": h.net.frames_sent,
+                        "udp_bytes": h.net.udp_bytes, "time_s": h.time_ms / 1000.0,
+                    });
+                }
+                clean.push(c);
+                for &loss in &losses {
+                    let link = LinkConfig {
+                        loss: Loss::Bernoulli { p: loss },
+                        ..base
+                    };
+                    let runs = par_map(plan.threads, (1..=plan.seeds()).collect(), |seed| {
+                        carrier_run(carrier, link, table, suite, size, seed)
+                    });
+                    // A run that never completed counts as infinitely slow: the quantiles
+                    // are over every run, and a median past the deadline says so.
+                    let times: Vec<f64> = runs
+                        .iter()
+                        .map(|(h, _)| {
+                            if h.completed {
+                                h.time_ms / 1000.0
+                            } else {
+                                f64::INFINITY
+                            }
+                        })
+                        .collect();
+                    let bytes: Vec<f64> =
+                        runs.iter().map(|(h, _)| h.net.udp_bytes as f64).collect();
+                    let frames: Vec<f64> =
+                        runs.iter().map(|(h, _)| h.net.frames_sent as f64).collect();
+                    let datagrams: Vec<f64> = runs
+                        .iter()
+                        .map(|(h, _)| h.net.datagrams_sent as f64)
+                        .collect();
+                    let in_time = times
+                        .iter()
+                        .filter(|&&t| t <= CARRIER_DEADLINE_MS as f64 / 1000.0)
+                        .count();
+                    let retransmissions: Vec<f64> = runs
+                        .iter()
+                        .filter_map(|(_, t)| t.as_ref().map(|t| f64::from(t.retransmissions)))
+                        .collect();
+                    cells.push(json!({
+                        "carrier": carrier.name(), "suite": suite.name(), "size": size,
+                        "loss": loss, "runs": runs.len(),
+                        "completed": runs.iter().filter(|(h, _)| h.completed).count(),
+                        "in_time": in_time,
+                        "median_s": quantile(&times, 0.5), "p10_s": quantile(&times, 0.1),
+                        "p90_s": quantile(&times, 0.9),
+                        "mean_bytes": mean(&bytes), "median_bytes": quantile(&bytes, 0.5),
+                        "mean_frames": mean(&frames), "median_frames": quantile(&frames, 0.5),
+                        "mean_datagrams": mean(&datagrams),
+                        "mean_retransmissions": (!retransmissions.is_empty()).then(|| mean(&retransmissions)),
+                    }));
+                }
+            }
+        }
+        progress(start, &format!("carriers: {} done", suite.name()));
+    }
+    let t = CoapCarrier::with_block(1024).transmission;
+    let coap = json!({
+        "ack_timeout_ms": t.ack_timeout.as_millis() as u64,
+        "ack_random_factor": f64::from(t.ack_random_factor_milli) / 1000.0,
+        "max_retransmit": t.max_retransmit,
+    });
+    json!({
+        "platform": OPAL.name, "seeds": plan.seeds(), "sizes": sizes, "losses": losses,
+        "suites": CARRIER_SUITES.map(Suite::name), "carriers": Carrier::BOTH.map(Carrier::name),
+        "deadline_s": CARRIER_DEADLINE_MS as f64 / 1000.0,
+        "record_timers_ms": [CARRIER_RECORD_TIMERS.client_initial_ms,
+                             CARRIER_RECORD_TIMERS.server_initial_ms, CARRIER_RECORD_TIMERS.max_ms],
+        "record_max_retransmissions": sigil_dtls::Config::default().max_retransmissions,
+        "coap": coap,
+        "clean": clean, "cells": cells,
     })
 }
 
@@ -572,12 +748,13 @@ pub fn run_all(plan: Plan) -> Value {
     progress(start, "fig4: lifetime done");
     let cross = crossover(&plan, start);
     let fig7 = fig7_handshake_loss(&plan, start);
+    let carriers = carriers_under_loss(&plan, start);
     json!({
         "quick": plan.quick,
         "latency": { "per_frame_ms": 27.368, "per_byte_ms": 0.072 },
         "platforms": platforms,
         "fig5": fig5, "fig7": fig7, "fig9": fig9, "battery": battery, "fig4": fig4,
-        "crossover": cross,
+        "crossover": cross, "carriers": carriers,
         "elapsed_s": start.elapsed().as_secs_f64(),
     })
 }

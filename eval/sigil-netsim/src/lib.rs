@@ -6,12 +6,14 @@
 //! - [`channel`]: per-frame loss (independent or Gilbert-Elliott) and the latency model.
 //! - [`net`]: the network in virtual time: hops, link-layer retries, a sleeping device.
 //! - [`energy`]: cycles per operation (measured), platforms, and a metered crypto provider.
-//! - [`dtls`], [`scenarios`], [`cryptodiet`]: the workloads; [`experiments`]: the seeds'
-//!   figures, written as JSON for `tools/evaluation/report.py`.
+//! - [`dtls`], [`scenarios`], [`cryptodiet`]: the workloads; [`carriers`]: the DTLS handshake
+//!   over its CoAP carrier beside the record carrier; [`experiments`]: the seeds' figures,
+//!   written as JSON for `tools/evaluation/report.py`.
 //!
 //! Everything here is a function of its configuration and seed: the same seed gives the same
 //! trace.
 
+pub mod carriers;
 pub mod channel;
 pub mod cryptodiet;
 pub mod dtls;

@@ -43,6 +43,26 @@ fn the_quick_evaluation_is_deterministic_and_consistent() {
         };
         assert!(at(0.1) > at(0.0), "MTU {m}");
     }
+    // Carriers: both complete every clean-link run; the CoAP carrier's DTLS bytes are the
+    // record carrier's (or fewer, without fragment headers), CoAP's header on top. The two
+    // ECDSA signatures a mutual handshake sends may each be a byte longer or shorter in DER,
+    // as their nonces differ between the runs.
+    for c in a["carriers"]["cells"].as_array().unwrap() {
+        if c["loss"] == 0.0 {
+            assert_eq!(c["in_time"], c["runs"], "{c}");
+        }
+    }
+    let clean = a["carriers"]["clean"].as_array().unwrap();
+    for pair in clean.chunks(2) {
+        let (records, coap) = (&pair[0], &pair[1]);
+        assert_eq!(records["size"], coap["size"]);
+        assert!(coap["coap_bytes"].as_u64().unwrap() > 0);
+        let calibrated = records["calibrated"]["udp_bytes"].as_u64().unwrap();
+        assert!(
+            coap["dtls_bytes"].as_u64().unwrap() <= calibrated + 2,
+            "{coap}"
+        );
+    }
     // Fig. 9: the CCM-8 record overhead measured on a real session.
     assert_eq!(a["fig9"]["ccm8_overhead"], 29);
     // Crossover: every reading of every scheme arrives on the clean link; DTLS PSK pays for
