@@ -1773,6 +1773,12 @@ mod tests {
             );
             assert!((4_500..5_500).contains(&SESSION_BYTES), "{SESSION_BYTES}");
             assert!((300..600).contains(&RESUMPTION_BYTES), "{RESUMPTION_BYTES}");
+            // docs/security.md: 8 tables of 8 handshakes over CoAP, about 116 KB each.
+            assert!(
+                (100_000..130_000).contains(&size_of::<Carrier>()),
+                "{}",
+                size_of::<Carrier>()
+            );
         }
     }
 }
