@@ -375,8 +375,10 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 .as_ref()
                 .is_some_and(|s| now >= s.last_seen.saturating_add(self.timeout_of(s)));
             if expired {
-                self.sessions[i] = None;
-                self.counters.expired += 1;
+                // A handed-off slot only held an answer: not a session that expired.
+                if self.sessions[i].take().is_some_and(|s| !s.handed_off()) {
+                    self.counters.expired += 1;
+                }
             }
         }
     }

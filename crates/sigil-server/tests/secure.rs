@@ -1160,3 +1160,50 @@ fn handshakes_over_coap_share_the_hosts_rate_and_an_unknown_psk_gets_no_session(
     assert_eq!(s.layer.sessions(), 1);
     assert_eq!(s.count("dtls_coap.sessions"), 0);
 }
+
+#[test]
+fn a_host_opening_many_handshakes_over_coap_holds_only_its_share_and_sessions_stay() {
+    let mut s = Server::new(|_| {});
+    let mut now = 0;
+    // A device from another host with an established session.
+    let (mut honest, id) = coap_carrier_device(&mut s, 70, 70, now);
+    run(&mut s, &mut [&mut honest], &mut now, 2_000);
+    assert!(honest.is_established());
+    // Eight clients from one host (other ports) that get their 2.01 and then go quiet.
+    let mut flood: Vec<Client> = (0..8)
+        .map(|i| {
+            let (mut c, _) = coap_carrier_device(&mut s, 71, 80 + i, now);
+            c.addr.set_port(50_000 + i as u16);
+            c
+        })
+        .collect();
+    for c in &mut flood {
+        // Only the cookie exchange and the PUT that creates the session resource.
+        for _ in 0..2 {
+            let sent = c.outgoing(now);
+            for (to, bytes) in s.handle(now, sent) {
+                assert_eq!(to, c.addr);
+                if let Some(hs) = c.carrier.as_mut() {
+                    let _ = hs.handle_datagram(ms(now), &bytes, &mut c.rng);
+                }
+            }
+        }
+    }
+    s.layer.publish();
+    // At most half of one of the carrier's tables; the rest refused with 5.03.
+    let held = s.count("dtls_coap.sessions");
+    assert_eq!(held, 4, "the host's share");
+    assert_eq!(s.count("dtls_coap.peer_limit"), 4);
+    // The established session is untouched and still carries requests.
+    assert!(s.layer.authenticated().contains(&id));
+    publish(&mut honest, now);
+    run(&mut s, &mut [&mut honest], &mut now, 500);
+    assert_eq!(acked(&honest), 1);
+    // The abandoned handshakes expire (30 s) and their slots come back.
+    now += 31_000;
+    let _ = s.handle(now, vec![]);
+    s.layer.handle_timeout(ms(now), UnixTime::from_secs(NOW + 40), &mut vec![]);
+    s.layer.publish();
+    assert_eq!(s.count("dtls_coap.sessions"), 0);
+    assert_eq!(s.count("dtls_coap.expired"), 4);
+}
