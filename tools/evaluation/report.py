@@ -356,7 +356,7 @@ def carriers(d, img, prefix, w):
           f"payload marker), and more with blocks: each block carries the header again, plus its "
           f"Block1 or Block2 option.\n")
     slow = max(coap_clean, key=lambda c: c["requests"]["longest_wait_ms"])
-    w(f"The CoAP client's longest wait on a clean link, from building a request (which arms its "
+    w(f"The CoAP client's longest wait on a clean link, from sending a request (which arms its "
       f"timer) to the response, is {slow['requests']['longest_wait_ms']} ms ({slow['suite']}, "
       f"block {slow['size']}), against an ACK_TIMEOUT of {t['ack_timeout_ms'] / 1000:g} s or more.\n")
     misses = {}

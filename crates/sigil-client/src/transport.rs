@@ -377,7 +377,7 @@ impl Transport {
         );
         let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
         loop {
-            while let Some(n) = hs.poll_transmit(&mut out) {
+            while let Some(n) = hs.poll_transmit(self.now(), &mut out) {
                 self.socket.send_to(&out[..n], self.server).await?;
             }
             if hs.is_established() {

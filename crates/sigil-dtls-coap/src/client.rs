@@ -41,7 +41,12 @@ struct Pending {
     message_id: u16,
     datagram: [u8; MAX_DATAGRAM],
     len: usize,
-    retransmission: Retransmission,
+    /// Armed when the request first leaves ([`Client::poll_transmit`]), not when it was
+    /// built: a device that computes its flight for longer than ACK_TIMEOUT must not count
+    /// that time against the server's answer.
+    retransmission: Option<Retransmission>,
+    /// The random draw for its initial timeout (RFC 7252 §4.8: ACK_RANDOM_FACTOR).
+    random: u32,
     /// Not yet handed to the caller (first transmission or a retransmission due).
     unsent: bool,
 }
@@ -120,7 +125,9 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             ignored: 0,
             retransmissions: 0,
         };
-        c.send_hello(now, rng)?;
+        // The request's timer starts when it leaves (`poll_transmit`), not now.
+        let _ = now;
+        c.send_hello(rng)?;
         Ok(c)
     }
 
@@ -194,20 +201,28 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         })
     }
 
-    /// The next datagram to send, if any.
-    pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<usize> {
+    /// The next datagram to send at `now`, if any. A request's retransmission timer starts
+    /// when it is first taken from here.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         let p = self.pending.as_mut()?;
         if !p.unsent || out.len() < p.len {
             return None;
         }
         p.unsent = false;
+        if p.retransmission.is_none() {
+            p.retransmission = Some(Retransmission::start(now, &self.config.coap, p.random));
+        }
         out[..p.len].copy_from_slice(&p.datagram[..p.len]);
         Some(p.len)
     }
 
-    /// When to call [`Client::handle_timeout`] next.
+    /// When to call [`Client::handle_timeout`] next (none while a request waits for its first
+    /// [`Client::poll_transmit`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.pending.as_ref().map(|p| p.retransmission.deadline())
+        self.pending
+            .as_ref()
+            .and_then(|p| p.retransmission.as_ref())
+            .map(Retransmission::deadline)
     }
 
     /// Retransmits the outstanding request when its timer expired (RFC 7252 §4.2), or gives
@@ -216,7 +231,10 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         let Some(p) = self.pending.as_mut() else {
             return Ok(());
         };
-        match p.retransmission.on_timer(now) {
+        let Some(r) = p.retransmission.as_mut() else {
+            return Ok(());
+        };
+        match r.on_timer(now) {
             RetransmitDecision::Wait => Ok(()),
             RetransmitDecision::Resend => {
                 p.unsent = true;
@@ -241,6 +259,8 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         datagram: &[u8],
         rng: &mut dyn Rng,
     ) -> Result<(), Error> {
+        // The next request's timer starts when it leaves (`poll_transmit`).
+        let _ = now;
         if let Phase::Failed(e) = self.phase {
             return Err(e);
         }
@@ -265,18 +285,13 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             return self.fail(Error::Protocol("an empty ACK instead of a response"));
         }
         self.pending = None;
-        match self.response(now, &msg, rng) {
+        match self.response(&msg, rng) {
             Ok(()) => Ok(()),
             Err(e) => self.fail(e),
         }
     }
 
-    fn response(
-        &mut self,
-        now: Instant,
-        msg: &Message<'_>,
-        rng: &mut dyn Rng,
-    ) -> Result<(), Error> {
+    fn response(&mut self, msg: &Message<'_>, rng: &mut dyn Rng) -> Result<(), Error> {
         match (self.phase, msg.code) {
             // The stateless server's HelloVerifyRequest: the ClientHello again, with the cookie.
             (Phase::Hello, Code::UNAUTHORIZED) => {
@@ -285,7 +300,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
                     return Err(Error::Protocol("4.01 without a HelloVerifyRequest"));
                 }
                 self.out_len = n;
-                self.send_hello(now, rng)
+                self.send_hello(rng)
             }
             (Phase::Flight, Code::CONTINUE) => {
                 let b = msg
@@ -296,22 +311,17 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
                     return Err(Error::Protocol("2.31 for another block"));
                 }
                 self.block1 += 1;
-                self.send_flight(now, rng)
+                self.send_flight(rng)
             }
             (Phase::Hello, Code::CREATED)
             | (Phase::Flight, Code::CHANGED)
-            | (Phase::Hello | Phase::Flight, Code::CONTENT) => self.body_block(now, msg, rng),
+            | (Phase::Hello | Phase::Flight, Code::CONTENT) => self.body_block(msg, rng),
             (_, code) => Err(Error::Refused(code)),
         }
     }
 
     /// One block (or all) of the server's flight.
-    fn body_block(
-        &mut self,
-        now: Instant,
-        msg: &Message<'_>,
-        rng: &mut dyn Rng,
-    ) -> Result<(), Error> {
+    fn body_block(&mut self, msg: &Message<'_>, rng: &mut dyn Rng) -> Result<(), Error> {
         let block = match msg.block2() {
             None => None,
             Some(Ok(b)) => Some(b),
@@ -347,7 +357,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             let next = BlockOption::new(b.num + 1, false, b.szx.min(self.config.block_szx));
             // A smaller size than the server's: the next number counts in the new size.
             let next = BlockOption::new((end / next.size()) as u32, false, next.szx);
-            return self.request(now, rng, Code::GET, None, Some(next), 0..0);
+            return self.request(rng, Code::GET, None, Some(next), 0..0);
         }
         let n = self
             .hs
@@ -362,19 +372,19 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         self.out_len = n;
         self.block1 = 0;
         self.phase = Phase::Flight;
-        self.send_flight(now, rng)
+        self.send_flight(rng)
     }
 
-    fn send_hello(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
+    fn send_hello(&mut self, rng: &mut dyn Rng) -> Result<(), Error> {
         // The ClientHello always goes whole: a stateless server cannot gather blocks.
-        self.request(now, rng, Code::PUT, None, None, 0..self.out_len)
+        self.request(rng, Code::PUT, None, None, 0..self.out_len)
     }
 
     /// The current Block1 of this side's flight (or all of it if it fits one block).
-    fn send_flight(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
+    fn send_flight(&mut self, rng: &mut dyn Rng) -> Result<(), Error> {
         let size = 1usize << (self.config.block_szx + 4);
         if self.out_len <= size {
-            return self.request(now, rng, Code::POST, None, None, 0..self.out_len);
+            return self.request(rng, Code::POST, None, None, 0..self.out_len);
         }
         let b = BlockOption::new(self.block1, false, self.config.block_szx);
         let (part, more) = b
@@ -382,13 +392,12 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             .ok_or(Error::Protocol("Block1 past the flight"))?;
         let range = b.offset()..b.offset() + part.len();
         let b = BlockOption::new(self.block1, more, self.config.block_szx);
-        self.request(now, rng, Code::POST, Some(b), None, range)
+        self.request(rng, Code::POST, Some(b), None, range)
     }
 
-    /// Builds the request and arms its retransmission.
+    /// Builds the request; its retransmission is armed when it first leaves.
     fn request(
         &mut self,
-        now: Instant,
         rng: &mut dyn Rng,
         method: Code,
         block1: Option<BlockOption>,
@@ -424,7 +433,8 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             message_id: mid,
             datagram,
             len,
-            retransmission: Retransmission::start(now, &self.config.coap, random_u32(rng)?),
+            retransmission: None,
+            random: random_u32(rng)?,
             unsent: true,
         });
         Ok(())

@@ -485,7 +485,7 @@ fn the_cookie_exchange_keeps_no_state_and_never_amplifies() {
     let client = psk_client(1, CarrierConfig::default());
     let mut client = client;
     let mut put = [0u8; MAX_DATAGRAM];
-    let n = client.poll_transmit(&mut put).unwrap();
+    let n = client.poll_transmit(at(0), &mut put).unwrap();
     let mut out = [0u8; MAX_DATAGRAM];
     let r = server
         .handle_datagram(at(0), PEER, &put[..n], &mut Counter::new(8, 3), &mut out)
@@ -500,7 +500,7 @@ fn the_cookie_exchange_keeps_no_state_and_never_amplifies() {
     client
         .handle_datagram(at(1), &out[..r], &mut Counter::new(9, 3))
         .unwrap();
-    let n = client.poll_transmit(&mut put).unwrap();
+    let n = client.poll_transmit(at(0), &mut put).unwrap();
     let r = server
         .handle_datagram(
             at(2),
@@ -587,7 +587,7 @@ fn the_callers_admission_check_and_the_host_prefix_bound_sessions() {
     let mut rng = Counter::new(5, 1);
     let mut asked = Vec::new();
     for _ in 0..2 {
-        let n = client.poll_transmit(&mut buf).unwrap();
+        let n = client.poll_transmit(at(0), &mut buf).unwrap();
         let mut admit = |p: &[u8]| {
             asked.push(p.to_vec());
             false

@@ -243,7 +243,7 @@ impl Client {
         let mut buf = [0u8; 2048];
         if let Some(hs) = self.carrier.as_mut() {
             let _ = hs.handle_timeout(ms(now));
-            while let Some(n) = hs.poll_transmit(&mut buf) {
+            while let Some(n) = hs.poll_transmit(ms(now), &mut buf) {
                 out.push((self.addr, buf[..n].to_vec()));
             }
         }
@@ -1202,7 +1202,8 @@ fn a_host_opening_many_handshakes_over_coap_holds_only_its_share_and_sessions_st
     // The abandoned handshakes expire (30 s) and their slots come back.
     now += 31_000;
     let _ = s.handle(now, vec![]);
-    s.layer.handle_timeout(ms(now), UnixTime::from_secs(NOW + 40), &mut vec![]);
+    s.layer
+        .handle_timeout(ms(now), UnixTime::from_secs(NOW + 40), &mut vec![]);
     s.layer.publish();
     assert_eq!(s.count("dtls_coap.sessions"), 0);
     assert_eq!(s.count("dtls_coap.expired"), 4);

@@ -167,18 +167,18 @@ pub fn handshake_over_coap(
     let mut tally = CoapTally::default();
     let mut datagram = [0u8; MAX_DATAGRAM];
     let mut response = [0u8; MAX_DATAGRAM];
-    // The client arms a request's timer when it builds the request, inside the call that
-    // handled the previous response (before the device's computation of its flight is
-    // done): when that call was made, when the outstanding request was built, and the
-    // longest wait from building a request to its response.
-    let mut last_call_us = 0;
+    // The client arms a request's timer when the request leaves, once the device's
+    // computation of its flight is done: when the outstanding request first left, and the
+    // longest wait from sending a request to its response.
     let mut armed_at: Option<u64> = None;
     let mut longest_ms = 0;
     let mut done_at = None;
     loop {
-        while let Some(n) = client.poll_transmit(&mut datagram) {
+        let leaves_us = emu.cpu_free_at_us(End::Device);
+        let leaves = sigil_time::Instant::from_millis(leaves_us / 1000);
+        while let Some(n) = client.poll_transmit(leaves, &mut datagram) {
             tally.request(&datagram[..n]);
-            armed_at.get_or_insert(last_call_us);
+            armed_at.get_or_insert(leaves_us);
             emu.send(End::Device, &datagram[..n]);
         }
         if client.is_established() {
@@ -205,7 +205,6 @@ pub fn handshake_over_coap(
                     if let Some(t) = armed_at.take() {
                         longest_ms = longest_ms.max(emu.now_us().saturating_sub(t) / 1000);
                     }
-                    last_call_us = emu.now_us();
                     let _ = client.handle_datagram(now, &d, &mut client_rng);
                 }
                 End::Server => {
@@ -233,7 +232,7 @@ pub fn handshake_over_coap(
         device: emu.device_activity(),
         device_ops: meter.ops(),
         net: emu.stats.clone(),
-        // The client's: from building a request (arming its timer) to the response. The
+        // The client's: from sending a request (arming its timer) to the response. The
         // endpoint has no timer: it only answers.
         longest_wait_ms: [longest_ms, 0],
     };

@@ -107,7 +107,7 @@ impl<'h> Link<'h> {
         let mut buf = [0u8; MAX_DATAGRAM];
         let mut wire = VecDeque::new();
         loop {
-            while let Some(n) = client.poll_transmit(&mut buf) {
+            while let Some(n) = client.poll_transmit(self.now, &mut buf) {
                 self.route(To::Server, buf[..n].to_vec(), &mut wire);
             }
             if let Some((to, d)) = wire.pop_front() {
