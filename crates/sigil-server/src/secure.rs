@@ -971,6 +971,15 @@ impl SecureLayer {
         shrink_if_sparse(&mut self.sessions);
     }
 
+    /// The cached session a ClientHello asks to resume, if it is there and young enough.
+    fn resumable(&self, requested: Option<&[u8; 32]>, now: Instant) -> Option<Session> {
+        let lifetime = self.config.session_lifetime;
+        requested
+            .and_then(|id| self.cache.get(id))
+            .filter(|c| now.saturating_since(c.made) < lifetime)
+            .map(|c| c.session.clone())
+    }
+
     /// A connection ID no session holds.
     fn fresh_cid(&self, rng: &mut dyn Rng) -> Option<[u8; CID_LEN]> {
         for _ in 0..8 {
@@ -1211,28 +1220,10 @@ impl SecureLayer {
             crate::limited!(self.log, Self::secs(now), refusal.counter(), info, %peer, reason = ?refusal, "ClientHello refused: no room in the DTLS tables");
             return;
         }
-        let chain: Vec<&[u8]> = self
-            .config
-            .certificate_chain
-            .iter()
-            .map(Vec::as_slice)
-            .collect();
+        let chain = chain_of(&self.config);
         let cid = self.fresh_cid(rng);
-        let lifetime = self.config.session_lifetime;
-        let resume: Option<Session> = hello
-            .requested_session
-            .and_then(|id| self.cache.get(id))
-            .filter(|c| now.saturating_since(c.made) < lifetime)
-            .map(|c| c.session.clone());
-        let offer = ServerCredentials {
-            issue_session_ids: self.config.resumption,
-            resume: resume.as_ref().filter(|_| self.config.resumption),
-            connection_id: cid.as_ref().map_or(&[][..], |c| &c[..]),
-            psk: self.config.psk,
-            key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
-            require_client_key: self.config.require_client_auth,
-            chain: (!chain.is_empty()).then_some(&chain[..]),
-        };
+        let resume = self.resumable(hello.requested_session, now);
+        let offer = offer(&self.config, &self.key, &chain, cid.as_ref(), resume.as_ref());
         match Connection::accept(
             RustCrypto,
             self.trust.clone(),
@@ -1484,27 +1475,10 @@ impl SecureLayer {
             .and_then(|m| RecordFacts::parse(m.payload, 0).ok())
             .and_then(|f| f.client_hello)
             .and_then(|ch| ch.requested_session.copied());
-        let lifetime = self.config.session_lifetime;
-        let resume: Option<Session> = requested
-            .and_then(|id| self.cache.get(&id))
-            .filter(|c| now.saturating_since(c.made) < lifetime)
-            .map(|c| c.session.clone());
+        let resume = self.resumable(requested.as_ref(), now);
         let cid = self.fresh_cid(rng);
-        let chain: Vec<&[u8]> = self
-            .config
-            .certificate_chain
-            .iter()
-            .map(Vec::as_slice)
-            .collect();
-        let offer = ServerCredentials {
-            issue_session_ids: self.config.resumption,
-            resume: resume.as_ref().filter(|_| self.config.resumption),
-            connection_id: cid.as_ref().map_or(&[][..], |c| &c[..]),
-            psk: self.config.psk,
-            key: (self.config.rpk || !chain.is_empty()).then_some(&self.key),
-            require_client_key: self.config.require_client_auth,
-            chain: (!chain.is_empty()).then_some(&chain[..]),
-        };
+        let chain = chain_of(&self.config);
+        let offer = offer(&self.config, &self.key, &chain, cid.as_ref(), resume.as_ref());
         // Admitted (once the cookie is valid) only with room in the session table for what
         // the handshake may become, and within the host's handshake rate.
         let has_session = self.sessions.contains_key(&peer);
@@ -1631,6 +1605,35 @@ impl SecureLayer {
             .values()
             .filter_map(|p| p.auth.as_ref().map(|a| *a.identity()))
             .collect()
+    }
+}
+
+/// The server's certificate chain, leaf first (empty without X.509).
+fn chain_of(config: &DtlsConfig) -> Vec<&[u8]> {
+    config
+        .certificate_chain
+        .iter()
+        .map(Vec::as_slice)
+        .collect()
+}
+
+/// What a ClientHello is offered (either carrier): the server's key, its chain, PSKs, a fresh
+/// connection ID and the session it asks to resume.
+fn offer<'a>(
+    config: &DtlsConfig,
+    key: &'a SecretKey,
+    chain: &'a [&'a [u8]],
+    cid: Option<&'a [u8; CID_LEN]>,
+    resume: Option<&'a Session>,
+) -> ServerCredentials<'a> {
+    ServerCredentials {
+        issue_session_ids: config.resumption,
+        resume: resume.filter(|_| config.resumption),
+        connection_id: cid.map_or(&[][..], |c| &c[..]),
+        psk: config.psk,
+        key: (config.rpk || !chain.is_empty()).then_some(key),
+        require_client_key: config.require_client_auth,
+        chain: (!chain.is_empty()).then_some(chain),
     }
 }
 
