@@ -605,6 +605,7 @@ def write(results, out_path):
     w("```sh")
     w("scripts/bench-device          # this page, docs/device-cycles.json, docs/img/device-*.png, target/devbench/results.json")
     w("scripts/bench-device --quick  # what the test command runs: builds, known answers, sizes")
+    w("scripts/bench-device --section table-one  # the DTLS client images alone; rewrites their section")
     w("```")
     w("")
     w(f"Last generated {datetime.date.today().isoformat()}.")

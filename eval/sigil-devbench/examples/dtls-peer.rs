@@ -77,7 +77,12 @@ fn answer(request: &[u8], tally: &mut Tally) -> Option<Vec<u8>> {
 }
 
 /// Application records in, answers out, through an established session.
-fn serve_records(traffic: &mut Traffic<RustCrypto>, now: Instant, datagram: &[u8], tally: &mut Tally) -> Vec<Vec<u8>> {
+fn serve_records(
+    traffic: &mut Traffic<RustCrypto>,
+    now: Instant,
+    datagram: &[u8],
+    tally: &mut Tally,
+) -> Vec<Vec<u8>> {
     if let Err(e) = traffic.handle_datagram(now, datagram) {
         eprintln!("record refused: {e:?}");
         return vec![];
@@ -118,7 +123,10 @@ impl RecordServer<'_> {
         let idle = self.connection.as_ref().is_none_or(|c| c.is_established());
         if idle && opens_handshake(datagram) {
             let mut out = [0u8; 512];
-            match self.cookies.respond(&RustCrypto, DEVICE, datagram, &mut out) {
+            match self
+                .cookies
+                .respond(&RustCrypto, DEVICE, datagram, &mut out)
+            {
                 Stateless::HelloVerify(n) => return vec![out[..n].to_vec()],
                 Stateless::Drop(e) => {
                     eprintln!("ClientHello dropped: {e:?}");
@@ -257,6 +265,9 @@ fn main() -> io::Result<()> {
             )))
         }
     }
-    eprintln!("handshakes {} requests {}", tally.handshakes, tally.requests);
+    eprintln!(
+        "handshakes {} requests {}",
+        tally.handshakes, tally.requests
+    );
     Ok(())
 }

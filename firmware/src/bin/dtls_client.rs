@@ -136,6 +136,7 @@ fn tick(now: &mut Instant) -> Result<(), Failure> {
 }
 
 /// The handshake over the record layer: flights as records, retransmitted on the DTLS timer.
+/// Out of line (as the CoAP one), so that each carrier's driver is one symbol in the image.
 #[cfg(feature = "dtls-records")]
 #[inline(never)]
 fn handshake<T: Trust>(
@@ -221,7 +222,11 @@ fn answers(datagram: &[u8], message_id: u16, token: &[u8]) -> bool {
 /// One Confirmable `POST /r` in an application record, retransmitted until its answer arrives
 /// in one (RFC 7252 §4.2, §9.1).
 #[inline(never)]
-fn request(traffic: &mut Traffic<Backend>, rng: &mut XorShift, now: &mut Instant) -> Result<(), Failure> {
+fn request(
+    traffic: &mut Traffic<Backend>,
+    rng: &mut XorShift,
+    now: &mut Instant,
+) -> Result<(), Failure> {
     let mut random = [0u8; 4];
     rng.fill(&mut random).map_err(|_| Failure::Request)?;
     let message_id = u16::from_be_bytes([random[0], random[1]]);
