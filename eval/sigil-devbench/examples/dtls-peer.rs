@@ -2,7 +2,7 @@
 //! (`firmware/src/bin/dtls_client.rs`, run by `tools/devbench/dtls_carriers.py`): the real
 //! sigil-dtls server, with the handshake carried by the record layer (`records`: the stateless
 //! cookie exchange, then `Connection::accept`) or as a CoAP resource (`coap`:
-//! `sigil_dtls_coap::Endpoint`). It offers TLS_PSK_WITH_AES_128_CCM_8 (identity `sensor`,
+//! `sigil_dtls_coap::Endpoint`, whose established sessions it takes over). It offers TLS_PSK_WITH_AES_128_CCM_8 (identity `sensor`,
 //! `DTLS_PSK`) and TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 with its raw public key
 //! (`dtls_server_key`), and answers each Confirmable CoAP request that arrives in an
 //! application record with a piggybacked 2.04 in one.
@@ -29,6 +29,7 @@ use std::io::{self, BufWriter, Read, Write};
 const DEVICE: &[u8] = b"[fe80::2]:5684";
 
 /// The device's PSK, known by its identity.
+#[derive(Clone, Copy)]
 struct DevicePsk;
 
 impl Trust for DevicePsk {
@@ -231,20 +232,20 @@ fn main() -> io::Result<()> {
             }
         }
         "coap" => {
-            let trust = DevicePsk;
             let mut endpoint: Endpoint<'_, RustCrypto, DevicePsk, 4> = Endpoint::new(
                 RustCrypto,
-                &trust,
+                DevicePsk,
                 offer(&key),
                 EndpointConfig::default(),
                 [9; 32],
             );
             let mut rng = BenchRng(2);
+            // The latest session the endpoint handed over: the device's records go to it.
+            let mut session: Option<Traffic<RustCrypto>> = None;
             while let Some(d) = read_frame(&mut input)? {
                 now += std::time::Duration::from_millis(1);
                 let out = if sigil_dtls_coap::is_dtls_record(&d) {
-                    let session = endpoint.session_of_peer(DEVICE);
-                    match session.and_then(|id| endpoint.traffic_mut(id, DEVICE, now)) {
+                    match session.as_mut() {
                         Some(traffic) => serve_records(traffic, now, &d, &mut tally),
                         None => vec![],
                     }
@@ -255,6 +256,9 @@ fn main() -> io::Result<()> {
                         .map(|n| vec![reply[..n].to_vec()])
                         .unwrap_or_default()
                 };
+                while let Some(established) = endpoint.take_established() {
+                    session = Some(established.traffic);
+                }
                 tally.handshakes = endpoint.counters().established;
                 write_frames(&mut output, &out)?;
             }
