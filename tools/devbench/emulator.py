@@ -14,7 +14,7 @@ from unicorn import arm_const as A
 from cycles import CycleModel
 
 FLASH = (0x0000_0000, 512 * 1024)
-RAM = (0x2000_0000, 64 * 1024)
+RAM = (0x2000_0000, 256 * 1024)  # firmware/memory.x
 # Where a measured function returns to: mapped, never part of the image.
 RETURN = FLASH[0] + FLASH[1] - 0x100
 PAINT = 0x5A5A5A5A

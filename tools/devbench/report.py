@@ -3,6 +3,7 @@ import datetime
 import json
 import os
 
+import dtls_carriers
 import ibpv_section
 from boards import BOARDS, CORE_NOTE
 
@@ -515,10 +516,9 @@ def write(results, out_path):
             w(f"- {op}: {avr[op]['cycles']:,} cycles = {avr[op]['cycles'] / 16e3:,.0f} ms, "
               f"stack {avr[op]['stack']} B")
         w("")
-    w("**DTLS-as-CoAP-resource Table I** (DTLS ROM/RAM) and the two-way-authentication "
-      "paper's Table 1 (DTLS client memory) need the DTLS client measured as a device image, "
-      "which this report does not do yet. Its Tables II and III: the next section.")
+    w(dtls_carriers.NEW_POINTER)
     w("")
+    dtls_carriers.write(results, w)
     ibpv_section.write(results, w)
     w("## The complete signing sensor")
     w("")
@@ -605,6 +605,7 @@ def write(results, out_path):
     w("```sh")
     w("scripts/bench-device          # this page, docs/device-cycles.json, docs/img/device-*.png, target/devbench/results.json")
     w("scripts/bench-device --quick  # what the test command runs: builds, known answers, sizes")
+    w("scripts/bench-device --section table-one  # the DTLS client images alone; rewrites their section")
     w("```")
     w("")
     w(f"Last generated {datetime.date.today().isoformat()}.")

@@ -4,13 +4,19 @@
     scripts/bench-device            # everything; writes docs/device-costs.md and docs/img/
     scripts/bench-device --quick    # builds, known answers on every backend and target, sizes
                                     # (not the ECC comparison: its table setup takes minutes)
+    scripts/bench-device --section table-one
+                                    # only the DTLS client images (record layer against the
+                                    # handshake as a CoAP resource): rewrites that section of
+                                    # docs/device-costs.md in place
 
 Steps: build the firmware images (firmware/) for each target and backend; run every operation
 of the bench image inside unicorn (Cortex-M4 and Cortex-M0+ models) and check its output
 against vectors/device-kat.json; count instructions, estimate cycles and measure the painted
 stack; calibrate the cycle model against p256-cm4's published hardware cycles; run the
 complete signing sensor image against an emulated server, and the same sensor in C
-(examples/c/m4, libsigil.a linked with arm-none-eabi-gcc); take flash and RAM from the linked
+(examples/c/m4, libsigil.a linked with arm-none-eabi-gcc); run the DTLS client image with each
+handshake carrier against the real sigil-dtls server on the host (tools/devbench/dtls_carriers.py)
+and check the CoAP-carrier image links no record-layer flight code; take flash and RAM from the linked
 images; build and run the AVR image under simavr where the toolchain allows; convert cycles to
 time and energy on the seeds' boards; write the report.
 """
@@ -86,7 +92,7 @@ def build(variant, target, features, rustflags, binary, profile):
     target_dir = os.path.join(FIRMWARE, "target", "flags-" + (rustflags.replace(" ", "").replace("-", "") or "none"))
     cmd = ["cargo", "build", "--quiet", "--profile", profile, "--target", target,
            "--bin", binary, "--target-dir", target_dir]
-    if "-p256" in features:
+    if any(f.startswith("-") for f in features):  # "-p256", "-default": no default features
         cmd.append("--no-default-features")
     features = [f for f in features if not f.startswith("-")]
     if features:
@@ -312,10 +318,32 @@ def main():
                     help="known answers and sizes only (no cycle model, no report)")
     ap.add_argument("--json", default=os.path.join(ROOT, "target", "devbench", "results.json"))
     ap.add_argument("--report", default=os.path.join(ROOT, "docs", "device-costs.md"))
+    ap.add_argument("--section", choices=["table-one"],
+                    help="measure one section only and rewrite it in the existing report")
     args = ap.parse_args()
     count = not args.quick
-    results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None, "ecc": {}}
+    results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None, "ecc": {},
+               "dtls_carriers": {}}
     failures = []
+
+    import dtls_carriers
+    if args.section == "table-one":
+        log("== DTLS client images: record layer against the handshake as a CoAP resource")
+        peer = dtls_carriers.peer_executable(ROOT, log)
+        results["dtls_carriers"], failures = dtls_carriers.measure(build, peer, count, log)
+        out = os.path.join(os.path.dirname(args.json), "dtls-carriers.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        json.dump(results["dtls_carriers"], open(out, "w"), indent=1, default=list)
+        log(f"== results in {os.path.relpath(out, ROOT)}")
+        if failures:
+            log("FAILED:")
+            for f in failures:
+                log("  " + f)
+            sys.exit(1)
+        if not args.quick:
+            dtls_carriers.splice(args.report, results)
+            log(f"== section rewritten in {os.path.relpath(args.report, ROOT)}")
+        return
 
     log("== building firmware images")
     bench_paths = {v: build(v, t, f, r, "bench", "release") for v, t, f, _, r in BENCH_VARIANTS}
@@ -345,6 +373,11 @@ def main():
 
     log("== the C sensor image (libsigil.a, arm-none-eabi-gcc)")
     results["c_sensor"] = c_sensors(failures)
+
+    log("== DTLS client images: record layer against the handshake as a CoAP resource")
+    peer = dtls_carriers.peer_executable(ROOT, log)
+    results["dtls_carriers"], fails = dtls_carriers.measure(build, peer, count, log)
+    failures += fails
 
     if count:
         log("== calibrating the Cortex-M4 model against p256-cm4")

@@ -378,6 +378,7 @@ pub fn datagrams(mut rec: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// A complete DTLS client handshake on the device: the client's own work for every flight
 /// (the server's flights are replayed from the recording). Output: SHA-256 over every datagram
 /// the client sent, then 1 if the handshake completed.
+#[cfg(feature = "dtls")]
 fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::Trust>(
     c: &C,
     trust: T,
@@ -423,6 +424,7 @@ fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::Trust>(
 }
 
 /// DTLS 1.2 client handshake with TLS_PSK_WITH_AES_128_CCM_8, cookie exchange included.
+#[cfg(feature = "dtls")]
 pub fn dtls_psk_client<C: CryptoProvider + ?Sized>(
     c: &C,
     out: &mut [u8],
@@ -441,6 +443,7 @@ pub fn dtls_psk_client<C: CryptoProvider + ?Sized>(
 
 /// DTLS 1.2 client handshake with TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8: the server's raw
 /// public key verified against its pinned identity, its signature checked, ECDH on P-256.
+#[cfg(feature = "dtls")]
 pub fn dtls_rpk_client<C: CryptoProvider + ?Sized>(
     c: &C,
     out: &mut [u8],
@@ -459,8 +462,11 @@ pub fn dtls_rpk_client<C: CryptoProvider + ?Sized>(
     )
 }
 
+/// How many operations [`operations`] lists (the DTLS handshakes only with feature `dtls`).
+pub const OPERATIONS: usize = if cfg!(feature = "dtls") { 18 } else { 16 };
+
 /// Every operation, in report order.
-pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; 18] {
+pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; OPERATIONS] {
     [
         Operation {
             name: "keygen_ed25519",
@@ -526,10 +532,12 @@ pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; 18] {
             name: "identity",
             run: identity::<C>,
         },
+        #[cfg(feature = "dtls")]
         Operation {
             name: "dtls_psk_client",
             run: dtls_psk_client::<C>,
         },
+        #[cfg(feature = "dtls")]
         Operation {
             name: "dtls_rpk_client",
             run: dtls_rpk_client::<C>,
