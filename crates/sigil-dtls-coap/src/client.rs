@@ -159,46 +159,15 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         self.retransmissions
     }
 
-    /// The established connection (or `self` back if the handshake is not complete).
-    #[allow(clippy::result_large_err)]
-    pub fn into_traffic(self) -> Result<Traffic<C>, Self> {
-        if self.phase != Phase::Done {
-            return Err(self);
+    /// The established connection; the handshake's buffers are dropped, never moved (on a
+    /// device the client is tens of kilobytes, the established state a few).
+    pub fn into_traffic(self) -> Result<Traffic<C>, Error> {
+        let incomplete = Error::Protocol("the handshake is not complete");
+        match self.phase {
+            Phase::Done => self.hs.into_established().ok_or(incomplete),
+            Phase::Failed(e) => Err(e),
+            _ => Err(incomplete),
         }
-        let Self {
-            hs,
-            config,
-            phase,
-            token,
-            next_mid,
-            session,
-            out,
-            out_len,
-            block1,
-            body,
-            body_len,
-            body_code,
-            pending,
-            ignored,
-            retransmissions,
-        } = self;
-        hs.into_traffic().map_err(|hs| Self {
-            hs,
-            config,
-            phase,
-            token,
-            next_mid,
-            session,
-            out,
-            out_len,
-            block1,
-            body,
-            body_len,
-            body_code,
-            pending,
-            ignored,
-            retransmissions,
-        })
     }
 
     /// The next datagram to send at `now`, if any. A request's retransmission timer starts

@@ -741,7 +741,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             if let SessionState::Handshake(hs) =
                 core::mem::replace(&mut s.state, SessionState::Moving)
             {
-                if let Ok(t) = hs.into_traffic() {
+                if let Some(t) = hs.into_established() {
                     s.state = SessionState::Established(t);
                 }
             }

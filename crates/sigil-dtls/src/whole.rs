@@ -181,6 +181,16 @@ impl<C: CryptoProvider, T: Trust> WholeFlights<C, T> {
         }
     }
 
+    /// The established connection alone, or `None` if the handshake is not complete; unlike
+    /// [`WholeFlights::into_traffic`] it never hands the handshake back, so nothing but the
+    /// established state is moved.
+    pub fn into_established(self) -> Option<Traffic<C>> {
+        match self.inner {
+            Inner::Established(core) => Some(Traffic::new(self.crypto, core)),
+            Inner::Handshaking(_) => None,
+        }
+    }
+
     /// Takes one whole flight of the peer. This side's answering flight, if the handshake
     /// calls for one, is written to `out` and its length returned (0: none, as for the
     /// client after the server's final flight). Any error fails the handshake for good.

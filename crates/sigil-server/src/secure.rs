@@ -1223,7 +1223,13 @@ impl SecureLayer {
         let chain = chain_of(&self.config);
         let cid = self.fresh_cid(rng);
         let resume = self.resumable(hello.requested_session, now);
-        let offer = offer(&self.config, &self.key, &chain, cid.as_ref(), resume.as_ref());
+        let offer = offer(
+            &self.config,
+            &self.key,
+            &chain,
+            cid.as_ref(),
+            resume.as_ref(),
+        );
         match Connection::accept(
             RustCrypto,
             self.trust.clone(),
@@ -1478,7 +1484,13 @@ impl SecureLayer {
         let resume = self.resumable(requested.as_ref(), now);
         let cid = self.fresh_cid(rng);
         let chain = chain_of(&self.config);
-        let offer = offer(&self.config, &self.key, &chain, cid.as_ref(), resume.as_ref());
+        let offer = offer(
+            &self.config,
+            &self.key,
+            &chain,
+            cid.as_ref(),
+            resume.as_ref(),
+        );
         // Admitted (once the cookie is valid) only with room in the session table for what
         // the handshake may become, and within the host's handshake rate.
         let has_session = self.sessions.contains_key(&peer);
@@ -1610,11 +1622,7 @@ impl SecureLayer {
 
 /// The server's certificate chain, leaf first (empty without X.509).
 fn chain_of(config: &DtlsConfig) -> Vec<&[u8]> {
-    config
-        .certificate_chain
-        .iter()
-        .map(Vec::as_slice)
-        .collect()
+    config.certificate_chain.iter().map(Vec::as_slice).collect()
 }
 
 /// What a ClientHello is offered (either carrier): the server's key, its chain, PSKs, a fresh
