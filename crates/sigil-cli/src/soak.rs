@@ -598,7 +598,12 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
             security: sec,
             dtls: Default::default(),
             association: None,
-            carrier: Default::default(),
+            // Every other coaps:// sensor has its handshakes carried as a CoAP resource.
+            carrier: if secure && i % 2 == 1 {
+                sigil_client::Carrier::Coap
+            } else {
+                sigil_client::Carrier::Records
+            },
         };
         let a = acked.clone();
         let stop = stop_rx.clone();
