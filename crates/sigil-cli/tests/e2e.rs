@@ -934,6 +934,17 @@ fn ctrl_c_stops_a_sensor_in_the_middle_of_its_handshake() {
 #[cfg(unix)]
 #[test]
 fn a_coaps_session_survives_a_server_kill_without_a_handshake() {
+    session_survives_a_server_kill("records");
+}
+
+/// The same for a session whose handshake was carried as a CoAP resource: once established
+/// it is an ordinary session, stored and restored the same way.
+#[test]
+fn a_session_made_over_coap_survives_a_server_kill_without_a_handshake() {
+    session_survives_a_server_kill("coap");
+}
+
+fn session_survives_a_server_kill(carrier: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
     let dbs = db.to_str().unwrap();
@@ -967,6 +978,8 @@ fn a_coaps_session_survives_a_server_kill_without_a_handshake() {
             "psk",
             "--psk",
             &psk,
+            "--dtls-carrier",
+            carrier,
             "--ack-timeout",
             // The server is away about a second: a sensor would give the session up only
             // after two retransmissions (2 s + 4 s), long after the server is back.
