@@ -431,6 +431,11 @@ async fn handshake_flood(
             let identity = format!("flood-{i}");
             let mut buf = vec![0u8; 2048];
             let mut out = vec![0u8; sigil_dtls::MAX_DATAGRAM];
+            // Every other port carries its handshakes as a CoAP resource (`PUT /dtls`).
+            if i % 2 == 1 {
+                coap_handshake_flood(&sock, &identity, start, &l, &mut stop).await;
+                return;
+            }
             while !*stop.borrow() {
                 let now = crate::util::since(start);
                 let creds = sigil_dtls::Credentials::Psk {
@@ -476,6 +481,58 @@ async fn handshake_flood(
         let _ = t.await;
     }
     Ok(())
+}
+
+/// Attack 7 over CoAP: `PUT /dtls`, its 4.01 with the HelloVerifyRequest, the `PUT` with the
+/// cookie and the server's 2.01 (a session resource in its handshake); then the same again
+/// from the same port, leaving each handshake half open.
+async fn coap_handshake_flood(
+    sock: &UdpSocket,
+    identity: &str,
+    start: Instant,
+    l: &Shared,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 2048];
+    let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
+    while !*stop.borrow() {
+        let creds = sigil_dtls::Credentials::Psk {
+            identity: identity.as_bytes(),
+            key: &[7u8; 16],
+        };
+        let Ok(mut hs) = sigil_dtls_coap::Client::connect(
+            RustCrypto,
+            sigil_dtls::NoTrust,
+            sigil_dtls_coap::CarrierConfig::default(),
+            &mut OsRng,
+            creds,
+            crate::util::since(start),
+        ) else {
+            return;
+        };
+        let mut answers = 0;
+        while answers < 2 && !*stop.borrow() {
+            while let Some(n) = hs.poll_transmit(crate::util::since(start), &mut out) {
+                note_sent(l, n);
+                let _ = sock.send(&out[..n]).await;
+            }
+            let got = tokio::select! {
+                r = tokio::time::timeout(Duration::from_millis(500), sock.recv(&mut buf)) => r,
+                _ = stop.changed() => break,
+            };
+            match got {
+                Ok(Ok(n)) => {
+                    note_answer(l, 0, &buf[..n]);
+                    let now = crate::util::since(start);
+                    if hs.handle_datagram(now, &buf[..n], &mut OsRng).is_err() {
+                        break;
+                    }
+                    answers += 1;
+                }
+                _ => break,
+            }
+        }
+    }
 }
 
 /// Attack 8: refused requests as fast as the socket takes them (1,000 a second).
@@ -632,7 +689,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         load("1+2 forged registrations, lifetimes, removals"),
         load("4+5 large answers with fresh message IDs"),
         load("6 Block1 transfers held open from 256 ports"),
-        load("7 ClientHellos with valid cookies from 64 ports"),
+        load("7 ClientHellos with valid cookies from 64 ports, half over CoAP"),
         load("8 refused requests"),
     ];
     let attackers = vec![
