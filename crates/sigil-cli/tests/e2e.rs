@@ -939,11 +939,13 @@ fn a_coaps_session_survives_a_server_kill_without_a_handshake() {
 
 /// The same for a session whose handshake was carried as a CoAP resource: once established
 /// it is an ordinary session, stored and restored the same way.
+#[cfg(unix)]
 #[test]
 fn a_session_made_over_coap_survives_a_server_kill_without_a_handshake() {
     session_survives_a_server_kill("coap");
 }
 
+#[cfg(unix)]
 fn session_survives_a_server_kill(carrier: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
@@ -1067,11 +1069,13 @@ fn a_sensor_killed_between_readings_resumes_its_association_without_a_handshake(
 
 /// The same over the CoAP carrier (`--dtls-carrier coap`): the handshake is `PUT /dtls` on
 /// the coaps:// port, the readings DTLS records, the association kept the same way.
+#[cfg(unix)]
 #[test]
 fn a_sensor_with_its_handshake_over_coap_publishes_and_resumes_after_kill_9() {
     killed_sensor_resumes_its_association("coap");
 }
 
+#[cfg(unix)]
 fn killed_sensor_resumes_its_association(carrier: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");

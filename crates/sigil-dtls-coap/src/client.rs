@@ -174,13 +174,18 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
     /// when it is first taken from here.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         let p = self.pending.as_mut()?;
-        if !p.unsent || out.len() < p.len {
+        if !p.unsent {
             return None;
         }
-        p.unsent = false;
+        // Armed even when `out` is too small for the request: the exchange then times out
+        // (MAX_RETRANSMIT) instead of waiting for ever.
         if p.retransmission.is_none() {
             p.retransmission = Some(Retransmission::start(now, &self.config.coap, p.random));
         }
+        if out.len() < p.len {
+            return None;
+        }
+        p.unsent = false;
         out[..p.len].copy_from_slice(&p.datagram[..p.len]);
         Some(p.len)
     }

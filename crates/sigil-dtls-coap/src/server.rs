@@ -14,11 +14,14 @@
 //!   layer, after which the caller calls [`Endpoint::remove`].
 //!
 //! The table holds at most `N` sessions, and at most [`EndpointConfig::max_per_peer`] for one
-//! peer (or for one host, with [`EndpointConfig::host_prefix`]); a session expires after it
-//! was idle for its timeout. Session IDs are random, so an off-path sender cannot name
-//! another peer's session. Each session answers a retransmitted request (same message ID, same
-//! peer) with the cached response instead of a second handshake step (RFC 7252 §4.5). Every
-//! refusal is counted in [`Counters`].
+//! peer (or for one host, with [`EndpointConfig::host_prefix`]); when it is full, a newcomer
+//! takes the place of the oldest half-open handshake of the peer holding the most, if that
+//! peer holds more than the newcomer's would. A handshake expires `handshake_timeout` after it
+//! was created, an established session after it was idle for `idle_timeout`. Session IDs are
+//! random, so an off-path sender cannot name another peer's session. Each session answers a
+//! retransmitted request (same peer, message ID, token and length) with the cached response
+//! instead of a second handshake step (RFC 7252 §4.5). Every refusal is counted in
+//! [`Counters`].
 //!
 //! A caller that keeps established sessions in a table of its own (a server that also speaks
 //! record-layer DTLS) takes each one out with [`Endpoint::take_established`]; the slot then
@@ -28,7 +31,7 @@
 use crate::{id_text, parse_id, MAX_DATAGRAM, MAX_FLIGHT, MAX_ID_LEN, PATH};
 use core::time::Duration;
 use sigil_coap::message::option;
-use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, Rng};
 use sigil_dtls::handshake::{ClientHello, Fragment};
 use sigil_dtls::record::Record;
@@ -111,6 +114,9 @@ pub struct Counters {
     pub not_admitted: u64,
     /// Established sessions the caller took out ([`Endpoint::take_established`]).
     pub handed_off: u64,
+    /// Half-open handshakes pushed out for a newcomer when the table was full (the oldest of
+    /// the host holding the most).
+    pub evicted: u64,
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -127,6 +133,10 @@ struct Session<C, T> {
     id: u32,
     peer: [u8; MAX_PEER],
     peer_len: usize,
+    /// When the session resource was created: a handshake expires `handshake_timeout` after
+    /// it, however busy the peer keeps it.
+    created: Instant,
+    /// The last request (an established session's idle expiry), or the hand-off.
     last_seen: Instant,
     state: SessionState<C, T>,
     /// The server's latest flight (the resource's representation, source of Block2).
@@ -144,8 +154,31 @@ struct Session<C, T> {
 
 struct Cached {
     mid: Option<u16>,
+    /// The request's token and length: a retransmission repeats them (a different request
+    /// under the same message ID from a forged address gets no cached answer).
+    token: [u8; 8],
+    token_len: usize,
+    request_len: usize,
     bytes: [u8; MAX_DATAGRAM],
     len: usize,
+}
+
+impl Cached {
+    const EMPTY: Self = Self {
+        mid: None,
+        token: [0; 8],
+        token_len: 0,
+        request_len: 0,
+        bytes: [0; MAX_DATAGRAM],
+        len: 0,
+    };
+
+    /// Whether `req` (of `len` bytes) repeats the request this answer is for.
+    fn answers(&self, req: &Message<'_>, len: usize) -> bool {
+        self.mid == Some(req.message_id)
+            && self.token[..self.token_len] == *req.token
+            && self.request_len == len
+    }
 }
 
 impl<C, T> Session<C, T> {
@@ -288,6 +321,16 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             .count()
     }
 
+    /// Handshakes in progress whose peer address starts with `host` (all of them for an
+    /// empty `host`): what a caller with its own session table counts as sessions to be.
+    pub fn half_open(&self, host: &[u8]) -> usize {
+        self.sessions
+            .iter()
+            .flatten()
+            .filter(|s| !s.established() && !s.handed_off() && s.peer().starts_with(host))
+            .count()
+    }
+
     /// Takes out an established session, if there is one: its [`Traffic`] is the caller's
     /// from now on. Its slot keeps the last response, for a retransmission of the request
     /// that completed the handshake, until the slot is needed or `handshake_timeout` passed.
@@ -353,27 +396,31 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
 
     /// When the next session expires.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.sessions
-            .iter()
-            .flatten()
-            .map(|s| s.last_seen.saturating_add(self.timeout_of(s)))
-            .min()
+        self.sessions.iter().flatten().map(|s| self.expiry(s)).min()
     }
 
-    fn timeout_of(&self, s: &Session<C, T>) -> Duration {
-        if s.established() {
-            self.config.idle_timeout
-        } else {
-            self.config.handshake_timeout
+    /// A handshake `handshake_timeout` after its creation; an established session
+    /// `idle_timeout` after its last use; a handed-off slot once a retransmission of its last
+    /// request can no longer come (RFC 7252 §4.8.2: MAX_TRANSMIT_SPAN, 45 s), and not before
+    /// `handshake_timeout`.
+    fn expiry(&self, s: &Session<C, T>) -> Instant {
+        match s.state {
+            SessionState::Established(_) => s.last_seen.saturating_add(self.config.idle_timeout),
+            SessionState::HandedOff => s.last_seen.saturating_add(
+                self.config
+                    .handshake_timeout
+                    .max(TransmissionParameters::default().max_transmit_span()),
+            ),
+            _ => s.created.saturating_add(self.config.handshake_timeout),
         }
     }
 
-    /// Removes the sessions idle past their timeout.
+    /// Removes the sessions past their expiry.
     pub fn handle_timeout(&mut self, now: Instant) {
         for i in 0..N {
             let expired = self.sessions[i]
                 .as_ref()
-                .is_some_and(|s| now >= s.last_seen.saturating_add(self.timeout_of(s)));
+                .is_some_and(|s| now >= self.expiry(s));
             if expired {
                 // A handed-off slot only held an answer: not a session that expired.
                 if self.sessions[i].take().is_some_and(|s| !s.handed_off()) {
@@ -432,7 +479,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             .sessions
             .iter()
             .flatten()
-            .find(|s| s.peer() == peer && s.cached.mid == Some(req.message_id))
+            .find(|s| s.peer() == peer && s.cached.answers(&req, datagram.len()))
         {
             self.counters.duplicates += 1;
             let n = s.cached.len;
@@ -472,7 +519,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 self.counters.wrong_method += 1;
                 write_reply(&req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
             }
-            (Route::Session(id), _) => self.session(now, peer, id, &req, out),
+            (Route::Session(id), _) => self.session(now, peer, id, &req, datagram.len(), out),
             (Route::Unknown, _) => {
                 self.counters.unknown_session += 1;
                 write_reply(&req, &Reply::code(Code::NOT_FOUND), out)
@@ -526,8 +573,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             Stateless::Accept(proof) => proof,
         };
         // The address is verified now; the table's bounds come next.
-        let host = &peer[..self.config.host_prefix.min(peer.len())];
-        let host = if host.is_empty() { peer } else { host };
+        let host = host_part(peer, self.config.host_prefix);
         if self
             .sessions
             .iter()
@@ -539,15 +585,23 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             self.counters.peer_limit += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         }
-        // A free slot, else the one handed off longest ago (it only holds a cached answer).
+        // A free slot, else the one handed off longest ago (it only holds a cached answer),
+        // else the oldest half-open handshake of the host holding the most, if it holds more
+        // than the newcomer's host would with this one.
         let free = self.sessions.iter().position(Option::is_none).or_else(|| {
             (0..N)
                 .filter(|&i| self.sessions[i].as_ref().is_some_and(|s| s.handed_off()))
                 .min_by_key(|&i| self.sessions[i].as_ref().map(|s| s.last_seen))
         });
-        let Some(slot) = free else {
-            self.counters.table_full += 1;
-            return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+        let (slot, evicting) = match free {
+            Some(slot) => (slot, false),
+            None => match self.eviction_for(host) {
+                Some(slot) => (slot, true),
+                None => {
+                    self.counters.table_full += 1;
+                    return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+                }
+            },
         };
         if !(hello.admit)(peer) {
             self.counters.not_admitted += 1;
@@ -557,6 +611,10 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             self.counters.table_full += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         };
+        if evicting {
+            self.sessions[slot] = None;
+            self.counters.evicted += 1;
+        }
         let mut flight = [0u8; MAX_FLIGHT];
         let hs = match WholeFlights::accept(
             self.crypto.clone(),
@@ -580,6 +638,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             id,
             peer: p,
             peer_len: peer.len(),
+            created: now,
             last_seen: now,
             state: SessionState::Handshake(hs.0),
             flight,
@@ -587,11 +646,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             body: [0; MAX_FLIGHT],
             body_len: 0,
             first_mid: req.message_id,
-            cached: Cached {
-                mid: None,
-                bytes: [0; MAX_DATAGRAM],
-                len: 0,
-            },
+            cached: Cached::EMPTY,
         });
         self.counters.created += 1;
         let (payload, block2) = block_of(&s.flight[..s.flight_len], 0, self.config.block_szx)?;
@@ -601,7 +656,32 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             payload,
             ..Reply::code(Code::CREATED)
         };
-        cache(&mut s.cached, req, &reply, out)
+        cache(&mut s.cached, req, request_len, &reply, out)
+    }
+
+    /// The slot of the oldest half-open handshake of the host holding the most, if that host
+    /// holds more than `host` would with one more (so shares converge on equal ones).
+    fn eviction_for(&self, host: &[u8]) -> Option<usize> {
+        let prefix = self.config.host_prefix;
+        let half_open = |i: usize| {
+            self.sessions[i]
+                .as_ref()
+                .filter(|s| !s.established() && !s.handed_off())
+        };
+        let of_host =
+            |i: usize, h: &[u8]| half_open(i).is_some_and(|s| host_part(s.peer(), prefix) == h);
+        let held = |h: &[u8]| (0..N).filter(|&i| of_host(i, h)).count();
+        let own = held(host);
+        let (count, heaviest) = (0..N)
+            .filter_map(|i| half_open(i).map(|s| (held(host_part(s.peer(), prefix)), i)))
+            .max_by_key(|(count, _)| *count)?;
+        if count <= own + 1 {
+            return None;
+        }
+        let victim = host_part(self.sessions[heaviest].as_ref()?.peer(), prefix);
+        (0..N)
+            .filter(|&i| of_host(i, victim))
+            .min_by_key(|&i| half_open(i).map(|s| s.created))
     }
 
     /// A random session ID no session holds (nonzero).
@@ -624,6 +704,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         peer: &[u8],
         id: u32,
         req: &Message<'_>,
+        len: usize,
         out: &mut [u8],
     ) -> Option<usize> {
         let Some(slot) = self
@@ -675,9 +756,9 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                     payload,
                     ..Reply::code(Code::CONTENT)
                 };
-                cache(&mut s.cached, req, &reply, out)
+                cache(&mut s.cached, req, len, &reply, out)
             }
-            Code::POST if !s.established() => self.flight(slot, req, out),
+            Code::POST if !s.established() => self.flight(slot, req, len, out),
             _ => {
                 self.counters.wrong_method += 1;
                 write_reply(req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
@@ -686,7 +767,13 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
     }
 
     /// `POST /dtls/<id>`: one block (or all) of the client's flight.
-    fn flight(&mut self, slot: usize, req: &Message<'_>, out: &mut [u8]) -> Option<usize> {
+    fn flight(
+        &mut self,
+        slot: usize,
+        req: &Message<'_>,
+        len: usize,
+        out: &mut [u8],
+    ) -> Option<usize> {
         let szx = self.config.block_szx;
         let s = self.sessions[slot].as_mut()?;
         let block1 = match req.block1() {
@@ -722,7 +809,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 block1: Some(b),
                 ..Reply::code(Code::CONTINUE)
             };
-            return cache(&mut s.cached, req, &reply, out);
+            return cache(&mut s.cached, req, len, &reply, out);
         }
         let SessionState::Handshake(hs) = &mut s.state else {
             return None;
@@ -758,7 +845,16 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             payload,
             ..Reply::code(Code::CHANGED)
         };
-        cache(&mut s.cached, req, &reply, out)
+        cache(&mut s.cached, req, len, &reply, out)
+    }
+}
+
+/// The first `prefix` bytes of a peer address (its host), or all of it for 0.
+fn host_part(peer: &[u8], prefix: usize) -> &[u8] {
+    if prefix == 0 {
+        peer
+    } else {
+        &peer[..prefix.min(peer.len())]
     }
 }
 
@@ -776,11 +872,21 @@ enum Route {
     Unknown,
 }
 
-/// Writes the reply and keeps it for a retransmission of the same request.
-fn cache(c: &mut Cached, req: &Message<'_>, reply: &Reply<'_>, out: &mut [u8]) -> Option<usize> {
+/// Writes the reply and keeps it for a retransmission of the same request (`request_len`
+/// bytes).
+fn cache(
+    c: &mut Cached,
+    req: &Message<'_>,
+    request_len: usize,
+    reply: &Reply<'_>,
+    out: &mut [u8],
+) -> Option<usize> {
     let n = write_reply(req, reply, &mut c.bytes)?;
     c.len = n;
     c.mid = Some(req.message_id);
+    c.token_len = req.token.len().min(c.token.len());
+    c.token[..c.token_len].copy_from_slice(&req.token[..c.token_len]);
+    c.request_len = request_len;
     out.get_mut(..n)?.copy_from_slice(&c.bytes[..n]);
     Some(n)
 }

@@ -853,3 +853,109 @@ fn a_failed_handshake_removes_its_session_and_is_counted() {
     assert_eq!((c.created, c.handshake_failed, c.established), (1, 1, 0));
     assert_eq!(server.sessions(), 0);
 }
+
+/// A handshake abandoned after its 2.01 from `peer`, started at `start_ms`: its session id.
+fn abandoned<const N: usize>(
+    server: &mut PskEndpoint<'_, N>,
+    peer: &[u8],
+    seed: u8,
+    start_ms: u64,
+) -> u32 {
+    let mut client = psk_client(seed, CarrierConfig::default());
+    let mut link = Link::with(
+        peer,
+        |i, _, _| if i >= 4 { Fate::Lose } else { Fate::Deliver },
+    );
+    link.now = at(start_ms);
+    assert!(!link.run(&mut client, server, start_ms + 500));
+    client.session_id().expect("the 2.01 arrived")
+}
+
+#[test]
+fn a_half_open_handshake_expires_after_its_timeout_however_often_it_is_asked_for() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        handshake_timeout: Duration::from_secs(30),
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<2>(&trust, config);
+    let id = abandoned(&mut server, PEER, 1, 0);
+    let path = ["dtls", &id.to_string()];
+    let mut rng = Counter::new(1, 1);
+    let mut out = [0u8; MAX_DATAGRAM];
+    for (i, t) in [10_000u64, 20_000, 29_000].into_iter().enumerate() {
+        let get = request(
+            Code::GET,
+            MessageType::Confirmable,
+            7000 + i as u16,
+            &path,
+            &[],
+        );
+        let r = server
+            .handle_datagram(at(t), PEER, &get, &mut rng, &mut out)
+            .unwrap();
+        assert_eq!(Message::parse(&out[..r]).unwrap().code, Code::CONTENT);
+    }
+    assert_eq!(server.poll_timeout(), Some(at(30_000)));
+    server.handle_timeout(at(30_000));
+    assert_eq!(server.sessions(), 0);
+    assert_eq!(server.counters().expired, 1);
+}
+
+#[test]
+fn a_full_table_gives_a_newcomer_the_oldest_half_open_handshake_of_the_heaviest_peer() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        max_per_peer: 2,
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<2>(&trust, config);
+    let first = abandoned(&mut server, PEER, 1, 0);
+    let second = abandoned(&mut server, PEER, 2, 1_000);
+    assert_eq!(server.sessions(), 2);
+    // Another peer gets in, in the place of the heaviest peer's oldest half-open handshake.
+    handshake(&mut server, b"[2001:db8::99]:1", 3, 2_000).unwrap();
+    assert_eq!(server.counters().evicted, 1);
+    assert_eq!(server.counters().table_full, 0);
+    assert!(!server.remove(first, PEER), "the oldest went");
+    assert!(server.remove(second, PEER));
+    // Peers holding one each: nobody is pushed out for a third.
+    let mut server = psk_endpoint::<2>(&trust, config);
+    abandoned(&mut server, PEER, 1, 0);
+    abandoned(&mut server, b"[2001:db8::99]:1", 2, 0);
+    let refused = sigil_dtls_coap::Error::Refused(Code::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        handshake(&mut server, b"[2001:db8::77]:1", 3, 1_000),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().table_full, 1);
+    assert_eq!(server.counters().evicted, 0);
+}
+
+#[test]
+fn only_a_true_retransmission_gets_the_cached_answer() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<2>(&trust, EndpointConfig::default());
+    let id = abandoned(&mut server, PEER, 1, 0);
+    let path = ["dtls", &id.to_string()];
+    let mut rng = Counter::new(1, 1);
+    let mut out = [0u8; MAX_DATAGRAM];
+    let get = request(Code::GET, MessageType::Confirmable, 7000, &path, &[]);
+    let first = server
+        .handle_datagram(at(100), PEER, &get, &mut rng, &mut out)
+        .unwrap();
+    let cached = out[..first].to_vec();
+    let again = server
+        .handle_datagram(at(200), PEER, &get, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(out[..again], cached[..]);
+    assert_eq!(server.counters().duplicates, 1);
+    // The same message ID with another token (a forged request): not a retransmission.
+    let mut other = get.clone();
+    other[4] ^= 0xff;
+    let r = server
+        .handle_datagram(at(300), PEER, &other, &mut rng, &mut out)
+        .unwrap();
+    assert_ne!(out[..r], cached[..]);
+    assert_eq!(server.counters().duplicates, 1);
+}

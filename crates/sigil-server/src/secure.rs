@@ -774,6 +774,8 @@ impl SecureLayer {
                 ("dtls_coap.amplification", c.amplification),
                 ("dtls_coap.expired", c.expired),
                 ("dtls_coap.deleted", c.deleted),
+                ("dtls_coap.handed_off", c.handed_off),
+                ("dtls_coap.evicted", c.evicted),
                 ("dtls_coap.sessions", sessions as u64),
                 ("mem.dtls_coap.total", CARRIER_BYTES as u64),
             ] {
@@ -1304,18 +1306,20 @@ impl SecureLayer {
         if self.sessions.contains_key(&peer) {
             return Ok(());
         }
-        let mut room = self.session_room(host);
+        let in_flight = self.carrier_in_flight(peer);
+        let mut room = self.session_room(host, in_flight);
         if room.is_err() {
             self.expire_sessions(now);
-            room = self.session_room(host);
+            room = self.session_room(host, in_flight);
         }
         room
     }
 
     /// Whether the session table has room for the sessions the handshakes in progress (and
-    /// one more from `host`) may become.
-    fn session_room(&self, host: Host) -> Result<(), Refusal> {
-        let host_handshakes = self.handshake_bytes.held_by(host) / HANDSHAKE_BYTES;
+    /// one more from `host`) may become; `carrier` is the CoAP carrier's half-open handshakes
+    /// (the host's, all), which are not in the handshake table.
+    fn session_room(&self, host: Host, carrier: (usize, usize)) -> Result<(), Refusal> {
+        let host_handshakes = self.handshake_bytes.held_by(host) / HANDSHAKE_BYTES + carrier.0;
         let host_would = self
             .session_bytes
             .held_by(host)
@@ -1326,7 +1330,7 @@ impl SecureLayer {
         let all_would = self
             .session_bytes
             .used()
-            .saturating_add((self.handshakes.len() + 1).saturating_mul(SESSION_BYTES));
+            .saturating_add((self.handshakes.len() + carrier.1 + 1).saturating_mul(SESSION_BYTES));
         if all_would > self.session_bytes.caps().total {
             return Err(Refusal::Sessions);
         }
@@ -1453,6 +1457,25 @@ impl SecureLayer {
         delivered
     }
 
+    /// The carrier's table of `host`, out of `tables`.
+    fn shard(&self, host: Host, tables: usize) -> usize {
+        use std::hash::BuildHasher;
+        (self.shard_of.hash_one(host) % tables.max(1) as u64) as usize
+    }
+
+    /// The CoAP carrier's half-open handshakes: those of `peer`'s host, and all.
+    fn carrier_in_flight(&self, peer: SocketAddr) -> (usize, usize) {
+        if self.carrier.is_empty() {
+            return (0, 0);
+        }
+        let key = carrier_peer(&peer);
+        let shard = self.shard(Host::of(peer), self.carrier.len());
+        (
+            self.carrier[shard].half_open(&key[..HOST_BYTES]),
+            self.carrier.iter().map(|ep| ep.half_open(&[])).sum(),
+        )
+    }
+
     /// A CoAP message on the DTLS port: the handshake as a CoAP resource. Its answer goes to
     /// `out`; a handshake it completes becomes a session.
     fn carrier_datagram(
@@ -1469,20 +1492,40 @@ impl SecureLayer {
         }
         self.count("dtls_coap.received");
         let host = Host::of(peer);
-        let shard = {
-            use std::hash::BuildHasher;
-            (self.shard_of.hash_one(host) % carrier.len() as u64) as usize
-        };
-        let ep = &mut carrier[shard];
-        // What a `PUT /dtls` with a ClientHello would be offered: a fresh connection ID, and
-        // the session it asks to resume if the cache has it.
-        let requested = sigil_coap::Message::parse(datagram)
-            .ok()
+        let shard = self.shard(host, carrier.len());
+        let key = carrier_peer(&peer);
+        // Only a `PUT /dtls` can start a handshake: what its ClientHello would be offered (a
+        // fresh connection ID, the session it asks to resume if the cache has it) is made for
+        // that alone.
+        let message = sigil_coap::Message::parse(datagram).ok();
+        let is_put = message
+            .as_ref()
+            .is_some_and(|m| m.code == sigil_coap::Code::PUT);
+        let requested = message
+            .as_ref()
+            .filter(|_| is_put)
             .and_then(|m| RecordFacts::parse(m.payload, 0).ok())
             .and_then(|f| f.client_hello)
             .and_then(|ch| ch.requested_session.copied());
         let resume = self.resumable(requested.as_ref(), now);
-        let cid = self.fresh_cid(rng);
+        let cid = if is_put { self.fresh_cid(rng) } else { None };
+        // Admitted (once the cookie is valid) only with room in the session table for what
+        // it may become, counting the handshakes in progress over either carrier, and within
+        // the host's handshake rate.
+        let room = if !is_put || self.sessions.contains_key(&peer) {
+            Ok(())
+        } else {
+            let in_flight = (
+                carrier[shard].half_open(&key[..HOST_BYTES]),
+                carrier.iter().map(|ep| ep.half_open(&[])).sum(),
+            );
+            let mut room = self.session_room(host, in_flight);
+            if room.is_err() {
+                self.expire_sessions(now);
+                room = self.session_room(host, in_flight);
+            }
+            room
+        };
         let chain = chain_of(&self.config);
         let offer = offer(
             &self.config,
@@ -1491,15 +1534,11 @@ impl SecureLayer {
             cid.as_ref(),
             resume.as_ref(),
         );
-        // Admitted (once the cookie is valid) only with room in the session table for what
-        // the handshake may become, and within the host's handshake rate.
-        let has_session = self.sessions.contains_key(&peer);
-        let room = has_session || self.session_room(host).is_ok();
         let start_rate = &mut self.start_rate;
         let mut refusal = None;
         let mut admit = |_: &[u8]| {
-            if !room {
-                refusal = Some(Refusal::Sessions);
+            if let Err(r) = room {
+                refusal = Some(r);
                 return false;
             }
             if !start_rate.take(now, host) {
@@ -1508,7 +1547,7 @@ impl SecureLayer {
             }
             true
         };
-        let key = carrier_peer(&peer);
+        let ep = &mut carrier[shard];
         let answer =
             ep.handle_datagram_with(now, &key, datagram, &offer, &mut admit, rng, &mut self.buf);
         if let Some(n) = answer {
@@ -1520,25 +1559,29 @@ impl SecureLayer {
         }
         let mut delivered = Vec::new();
         while let Some(est) = ep.take_established() {
-            let Some(at) = carrier_addr(est.peer()) else {
-                continue;
-            };
-            let cid: Option<[u8; CID_LEN]> = est.traffic.connection_id().try_into().ok();
-            if cid.is_some_and(|c| self.by_cid.contains_key(&c)) {
-                self.count("dtls.refused_sessions_full");
+            // Only the datagram just handled can have completed a handshake.
+            if est.peer() != key {
+                self.count("dtls_coap.peer_mismatch");
                 continue;
             }
-            self.count("dtls_coap.handshake_completed");
+            let cid: Option<[u8; CID_LEN]> = est.traffic.connection_id().try_into().ok();
+            if cid.is_some_and(|c| self.by_cid.contains_key(&c)) {
+                self.count("dtls_coap.cid_taken");
+                continue;
+            }
             delivered.extend(self.install_session(
                 now,
-                at,
+                peer,
                 est.traffic,
-                Host::of(at),
+                host,
                 cid,
                 now,
                 [0; 32],
                 out,
             ));
+            if self.sessions.contains_key(&peer) {
+                self.count("dtls_coap.handshake_completed");
+            }
         }
         self.carrier = carrier;
         delivered
@@ -1669,46 +1712,36 @@ fn add_counters(
         deleted: a.deleted + b.deleted,
         not_admitted: a.not_admitted + b.not_admitted,
         handed_off: a.handed_off + b.handed_off,
+        evicted: a.evicted + b.evicted,
     }
 }
 
-/// Leading bytes of [`carrier_peer`] that name the host.
-const HOST_BYTES: usize = 8;
+/// Leading bytes of [`carrier_peer`] that name the host: the host's family and its address
+/// (IPv4, or the IPv6 /64) padded to 8 bytes.
+const HOST_BYTES: usize = 9;
 
-/// A peer address as the carrier's endpoint sees it: its host first (an IPv4 address, or an
-/// IPv6 /64, padded to [`HOST_BYTES`]), so the endpoint's per-peer limit is per host; then the
-/// family, the address and the port.
+/// A peer address as the carrier's endpoint sees it: its host first (family, then an IPv4
+/// address or an IPv6 /64), so the endpoint's per-peer limit is per host and no IPv4 host
+/// shares its bytes with an IPv6 one; then the address and the port.
 fn carrier_peer(peer: &SocketAddr) -> [u8; 27] {
     let mut b = [0u8; 27];
-    let (family, ip) = match peer.ip() {
-        std::net::IpAddr::V4(a) => {
-            let mut ip = [0u8; 16];
-            ip[..4].copy_from_slice(&a.octets());
-            (4, ip)
-        }
-        std::net::IpAddr::V6(a) => (6, a.octets()),
-    };
     match Host::of(*peer).ip() {
-        std::net::IpAddr::V4(h) => b[..4].copy_from_slice(&h.octets()),
-        std::net::IpAddr::V6(h) => b[..HOST_BYTES].copy_from_slice(&h.octets()[..HOST_BYTES]),
+        std::net::IpAddr::V4(h) => {
+            b[0] = 4;
+            b[1..5].copy_from_slice(&h.octets());
+        }
+        std::net::IpAddr::V6(h) => {
+            b[0] = 6;
+            b[1..HOST_BYTES].copy_from_slice(&h.octets()[..HOST_BYTES - 1]);
+        }
     }
-    b[HOST_BYTES] = family;
-    b[HOST_BYTES + 1..HOST_BYTES + 17].copy_from_slice(&ip);
-    b[HOST_BYTES + 17..].copy_from_slice(&peer.port().to_be_bytes());
-    b
-}
-
-/// The address [`carrier_peer`] wrote.
-fn carrier_addr(b: &[u8]) -> Option<SocketAddr> {
-    let b: &[u8; 27] = b.try_into().ok()?;
-    let ip: [u8; 16] = b[HOST_BYTES + 1..HOST_BYTES + 17].try_into().ok()?;
-    let port = u16::from_be_bytes([b[25], b[26]]);
-    let ip = match b[HOST_BYTES] {
-        4 => std::net::IpAddr::from([ip[0], ip[1], ip[2], ip[3]]),
-        6 => std::net::IpAddr::from(ip),
-        _ => return None,
+    let ip = match peer.ip() {
+        std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(a) => a.octets(),
     };
-    Some(SocketAddr::new(ip, port))
+    b[HOST_BYTES..HOST_BYTES + 16].copy_from_slice(&ip);
+    b[HOST_BYTES + 16..].copy_from_slice(&peer.port().to_be_bytes());
+    b
 }
 
 /// The address bytes the cookie is bound to.
@@ -1752,24 +1785,26 @@ mod tests {
     /// The figures docs/security.md quotes (x86-64, the server's feature set): an entry is
     /// charged at least its state, and not far beyond it.
     #[test]
-    fn carrier_peers_are_host_first_and_round_trip() {
-        for a in [
-            "10.1.2.3:5683",
-            "[2001:db8:1:2:3:4:5:6]:40000",
-            "[::ffff:10.1.2.3]:7",
-        ] {
-            let a: SocketAddr = a.parse().unwrap();
-            let b = carrier_peer(&a);
-            assert_eq!(carrier_addr(&b), Some(a));
-        }
-        let x = carrier_peer(&"[2001:db8:1:2:3:4:5:6]:1".parse().unwrap());
-        let y = carrier_peer(&"[2001:db8:1:2:ff:4:5:6]:2".parse().unwrap());
-        assert_eq!(x[..HOST_BYTES], y[..HOST_BYTES], "one /64, one host");
-        let v4 = carrier_peer(&"10.1.2.3:1".parse().unwrap());
-        let mapped = carrier_peer(&"[::ffff:10.1.2.3]:2".parse().unwrap());
-        assert_eq!(v4[..HOST_BYTES], mapped[..HOST_BYTES]);
-        assert_eq!(carrier_addr(&[0; 27]), None);
-        assert_eq!(carrier_addr(&[4; 26]), None);
+    fn carrier_peers_are_host_first_with_their_family() {
+        let key = |a: &str| carrier_peer(&a.parse().unwrap());
+        // Distinct addresses stay distinct.
+        assert_ne!(key("10.1.2.3:5683"), key("10.1.2.3:5684"));
+        assert_ne!(key("10.1.2.3:1"), key("[2001:db8::1]:1"));
+        // One /64 is one host; an IPv4-mapped address is its IPv4 host.
+        let (x, y) = (
+            key("[2001:db8:1:2:3:4:5:6]:1"),
+            key("[2001:db8:1:2:ff:4:5:6]:2"),
+        );
+        assert_eq!(x[..HOST_BYTES], y[..HOST_BYTES]);
+        assert_eq!(
+            key("10.1.2.3:1")[..HOST_BYTES],
+            key("[::ffff:10.1.2.3]:2")[..HOST_BYTES]
+        );
+        // An IPv6 /64 whose first bytes spell an IPv4 host is another host.
+        assert_ne!(
+            key("32.1.13.184:1")[..HOST_BYTES],
+            key("[2001:db8::1]:1")[..HOST_BYTES]
+        );
     }
 
     #[test]

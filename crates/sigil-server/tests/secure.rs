@@ -1208,3 +1208,39 @@ fn a_host_opening_many_handshakes_over_coap_holds_only_its_share_and_sessions_st
     assert_eq!(s.count("dtls_coap.sessions"), 0);
     assert_eq!(s.count("dtls_coap.expired"), 4);
 }
+
+#[test]
+fn handshakes_over_coap_in_progress_count_against_the_hosts_sessions() {
+    let mut s = Server::new(|c| c.max_sessions_per_host = 2);
+    let mut now = 0;
+    let (mut a, _) = coap_carrier_device(&mut s, 90, 90, now);
+    run(&mut s, &mut [&mut a], &mut now, 2_000);
+    assert!(a.is_established());
+    // The same host: one more handshake fits the host's two sessions and stays half open;
+    // a third is refused after its cookie, before any handshake work.
+    let half_open = |port: u16, seed: u64, s: &mut Server| {
+        let (mut c, _) = coap_carrier_device(s, 90, seed, now);
+        c.addr.set_port(port);
+        let mut answers = vec![];
+        for _ in 0..2 {
+            let sent = c.outgoing(now);
+            for (_, bytes) in s.handle(now, sent) {
+                answers.push(sigil_coap::Message::parse(&bytes).unwrap().code);
+                if let Some(hs) = c.carrier.as_mut() {
+                    let _ = hs.handle_datagram(ms(now), &bytes, &mut c.rng);
+                }
+            }
+        }
+        answers
+    };
+    assert_eq!(
+        half_open(61_001, 91, &mut s),
+        [Code::UNAUTHORIZED, Code::CREATED]
+    );
+    assert_eq!(
+        half_open(61_002, 92, &mut s),
+        [Code::UNAUTHORIZED, Code::SERVICE_UNAVAILABLE]
+    );
+    assert_eq!(s.count("dtls.refused_host_sessions"), 1);
+    assert_eq!(s.count("dtls_coap.not_admitted"), 1);
+}
