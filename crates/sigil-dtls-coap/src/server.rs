@@ -307,6 +307,12 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         }
     }
 
+    /// Turns the cookie secret (RFC 6347 §4.2.1) to one derived from it; cookies of the
+    /// previous secret stay valid until the next turn.
+    pub fn rotate_cookie_secret(&mut self) {
+        self.cookies.rotate_derived(&self.crypto);
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }

@@ -12,9 +12,13 @@ use sigil_crypto::CryptoProvider;
 /// Length of the cookies this server hands out.
 pub const COOKIE_LEN: usize = 16;
 
-/// The server's stateless cookie secret (RFC 6347 §4.2.1).
+/// The server's stateless cookie secret (RFC 6347 §4.2.1), and the one before it: a server
+/// that rotates it ([`CookieKey::rotate`]) accepts the cookies of the current and the previous
+/// secret, so an observed cookie (valid for one peer address and one ClientHello) stops
+/// working after two rotations.
 pub struct CookieKey {
     secret: [u8; 32],
+    previous: Option<[u8; 32]>,
 }
 
 /// Proof that a ClientHello carried a cookie this server made for that peer and that
@@ -46,17 +50,34 @@ pub enum Stateless {
 
 impl CookieKey {
     pub fn new(secret: [u8; 32]) -> Self {
-        Self { secret }
+        Self {
+            secret,
+            previous: None,
+        }
+    }
+
+    /// Replaces the secret by `fresh`; cookies of the replaced one stay valid until the next
+    /// rotation (a client between its two ClientHellos is not refused).
+    pub fn rotate(&mut self, fresh: [u8; 32]) {
+        self.previous = Some(core::mem::replace(&mut self.secret, fresh));
+    }
+
+    /// Rotates to a secret derived from the current one (HMAC-SHA-256 of a label under it),
+    /// for a caller without randomness at hand: the new secret does not reveal the old.
+    pub fn rotate_derived<C: CryptoProvider + ?Sized>(&mut self, crypto: &C) {
+        let fresh = crypto.hmac_sha256(&self.secret, &[b"sigil-dtls cookie rotation"]);
+        self.rotate(fresh);
     }
 
     fn cookie<C: CryptoProvider + ?Sized>(
         &self,
         crypto: &C,
+        secret: &[u8; 32],
         peer: &[u8],
         ch: &ClientHello<'_>,
     ) -> [u8; COOKIE_LEN] {
         let [a, b, c, d, e] = ch.cookie_input();
-        let mac = crypto.hmac_sha256(&self.secret, &[peer, a, b, c, d, e]);
+        let mac = crypto.hmac_sha256(secret, &[peer, a, b, c, d, e]);
         let mut out = [0u8; COOKIE_LEN];
         out.copy_from_slice(&mac[..COOKIE_LEN]);
         out
@@ -81,8 +102,12 @@ impl CookieKey {
             Ok(ch) => ch,
             Err(e) => return Stateless::Drop(e),
         };
-        let expected = self.cookie(crypto, peer, &ch);
-        if ch.cookie.len() == COOKIE_LEN && constant_time_eq(ch.cookie, &expected) {
+        let expected = self.cookie(crypto, &self.secret, peer, &ch);
+        let earlier = self
+            .previous
+            .as_ref()
+            .is_some_and(|old| constant_time_eq(ch.cookie, &self.cookie(crypto, old, peer, &ch)));
+        if ch.cookie.len() == COOKIE_LEN && (constant_time_eq(ch.cookie, &expected) || earlier) {
             return Stateless::Accept(CookieVerified {
                 client_hello: crypto.sha256(&[ch_fragment.body]),
             });

@@ -80,3 +80,37 @@ fn a_cookie_proof_does_not_accept_another_client_hello() {
     )
     .is_ok());
 }
+
+#[test]
+fn a_cookie_survives_one_rotation_of_the_secret_and_not_two() {
+    let peer = b"[fe80::a]:5684";
+    let mut cookies = CookieKey::new([3; 32]);
+    let hello = second_hello(&cookies, peer, 1);
+    let mut out = [0u8; 512];
+    assert!(matches!(
+        cookies.respond(&RustCrypto, peer, &hello, &mut out),
+        Stateless::Accept(_)
+    ));
+    // A client between its two ClientHellos when the secret turns is not refused.
+    cookies.rotate_derived(&RustCrypto);
+    assert!(matches!(
+        cookies.respond(&RustCrypto, peer, &hello, &mut out),
+        Stateless::Accept(_)
+    ));
+    // A cookie seen on the wire is worth nothing after the next turn: a new
+    // HelloVerifyRequest instead.
+    cookies.rotate(*b"another secret of thirty-two b!!");
+    assert!(matches!(
+        cookies.respond(&RustCrypto, peer, &hello, &mut out),
+        Stateless::HelloVerify(_)
+    ));
+    // The secret the derivation gave is not the one it came from.
+    let mut a = CookieKey::new([3; 32]);
+    a.rotate_derived(&RustCrypto);
+    a.rotate_derived(&RustCrypto);
+    let fresh = second_hello(&a, peer, 2);
+    assert!(matches!(
+        CookieKey::new([3; 32]).respond(&RustCrypto, peer, &fresh, &mut out),
+        Stateless::HelloVerify(_)
+    ));
+}

@@ -295,6 +295,10 @@ pub const RESUMPTION_TABLE: &str = "dtls_resumption";
 /// How often idle sessions, stale handshakes and old resumable sessions are swept out.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// How often the cookie secrets turn (RFC 6347 §4.2.1): a cookie seen on the wire is good for
+/// at most two of these, from its peer address and for its ClientHello only.
+pub const COOKIE_ROTATION: Duration = Duration::from_secs(60);
+
 /// What the tables drain from either kind of peer.
 trait Outputs {
     fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize>;
@@ -445,6 +449,7 @@ pub struct SecureLayer {
     cache_bytes: ByteBudget,
     start_rate: StartRate,
     next_sweep: Instant,
+    next_cookie_rotation: Instant,
     log: LogLimiter,
     stats: Stats,
     buf: Vec<u8>,
@@ -547,6 +552,7 @@ impl SecureLayer {
             cache_bytes,
             start_rate,
             next_sweep: Instant::ZERO,
+            next_cookie_rotation: Instant::ZERO.saturating_add(COOKIE_ROTATION),
             log: LogLimiter::default(),
             stats,
             buf: vec![0u8; MAX_DATAGRAM],
@@ -1063,6 +1069,14 @@ impl SecureLayer {
             for ep in &mut self.carrier {
                 ep.handle_timeout(now);
             }
+        }
+        if now >= self.next_cookie_rotation {
+            self.next_cookie_rotation = now.saturating_add(COOKIE_ROTATION);
+            self.cookie.rotate_derived(&RustCrypto);
+            for ep in &mut self.carrier {
+                ep.rotate_cookie_secret();
+            }
+            self.count("dtls.cookie_rotations");
         }
         for (kind, n) in self.log.flush(Self::secs(now)) {
             tracing::warn!(

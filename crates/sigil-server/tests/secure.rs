@@ -1244,3 +1244,40 @@ fn handshakes_over_coap_in_progress_count_against_the_hosts_sessions() {
     assert_eq!(s.count("dtls.refused_host_sessions"), 1);
     assert_eq!(s.count("dtls_coap.not_admitted"), 1);
 }
+
+#[test]
+fn a_replayed_client_hello_with_its_cookie_opens_nothing_two_cookie_rotations_later() {
+    let mut s = Server::new(|_| {});
+    let mut c = psk_client(95, "x", &[1; 16], 95, 0);
+    // The ClientHello, its HelloVerifyRequest, and the ClientHello with the cookie, kept.
+    let first = c.outgoing(0);
+    for (_, d) in s.handle(0, first) {
+        c.incoming(0, &d);
+    }
+    let with_cookie = c.outgoing(0);
+    assert_eq!(with_cookie.len(), 1);
+    let replay = |s: &mut Server, t: u64| {
+        let started = s.count("dtls.handshake_started");
+        let _ = s.handle(t, with_cookie.clone());
+        // Each try is a new handshake or nothing; drop what it made.
+        s.count("dtls.handshake_started") - started
+    };
+    assert_eq!(replay(&mut s, 100), 1, "a fresh cookie is accepted");
+    // The half-open handshake expires (30 s) and the secret turns once.
+    let _ = s.handle(60_500, vec![]);
+    assert_eq!(s.count("dtls.cookie_rotations"), 1);
+    assert_eq!(replay(&mut s, 61_000), 1, "after one rotation still");
+    let _ = s.handle(122_000, vec![]);
+    let hvr = s.count("dtls.hello_verify");
+    assert_eq!(
+        replay(&mut s, 122_100),
+        0,
+        "two rotations later: no handshake"
+    );
+    assert_eq!(
+        s.count("dtls.hello_verify"),
+        hvr + 1,
+        "a new HelloVerifyRequest instead"
+    );
+    assert_eq!(s.count("dtls.cookie_rotations"), 2);
+}
