@@ -318,6 +318,9 @@ impl Ctx<'_> {
             return Ok(self.reject(Rejection::NotFound, req));
         };
         let ep = entry.reg.ep;
+        if let Err(why) = self.may_read(req, &entry) {
+            return Ok(self.reject(why, req));
+        }
         let history = req.query("n").is_some() || req.query("after").is_some();
         if !history {
             self.count("request.latest");
@@ -374,6 +377,28 @@ impl Ctx<'_> {
             out.extend_from_slice(&r.raw);
         }
         Ok(content(ContentFormat::CBOR, out))
+    }
+}
+
+impl Ctx<'_> {
+    /// With `authorize_reads`: whether the request's session may read `entry`'s readings
+    /// (the sensor itself, or an identity granted the sensor or its kit).
+    fn may_read(&self, req: &Request, entry: &Entry) -> Result<(), Rejection> {
+        if !self.svc.config.authorize_reads {
+            return Ok(());
+        }
+        let Some(auth) = req.auth.as_ref() else {
+            return Err(Rejection::ReadWithoutSession);
+        };
+        let reader = auth.identity();
+        let granted = self.svc.read_grants.get(reader).is_some_and(|objects| {
+            objects.contains(&entry.reg.ep) || objects.contains(&entry.reg.authorized_by)
+        });
+        if *reader == entry.reg.ep || granted {
+            Ok(())
+        } else {
+            Err(Rejection::ReadNotGranted)
+        }
     }
 }
 

@@ -265,6 +265,12 @@ pub enum Rejection {
     MalformedCose,
     MalformedJws,
     MalformedReading,
+
+    // Reading (with `authorize_reads`).
+    /// A read without a coaps:// session.
+    ReadWithoutSession,
+    /// A read by a session whose identity has no grant for the sensor or its kit.
+    ReadNotGranted,
 }
 
 impl Rejection {
@@ -296,6 +302,8 @@ impl Rejection {
             NotOwner(Ownership::Session) => Code::FORBIDDEN,
             NotOwner(_) => Code::UNAUTHORIZED,
             BadSignature | AlgorithmMismatch | SequenceMismatch => Code::UNAUTHORIZED,
+            ReadWithoutSession => Code::UNAUTHORIZED,
+            ReadNotGranted => Code::FORBIDDEN,
         }
     }
 
@@ -349,6 +357,8 @@ impl Rejection {
             MalformedCose => "publish.rejected.malformed_cose",
             MalformedJws => "publish.rejected.malformed_jws",
             MalformedReading => "publish.rejected.malformed_reading",
+            ReadWithoutSession => "read.rejected.no_session",
+            ReadNotGranted => "read.rejected.not_granted",
         }
     }
 
@@ -370,7 +380,9 @@ impl Rejection {
             | MethodNotAllowed
             | NotAcceptable
             | PreconditionFailed
-            | BadQuery { .. } => None,
+            | BadQuery { .. }
+            | ReadWithoutSession
+            | ReadNotGranted => None,
             UnsupportedFormat(op) | NotAuthorized(op) | PeerMismatch(op) => Some(*op),
             MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
             | KeyMismatch | MalformedResync | BadResyncSignature | UnsignedRemoval
@@ -406,6 +418,8 @@ impl Rejection {
             StaleStatement => "stale sq".into(),
             NotOwner(Ownership::Session) => "owner's session needed".into(),
             NotOwner(_) => "owner's sq, ss needed".into(),
+            ReadWithoutSession => "coaps:// session needed".into(),
+            ReadNotGranted => "no read grant".into(),
             other => other.reason().into(),
         }
     }

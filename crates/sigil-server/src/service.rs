@@ -27,7 +27,7 @@ use sigil_crypto::RustCrypto;
 use sigil_freshness::FreshnessPolicy;
 use sigil_identity::Identity;
 use sigil_time::UnixTime;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Behaviour of the service.
 #[derive(Clone, Debug)]
@@ -45,6 +45,11 @@ pub struct ServiceConfig {
     pub default_lifetime: u32,
     /// Max-Age of the 5.03 answered while the database has no space (seconds).
     pub retry_after_full_secs: u32,
+    /// Readings are served only to a coaps:// session of an identity granted the sensor (or
+    /// its kit) with `sigil provision grant`, and to the sensor itself: 4.01 without a
+    /// session, 4.03 without a grant. Off: anyone may read (every reading is signed end to
+    /// end, so reading proves nothing and changes nothing).
+    pub authorize_reads: bool,
 }
 
 impl Default for ServiceConfig {
@@ -58,6 +63,7 @@ impl Default for ServiceConfig {
             max_history: 100,
             default_lifetime: 90_000,
             retry_after_full_secs: 30,
+            authorize_reads: false,
         }
     }
 }
@@ -82,9 +88,20 @@ pub(crate) struct State {
     pub entries: HashMap<i64, Entry>,
     pub by_ep: HashMap<Identity, i64>,
     pub authorized: HashMap<Identity, IdentityKind>,
+    /// Read grants: reader identity to the devices and groups it may read.
+    pub read_grants: HashMap<Identity, HashSet<Identity>>,
     pub highest: HashMap<Identity, u64>,
     /// Signature verification threads (none when `verify_workers` is 1).
     pub pool: Option<rayon::ThreadPool>,
+}
+
+/// Grants as a map from reader to what it may read.
+fn grants_by_reader(grants: Vec<(Identity, Identity)>) -> HashMap<Identity, HashSet<Identity>> {
+    let mut by_reader: HashMap<Identity, HashSet<Identity>> = HashMap::new();
+    for (reader, object) in grants {
+        by_reader.entry(reader).or_default().insert(object);
+    }
+    by_reader
 }
 
 impl Service {
@@ -95,6 +112,7 @@ impl Service {
             entries: HashMap::new(),
             by_ep: HashMap::new(),
             authorized: store.authorized()?,
+            read_grants: grants_by_reader(store.read_grants()?),
             highest: store.freshness()?,
             pool: None,
         };
@@ -129,8 +147,9 @@ impl Service {
     fn refresh_authorized(&mut self) {
         if let Ok(v) = self.store.data_version() {
             if v != self.data_version {
-                if let Ok(a) = self.store.authorized() {
+                if let (Ok(a), Ok(g)) = (self.store.authorized(), self.store.read_grants()) {
                     self.state.authorized = a;
+                    self.state.read_grants = grants_by_reader(g);
                     self.data_version = v;
                     self.generation += 1;
                 }

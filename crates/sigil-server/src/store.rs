@@ -148,6 +148,14 @@ const MIGRATIONS: &[&str] = &[
         saved_at INTEGER NOT NULL,
         record   BLOB NOT NULL CHECK (length(record) <= 382)
     );",
+    // 5: who may read which sensor's readings (docs/security.md, "Who may read what"): a
+    // reader identity and a device or group (kit) identity.
+    "CREATE TABLE read_grants (
+        reader     TEXT NOT NULL CHECK (length(reader) = 32),
+        object     TEXT NOT NULL CHECK (length(object) = 32),
+        granted_at INTEGER NOT NULL,
+        PRIMARY KEY (reader, object)
+    ) WITHOUT ROWID;",
 ];
 
 /// A stored coaps:// session ([`Store::dtls_sessions`]).
@@ -438,6 +446,48 @@ impl Store {
             .collect())
     }
 
+    // ---- Read grants ----
+
+    /// Lets `reader` read the readings of `object` (a device, or every device of a group).
+    pub fn grant_read(
+        &self,
+        reader: &Identity,
+        object: &Identity,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO read_grants (reader, object, granted_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (reader, object) DO NOTHING",
+            params![reader.to_string(), object.to_string(), now],
+        )?;
+        Ok(())
+    }
+
+    /// Withdraws a grant; false if there was none.
+    pub fn revoke_read(&self, reader: &Identity, object: &Identity) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "DELETE FROM read_grants WHERE reader = ?1 AND object = ?2",
+            params![reader.to_string(), object.to_string()],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Every grant: reader, object.
+    pub fn read_grants(&self) -> Result<Vec<(Identity, Identity)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT reader, object FROM read_grants ORDER BY reader, object")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (reader, object) = row?;
+            if let (Ok(r), Ok(o)) = (Identity::parse(&reader), Identity::parse(&object)) {
+                out.push((r, o));
+            }
+        }
+        Ok(out)
+    }
+
     // ---- DTLS credentials ----
 
     /// Sets (or replaces) the DTLS pre-shared key of a provisioned identity. The PSK identity
@@ -725,7 +775,7 @@ mod tests {
         )
         .unwrap();
         let mut store = Store::init(conn).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 4);
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
         let mut reg = store.registrations().unwrap().remove(0);
         assert_eq!(reg.owner, Ownership::Signed);
         reg.owner = Ownership::Session;

@@ -36,11 +36,19 @@ struct Server {
 
 impl Server {
     fn new(tune: impl FnOnce(&mut DtlsConfig)) -> Self {
+        Self::with_service(tune, |_| {})
+    }
+
+    fn with_service(
+        tune: impl FnOnce(&mut DtlsConfig),
+        service: impl FnOnce(&mut sigil_server::service::ServiceConfig),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         let stats = Stats::default();
         let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
         config.service.verify_workers = 1;
+        service(&mut config.service);
         let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
         tune(&mut dc);
         let svc = sigil_server::service::Service::new(
@@ -1280,4 +1288,93 @@ fn a_replayed_client_hello_with_its_cookie_opens_nothing_two_cookie_rotations_la
         "a new HelloVerifyRequest instead"
     );
     assert_eq!(s.count("dtls.cookie_rotations"), 2);
+}
+
+/// A GET of the sensor's latest reading inside `c`'s session; the answer's code.
+fn read_latest(s: &mut Server, c: &mut Client, topic: &str, mid: u16, now: &mut u64) -> Code {
+    let before = c.inbox.len();
+    let req = coap_get(topic, mid);
+    match c.traffic.as_mut() {
+        Some(t) => t.send(&req).unwrap(),
+        None => c.conn.send(&req).unwrap(),
+    }
+    run(s, &mut [&mut *c], now, 300);
+    assert_eq!(c.inbox.len(), before + 1, "one answer");
+    Message::parse(c.inbox.last().unwrap()).unwrap().code
+}
+
+#[test]
+fn with_authorized_reads_only_the_sensor_and_granted_readers_read_it() {
+    let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
+    let mut now = 0;
+    // A sensor publishes one reading over coaps://.
+    let (dev, st) = device(101, SignatureAlgorithm::Ed25519);
+    let sensor = *dev.identity();
+    s.provision(&sensor, Some(&[101; 16]));
+    let ident = sensor.to_string();
+    let mut c = psk_client(101, &ident, &[101; 16], 101, now);
+    c.device = Some((dev, st));
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    publish(&mut c, now);
+    run(&mut s, &mut [&mut c], &mut now, 500);
+    assert_eq!(acked(&c), 1);
+    let topic = {
+        let store = Store::open(&s.db).unwrap();
+        let regs = store.registrations().unwrap();
+        let id = regs[0].id;
+        let href = regs[0]
+            .links
+            .split('<')
+            .nth(1)
+            .and_then(|l| l.split('>').next())
+            .unwrap()
+            .trim_start_matches('/')
+            .to_string();
+        format!("ps/{id}/{href}")
+    };
+    // Two readers with sessions of their own; only one is granted the sensor.
+    let reader = |seed: u64, s: &mut Server| {
+        let (d, _) = device(seed, SignatureAlgorithm::Ed25519);
+        s.provision(d.identity(), Some(&[seed as u8; 16]));
+        *d.identity()
+    };
+    let (granted, other) = (reader(102, &mut s), reader(103, &mut s));
+    Store::open(&s.db)
+        .unwrap()
+        .grant_read(&granted, &sensor, NOW)
+        .unwrap();
+    let (g, o) = (granted.to_string(), other.to_string());
+    let mut a = psk_client(102, &g, &[102; 16], 102, now);
+    let mut b = psk_client(103, &o, &[103; 16], 103, now);
+    run(&mut s, &mut [&mut a, &mut b], &mut now, 3_000);
+    let (ga, gb) = (&topic, &topic);
+    assert_eq!(
+        read_latest(&mut s, &mut a, ga, 500, &mut now),
+        Code::CONTENT
+    );
+    assert_eq!(
+        read_latest(&mut s, &mut b, gb, 501, &mut now),
+        Code::FORBIDDEN
+    );
+    assert_eq!(s.count("read.rejected.not_granted"), 1);
+    // Withdrawn: the next read is refused.
+    Store::open(&s.db)
+        .unwrap()
+        .revoke_read(&granted, &sensor)
+        .unwrap();
+    assert_eq!(
+        read_latest(&mut s, &mut a, ga, 502, &mut now),
+        Code::FORBIDDEN
+    );
+    // Without a session: 4.01.
+    let plain = s.d.handle_at(
+        vec![("10.9.9.9:5683".parse().unwrap(), coap_get(&topic, 503))],
+        ms(now),
+        UnixTime::from_secs(NOW + (now / 1000) as i64),
+    );
+    assert_eq!(
+        Message::parse(&plain[0].1).unwrap().code,
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(s.count("read.rejected.no_session"), 1);
 }

@@ -45,6 +45,17 @@ pub enum ProvisionAction {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Let READER read the readings of OBJECT: a device, or every device of a group (kit).
+    /// Enforced by a server started with --authorize-reads, for coaps:// sessions of READER.
+    Grant { reader: String, object: String },
+    /// Withdraw a grant.
+    Ungrant { reader: String, object: String },
+    /// List the read grants (reader, then what it may read).
+    Grants,
+}
+
+fn parse(text: &str) -> Result<Identity> {
+    Identity::parse(text).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 pub fn run(a: ProvisionArgs) -> Result<i32> {
@@ -75,7 +86,13 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
             false
         }
-        ProvisionAction::List { .. } => false,
+        ProvisionAction::Grant { reader, object } | ProvisionAction::Ungrant { reader, object } => {
+            for id in [reader, object] {
+                Identity::parse(id).map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            false
+        }
+        ProvisionAction::List { .. } | ProvisionAction::Grants => false,
     };
     if !creates && !a.db.exists() {
         bail!(
@@ -151,6 +168,29 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
                 bail!("{id} is not an active identity");
             }
             println!("revoked {id}");
+        }
+        ProvisionAction::Grant { reader, object } => {
+            let (reader, object) = (parse(&reader)?, parse(&object)?);
+            let authorized = store.authorized()?;
+            for id in [&reader, &object] {
+                if !authorized.contains_key(id) {
+                    bail!("{id} is not an active identity (`sigil provision add` it first)");
+                }
+            }
+            store.grant_read(&reader, &object, now)?;
+            println!("{reader} may read {object}");
+        }
+        ProvisionAction::Ungrant { reader, object } => {
+            let (reader, object) = (parse(&reader)?, parse(&object)?);
+            if !store.revoke_read(&reader, &object)? {
+                bail!("{reader} had no grant for {object}");
+            }
+            println!("{reader} may no longer read {object}");
+        }
+        ProvisionAction::Grants => {
+            for (reader, object) in store.read_grants()? {
+                println!("{reader}  {object}");
+            }
         }
     }
     Ok(0)

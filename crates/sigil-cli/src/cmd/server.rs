@@ -22,6 +22,11 @@ pub struct ServerArgs {
     /// An attacker present at installation can then take a device's place (docs/security.md).
     #[arg(long)]
     pub danger_trust_on_first_use: bool,
+    /// Serve readings only to coaps:// sessions of identities granted the sensor or its kit
+    /// (`sigil provision grant`), and to the sensor itself: 4.01 without a session, 4.03
+    /// without a grant.
+    #[arg(long)]
+    pub authorize_reads: bool,
     /// CoAP over DTLS (coaps://) socket.
     #[arg(long, default_value = "127.0.0.1:5684")]
     pub dtls_listen: std::net::SocketAddr,
@@ -73,6 +78,7 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
     let mut config = sigil_server::ServerConfig::new(a.listen, a.db);
     config.service.freshness.max_ahead = a.max_ahead;
     config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
+    config.service.authorize_reads = a.authorize_reads;
     config.transmission = a.transmission.parameters()?;
     if !a.no_dtls {
         let mut d = sigil_server::DtlsConfig::new(a.dtls_listen);
