@@ -1,8 +1,12 @@
-//! `sigil provision`: the authorized identity list of a server's database, and DTLS
-//! pre-shared keys.
+//! `sigil provision`: the authorized identity list of a server's database, DTLS pre-shared
+//! keys, and pairing messages for freshly labelled devices (RFC 8387 §4.1).
 
+use crate::args::{parse_key, read_key_file};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use sigil_ace::{seal_pairing, PairingContent, MAX_PAIRING_LEN};
+use sigil_client::os::OsRng;
+use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
 use sigil_identity::Identity;
 use std::path::PathBuf;
 
@@ -45,9 +49,113 @@ pub enum ProvisionAction {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Make a pairing message (RFC 8387 §4.1) for a freshly labelled device: its trusted
+    /// server, group and default subscriber, signed with the server's key and encrypted to the
+    /// device's; `sigil sensor --pairing FILE` applies it once. Needs no database.
+    Pair(PairArgs),
+}
+
+#[derive(Args)]
+pub struct PairArgs {
+    /// The device's identity from its label (any label form); checked against --device-key.
+    pub identity: String,
+    /// The device's public key as `p256:hex` (`sigil sensor --print-identity` shows it).
+    /// Pairing needs a P-256 device key.
+    #[arg(long)]
+    pub device_key: String,
+    /// Other information O of the device's identity I = h(P|O), as text.
+    #[arg(long, default_value = "")]
+    pub device_other: String,
+    /// The server's secret key file (`alg:hex`, ed25519 or p256): it signs the message, and
+    /// the device will trust the identity of its public key.
+    #[arg(long)]
+    pub server_key: PathBuf,
+    /// Other information O of the server's identity, as text.
+    #[arg(long, default_value = "")]
+    pub server_other: String,
+    /// The server's URI to give the device (at most 64 bytes).
+    #[arg(long)]
+    pub server_uri: Option<String>,
+    /// The group identity the device joins.
+    #[arg(long)]
+    pub group: String,
+    /// The identity of the device's default subscriber.
+    #[arg(long)]
+    pub subscriber: String,
+    /// The pairing serial; default: the current Unix time in seconds.
+    #[arg(long)]
+    pub serial: Option<u64>,
+    /// Write the message to this file (binary); default: hex on standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn pair(a: PairArgs) -> Result<i32> {
+    let identity = Identity::parse(&a.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let device_key = parse_key(&a.device_key).context("--device-key")?;
+    if device_key.algorithm() != SignatureAlgorithm::EcdsaP256 {
+        bail!("--device-key: pairing needs a P-256 device key (ECDH); an ed25519 device cannot be paired");
+    }
+    let computed = Identity::of_key(&RustCrypto, &device_key, a.device_other.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if computed != identity {
+        bail!("--device-key does not hash to {identity} (with --device-other {:?}): check the label and the key", a.device_other);
+    }
+    let group = Identity::parse(&a.group)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("--group")?;
+    let subscriber = Identity::parse(&a.subscriber)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("--subscriber")?;
+    let server_key = read_key_file(&a.server_key).context("--server-key")?;
+    let server_public = RustCrypto
+        .public_key(&server_key)
+        .map_err(|e| anyhow::anyhow!("--server-key: {e}"))?;
+    let server = Identity::of_key(&RustCrypto, &server_public, a.server_other.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let serial = match a.serial {
+        Some(s) => s,
+        None => u64::try_from(sigil_client::os::unix_now().as_secs())
+            .context("the clock is before 1970")?,
+    };
+    let content = PairingContent {
+        device: identity,
+        serial,
+        server,
+        server_other: a.server_other.as_bytes(),
+        server_uri: a.server_uri.as_deref(),
+        group,
+        subscriber,
+    };
+    let mut out = [0u8; MAX_PAIRING_LEN];
+    let n = seal_pairing(
+        &content,
+        &device_key,
+        &server_key,
+        &RustCrypto,
+        &mut OsRng,
+        &mut out,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, &out[..n])
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "pairing message {serial} for {identity} ({n} bytes) in {}; server {server}",
+                path.display()
+            );
+        }
+        None => println!("{}", hex::encode(&out[..n])),
+    }
+    Ok(0)
 }
 
 pub fn run(a: ProvisionArgs) -> Result<i32> {
+    let a = match a.action {
+        ProvisionAction::Pair(p) => return pair(p),
+        action => ProvisionArgs { db: a.db, action },
+    };
     // Validate the input before the database is opened (or created): a refused identity,
     // list or key leaves no file behind. Only `add` and `import` create a missing database.
     let creates = match &a.action {
@@ -76,6 +184,8 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             false
         }
         ProvisionAction::List { .. } => false,
+        // Taken before any database is looked for (above).
+        ProvisionAction::Pair(_) => false,
     };
     if !creates && !a.db.exists() {
         bail!(
@@ -152,6 +262,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             }
             println!("revoked {id}");
         }
+        ProvisionAction::Pair(p) => return pair(p),
     }
     Ok(0)
 }

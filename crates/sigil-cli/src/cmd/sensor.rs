@@ -10,7 +10,7 @@ use clap::Args;
 use sigil_client::os::OsRng;
 use sigil_client::parse_uri;
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_device::{Device, DeviceConfig, DeviceStorage};
+use sigil_device::{Device, DeviceConfig, DeviceStorage, PairingRefusal};
 use sigil_objects::ReadingFormat;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +57,11 @@ pub struct SensorArgs {
     /// Other information O in I = h(P|O).
     #[arg(long, default_value = "")]
     pub other: String,
+    /// Apply this pairing message (RFC 8387 §4.1; binary, or hex as `sigil provision pair`
+    /// prints it) at start: the device then trusts the server it names. Applied once; given
+    /// again after that, the device says it was applied already and goes on.
+    #[arg(long)]
+    pub pairing: Option<PathBuf>,
     #[command(flatten)]
     pub transmission: TransmissionArgs,
     #[command(flatten)]
@@ -96,6 +101,10 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             .collect::<Result<_>>()?,
         None => vec![],
     };
+    let pairing = match &a.pairing {
+        Some(p) => Some(read_pairing(p)?),
+        None => None,
+    };
     if let (Some(DtlsMode::Cert), Some(cert), None, false) = (
         a.dtls.dtls,
         &a.dtls.cert,
@@ -130,7 +139,7 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         transmission,
         ..Default::default()
     };
-    let device = Device::boot(
+    let mut device = Device::boot(
         RustCrypto,
         config,
         &mut storage,
@@ -140,6 +149,29 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
     )
     .map_err(|e| anyhow::anyhow!("boot: {e}"))?;
     let id = *device.identity();
+    device
+        .restore_pairing(&mut storage)
+        .map_err(|e| anyhow::anyhow!("pairing state: {e}"))?;
+    if let Some(message) = &pairing {
+        match device.apply_pairing(&mut storage, message, None) {
+            Ok(p) => eprintln!(
+                "paired (pairing {}): server {}{}, group {}, subscriber {}",
+                p.serial,
+                p.server,
+                p.server_uri()
+                    .map(|u| format!(" at {u}"))
+                    .unwrap_or_default(),
+                p.group,
+                p.subscriber
+            ),
+            Err(PairingRefusal::Replayed { serial }) => {
+                eprintln!("pairing {serial} was applied already")
+            }
+            Err(e) => bail!("pairing message refused: {e}"),
+        }
+    } else if let Some(p) = device.pairing() {
+        eprintln!("paired with server {} (pairing {})", p.server, p.serial);
+    }
     if a.print_identity {
         let public = device.public_key();
         println!(
@@ -198,6 +230,28 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             2
         },
     )
+}
+
+/// A pairing message file: hex text (as `sigil provision pair` prints it) or the bytes.
+fn read_pairing(path: &std::path::Path) -> Result<Vec<u8>> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read --pairing {}", path.display()))?;
+    let message = match std::str::from_utf8(&bytes).ok().map(str::trim) {
+        Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            hex::decode(text)
+                .with_context(|| format!("--pairing {}: odd-length hex", path.display()))?
+        }
+        _ => bytes,
+    };
+    if message.len() > sigil_ace::MAX_PAIRING_LEN {
+        bail!(
+            "--pairing {}: {} bytes, longer than a pairing message can be ({})",
+            path.display(),
+            message.len(),
+            sigil_ace::MAX_PAIRING_LEN
+        );
+    }
+    Ok(message)
 }
 
 /// The device's own signing key (its DTLS raw public key credential).
