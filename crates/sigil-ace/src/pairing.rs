@@ -1138,6 +1138,23 @@ mod tests {
     }
 
     #[test]
+    fn every_single_byte_change_is_refused() {
+        let device = party(SignatureAlgorithm::EcdsaP256, 1);
+        let server = party(SignatureAlgorithm::Ed25519, 2);
+        let (msg, n) = seal(&content(&device, &server), &device, &server);
+        for at in 0..n {
+            for mask in [0x01, 0x80, 0xff] {
+                let mut t = msg;
+                t[at] ^= mask;
+                assert!(
+                    open(&t[..n], &device, None).is_err(),
+                    "byte {at} ^ {mask:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn an_ed25519_device_cannot_be_paired() {
         let device = party(SignatureAlgorithm::Ed25519, 1);
         let server = party(SignatureAlgorithm::Ed25519, 2);
