@@ -6,7 +6,6 @@ verifies the server's COSE_Sign1 inside it; Sigil's device side accepts a messag
 the same way, and refuses it when pycose bound it to another device's identity.
 
 The Rust side is the `pairing_message` example (hex on stdin and stdout)."""
-import hashlib
 import os
 import subprocess
 
@@ -21,6 +20,8 @@ from pycose.keys import EC2Key, OKPKey
 from pycose.keys.curves import P256, Ed25519
 from pycose.messages import EncMessage, Sign1Message
 from pycose.messages.recipient import DirectKeyAgreement
+
+from conftest import identity_of
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TOOL = os.environ.get("SIGIL_PAIRING_MESSAGE") or os.path.join(
@@ -39,24 +40,18 @@ def run(*args, stdin=None):
     return subprocess.run([TOOL, *map(str, args)], input=stdin, capture_output=True, text=True)
 
 
-def identity(tag: int, key: bytes, other: bytes = b"") -> bytes:
-    """I = h(P|O), docs/identity.md."""
-    h = hashlib.sha256(b"sigil-identity-v1\x00" + bytes([tag, len(key)]) + key + len(other).to_bytes(4, "big") + other)
-    return h.digest()[:16]
-
-
 def device():
     sk = ec.generate_private_key(ec.SECP256R1())
     d = sk.private_numbers().private_value.to_bytes(32, "big")
     point = sk.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
-    return d, point, identity(0x02, point)
+    return d, point, bytes.fromhex(identity_of("p256", point))
 
 
 def server():
     sk = Ed25519PrivateKey.generate()
     d = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
     x = sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return d, x, identity(0x01, x)
+    return d, x, bytes.fromhex(identity_of("ed25519", x))
 
 
 def test_pycose_opens_sigils_pairing_message():
