@@ -211,6 +211,8 @@ pub struct DeviceStats {
     pub malformed: u32,
     pub retransmissions: u32,
     pub unexpected: u32,
+    /// Pairing messages refused, for any reason ([`PairingRefusal`]).
+    pub pairings_refused: u32,
 }
 
 /// The sensor. `C` is the crypto provider.
@@ -355,6 +357,19 @@ impl<C: CryptoProvider> Device<C> {
     /// refuses every pairing message, its own as a replay. The pairing is one storage
     /// write; until it returns, nothing was applied.
     pub fn apply_pairing<S: PairingStorage>(
+        &mut self,
+        storage: &mut S,
+        message: &[u8],
+        configured_server: Option<&Identity>,
+    ) -> Result<sigil_ace::Pairing, PairingRefusal> {
+        let result = self.try_pairing(storage, message, configured_server);
+        if result.is_err() {
+            self.stats.pairings_refused = self.stats.pairings_refused.saturating_add(1);
+        }
+        result
+    }
+
+    fn try_pairing<S: PairingStorage>(
         &mut self,
         storage: &mut S,
         message: &[u8],

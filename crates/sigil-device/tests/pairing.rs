@@ -96,6 +96,7 @@ fn applied_once_then_replay_and_second_pairing_are_refused() {
         d.apply_pairing(&mut st, &message(&d, &self::server(10), 3), None),
         Err(PairingRefusal::Invalid(PairingError::UntrustedServer))
     );
+    assert_eq!(d.stats.pairings_refused, 3);
     // After a reboot, from storage.
     let mut d = boot(&mut st, 1);
     assert_eq!(d.restore_pairing(&mut st).unwrap(), Some(p));
