@@ -363,8 +363,9 @@ fn content_key<P: CryptoProvider + ?Sized>(
     shared: &[u8; 32],
     recipient_protected: &[u8],
 ) -> Result<[u8; 16], PairingError> {
-    let mut info = [0u8; 32];
-    let info_len = kdf_context(recipient_protected, &mut info)?;
+    let mut info = [0u8; MAX_PAIRING_LEN];
+    let info_len = kdf_context(recipient_protected, &mut info)
+        .map_err(|_| PairingError::Malformed("recipient protected bucket too long"))?;
     let prk = provider.hmac_sha256(&[], &[shared]);
     let okm = provider.hmac_sha256(&prk, &[&info[..info_len], &[1]]);
     let mut key = [0u8; 16];
@@ -458,8 +459,7 @@ pub struct SealedPairing<'a> {
     pub device: Identity,
 }
 
-/// Reads one header bucket: `alg` only from a protected one, and `crit` refused. Returns
-/// (alg, IV, kid, ephemeral key).
+/// The header parameters this module reads, from both buckets of one layer.
 #[derive(Default)]
 struct Headers<'a> {
     alg: Option<i64>,
@@ -468,6 +468,8 @@ struct Headers<'a> {
     ephemeral: Option<[u8; 65]>,
 }
 
+/// Reads one header bucket into `h`: `alg` only from a protected one, `crit` refused, a
+/// parameter in both buckets refused, unknown ones skipped.
 fn read_bucket<'a>(
     d: &mut Decoder<'a>,
     h: &mut Headers<'a>,
