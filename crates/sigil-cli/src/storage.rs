@@ -36,6 +36,18 @@ impl FileStorage {
         .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// The pairing already stored in `dir`, read without creating anything.
+    pub fn existing_pairing(dir: &Path) -> Result<Option<Pairing>> {
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        Self {
+            dir: dir.to_path_buf(),
+        }
+        .load_pairing()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
     fn write_atomic(&self, name: &str, data: &[u8]) -> std::io::Result<()> {
         let tmp = self.dir.join(format!(".{name}.tmp"));
         {

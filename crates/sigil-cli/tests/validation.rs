@@ -357,7 +357,7 @@ fn provision_validates_before_it_opens_and_only_add_or_import_create_a_database(
 /// `sigil provision pair` makes a pairing message from a device's label and key; `sigil
 /// sensor --pairing` applies it once (at start, before any network), says so when given it
 /// again, and refuses one made for another device or by another server once paired. Bad
-/// input to `pair` is refused by name and needs no database.
+/// input to `pair` is refused by name, and `pair` creates no database.
 #[test]
 fn provision_pair_then_the_sensor_applies_it_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -519,5 +519,20 @@ fn provision_pair_then_the_sensor_applies_it_once() {
         "--server-key",
         "missing server key",
     );
+    let out = sigil(&[
+        "provision",
+        "--db",
+        dir.path().join("absent.db").to_str().unwrap(),
+        "pair",
+        &label,
+        "--device-key",
+        &key,
+        "--group",
+        &group,
+        "--subscriber",
+        &subscriber,
+    ]);
+    assert_refused(&out, "no database at", "no --server-key and no database");
+    assert!(!dir.path().join("absent.db").exists());
     assert!(!bad.exists());
 }

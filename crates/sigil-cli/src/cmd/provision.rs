@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use sigil_ace::{seal_pairing, PairingContent, MAX_PAIRING_LEN};
 use sigil_client::os::OsRng;
-use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
+use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_identity::Identity;
 use std::path::PathBuf;
 
@@ -51,7 +51,8 @@ pub enum ProvisionAction {
     },
     /// Make a pairing message (RFC 8387 §4.1) for a freshly labelled device: its trusted
     /// server, group and default subscriber, signed with the server's key and encrypted to the
-    /// device's; `sigil sensor --pairing FILE` applies it once. Needs no database.
+    /// device's; `sigil sensor --pairing FILE` applies it once. Reads --db only for the
+    /// server's key, and never creates it.
     Pair(PairArgs),
 }
 
@@ -67,9 +68,11 @@ pub struct PairArgs {
     #[arg(long, default_value = "")]
     pub device_other: String,
     /// The server's secret key file (`alg:hex`, ed25519 or p256): it signs the message, and
-    /// the device will trust the identity of its public key.
+    /// the device will trust the identity of its public key. Default: the server's own DTLS
+    /// key from --db (made at its first start), so the paired device pins the identity
+    /// `--server-identity` would name.
     #[arg(long)]
-    pub server_key: PathBuf,
+    pub server_key: Option<PathBuf>,
     /// Other information O of the server's identity, as text.
     #[arg(long, default_value = "")]
     pub server_other: String,
@@ -90,7 +93,7 @@ pub struct PairArgs {
     pub out: Option<PathBuf>,
 }
 
-fn pair(a: PairArgs) -> Result<i32> {
+fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
     let identity = Identity::parse(&a.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device_key = parse_key(&a.device_key).context("--device-key")?;
     if device_key.algorithm() != SignatureAlgorithm::EcdsaP256 {
@@ -107,7 +110,10 @@ fn pair(a: PairArgs) -> Result<i32> {
     let subscriber = Identity::parse(&a.subscriber)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("--subscriber")?;
-    let server_key = read_key_file(&a.server_key).context("--server-key")?;
+    let server_key = match &a.server_key {
+        Some(path) => read_key_file(path).context("--server-key")?,
+        None => database_server_key(db)?,
+    };
     let server_public = RustCrypto
         .public_key(&server_key)
         .map_err(|e| anyhow::anyhow!("--server-key: {e}"))?;
@@ -151,9 +157,31 @@ fn pair(a: PairArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The server's DTLS key as `sigil server` keeps it in its database (never created here).
+fn database_server_key(db: &std::path::Path) -> Result<SecretKey> {
+    if !db.exists() {
+        bail!(
+            "no database at {} to take the server's key from: give --server-key FILE, or start `sigil server` once",
+            db.display()
+        );
+    }
+    let store = sigil_server::Store::open(db)
+        .with_context(|| format!("cannot open database {}", db.display()))?;
+    let (alg, secret) = store.server_key("dtls")?.with_context(|| {
+        format!(
+            "{} holds no server key yet: start `sigil server --dtls-listen …` once, or give --server-key FILE",
+            db.display()
+        )
+    })?;
+    let alg = SignatureAlgorithm::from_cose(alg)
+        .context("the database's server key: unknown algorithm")?;
+    SecretKey::from_bytes(alg, &secret)
+        .map_err(|e| anyhow::anyhow!("the database's server key: {e}"))
+}
+
 pub fn run(a: ProvisionArgs) -> Result<i32> {
     let a = match a.action {
-        ProvisionAction::Pair(p) => return pair(p),
+        ProvisionAction::Pair(p) => return pair(&a.db, p),
         action => ProvisionArgs { db: a.db, action },
     };
     // Validate the input before the database is opened (or created): a refused identity,
@@ -262,7 +290,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             }
             println!("revoked {id}");
         }
-        ProvisionAction::Pair(p) => return pair(p),
+        ProvisionAction::Pair(p) => return pair(&a.db, p),
     }
     Ok(0)
 }

@@ -11,6 +11,7 @@ use sigil_client::os::OsRng;
 use sigil_client::parse_uri;
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, DeviceStorage, PairingRefusal};
+use sigil_identity::Identity;
 use sigil_objects::ReadingFormat;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -68,7 +69,7 @@ pub struct SensorArgs {
     pub dtls: DtlsArgs,
 }
 
-pub async fn run(a: SensorArgs) -> Result<i32> {
+pub async fn run(mut a: SensorArgs) -> Result<i32> {
     // Validate every argument before touching the device's state: a refused argument
     // creates no state directory, no key and no sequence reservation.
     let transmission = a.transmission.parameters()?;
@@ -88,8 +89,6 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         bail!("--count must be at least 1");
     }
     let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
-    a.dtls.check(uri.secure)?;
-    let dtls = a.dtls.timing.config()?;
     let kit: Vec<PublicKey> = match &a.kit {
         Some(p) => std::fs::read_to_string(p)
             .with_context(|| format!("cannot read --kit {}", p.display()))?
@@ -105,6 +104,21 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         Some(p) => Some(read_pairing(p)?),
         None => None,
     };
+    if matches!(a.dtls.dtls, Some(DtlsMode::Rpk)) && !a.factory_reset {
+        // A paired sensor pins the server it was paired with (RFC 8387 §4.1).
+        if let Some(server) = paired_server(&a.state, pairing.as_deref(), &kit, a.other.as_bytes())?
+        {
+            match &a.dtls.server_identity {
+                None => a.dtls.server_identity = Some(server.to_string()),
+                Some(given) if Identity::parse(given).ok() == Some(server) => {}
+                Some(given) => bail!(
+                    "--server-identity {given} is not the server this sensor is paired with ({server})"
+                ),
+            }
+        }
+    }
+    a.dtls.check(uri.secure)?;
+    let dtls = a.dtls.timing.config()?;
     if let (Some(DtlsMode::Cert), Some(cert), None, false) = (
         a.dtls.dtls,
         &a.dtls.cert,
@@ -230,6 +244,34 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             2
         },
     )
+}
+
+/// The server a sensor is paired with, read without changing its state: the stored pairing,
+/// or else the one `message` would apply (opened with the key already in `state`).
+fn paired_server(
+    state: &std::path::Path,
+    message: Option<&[u8]>,
+    kit: &[PublicKey],
+    other: &[u8],
+) -> Result<Option<Identity>> {
+    if let Some(p) = FileStorage::existing_pairing(state)? {
+        return Ok(Some(p.server));
+    }
+    let (Some(message), Some(key)) = (message, FileStorage::existing_key(state)?) else {
+        return Ok(None);
+    };
+    let public = RustCrypto
+        .public_key(&key)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let identity = if kit.is_empty() {
+        Identity::of_key(&RustCrypto, &public, other)
+    } else {
+        Identity::of_member(&RustCrypto, &public, kit)
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pairing = sigil_ace::open_pairing(message, &key, &identity, None, &RustCrypto)
+        .map_err(|e| anyhow::anyhow!("pairing message refused: {e}"))?;
+    Ok(Some(pairing.server))
 }
 
 /// A pairing message file: hex text (as `sigil provision pair` prints it) or the bytes.
