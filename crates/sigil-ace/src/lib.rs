@@ -8,16 +8,24 @@
 //! reason ([`TokenError`]). No heap, no I/O, no clock: the caller passes the current time, its
 //! buffers and its crypto provider. The wire layout and the measured sizes are in
 //! `docs/wire-formats.md`, "Access tokens".
+//!
+//! The same server also pairs a freshly labelled device with itself (RFC 8387 §4.1): the
+//! [`pairing`] message, encrypted to the device's key and signed by the server.
 #![no_std]
 #![forbid(unsafe_code)]
 
 pub mod cnf;
 pub mod error;
+pub mod pairing;
 pub mod scope;
 pub mod token;
 
 pub use cnf::Confirmation;
 pub use error::{Claim, Malformed, TokenError};
+pub use pairing::{
+    open_pairing, parse_pairing, seal_pairing, Pairing, PairingContent, PairingError,
+    MAX_PAIRING_LEN,
+};
 pub use scope::{Permissions, Scope, ScopeEntry, RD_OBJECT};
 pub use token::{
     check, encode_encrypted, encode_maced, encode_signed, hmac_256_64_tag, open, validate,

@@ -1,10 +1,11 @@
-//! Device state in a directory: the emulated sensor's "flash". Each write goes to a temporary
+//! Device state in a directory: the emulated sensor's "flash" (key, sequence, pairing). Each write goes to a temporary
 //! file that is synced and renamed over the old one, so a crash leaves either the old or the
 //! new value, never a torn one.
 
 use anyhow::{Context, Result};
 use sigil_crypto::{SecretKey, SignatureAlgorithm};
-use sigil_device::DeviceStorage;
+use sigil_device::pairing::{decode_record, encode_record};
+use sigil_device::{DeviceStorage, Pairing, PairingStorage};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,18 @@ impl FileStorage {
             dir: dir.to_path_buf(),
         }
         .load_key()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// The pairing already stored in `dir`, read without creating anything.
+    pub fn existing_pairing(dir: &Path) -> Result<Option<Pairing>> {
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        Self {
+            dir: dir.to_path_buf(),
+        }
+        .load_pairing()
         .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
@@ -129,7 +142,7 @@ impl DeviceStorage for FileStorage {
     }
 
     fn erase(&mut self) -> Result<(), StorageError> {
-        for name in ["key", "sequence"] {
+        for name in ["key", "sequence", "pairing"] {
             match fs::remove_file(self.dir.join(name)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -137,6 +150,26 @@ impl DeviceStorage for FileStorage {
             }
         }
         Ok(())
+    }
+}
+
+impl PairingStorage for FileStorage {
+    /// The record of `sigil_device::pairing::encode_record`, in hex, in `pairing`: written
+    /// once, atomically, like the other files.
+    fn load_pairing(&mut self) -> Result<Option<Pairing>, StorageError> {
+        let Some(text) = self.read("pairing")? else {
+            return Ok(None);
+        };
+        hex::decode(text.trim())
+            .ok()
+            .and_then(|r| decode_record(&r))
+            .map(Some)
+            .ok_or(StorageError::Corrupt("pairing"))
+    }
+
+    fn store_pairing(&mut self, pairing: &Pairing) -> Result<(), StorageError> {
+        let text = format!("{}\n", hex::encode(encode_record(pairing)));
+        Ok(self.write_atomic("pairing", text.as_bytes())?)
     }
 }
 

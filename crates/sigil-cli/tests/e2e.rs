@@ -1266,3 +1266,105 @@ fn a_sensor_whose_association_the_server_lost_handshakes_again() {
     srv.kill().unwrap();
     srv.wait().unwrap();
 }
+
+/// Pairing (RFC 8387 §4.1) end to end: `sigil provision pair` signs with the server's own DTLS
+/// key from its database; the sensor applies the message and, over coaps:// with a raw public
+/// key, pins the server it was paired with instead of needing `--server-identity`, now and
+/// after a restart. A different `--server-identity` is refused.
+#[test]
+fn a_paired_sensor_pins_its_server_over_coaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let (port, dport) = (free_port(), free_port());
+    let coaps = format!("coaps://127.0.0.1:{dport}");
+    let state = dir.path().join("sensor");
+    let states = state.to_str().unwrap();
+    let out = sigil(&[
+        "sensor",
+        "--state",
+        states,
+        "--alg",
+        "p256",
+        "--print-identity",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (identity, key) = (lines[0], lines[3]);
+    assert!(sigil(&["provision", "--db", dbs, "add", identity])
+        .status
+        .success());
+    let mut srv = secure_server(&db, port, dport);
+    wait_ready(port);
+
+    let message = dir.path().join("pairing.cose");
+    let out = sigil(&[
+        "provision",
+        "--db",
+        dbs,
+        "pair",
+        identity,
+        "--device-key",
+        key,
+        "--group",
+        &"0a".repeat(16),
+        "--subscriber",
+        &"0b".repeat(16),
+        "--out",
+        message.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server_id = {
+        let store = sigil_server::Store::open(&db).unwrap();
+        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
+        let sk = sigil_crypto::SecretKey::from_bytes(
+            sigil_crypto::SignatureAlgorithm::EcdsaP256,
+            &secret,
+        )
+        .unwrap();
+        use sigil_crypto::CryptoProvider;
+        let pk = sigil_crypto::RustCrypto.public_key(&sk).unwrap();
+        sigil_identity::Identity::of_key(&sigil_crypto::RustCrypto, &pk, b"")
+            .unwrap()
+            .to_string()
+    };
+    let sensor = |extra: &[&str]| {
+        let mut args = vec![
+            "sensor",
+            "--server",
+            &coaps,
+            "--state",
+            states,
+            "--dtls",
+            "rpk",
+            "--interval",
+            "100ms",
+            "--count",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        sigil(&args)
+    };
+    let out = sensor(&["--pairing", message.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("server {server_id}")), "{err}");
+    // Restarted without the message: the stored pairing still names the server.
+    let out = sensor(&[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sensor(&["--server-identity", &"77".repeat(16)]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("is not the server this sensor is paired with"));
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}

@@ -353,3 +353,186 @@ fn provision_validates_before_it_opens_and_only_add_or_import_create_a_database(
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("active"));
 }
+
+/// `sigil provision pair` makes a pairing message from a device's label and key; `sigil
+/// sensor --pairing` applies it once (at start, before any network), says so when given it
+/// again, and refuses one made for another device or by another server once paired. Bad
+/// input to `pair` is refused by name, and `pair` creates no database.
+#[test]
+fn provision_pair_then_the_sensor_applies_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let state_s = state.to_str().unwrap();
+    let identity_of = |state: &str| {
+        let out = sigil(&[
+            "sensor",
+            "--state",
+            state,
+            "--alg",
+            "p256",
+            "--print-identity",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        (lines[1].clone(), lines[3].clone())
+    };
+    let (label, key) = identity_of(state_s);
+    let server_key = dir.path().join("server.key");
+    std::fs::write(&server_key, format!("ed25519:{}\n", "42".repeat(32))).unwrap();
+    let other_server = dir.path().join("other.key");
+    std::fs::write(&other_server, format!("ed25519:{}\n", "43".repeat(32))).unwrap();
+    let group = "0a".repeat(16);
+    let subscriber = "0b".repeat(16);
+    let message = dir.path().join("pairing.cose");
+    let pair = |label: &str, key: &str, server: &Path, serial: &str, out: &Path| {
+        sigil(&[
+            "provision",
+            "--db",
+            dir.path().join("absent.db").to_str().unwrap(),
+            "pair",
+            label,
+            "--device-key",
+            key,
+            "--server-key",
+            server.to_str().unwrap(),
+            "--server-uri",
+            "coaps://[::1]",
+            "--group",
+            &group,
+            "--subscriber",
+            &subscriber,
+            "--serial",
+            serial,
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let out = pair(&label, &key, &server_key, "1", &message);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dir.path().join("absent.db").exists(),
+        "pair opens no database"
+    );
+    let len = std::fs::metadata(&message).unwrap().len();
+    assert!((300..=400).contains(&len), "{len} bytes");
+
+    let apply = |file: &Path| {
+        sigil(&[
+            "sensor",
+            "--state",
+            state_s,
+            "--pairing",
+            file.to_str().unwrap(),
+            "--print-identity",
+        ])
+    };
+    let out = apply(&message);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("paired (pairing 1): server"), "{err}");
+    assert!(err.contains("at coaps://[::1]"), "{err}");
+    assert!(state.join("pairing").exists());
+    let out = apply(&message);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("pairing 1 was applied already"), "{err}");
+
+    // A second pairing, by the same server or another one, is refused by name.
+    let second = dir.path().join("second.cose");
+    assert!(pair(&label, &key, &server_key, "2", &second)
+        .status
+        .success());
+    assert_refused(
+        &apply(&second),
+        "already paired with server",
+        "second pairing",
+    );
+    let foreign = dir.path().join("foreign.cose");
+    assert!(pair(&label, &key, &other_server, "3", &foreign)
+        .status
+        .success());
+    assert_refused(
+        &apply(&foreign),
+        "other than the one this device trusts",
+        "other server",
+    );
+
+    // A message for another device.
+    let other_state = dir.path().join("other-state");
+    let (other_label, other_key) = identity_of(other_state.to_str().unwrap());
+    let for_other = dir.path().join("for-other.cose");
+    assert!(pair(&other_label, &other_key, &server_key, "4", &for_other)
+        .status
+        .success());
+    assert_refused(
+        &apply(&for_other),
+        "is for another device",
+        "another device",
+    );
+
+    // Tampered, given in hex as `pair` prints it without --out, to a device not yet paired.
+    let tampered = dir.path().join("tampered.hex");
+    let fresh = dir.path().join("fresh");
+    let (fresh_label, fresh_key) = identity_of(fresh.to_str().unwrap());
+    let for_fresh = dir.path().join("for-fresh.cose");
+    assert!(pair(&fresh_label, &fresh_key, &server_key, "5", &for_fresh)
+        .status
+        .success());
+    let mut bytes = std::fs::read(&for_fresh).unwrap();
+    // Inside the ciphertext (the recipient with the ephemeral key comes last).
+    bytes[60] ^= 1;
+    std::fs::write(&tampered, hex::encode(&bytes)).unwrap();
+    let out = sigil(&[
+        "sensor",
+        "--state",
+        fresh.to_str().unwrap(),
+        "--pairing",
+        tampered.to_str().unwrap(),
+        "--print-identity",
+    ]);
+    assert_refused(&out, "does not decrypt", "tampered");
+
+    // Bad input to `pair`.
+    let bad = dir.path().join("bad.cose");
+    assert_refused(
+        &pair(&other_label, &key, &server_key, "6", &bad),
+        "does not hash to",
+        "label and key disagree",
+    );
+    let ed = format!("ed25519:{}", "11".repeat(32));
+    assert_refused(
+        &pair(&label, &ed, &server_key, "6", &bad),
+        "needs a P-256 device key",
+        "ed25519 device",
+    );
+    assert_refused(
+        &pair(&label, &key, &dir.path().join("missing.key"), "6", &bad),
+        "--server-key",
+        "missing server key",
+    );
+    let out = sigil(&[
+        "provision",
+        "--db",
+        dir.path().join("absent.db").to_str().unwrap(),
+        "pair",
+        &label,
+        "--device-key",
+        &key,
+        "--group",
+        &group,
+        "--subscriber",
+        &subscriber,
+    ]);
+    assert_refused(&out, "no database at", "no --server-key and no database");
+    assert!(!dir.path().join("absent.db").exists());
+    assert!(!bad.exists());
+}

@@ -22,14 +22,20 @@
 //!    again under a new number. A 4.04 (registration gone) or 4.15 (topic registered with
 //!    another format) makes it register again in full and publish the same reading again,
 //!    backing off if that repeats right after a fresh registration.
+//! 4. Optionally, before it has been paired with anyone, it applies a pairing message
+//!    ([`Device::apply_pairing`], §4.1): its trusted server, its group and its default
+//!    subscriber, encrypted to its key, signed by the server, kept in storage, applied once.
 #![no_std]
 #![forbid(unsafe_code)]
 
 mod machine;
+pub mod pairing;
 mod storage;
 
 pub use machine::{
     Device, DeviceConfig, DeviceError, DeviceStats, Event, PublishOutcome, Resource, MAX_DATAGRAM,
     MAX_GROUP_KEYS, MAX_OTHER_INFO,
 };
+pub use pairing::{PairingRefusal, PairingStorage};
+pub use sigil_ace::{Pairing, PairingError};
 pub use storage::{DeviceStorage, MemoryStorage};

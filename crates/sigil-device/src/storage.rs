@@ -1,5 +1,7 @@
-//! What the device keeps across reboots: its key and its sequence reservation.
+//! What the device keeps across reboots: its key, its sequence reservation and its pairing.
 
+use crate::pairing::PairingStorage;
+use sigil_ace::Pairing;
 use sigil_crypto::SecretKey;
 
 /// Persistent storage of the device. Writes must be durable when they return.
@@ -9,7 +11,8 @@ pub trait DeviceStorage {
     fn store_key(&mut self, key: &SecretKey) -> Result<(), Self::Error>;
     fn load_reservation(&mut self) -> Result<Option<u64>, Self::Error>;
     fn store_reservation(&mut self, reserved_until: u64) -> Result<(), Self::Error>;
-    /// Factory reset: forget the key and the reservation.
+    /// Factory reset: forget the key and the reservation (and the pairing, where the storage
+    /// keeps one).
     fn erase(&mut self) -> Result<(), Self::Error>;
 }
 
@@ -20,6 +23,7 @@ pub struct MemoryStorage {
     pub reservation: Option<u64>,
     /// Number of reservation writes (what flash wear would count).
     pub reservation_writes: u32,
+    pub pairing: Option<Pairing>,
 }
 
 impl DeviceStorage for MemoryStorage {
@@ -42,6 +46,17 @@ impl DeviceStorage for MemoryStorage {
     fn erase(&mut self) -> Result<(), Self::Error> {
         self.key = None;
         self.reservation = None;
+        self.pairing = None;
+        Ok(())
+    }
+}
+
+impl PairingStorage for MemoryStorage {
+    fn load_pairing(&mut self) -> Result<Option<Pairing>, Self::Error> {
+        Ok(self.pairing)
+    }
+    fn store_pairing(&mut self, pairing: &Pairing) -> Result<(), Self::Error> {
+        self.pairing = Some(*pairing);
         Ok(())
     }
 }

@@ -24,11 +24,17 @@ const CORES: &[(&str, &[&str])] = &[
     ),
     (
         "sigil-ace",
-        &["sigil-crypto", "sigil-objects", "sigil-time"],
+        &[
+            "sigil-crypto",
+            "sigil-identity",
+            "sigil-objects",
+            "sigil-time",
+        ],
     ),
     (
         "sigil-device",
         &[
+            "sigil-ace",
             "sigil-coap",
             "sigil-crypto",
             "sigil-identity",

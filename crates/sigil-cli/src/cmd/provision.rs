@@ -1,8 +1,12 @@
-//! `sigil provision`: the authorized identity list of a server's database, and DTLS
-//! pre-shared keys.
+//! `sigil provision`: the authorized identity list of a server's database, DTLS pre-shared
+//! keys, and pairing messages for freshly labelled devices (RFC 8387 §4.1).
 
+use crate::args::{parse_key, read_key_file};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use sigil_ace::{seal_pairing, PairingContent, MAX_PAIRING_LEN};
+use sigil_client::os::OsRng;
+use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_identity::Identity;
 use std::path::PathBuf;
 
@@ -52,13 +56,145 @@ pub enum ProvisionAction {
     Ungrant { reader: String, object: String },
     /// List the read grants (reader, then what it may read).
     Grants,
+    /// Make a pairing message (RFC 8387 §4.1) for a freshly labelled device: its trusted
+    /// server, group and default subscriber, signed with the server's key and encrypted to the
+    /// device's; `sigil sensor --pairing FILE` applies it once. Reads --db only for the
+    /// server's key, and never creates it.
+    Pair(PairArgs),
 }
 
 fn parse(text: &str) -> Result<Identity> {
     Identity::parse(text).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+#[derive(Args)]
+pub struct PairArgs {
+    /// The device's identity from its label (any label form); checked against --device-key.
+    pub identity: String,
+    /// The device's public key as `p256:hex` (`sigil sensor --print-identity` shows it).
+    /// Pairing needs a P-256 device key.
+    #[arg(long)]
+    pub device_key: String,
+    /// Other information O of the device's identity I = h(P|O), as text.
+    #[arg(long, default_value = "")]
+    pub device_other: String,
+    /// The server's secret key file (`alg:hex`, ed25519 or p256): it signs the message, and
+    /// the device will trust the identity of its public key. Default: the server's own DTLS
+    /// key from --db (made at its first start), so the paired device pins the identity
+    /// `--server-identity` would name.
+    #[arg(long)]
+    pub server_key: Option<PathBuf>,
+    /// Other information O of the server's identity, as text.
+    #[arg(long, default_value = "")]
+    pub server_other: String,
+    /// The server's URI to give the device (at most 64 bytes).
+    #[arg(long)]
+    pub server_uri: Option<String>,
+    /// The group identity the device joins.
+    #[arg(long)]
+    pub group: String,
+    /// The identity of the device's default subscriber.
+    #[arg(long)]
+    pub subscriber: String,
+    /// The pairing serial; default: the current Unix time in seconds.
+    #[arg(long)]
+    pub serial: Option<u64>,
+    /// Write the message to this file (binary); default: hex on standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
+    let identity = Identity::parse(&a.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let device_key = parse_key(&a.device_key).context("--device-key")?;
+    if device_key.algorithm() != SignatureAlgorithm::EcdsaP256 {
+        bail!("--device-key: pairing needs a P-256 device key (ECDH); an ed25519 device cannot be paired");
+    }
+    let computed = Identity::of_key(&RustCrypto, &device_key, a.device_other.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if computed != identity {
+        bail!("--device-key does not hash to {identity} (with --device-other {:?}): check the label and the key", a.device_other);
+    }
+    let group = Identity::parse(&a.group)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("--group")?;
+    let subscriber = Identity::parse(&a.subscriber)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("--subscriber")?;
+    let server_key = match &a.server_key {
+        Some(path) => read_key_file(path).context("--server-key")?,
+        None => database_server_key(db)?,
+    };
+    let server_public = RustCrypto
+        .public_key(&server_key)
+        .map_err(|e| anyhow::anyhow!("--server-key: {e}"))?;
+    let server = Identity::of_key(&RustCrypto, &server_public, a.server_other.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let serial = match a.serial {
+        Some(s) => s,
+        None => u64::try_from(sigil_client::os::unix_now().as_secs())
+            .context("the clock is before 1970")?,
+    };
+    let content = PairingContent {
+        device: identity,
+        serial,
+        server,
+        server_other: a.server_other.as_bytes(),
+        server_uri: a.server_uri.as_deref(),
+        group,
+        subscriber,
+    };
+    let mut out = [0u8; MAX_PAIRING_LEN];
+    let n = seal_pairing(
+        &content,
+        &device_key,
+        &server_key,
+        &RustCrypto,
+        &mut OsRng,
+        &mut out,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match &a.out {
+        Some(path) => {
+            std::fs::write(path, &out[..n])
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!(
+                "pairing message {serial} for {identity} ({n} bytes) in {}; server {server}",
+                path.display()
+            );
+        }
+        None => println!("{}", hex::encode(&out[..n])),
+    }
+    Ok(0)
+}
+
+/// The server's DTLS key as `sigil server` keeps it in its database (never created here).
+fn database_server_key(db: &std::path::Path) -> Result<SecretKey> {
+    if !db.exists() {
+        bail!(
+            "no database at {} to take the server's key from: give --server-key FILE, or start `sigil server` once",
+            db.display()
+        );
+    }
+    let store = sigil_server::Store::open(db)
+        .with_context(|| format!("cannot open database {}", db.display()))?;
+    let (alg, secret) = store.server_key("dtls")?.with_context(|| {
+        format!(
+            "{} holds no server key yet: start `sigil server --dtls-listen …` once, or give --server-key FILE",
+            db.display()
+        )
+    })?;
+    let alg = SignatureAlgorithm::from_cose(alg)
+        .context("the database's server key: unknown algorithm")?;
+    SecretKey::from_bytes(alg, &secret)
+        .map_err(|e| anyhow::anyhow!("the database's server key: {e}"))
+}
+
 pub fn run(a: ProvisionArgs) -> Result<i32> {
+    let a = match a.action {
+        ProvisionAction::Pair(p) => return pair(&a.db, p),
+        action => ProvisionArgs { db: a.db, action },
+    };
     // Validate the input before the database is opened (or created): a refused identity,
     // list or key leaves no file behind. Only `add` and `import` create a missing database.
     let creates = match &a.action {
@@ -93,6 +229,8 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             false
         }
         ProvisionAction::List { .. } | ProvisionAction::Grants => false,
+        // Taken before any database is looked for (above).
+        ProvisionAction::Pair(_) => false,
     };
     if !creates && !a.db.exists() {
         bail!(
@@ -192,6 +330,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
                 println!("{reader}  {object}");
             }
         }
+        ProvisionAction::Pair(p) => return pair(&a.db, p),
     }
     Ok(0)
 }

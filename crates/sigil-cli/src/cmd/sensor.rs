@@ -10,7 +10,8 @@ use clap::Args;
 use sigil_client::os::OsRng;
 use sigil_client::parse_uri;
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_device::{Device, DeviceConfig, DeviceStorage};
+use sigil_device::{Device, DeviceConfig, DeviceStorage, PairingRefusal};
+use sigil_identity::Identity;
 use sigil_objects::ReadingFormat;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,13 +58,18 @@ pub struct SensorArgs {
     /// Other information O in I = h(P|O).
     #[arg(long, default_value = "")]
     pub other: String,
+    /// Apply this pairing message (RFC 8387 §4.1; binary, or hex as `sigil provision pair`
+    /// prints it) at start: the device then trusts the server it names. Applied once; given
+    /// again after that, the device says it was applied already and goes on.
+    #[arg(long)]
+    pub pairing: Option<PathBuf>,
     #[command(flatten)]
     pub transmission: TransmissionArgs,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
 
-pub async fn run(a: SensorArgs) -> Result<i32> {
+pub async fn run(mut a: SensorArgs) -> Result<i32> {
     // Validate every argument before touching the device's state: a refused argument
     // creates no state directory, no key and no sequence reservation.
     let transmission = a.transmission.parameters()?;
@@ -83,8 +89,6 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         bail!("--count must be at least 1");
     }
     let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
-    a.dtls.check(uri.secure)?;
-    let dtls = a.dtls.timing.config()?;
     let kit: Vec<PublicKey> = match &a.kit {
         Some(p) => std::fs::read_to_string(p)
             .with_context(|| format!("cannot read --kit {}", p.display()))?
@@ -96,6 +100,25 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             .collect::<Result<_>>()?,
         None => vec![],
     };
+    let pairing = match &a.pairing {
+        Some(p) => Some(read_pairing(p)?),
+        None => None,
+    };
+    if matches!(a.dtls.dtls, Some(DtlsMode::Rpk)) && !a.factory_reset {
+        // A paired sensor pins the server it was paired with (RFC 8387 §4.1).
+        if let Some(server) = paired_server(&a.state, pairing.as_deref(), &kit, a.other.as_bytes())?
+        {
+            match &a.dtls.server_identity {
+                None => a.dtls.server_identity = Some(server.to_string()),
+                Some(given) if Identity::parse(given).ok() == Some(server) => {}
+                Some(given) => bail!(
+                    "--server-identity {given} is not the server this sensor is paired with ({server})"
+                ),
+            }
+        }
+    }
+    a.dtls.check(uri.secure)?;
+    let dtls = a.dtls.timing.config()?;
     if let (Some(DtlsMode::Cert), Some(cert), None, false) = (
         a.dtls.dtls,
         &a.dtls.cert,
@@ -130,7 +153,7 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
         transmission,
         ..Default::default()
     };
-    let device = Device::boot(
+    let mut device = Device::boot(
         RustCrypto,
         config,
         &mut storage,
@@ -140,6 +163,29 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
     )
     .map_err(|e| anyhow::anyhow!("boot: {e}"))?;
     let id = *device.identity();
+    device
+        .restore_pairing(&mut storage)
+        .map_err(|e| anyhow::anyhow!("pairing state: {e}"))?;
+    if let Some(message) = &pairing {
+        match device.apply_pairing(&mut storage, message, None) {
+            Ok(p) => eprintln!(
+                "paired (pairing {}): server {}{}, group {}, subscriber {}",
+                p.serial,
+                p.server,
+                p.server_uri()
+                    .map(|u| format!(" at {u}"))
+                    .unwrap_or_default(),
+                p.group,
+                p.subscriber
+            ),
+            Err(PairingRefusal::Replayed { serial }) => {
+                eprintln!("pairing {serial} was applied already")
+            }
+            Err(e) => bail!("pairing message refused: {e}"),
+        }
+    } else if let Some(p) = device.pairing() {
+        eprintln!("paired with server {} (pairing {})", p.server, p.serial);
+    }
     if a.print_identity {
         let public = device.public_key();
         println!(
@@ -198,6 +244,56 @@ pub async fn run(a: SensorArgs) -> Result<i32> {
             2
         },
     )
+}
+
+/// The server a sensor is paired with, read without changing its state: the stored pairing,
+/// or else the one `message` would apply (opened with the key already in `state`).
+fn paired_server(
+    state: &std::path::Path,
+    message: Option<&[u8]>,
+    kit: &[PublicKey],
+    other: &[u8],
+) -> Result<Option<Identity>> {
+    if let Some(p) = FileStorage::existing_pairing(state)? {
+        return Ok(Some(p.server));
+    }
+    let (Some(message), Some(key)) = (message, FileStorage::existing_key(state)?) else {
+        return Ok(None);
+    };
+    let public = RustCrypto
+        .public_key(&key)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let identity = if kit.is_empty() {
+        Identity::of_key(&RustCrypto, &public, other)
+    } else {
+        Identity::of_member(&RustCrypto, &public, kit)
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pairing = sigil_ace::open_pairing(message, &key, &identity, None, &RustCrypto)
+        .map_err(|e| anyhow::anyhow!("pairing message refused: {e}"))?;
+    Ok(Some(pairing.server))
+}
+
+/// A pairing message file: hex text (as `sigil provision pair` prints it) or the bytes.
+fn read_pairing(path: &std::path::Path) -> Result<Vec<u8>> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read --pairing {}", path.display()))?;
+    let message = match std::str::from_utf8(&bytes).ok().map(str::trim) {
+        Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            hex::decode(text)
+                .with_context(|| format!("--pairing {}: odd-length hex", path.display()))?
+        }
+        _ => bytes,
+    };
+    if message.len() > sigil_ace::MAX_PAIRING_LEN {
+        bail!(
+            "--pairing {}: {} bytes, longer than a pairing message can be ({})",
+            path.display(),
+            message.len(),
+            sigil_ace::MAX_PAIRING_LEN
+        );
+    }
+    Ok(message)
 }
 
 /// The device's own signing key (its DTLS raw public key credential).

@@ -1,0 +1,118 @@
+"""The pairing message (crates/sigil-ace/src/pairing.rs, RFC 8387 §4.1) against pycose.
+
+Both ways: pycose decrypts a message Sigil made (COSE_Encrypt, one ECDH-ES + HKDF-256 recipient
+with the ephemeral P-256 key, AES-CCM-16-64-128, the device identity as external AAD) and
+verifies the server's COSE_Sign1 inside it; Sigil's device side accepts a message pycose built
+the same way, and refuses it when pycose bound it to another device's identity.
+
+The Rust side is the `pairing_message` example (hex on stdin and stdout)."""
+import os
+import subprocess
+
+import cbor2
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pycose.algorithms import AESCCM1664128, EcdhEsHKDF256, EdDSA
+from pycose.headers import IV, KID, Algorithm, EphemeralKey, StaticKey
+from pycose.keys import EC2Key, OKPKey
+from pycose.keys.curves import P256, Ed25519
+from pycose.messages import EncMessage, Sign1Message
+from pycose.messages.recipient import DirectKeyAgreement
+
+from conftest import identity_of
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+TOOL = os.environ.get("SIGIL_PAIRING_MESSAGE") or os.path.join(
+    ROOT, "target", "debug", "examples", "pairing_message"
+)
+GROUP, SUBSCRIBER = b"\x33" * 16, b"\x44" * 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tool():
+    if "SIGIL_PAIRING_MESSAGE" not in os.environ:
+        subprocess.run(["cargo", "build", "-q", "-p", "sigil-ace", "--example", "pairing_message"], cwd=ROOT, check=True)
+
+
+def run(*args, stdin=None):
+    return subprocess.run([TOOL, *map(str, args)], input=stdin, capture_output=True, text=True)
+
+
+def device():
+    sk = ec.generate_private_key(ec.SECP256R1())
+    d = sk.private_numbers().private_value.to_bytes(32, "big")
+    point = sk.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+    return d, point, bytes.fromhex(identity_of("p256", point))
+
+
+def server():
+    sk = Ed25519PrivateKey.generate()
+    d = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    x = sk.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return d, x, bytes.fromhex(identity_of("ed25519", x))
+
+
+def test_pycose_opens_sigils_pairing_message():
+    d, point, dev_id = device()
+    sd, sx, server_id = server()
+    out = run("seal", point.hex(), "ed25519", sd.hex(), 42)
+    assert out.returncode == 0, out.stderr
+    msg = EncMessage.decode(bytes.fromhex(out.stdout.strip()))
+    assert msg.get_attr(Algorithm) == AESCCM1664128
+    (rcpt,) = msg.recipients
+    assert rcpt.get_attr(Algorithm) == EcdhEsHKDF256
+    assert rcpt.get_attr(KID) == dev_id
+    rcpt.key = EC2Key(crv=P256, d=d, x=point[1:33], y=point[33:])
+    msg.external_aad = dev_id
+    inner = msg.decrypt(rcpt)
+    sign1 = Sign1Message.decode(inner)
+    sign1.key = OKPKey(crv=Ed25519, x=sx)
+    assert sign1.verify_signature()
+    content = cbor2.loads(sign1.payload)
+    assert content[1] == dev_id
+    assert content[2] == 42
+    assert content[3] == server_id
+    assert content[4] == sx
+    assert content[6] == "coap://[::1]"
+    assert content[7] == GROUP and content[8] == SUBSCRIBER
+
+
+def pycose_message(point, dev_id, aad_id, sd, sx, server_id, serial=5):
+    content = cbor2.dumps({1: dev_id, 2: serial, 3: server_id, 4: sx, 7: GROUP, 8: SUBSCRIBER})
+    sign1 = Sign1Message(phdr={Algorithm: EdDSA}, payload=content)
+    sign1.key = OKPKey(crv=Ed25519, d=sd, x=sx)
+    inner = sign1.encode()
+    ephemeral = EC2Key.generate_key(crv=P256)
+    rcpt = DirectKeyAgreement(
+        phdr={Algorithm: EcdhEsHKDF256},
+        uhdr={EphemeralKey: EC2Key(crv=P256, x=ephemeral.x, y=ephemeral.y), KID: dev_id},
+    )
+    rcpt.key = ephemeral
+    rcpt.local_attrs = {StaticKey: EC2Key(crv=P256, x=point[1:33], y=point[33:])}
+    msg = EncMessage(
+        phdr={Algorithm: AESCCM1664128}, uhdr={IV: os.urandom(13)}, payload=inner, recipients=[rcpt]
+    )
+    msg.external_aad = aad_id
+    return msg.encode()
+
+
+def test_sigil_opens_pycoses_pairing_message():
+    d, point, dev_id = device()
+    sd, sx, server_id = server()
+    out = run("open", d.hex(), stdin=pycose_message(point, dev_id, dev_id, sd, sx, server_id).hex())
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines()[1:])
+    assert lines["serial"] == "5"
+    assert bytes.fromhex(lines["server"].replace("-", "").replace(":", "")) == server_id
+    assert lines["uri"] == "-"
+
+
+def test_sigil_refuses_pycoses_message_bound_to_another_device():
+    d, point, dev_id = device()
+    sd, sx, server_id = server()
+    other = b"\x01" * 16
+    out = run("open", d.hex(), stdin=pycose_message(point, dev_id, other, sd, sx, server_id).hex())
+    assert out.returncode == 1
+    assert "does not decrypt" in out.stdout
