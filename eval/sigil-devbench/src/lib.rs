@@ -374,6 +374,15 @@ pub fn dtls_server_key() -> Result<SecretKey, CryptoError> {
     SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_SECRET)
 }
 
+/// The identity the clients pin for the RPK server: from its public key, the RFC 6979 A.2.5
+/// key U, as a device would hold it (deriving it from the server's secret would add a scalar
+/// multiplication that no client does).
+#[cfg(feature = "dtls")]
+fn dtls_server_identity<C: CryptoProvider + ?Sized>(c: &C) -> Result<Identity, Failure> {
+    let pk = PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_PUBLIC)?;
+    Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)
+}
+
 /// The client's signature key in the mutual handshake (the RFC 5903 §8.1 initiator's scalar,
 /// used here as a P-256 signing key).
 pub fn dtls_client_key() -> Result<SecretKey, CryptoError> {
@@ -465,8 +474,7 @@ pub fn dtls_rpk_client<C: CryptoProvider + ?Sized>(
     c: &C,
     out: &mut [u8],
 ) -> Result<usize, Failure> {
-    let pk = c.public_key(&dtls_server_key()?)?;
-    let id = [Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?];
+    let id = [dtls_server_identity(c)?];
     dtls_client(
         c,
         sigil_dtls::PinnedIdentities {
@@ -507,8 +515,7 @@ pub fn dtls_rpk_mutual_client<C: CryptoProvider + ?Sized>(
     c: &C,
     out: &mut [u8],
 ) -> Result<usize, Failure> {
-    let pk = c.public_key(&dtls_server_key()?)?;
-    let id = [Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?];
+    let id = [dtls_server_identity(c)?];
     let own = dtls_client_key()?;
     dtls_client(
         c,
@@ -532,8 +539,7 @@ pub fn dtls_static_ecdh_client<C: CryptoProvider + ?Sized>(
     c: &C,
     out: &mut [u8],
 ) -> Result<usize, Failure> {
-    let pk = c.public_key(&dtls_server_key()?)?;
-    let id = [Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?];
+    let id = [dtls_server_identity(c)?];
     dtls_client(
         c,
         sigil_dtls::PinnedIdentities {
