@@ -118,7 +118,9 @@ def write(hs, w, ops_table=None):
       "no certified ECDH key of its own, RFC 4492 §2.1) and agrees with the server's key. "
       f"Cycles (model), then time and CPU energy on the Cortex-M4 board, {m4b['name'].split(' @')[0]} "
       f"({m4b['hz'] / 1e6:.0f} MHz, {m4b['watts'] * 1e3:.0f} mW), and the Cortex-M0+ at "
-      f"{m0b['hz'] / 1e6:.0f} MHz, {m0b['watts'] * 1e3:.0f} mW, as above.")
+      f"{m0b['hz'] / 1e6:.0f} MHz, {m0b['watts'] * 1e3:.0f} mW, as above. Measured in the "
+      "section's `ecc` bench images; `scripts/bench-device --section handshakes` measures "
+      "this part alone and rewrites it.")
     w("")
     w("**IBPV columns are composed, not measured as one run**: measured handshake − measured "
       "P-256 key generation (`keygen_p256`) + a measured table pair (`ibpv_pair32`, l = 32), "
