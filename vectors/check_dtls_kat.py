@@ -2,7 +2,7 @@
 """Checks the recorded DTLS handshakes behind vectors/device-kat-dtls.json with code Sigil does
 not contain: pyca/cryptography (HMAC-SHA256, AES-CCM, ECDSA) and the specifications.
 
-The device operations dtls_psk_client and dtls_rpk_client replay the server's flights
+The device operations dtls_<suite>_client replay the server's flights
 (dtls-*-server.bin) and answer SHA-256 over every datagram the client sent, then 1. Their
 client datagrams are dtls-*-client.bin (eval/sigil-devbench/tests/dtls.rs writes both). Here:
 
@@ -15,7 +15,16 @@ client datagrams are dtls-*-client.bin (eval/sigil-devbench/tests/dtls.rs writes
   RFC 6979 A.2.5 key the device pins, its ServerKeyExchange signature verifies over
   client_random || server_random || params (RFC 8422 §5.4), and with the client's ephemeral
   scalar (from the device's deterministic RNG, confirmed by its public point) the ECDH
-  premaster secret (RFC 8422 §5.10) gives the same key schedule and both Finished as above.
+  premaster secret (RFC 8422 §5.10) gives the same key schedule and both Finished as above;
+- ECDHE-PSK (TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256, RFC 8442): the server's unsigned point
+  and the client's ephemeral scalar give Z, and the premaster secret is Z and the PSK
+  (RFC 5489 §2); both Finished as above;
+- mutual ECDHE-ECDSA: as the server-only one, and the client's raw public key is the RFC 5903
+  §8.1 initiator's key (sigil_devbench::dtls_client_key) and its CertificateVerify signature
+  verifies over the handshake messages before it (RFC 5246 §7.4.8);
+- static ECDH (PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8, the ECDH_ECDSA exchange of RFC 4492 §2.1
+  with a raw public key): no ServerKeyExchange; the premaster secret is ECDH of the client's
+  ephemeral scalar and the server's certified key, and both Finished check out as above.
 
     python3 vectors/check_dtls_kat.py   # exit 1 on the first mismatch
 """
@@ -234,11 +243,94 @@ def check_rpk(answer):
     assert answer == digest + "01", "dtls_rpk_client answer is the hash of the client datagrams"
 
 
+# RFC 5903 §8.1 initiator's private key i: sigil_devbench::dtls_client_key, the mutual
+# handshake's client key.
+RFC5903_I = 0xC88F01F510D9AC3F70A292DAA2316DE544E9AAB8AFE84049C62A9C57862D1433
+
+
+def server_raw_key(hs):
+    """The server's Certificate is its raw public key (RFC 7250 §3): the RFC 6979 key."""
+    cert = hs.find("server", 11)[12:]
+    spki = cert[3:]
+    assert spki[-65:] == RFC6979_P256, spki.hex()
+    return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), RFC6979_P256)
+
+
+def answer_is_hash(name, answer, client_file):
+    digest = hashlib.sha256(b"".join(datagrams(read(client_file)))).hexdigest()
+    assert answer == digest + "01", f"{name} answer is the hash of the client datagrams"
+
+
+def check_ecdhe_psk(answer):
+    hs = Handshake(read("dtls-ecdhe-psk-client.bin"), read("dtls-ecdhe-psk-server.bin"))
+    client_random, _ = hello(hs.find("client", 1, 1)[12:], client=True)
+    server_random, sh_ext = hello(hs.find("server", 2)[12:], client=False)
+    # ServerKeyExchange: psk_identity_hint<0..2^16-1>, then ServerECDHParams, unsigned.
+    ske = hs.find("server", 12)[12:]
+    (hint,) = struct.unpack(">H", ske[:2])
+    params = ske[2 + hint:]
+    assert params[0] == 3 and params[1:3] == b"\x00\x17", "named_curve secp256r1"
+    server_point = ec.EllipticCurvePublicKey.from_encoded_point(
+        ec.SECP256R1(), params[4:4 + params[3]])
+    # ClientKeyExchange: psk_identity<0..2^16-1>, then the client's ECPoint.
+    cke = hs.find("client", 16)[12:]
+    (n,) = struct.unpack(">H", cke[:2])
+    assert cke[2:2 + n] == PSK_IDENTITY, cke
+    point = cke[2 + n:]
+    client = client_ephemeral(point[1:1 + point[0]])
+    z = client.exchange(ec.ECDH(), server_point)
+    premaster = struct.pack(">H", len(z)) + z + struct.pack(">H", len(PSK)) + PSK
+    check_finished(hs, premaster, sh_ext, client_random, server_random)
+    answer_is_hash("dtls_ecdhe_psk_client", answer, "dtls-ecdhe-psk-client.bin")
+
+
+def check_rpk_mutual(answer):
+    hs = Handshake(read("dtls-rpk-mutual-client.bin"), read("dtls-rpk-mutual-server.bin"))
+    client_random, _ = hello(hs.find("client", 1, 1)[12:], client=True)
+    server_random, sh_ext = hello(hs.find("server", 2)[12:], client=False)
+    assert sh_ext.get(19) == b"\x02", "client_certificate_type raw public key (RFC 7250 §4.2)"
+    key = server_raw_key(hs)
+    hs.find("server", 13)  # CertificateRequest
+    ske = hs.find("server", 12)[12:]
+    params, rest = ske[:4 + ske[3]], ske[4 + ske[3]:]
+    (slen,) = struct.unpack(">H", rest[2:4])
+    key.verify(rest[4:4 + slen], client_random + server_random + params, ec.ECDSA(hashes.SHA256()))
+    own = ec.derive_private_key(RFC5903_I, ec.SECP256R1()).public_key()
+    own_point = own.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+    assert hs.find("client", 11)[12:][-65:] == own_point, "the client's raw public key"
+    cv = hs.find("client", 15)[12:]
+    assert cv[:2] == b"\x04\x03", "ecdsa_secp256r1_sha256"
+    (slen,) = struct.unpack(">H", cv[2:4])
+    own.verify(cv[4:4 + slen], hs.transcript("client", 16), ec.ECDSA(hashes.SHA256()))
+    server_point = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), params[4:])
+    cke = hs.find("client", 16)[12:]
+    premaster = client_ephemeral(cke[1:1 + cke[0]]).exchange(ec.ECDH(), server_point)
+    check_finished(hs, premaster, sh_ext, client_random, server_random)
+    answer_is_hash("dtls_rpk_mutual_client", answer, "dtls-rpk-mutual-client.bin")
+
+
+def check_static_ecdh(answer):
+    hs = Handshake(read("dtls-static-ecdh-client.bin"), read("dtls-static-ecdh-server.bin"))
+    client_random, _ = hello(hs.find("client", 1, 1)[12:], client=True)
+    server_random, sh_ext = hello(hs.find("server", 2)[12:], client=False)
+    assert not [m for s, t, m in hs.messages if s == "server" and t == 12], \
+        "static ECDH sends no ServerKeyExchange"
+    key = server_raw_key(hs)
+    cke = hs.find("client", 16)[12:]
+    premaster = client_ephemeral(cke[1:1 + cke[0]]).exchange(ec.ECDH(), key)
+    check_finished(hs, premaster, sh_ext, client_random, server_random)
+    answer_is_hash("dtls_static_ecdh_client", answer, "dtls-static-ecdh-client.bin")
+
+
 def main():
     kat = json.loads(read("device-kat-dtls.json"))["operations"]
     check_psk(kat["dtls_psk_client"]["output"])
     check_rpk(kat["dtls_rpk_client"]["output"])
-    print("device-kat-dtls.json: PSK and ECDHE-ECDSA handshakes checked (keys, both Finished)")
+    check_ecdhe_psk(kat["dtls_ecdhe_psk_client"]["output"])
+    check_rpk_mutual(kat["dtls_rpk_mutual_client"]["output"])
+    check_static_ecdh(kat["dtls_static_ecdh_client"]["output"])
+    print("device-kat-dtls.json: PSK, ECDHE-PSK, ECDHE-ECDSA (server-only and mutual) and static "
+          "ECDH handshakes checked (keys, signatures, both Finished)")
 
 
 if __name__ == "__main__":

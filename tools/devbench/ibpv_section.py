@@ -2,6 +2,7 @@
 Shamir's trick on P-256, beside the DTLS-as-CoAP-resource paper's Tables II and III."""
 from math import comb, log2
 
+import handshakes
 from boards import BOARDS
 
 # DTLS-as-CoAP-resource (../shared/seeds/dtls-as-coap-resource.md), MagoNode, ATmega128RFA1
@@ -195,6 +196,9 @@ def write(results, w):
       f"assumes (l = 16: 2^{log2(comb(n, 16)):.0f}; l = 64: 2^{log2(comb(n, 64)):.0f}). "
       "docs/security.md states the argument and why this stays a comparison option.")
     w("")
+    handshakes.write(results.get("handshakes") or {}, w,
+                     {v: {op: r["cycles"] for op, r in ops.items() if r.get("cycles")}
+                      for v, ops in results["bench"].items()})
 
 
 def k(n):

@@ -606,6 +606,7 @@ def write(results, out_path):
     w("scripts/bench-device          # this page, docs/device-cycles.json, docs/img/device-*.png, target/devbench/results.json")
     w("scripts/bench-device --quick  # what the test command runs: builds, known answers, sizes")
     w("scripts/bench-device --section table-one  # the DTLS client images alone; rewrites their section")
+    w("scripts/bench-device --section handshakes  # whole DTLS handshakes per suite and optimisation; rewrites that part")
     w("```")
     w("")
     w(f"Last generated {datetime.date.today().isoformat()}.")

@@ -360,9 +360,33 @@ pub const DTLS_PSK: [u8; 16] = [7; 16];
 pub const DTLS_PSK_SERVER: &[u8] = include_bytes!("../../../vectors/dtls-psk-server.bin");
 /// The same for ECDHE-ECDSA with the server's raw public key (server-only authentication).
 pub const DTLS_RPK_SERVER: &[u8] = include_bytes!("../../../vectors/dtls-rpk-server.bin");
+/// The ECDHE-PSK handshake's server flights (TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256).
+pub const DTLS_ECDHE_PSK_SERVER: &[u8] =
+    include_bytes!("../../../vectors/dtls-ecdhe-psk-server.bin");
+/// ECDHE-ECDSA with raw public keys on both sides: the server asks for the client's key.
+pub const DTLS_RPK_MUTUAL_SERVER: &[u8] =
+    include_bytes!("../../../vectors/dtls-rpk-mutual-server.bin");
+/// Static ECDH (PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8) with the server's raw public key.
+pub const DTLS_STATIC_ECDH_SERVER: &[u8] =
+    include_bytes!("../../../vectors/dtls-static-ecdh-server.bin");
 /// The RPK server's signature key (a P-256 scalar from the RFC 6979 A.2.5 vector).
 pub fn dtls_server_key() -> Result<SecretKey, CryptoError> {
     SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_SECRET)
+}
+
+/// The identity the clients pin for the RPK server: from its public key, the RFC 6979 A.2.5
+/// key U, as a device would hold it (deriving it from the server's secret would add a scalar
+/// multiplication that no client does).
+#[cfg(feature = "dtls")]
+fn dtls_server_identity<C: CryptoProvider + ?Sized>(c: &C) -> Result<Identity, Failure> {
+    let pk = PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_PUBLIC)?;
+    Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)
+}
+
+/// The client's signature key in the mutual handshake (the RFC 5903 §8.1 initiator's scalar,
+/// used here as a P-256 signing key).
+pub fn dtls_client_key() -> Result<SecretKey, CryptoError> {
+    SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &P256_ECDH_I)
 }
 
 /// Splits a recording into its datagrams.
@@ -382,16 +406,17 @@ pub fn datagrams(mut rec: &[u8]) -> impl Iterator<Item = &[u8]> {
 fn dtls_client<C: CryptoProvider + ?Sized, T: sigil_dtls::Trust>(
     c: &C,
     trust: T,
+    config: sigil_dtls::Config,
     credentials: sigil_dtls::Credentials<'_>,
     server: &[u8],
     out: &mut [u8],
 ) -> Result<usize, Failure> {
-    use sigil_dtls::{Config, Connection};
+    use sigil_dtls::Connection;
     use sigil_time::Instant;
     let mut client = Connection::connect(
         c,
         trust,
-        Config::default(),
+        config,
         &mut BenchRng(1),
         credentials,
         Instant::ZERO,
@@ -432,6 +457,7 @@ pub fn dtls_psk_client<C: CryptoProvider + ?Sized>(
     dtls_client(
         c,
         sigil_dtls::NoTrust,
+        sigil_dtls::Config::default(),
         sigil_dtls::Credentials::Psk {
             identity: b"sensor",
             key: &DTLS_PSK,
@@ -448,22 +474,90 @@ pub fn dtls_rpk_client<C: CryptoProvider + ?Sized>(
     c: &C,
     out: &mut [u8],
 ) -> Result<usize, Failure> {
-    let pk = c.public_key(&dtls_server_key()?)?;
-    let id = [Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?];
+    let id = [dtls_server_identity(c)?];
     dtls_client(
         c,
         sigil_dtls::PinnedIdentities {
             crypto: c,
             identities: &id,
         },
+        sigil_dtls::Config::default(),
         sigil_dtls::Credentials::RawPublicKey(None),
         DTLS_RPK_SERVER,
         out,
     )
 }
 
+/// DTLS 1.2 client handshake with TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 (RFC 8442): the PSK
+/// authenticates an ephemeral ECDH exchange on P-256; no signature on either side.
+#[cfg(feature = "dtls")]
+pub fn dtls_ecdhe_psk_client<C: CryptoProvider + ?Sized>(
+    c: &C,
+    out: &mut [u8],
+) -> Result<usize, Failure> {
+    dtls_client(
+        c,
+        sigil_dtls::NoTrust,
+        sigil_dtls::Config::default(),
+        sigil_dtls::Credentials::EcdhePsk {
+            identity: b"sensor",
+            key: &DTLS_PSK,
+        },
+        DTLS_ECDHE_PSK_SERVER,
+        out,
+    )
+}
+
+/// ECDHE-ECDSA-CCM8 with raw public keys on both sides: as [`dtls_rpk_client`], and the client
+/// also sends its own key and signs the transcript (CertificateVerify, RFC 5246 §7.4.8).
+#[cfg(feature = "dtls")]
+pub fn dtls_rpk_mutual_client<C: CryptoProvider + ?Sized>(
+    c: &C,
+    out: &mut [u8],
+) -> Result<usize, Failure> {
+    let id = [dtls_server_identity(c)?];
+    let own = dtls_client_key()?;
+    dtls_client(
+        c,
+        sigil_dtls::PinnedIdentities {
+            crypto: c,
+            identities: &id,
+        },
+        sigil_dtls::Config::default(),
+        sigil_dtls::Credentials::RawPublicKey(Some(&own)),
+        DTLS_RPK_MUTUAL_SERVER,
+        out,
+    )
+}
+
+/// The DTLS-as-CoAP-resource paper's suite, static ECDH (PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8,
+/// sigil-dtls feature `static-ecdh`): the server's pinned raw public key is its ECDH key, so
+/// there is no ServerKeyExchange and no signature to verify; the client sends an ephemeral
+/// point and agrees with the server's key.
+#[cfg(feature = "dtls")]
+pub fn dtls_static_ecdh_client<C: CryptoProvider + ?Sized>(
+    c: &C,
+    out: &mut [u8],
+) -> Result<usize, Failure> {
+    let id = [dtls_server_identity(c)?];
+    dtls_client(
+        c,
+        sigil_dtls::PinnedIdentities {
+            crypto: c,
+            identities: &id,
+        },
+        sigil_dtls::Config {
+            danger_static_ecdh: true,
+            ..sigil_dtls::Config::default()
+        },
+        sigil_dtls::Credentials::RawPublicKey(None),
+        DTLS_STATIC_ECDH_SERVER,
+        out,
+    )
+}
+
 /// How many operations [`operations`] lists (the DTLS handshakes only with feature `dtls`).
-pub const OPERATIONS: usize = if cfg!(feature = "dtls") { 18 } else { 16 };
+pub const OPERATIONS: usize = if cfg!(feature = "dtls") { 21 } else { 16 };
 
 /// Every operation, in report order.
 pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; OPERATIONS] {
@@ -541,6 +635,21 @@ pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; OPERATIONS] {
         Operation {
             name: "dtls_rpk_client",
             run: dtls_rpk_client::<C>,
+        },
+        #[cfg(feature = "dtls")]
+        Operation {
+            name: "dtls_ecdhe_psk_client",
+            run: dtls_ecdhe_psk_client::<C>,
+        },
+        #[cfg(feature = "dtls")]
+        Operation {
+            name: "dtls_rpk_mutual_client",
+            run: dtls_rpk_mutual_client::<C>,
+        },
+        #[cfg(feature = "dtls")]
+        Operation {
+            name: "dtls_static_ecdh_client",
+            run: dtls_static_ecdh_client::<C>,
         },
     ]
 }

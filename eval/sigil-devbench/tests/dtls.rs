@@ -12,11 +12,13 @@
 
 use sigil_crypto::{CryptoProvider, RustCrypto};
 use sigil_devbench::{
-    dtls_psk_client, dtls_rpk_client, dtls_server_key, BenchRng, DTLS_PSK, MAX_OUTPUT,
+    dtls_client_key, dtls_ecdhe_psk_client, dtls_psk_client, dtls_rpk_client,
+    dtls_rpk_mutual_client, dtls_server_key, dtls_static_ecdh_client, BenchRng, Failure, DTLS_PSK,
+    MAX_OUTPUT,
 };
 use sigil_dtls::{
-    Config, Connection, CookieKey, Credentials, NoTrust, PinnedIdentities, ServerCredentials,
-    Stateless, Trust,
+    Config, Connection, CookieKey, Credentials, PinnedIdentities, ServerCredentials, Stateless,
+    Trust,
 };
 use sigil_identity::Identity;
 
@@ -25,13 +27,18 @@ fn ms(t: u64) -> sigil_time::Instant {
     sigil_time::Instant::from_millis(t)
 }
 
-struct Psk;
-impl Trust for Psk {
+/// The recording server's trust: the device's PSK under identity "sensor", and the client
+/// keys it pins (the mutual handshake's).
+struct ServerTrust<'a>(&'a [Identity]);
+impl Trust for ServerTrust<'_> {
     fn psk(&self, identity: &[u8], key: &mut [u8; 64]) -> Option<usize> {
         (identity == b"sensor").then(|| {
             key[..16].copy_from_slice(&DTLS_PSK);
             16
         })
+    }
+    fn trusted_key(&self, key: &sigil_crypto::PublicKey) -> bool {
+        Identity::of_key(&RustCrypto, key, b"").is_ok_and(|id| self.0.contains(&id))
     }
 }
 
@@ -48,6 +55,7 @@ fn drain<C: CryptoProvider, T: Trust>(c: &mut Connection<C, T>) -> Vec<Vec<u8>> 
 fn record<T: Trust, U: Trust>(
     client: &mut Connection<RustCrypto, T>,
     server_trust: U,
+    server_config: Config,
     offer: ServerCredentials<'_>,
 ) -> Vec<u8> {
     let cookies = CookieKey::new([9; 32]);
@@ -72,7 +80,7 @@ fn record<T: Trust, U: Trust>(
     let mut server = Connection::accept(
         RustCrypto,
         server_trust,
-        Config::default(),
+        server_config,
         &offer,
         &mut BenchRng(2),
         cookie,
@@ -145,108 +153,173 @@ fn check_or_write(path: &str, bytes: &[u8]) {
     );
 }
 
+/// One recorded handshake: the device operation that replays it, its files' stem, how the
+/// client connects (built twice: once to record, once to replay), and what the server runs.
+struct Case<'a> {
+    op: fn(&RustCrypto, &mut [u8]) -> Result<usize, Failure>,
+    name: &'static str,
+    stem: &'static str,
+    client: &'a dyn Fn() -> Connection<RustCrypto, PinnedIdentities<'a, RustCrypto>>,
+    server_trust: &'a [Identity],
+    server_config: Config,
+    offer: ServerCredentials<'a>,
+    replay: &'static [u8],
+}
+
+/// Records the case's server flights and client datagrams (written or checked), checks the
+/// device operation completes on the host with the hash of those datagrams, and returns the
+/// operation's answer.
+fn run_case(case: &Case<'_>) -> String {
+    let mut client = (case.client)();
+    let server = record(
+        &mut client,
+        ServerTrust(case.server_trust),
+        case.server_config,
+        case.offer,
+    );
+    check_or_write(&format!("dtls-{}-server.bin", case.stem), &server);
+    let mut out = [0u8; MAX_OUTPUT];
+    let n = (case.op)(&RustCrypto, &mut out).unwrap();
+    assert_eq!(out[n - 1], 1, "{} completes", case.name);
+    let replayed = replayed_client_flights((case.client)(), case.replay);
+    assert_eq!(RustCrypto.sha256(&[&unframed(&replayed)]), out[..32]);
+    check_or_write(&format!("dtls-{}-client.bin", case.stem), &replayed);
+    hex::encode(&out[..n])
+}
+
+fn static_ecdh() -> Config {
+    Config {
+        danger_static_ecdh: true,
+        ..Config::default()
+    }
+}
+
 #[test]
 fn recorded_server_flights_and_known_answers_are_current() {
-    let mut psk_client = Connection::connect(
-        RustCrypto,
-        NoTrust,
-        Config::default(),
-        &mut BenchRng(1),
-        Credentials::Psk {
-            identity: b"sensor",
-            key: &DTLS_PSK,
-        },
-        ms(0),
-    )
-    .unwrap();
-    let psk = record(
-        &mut psk_client,
-        Psk,
-        ServerCredentials {
-            psk: true,
-            key: None,
-            require_client_key: false,
-            ..ServerCredentials::NONE
-        },
-    );
-    check_or_write("dtls-psk-server.bin", &psk);
-
-    let server_key = dtls_server_key().unwrap();
-    let id = [Identity::of_key(
-        &RustCrypto,
-        &RustCrypto.public_key(&server_key).unwrap(),
-        b"",
-    )
-    .unwrap()];
-    let mut rpk_client = Connection::connect(
-        RustCrypto,
-        PinnedIdentities {
-            crypto: RustCrypto,
-            identities: &id,
-        },
-        Config::default(),
-        &mut BenchRng(1),
-        Credentials::RawPublicKey(None),
-        ms(0),
-    )
-    .unwrap();
-    let rpk = record(
-        &mut rpk_client,
-        NoTrust,
-        ServerCredentials {
-            psk: false,
-            key: Some(&server_key),
-            require_client_key: false,
-            ..ServerCredentials::NONE
-        },
-    );
-    check_or_write("dtls-rpk-server.bin", &rpk);
-
-    // The device operations replay those flights: they must complete on the host, and their
-    // answer is the hash of the client datagrams written out for the independent check.
-    let mut out = [0u8; MAX_OUTPUT];
-    let n = dtls_psk_client(&RustCrypto, &mut out).unwrap();
-    assert_eq!(out[n - 1], 1, "PSK handshake completes");
-    let psk_answer = hex::encode(&out[..n]);
-    let client = replayed_client_flights(
-        Connection::connect(
-            RustCrypto,
-            NoTrust,
+    let connect = |trust: &'static [Identity], config: Config, creds: Credentials<'static>| {
+        move || {
+            Connection::connect(
+                RustCrypto,
+                PinnedIdentities {
+                    crypto: RustCrypto,
+                    identities: trust,
+                },
+                config,
+                &mut BenchRng(1),
+                creds,
+                ms(0),
+            )
+            .unwrap()
+        }
+    };
+    let server_key: &'static _ = Box::leak(Box::new(dtls_server_key().unwrap()));
+    let client_key: &'static _ = Box::leak(Box::new(dtls_client_key().unwrap()));
+    let id_of = |k| {
+        let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(k).unwrap(), b"").unwrap();
+        &*Box::leak(Box::new([id]))
+    };
+    let (server_id, client_id): (&'static [Identity], &'static [Identity]) =
+        (id_of(server_key), id_of(client_key));
+    let psk_creds = Credentials::Psk {
+        identity: b"sensor",
+        key: &DTLS_PSK,
+    };
+    let ecdhe_psk_creds = Credentials::EcdhePsk {
+        identity: b"sensor",
+        key: &DTLS_PSK,
+    };
+    let rpk = |mutual: bool| ServerCredentials {
+        psk: false,
+        key: Some(server_key),
+        require_client_key: mutual,
+        ..ServerCredentials::NONE
+    };
+    let psk_offer = ServerCredentials {
+        psk: true,
+        key: None,
+        require_client_key: false,
+        ..ServerCredentials::NONE
+    };
+    let (c_psk, c_ecdhe_psk, c_rpk, c_mutual, c_static) = (
+        connect(&[], Config::default(), psk_creds),
+        connect(&[], Config::default(), ecdhe_psk_creds),
+        connect(
+            server_id,
             Config::default(),
-            &mut BenchRng(1),
-            Credentials::Psk {
-                identity: b"sensor",
-                key: &DTLS_PSK,
-            },
-            ms(0),
-        )
-        .unwrap(),
-        sigil_devbench::DTLS_PSK_SERVER,
-    );
-    assert_eq!(RustCrypto.sha256(&[&unframed(&client)]), out[..32]);
-    check_or_write("dtls-psk-client.bin", &client);
-    let n = dtls_rpk_client(&RustCrypto, &mut out).unwrap();
-    assert_eq!(out[n - 1], 1, "RPK handshake completes");
-    let rpk_answer = hex::encode(&out[..n]);
-    let client = replayed_client_flights(
-        Connection::connect(
-            RustCrypto,
-            PinnedIdentities {
-                crypto: RustCrypto,
-                identities: &id,
-            },
-            Config::default(),
-            &mut BenchRng(1),
             Credentials::RawPublicKey(None),
-            ms(0),
-        )
-        .unwrap(),
-        sigil_devbench::DTLS_RPK_SERVER,
+        ),
+        connect(
+            server_id,
+            Config::default(),
+            Credentials::RawPublicKey(Some(client_key)),
+        ),
+        connect(server_id, static_ecdh(), Credentials::RawPublicKey(None)),
     );
-    assert_eq!(RustCrypto.sha256(&[&unframed(&client)]), out[..32]);
-    check_or_write("dtls-rpk-client.bin", &client);
+    let cases = [
+        Case {
+            op: dtls_psk_client,
+            name: "dtls_psk_client",
+            stem: "psk",
+            client: &c_psk,
+            server_trust: &[],
+            server_config: Config::default(),
+            offer: psk_offer,
+            replay: sigil_devbench::DTLS_PSK_SERVER,
+        },
+        Case {
+            op: dtls_rpk_client,
+            name: "dtls_rpk_client",
+            stem: "rpk",
+            client: &c_rpk,
+            server_trust: &[],
+            server_config: Config::default(),
+            offer: rpk(false),
+            replay: sigil_devbench::DTLS_RPK_SERVER,
+        },
+        Case {
+            op: dtls_ecdhe_psk_client,
+            name: "dtls_ecdhe_psk_client",
+            stem: "ecdhe-psk",
+            client: &c_ecdhe_psk,
+            server_trust: &[],
+            server_config: Config::default(),
+            offer: psk_offer,
+            replay: sigil_devbench::DTLS_ECDHE_PSK_SERVER,
+        },
+        Case {
+            op: dtls_rpk_mutual_client,
+            name: "dtls_rpk_mutual_client",
+            stem: "rpk-mutual",
+            client: &c_mutual,
+            server_trust: client_id,
+            server_config: Config::default(),
+            offer: rpk(true),
+            replay: sigil_devbench::DTLS_RPK_MUTUAL_SERVER,
+        },
+        Case {
+            op: dtls_static_ecdh_client,
+            name: "dtls_static_ecdh_client",
+            stem: "static-ecdh",
+            client: &c_static,
+            server_trust: &[],
+            server_config: static_ecdh(),
+            offer: rpk(false),
+            replay: sigil_devbench::DTLS_STATIC_ECDH_SERVER,
+        },
+    ];
+    let answers: Vec<String> = cases
+        .iter()
+        .map(|c| {
+            format!(
+                "    \"{}\": {{\"output\": \"{}\", \"source\": \"host run\"}}",
+                c.name,
+                run_case(c)
+            )
+        })
+        .collect();
     let json = format!(
-        "{{\n  \"source\": \"eval/sigil-devbench/tests/dtls.rs: the host's own run of sigil-dtls (the targets must compute the same); the server flights they replay are vectors/dtls-*-server.bin\",\n  \"operations\": {{\n    \"dtls_psk_client\": {{\"output\": \"{psk_answer}\", \"source\": \"host run\"}},\n    \"dtls_rpk_client\": {{\"output\": \"{rpk_answer}\", \"source\": \"host run\"}}\n  }}\n}}\n"
+        "{{\n  \"source\": \"eval/sigil-devbench/tests/dtls.rs: the host's own run of sigil-dtls (the targets must compute the same); the server flights they replay are vectors/dtls-*-server.bin\",\n  \"operations\": {{\n{}\n  }}\n}}\n",
+        answers.join(",\n")
     );
     check_or_write("device-kat-dtls.json", json.as_bytes());
 }

@@ -59,6 +59,9 @@ ops! {
     identity => sigil_op_identity,
     dtls_psk_client => sigil_op_dtls_psk_client,
     dtls_rpk_client => sigil_op_dtls_rpk_client,
+    dtls_ecdhe_psk_client => sigil_op_dtls_ecdhe_psk_client,
+    dtls_rpk_mutual_client => sigil_op_dtls_rpk_mutual_client,
+    dtls_static_ecdh_client => sigil_op_dtls_static_ecdh_client,
 }
 
 /// Calibration: `p256-cm4`'s own entry points, called exactly as its published cycle counts
