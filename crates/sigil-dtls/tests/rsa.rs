@@ -744,3 +744,130 @@ fn gnutls_rsa_key_transport_client_against_our_server_only_and_mutual() {
         assert_eq!(suite, CipherSuite::TLS_RSA_WITH_AES_128_CCM_8);
     }
 }
+
+// ---- What the RSA suites cost beside ECDHE-ECDSA (docs/benchmarks.md) ----
+
+/// One handshake in memory (cookie exchange included, perfect link): bytes both ways,
+/// datagrams, and the wall time of client and server together on one thread.
+fn measure<T, U, A>(
+    client: impl Fn() -> Connection<RustCrypto, T>,
+    accept: impl Fn() -> A,
+    runs: usize,
+) -> (u64, u64, Duration)
+where
+    T: sigil_dtls::Trust + 'static,
+    U: sigil_dtls::Trust + 'static,
+    A: FnOnce(
+            sigil_dtls::CookieVerified,
+            &[u8],
+            sigil_time::Instant,
+        ) -> Result<Connection<RustCrypto, U>, Error>
+        + 'static,
+{
+    let mut times = Vec::new();
+    let mut bytes = (0, 0);
+    for _ in 0..runs {
+        let start = std::time::Instant::now();
+        let mut pair = Pair::new(client(), accept(), Link::PERFECT);
+        pair.run_until_quiet();
+        times.push(start.elapsed());
+        assert!(pair.errors.is_empty(), "{:?}", pair.errors);
+        assert!(pair.client.is_established() && pair.server().is_established());
+        let s = pair.stats;
+        bytes = (
+            s.to_server.bytes + s.to_client.bytes,
+            s.to_server.datagrams + s.to_client.datagrams,
+        );
+    }
+    times.sort();
+    (bytes.0, bytes.1, times[times.len() / 2])
+}
+
+/// Prints the table of docs/benchmarks.md ("RSA beside ECDHE-ECDSA"). Run with
+/// `cargo test --release -p sigil-dtls --features rsa,rsa-kx --test rsa -- --ignored
+/// --nocapture handshake_costs`.
+#[cfg(feature = "rsa-kx")]
+#[test]
+#[ignore = "a measurement: run it in release with --ignored --nocapture"]
+fn handshake_costs() {
+    use sigil_testkit::pki as ecc;
+    let runs = 21;
+    let p = rsa_pki();
+    let rsa_server: &'static [&'static [u8]] = Box::leak(Box::new([&p.server[..]]));
+    let rsa_client: &'static [&'static [u8]] = Box::leak(Box::new([&p.client[..]]));
+    // ECC: the P-256 leaves alone, the intermediate as anchor, so both chains are one
+    // certificate long as the RSA ones are.
+    let ecc_server: &'static [&'static [u8]] = Box::leak(Box::new([ecc::SERVER]));
+    let ecc_client: &'static [&'static [u8]] = Box::leak(Box::new([ecc::CLIENT]));
+    let ecc_sk: &'static _ = Box::leak(Box::new(ecc::secret(ecc::SERVER_KEY)));
+    let ecc_ck: &'static _ = Box::leak(Box::new(ecc::secret(ecc::CLIENT_KEY)));
+    println!(
+        "suite | authentication | bytes | datagrams | median ms (client + server, {runs} runs)"
+    );
+    for mutual in [false, true] {
+        let who = if mutual { "mutual" } else { "server-only" };
+        let (b, d, t) = measure(
+            || {
+                Connection::connect(
+                    RustCrypto,
+                    anchors(ecc::INTERMEDIATE),
+                    Config::default(),
+                    &mut Counter::new(3, 31),
+                    Credentials::Certificate(mutual.then_some((ecc_client, ecc_ck))),
+                    at(0),
+                )
+                .unwrap()
+            },
+            || {
+                let offer = ServerCredentials {
+                    key: Some(ecc_sk),
+                    chain: Some(ecc_server),
+                    require_client_key: mutual,
+                    ..ServerCredentials::NONE
+                };
+                server(
+                    anchors(ecc::INTERMEDIATE),
+                    Config::default(),
+                    offer,
+                    Counter::new(77, 31),
+                )
+            },
+            runs,
+        );
+        println!(
+            "TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 (P-256) | {who} | {b} | {d} | {:.2}",
+            t.as_secs_f64() * 1e3
+        );
+        for (name, config) in [
+            ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", Config::default()),
+            ("TLS_RSA_WITH_AES_128_CCM_8", key_transport()),
+        ] {
+            let (b, d, t) = measure(
+                || {
+                    Connection::connect(
+                        RustCrypto,
+                        anchors(&p.root),
+                        config,
+                        &mut Counter::new(3, 31),
+                        Credentials::RsaCertificate(mutual.then_some((rsa_client, &p.client_key))),
+                        at(0),
+                    )
+                    .unwrap()
+                },
+                || {
+                    let offer = ServerCredentials {
+                        rsa: Some((rsa_server, &p.server_key)),
+                        require_client_key: mutual,
+                        ..ServerCredentials::NONE
+                    };
+                    server(anchors(&p.root), config, offer, Counter::new(77, 31))
+                },
+                runs,
+            );
+            println!(
+                "{name} (RSA-2048) | {who} | {b} | {d} | {:.2}",
+                t.as_secs_f64() * 1e3
+            );
+        }
+    }
+}
