@@ -10,7 +10,7 @@
 //! signatures; with RSA key transport (feature `rsa-kx` and
 //! `Config::danger_rsa_key_transport`) it has no ServerKeyExchange, and the ClientKeyExchange
 //! is decrypted with the Bleichenbacher countermeasure of RFC 5246 §7.4.7.1
-//! ([`CryptoProvider::rsa_tls_premaster`]).
+//! (`CryptoProvider::rsa_tls_premaster`).
 
 use crate::conn::{aead_of, kx_of, next_seq, Config, Cx, Hs, Kx, Next, OwnChain};
 use crate::cookie::{first_client_hello, CookieVerified};

@@ -8,6 +8,9 @@
 //! - with static ECDH (feature `static-ecdh`), the client took a P-256 key `Trust` accepted
 //!   as the server's key-agreement key (the Finished check then proves the server holds its
 //!   secret, without which the premaster secret cannot be computed), or
+//! - with RSA key transport (feature `rsa-kx`), the client took the RSA key of a chain `Trust`
+//!   accepted as the key to encrypt the premaster secret to (the Finished check then proves
+//!   the server could decrypt it), or
 //! - a cached session's credentials were checked against the trust store again (resumption).
 
 use crate::keys::MAX_PSK_LEN;
