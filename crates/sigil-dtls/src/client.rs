@@ -664,46 +664,13 @@ impl ExpectServerHelloDone {
                 .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..n])?;
             z
         } else {
-            #[cfg(feature = "rsa")]
-            let rsa_chain = base.own_rsa_key.is_some();
-            #[cfg(not(feature = "rsa"))]
-            let rsa_chain = false;
             if cert_requested {
-                match &base.own_key {
-                    #[cfg(feature = "rsa")]
-                    _ if rsa_chain => cx.queue_chain(&base.own_chain)?,
-                    Some(key) => {
-                        let chain = base.client_x509.then_some(&base.own_chain);
-                        cx.queue_certificate(chain, key)?
-                    }
-                    None => cx
-                        .io
-                        .queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0])?,
-                }
+                queue_client_certificate(cx, &base)?;
             }
-            let _ = rsa_chain;
             #[cfg(feature = "rsa-kx")]
             if kx.is_rsa_transport() {
-                // EncryptedPreMasterSecret (RFC 5246 §7.4.7.1): client_version (DTLS 1.2,
-                // what the ClientHello offered) and 46 random bytes, RSAES-PKCS1-v1_5
-                // encrypted to the server's key, in an opaque<0..2^16-1>.
                 let key = server_rsa_key.ok_or(Error::UnexpectedHandshake(14))?;
-                let rng = base
-                    .rsa_rng
-                    .as_mut()
-                    .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
-                let mut pm = [0u8; 48];
-                pm[..2].copy_from_slice(&ProtocolVersion::DTLS_1_2.0.to_be_bytes());
-                rng.fill(&mut pm[2..])?;
-                let mut ct = [0u8; sigil_crypto::MAX_RSA_MODULUS_LEN];
-                let n = cx.crypto.rsa_pkcs1_encrypt(&key, &pm, rng, &mut ct)?;
-                let mut cke = [0u8; 2 + sigil_crypto::MAX_RSA_MODULUS_LEN];
-                let mut w = Writer::new(&mut cke);
-                w.vec16(&ct[..n])?;
-                let cn = w.len();
-                cx.io
-                    .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..cn])?;
-                premaster = Some(pm);
+                premaster = Some(rsa_client_key_exchange(cx, &key, base.rsa_rng.as_mut())?);
             }
             if premaster.is_some() {
                 None
@@ -771,4 +738,49 @@ impl ExpectServerHelloDone {
         })
         .into())
     }
+}
+
+/// The client's Certificate in answer to a CertificateRequest: its RSA chain, X.509 chain or
+/// raw public key, or an empty list when it has none the server takes (RFC 5246 §7.4.6).
+fn queue_client_certificate<C: CryptoProvider, T>(
+    cx: &mut Cx<'_, C, T>,
+    base: &ClientBase,
+) -> Result<(), Error> {
+    #[cfg(feature = "rsa")]
+    if base.own_rsa_key.is_some() {
+        return cx.queue_chain(&base.own_chain);
+    }
+    match &base.own_key {
+        Some(key) => {
+            let chain = base.client_x509.then_some(&base.own_chain);
+            cx.queue_certificate(chain, key)
+        }
+        None => cx
+            .io
+            .queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0]),
+    }
+}
+
+/// RSA key transport's ClientKeyExchange (RFC 5246 §7.4.7.1): the premaster secret,
+/// client_version (DTLS 1.2, what the ClientHello offered) and 46 random bytes, RSAES-PKCS1-v1_5
+/// encrypted to the server's key in an opaque<0..2^16-1>; returns the premaster secret.
+#[cfg(feature = "rsa-kx")]
+fn rsa_client_key_exchange<C: CryptoProvider, T>(
+    cx: &mut Cx<'_, C, T>,
+    key: &sigil_crypto::RsaPublicKey,
+    rng: Option<&mut SeededRng>,
+) -> Result<[u8; 48], Error> {
+    let rng = rng.ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+    let mut premaster = [0u8; 48];
+    premaster[..2].copy_from_slice(&ProtocolVersion::DTLS_1_2.0.to_be_bytes());
+    rng.fill(&mut premaster[2..])?;
+    let mut ct = [0u8; sigil_crypto::MAX_RSA_MODULUS_LEN];
+    let n = cx.crypto.rsa_pkcs1_encrypt(key, &premaster, rng, &mut ct)?;
+    let mut cke = [0u8; 2 + sigil_crypto::MAX_RSA_MODULUS_LEN];
+    let mut w = Writer::new(&mut cke);
+    w.vec16(&ct[..n])?;
+    let len = w.len();
+    cx.io
+        .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..len])?;
+    Ok(premaster)
 }

@@ -749,6 +749,7 @@ fn gnutls_rsa_key_transport_client_against_our_server_only_and_mutual() {
 
 /// One handshake in memory (cookie exchange included, perfect link): bytes both ways,
 /// datagrams, and the wall time of client and server together on one thread.
+#[cfg(feature = "rsa-kx")]
 fn measure<T, U, A>(
     client: impl Fn() -> Connection<RustCrypto, T>,
     accept: impl Fn() -> A,
