@@ -792,7 +792,7 @@ where
 #[ignore = "a measurement: run it in release with --ignored --nocapture"]
 fn handshake_costs() {
     use sigil_testkit::pki as ecc;
-    let runs = 21;
+    let runs = 101;
     let p = rsa_pki();
     let rsa_server: &'static [&'static [u8]] = Box::leak(Box::new([&p.server[..]]));
     let rsa_client: &'static [&'static [u8]] = Box::leak(Box::new([&p.client[..]]));
