@@ -24,6 +24,13 @@ pub mod ibpv;
 #[cfg(feature = "ibpv")]
 pub mod shamir;
 
+#[cfg(feature = "rsa")]
+mod rsa_keys;
+#[cfg(feature = "rsa")]
+pub use rsa_keys::{
+    RsaPublicKey, RsaSecretKey, SeededRng, MAX_RSA_MODULUS_LEN, MIN_RSA_MODULUS_LEN,
+};
+
 mod agreement;
 pub use agreement::{
     AgreementAlgorithm, AgreementPublicKey, AgreementSecret, MAX_AGREEMENT_KEY_LEN,
@@ -368,6 +375,73 @@ pub trait CryptoProvider {
         Err(CryptoError::Unsupported)
     }
 
+    /// The public key of an RSA private key, after checking the key is consistent
+    /// (feature `rsa`).
+    #[cfg(feature = "rsa")]
+    fn rsa_public_key(&self, key: &RsaSecretKey) -> Result<RsaPublicKey, CryptoError> {
+        let _ = key;
+        Err(CryptoError::Unsupported)
+    }
+
+    /// RSASSA-PKCS1-v1_5 with SHA-256 (RFC 8017 §8.2.1) over `message` into `out`, which must
+    /// hold the modulus length; returns that length. `rng` blinds the private-key operation.
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_sha256_sign(
+        &self,
+        key: &RsaSecretKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        let _ = (key, message, rng, out);
+        Err(CryptoError::Unsupported)
+    }
+
+    /// Verifies an RSASSA-PKCS1-v1_5 SHA-256 signature (RFC 8017 §8.2.2) over `message`.
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_sha256_verify(
+        &self,
+        key: &RsaPublicKey,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        let _ = (key, message, signature);
+        Err(CryptoError::Unsupported)
+    }
+
+    /// RSAES-PKCS1-v1_5 encryption (RFC 8017 §7.2.1) of `message` into `out`, which must hold
+    /// the modulus length; returns that length.
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_encrypt(
+        &self,
+        key: &RsaPublicKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        let _ = (key, message, rng, out);
+        Err(CryptoError::Unsupported)
+    }
+
+    /// The TLS RSA key transport's premaster secret from an `EncryptedPreMasterSecret`
+    /// (RFC 5246 §7.4.7.1), resisting Bleichenbacher's attack: 46 random bytes are drawn
+    /// first, and when the PKCS#1 v1.5 padding is wrong or the message is not 48 bytes long
+    /// they replace the decrypted ones, selected in constant time, so a bad ciphertext gives
+    /// no distinguishable answer (the Finished check then fails like any other). The first two
+    /// bytes are always `client_version`. Errors only for what does not depend on the
+    /// plaintext: a ciphertext whose length is not the modulus length, a bad key, the RNG.
+    #[cfg(feature = "rsa")]
+    fn rsa_tls_premaster(
+        &self,
+        key: &RsaSecretKey,
+        ciphertext: &[u8],
+        client_version: [u8; 2],
+        rng: &mut dyn Rng,
+    ) -> Result<zeroize::Zeroizing<[u8; 48]>, CryptoError> {
+        let _ = (key, ciphertext, client_version, rng);
+        Err(CryptoError::Unsupported)
+    }
+
     /// AES-128-GCM (RFC 5288) with a 12-byte nonce: encrypts `buf` in place and returns the
     /// 16-byte tag. Providers without it answer [`CryptoError::Unsupported`].
     fn aes128_gcm_seal(
@@ -396,6 +470,49 @@ pub trait CryptoProvider {
 }
 
 impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
+    #[cfg(feature = "rsa")]
+    fn rsa_public_key(&self, key: &RsaSecretKey) -> Result<RsaPublicKey, CryptoError> {
+        (**self).rsa_public_key(key)
+    }
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_sha256_sign(
+        &self,
+        key: &RsaSecretKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        (**self).rsa_pkcs1_sha256_sign(key, message, rng, out)
+    }
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_sha256_verify(
+        &self,
+        key: &RsaPublicKey,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        (**self).rsa_pkcs1_sha256_verify(key, message, signature)
+    }
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_encrypt(
+        &self,
+        key: &RsaPublicKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        (**self).rsa_pkcs1_encrypt(key, message, rng, out)
+    }
+    #[cfg(feature = "rsa")]
+    fn rsa_tls_premaster(
+        &self,
+        key: &RsaSecretKey,
+        ciphertext: &[u8],
+        client_version: [u8; 2],
+        rng: &mut dyn Rng,
+    ) -> Result<zeroize::Zeroizing<[u8; 48]>, CryptoError> {
+        (**self).rsa_tls_premaster(key, ciphertext, client_version, rng)
+    }
     fn aes128_ccm16_64_seal(
         &self,
         key: &[u8; 16],

@@ -360,4 +360,237 @@ impl CryptoProvider for RustCrypto {
     ) -> Result<(), CryptoError> {
         gcm_open(key, nonce, aad, buf, tag)
     }
+
+    #[cfg(feature = "rsa")]
+    fn rsa_public_key(
+        &self,
+        key: &crate::RsaSecretKey,
+    ) -> Result<crate::RsaPublicKey, CryptoError> {
+        rsa_impl::public_key(key)
+    }
+
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_sha256_sign(
+        &self,
+        key: &crate::RsaSecretKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        rsa_impl::sign(key, message, rng, out)
+    }
+
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_sha256_verify(
+        &self,
+        key: &crate::RsaPublicKey,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        rsa_impl::verify(key, message, signature)
+    }
+
+    #[cfg(feature = "rsa")]
+    fn rsa_pkcs1_encrypt(
+        &self,
+        key: &crate::RsaPublicKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        rsa_impl::encrypt(key, message, rng, out)
+    }
+
+    #[cfg(feature = "rsa")]
+    fn rsa_tls_premaster(
+        &self,
+        key: &crate::RsaSecretKey,
+        ciphertext: &[u8],
+        client_version: [u8; 2],
+        rng: &mut dyn Rng,
+    ) -> Result<zeroize::Zeroizing<[u8; 48]>, CryptoError> {
+        rsa_impl::tls_premaster(key, ciphertext, client_version, rng)
+    }
+}
+
+/// RSA through the RustCrypto `rsa` crate (feature `rsa`, for comparison only).
+#[cfg(feature = "rsa")]
+mod rsa_impl {
+    extern crate alloc;
+
+    use crate::{CryptoError, Rng, RsaPublicKey, RsaSecretKey};
+    use rsa::pkcs1::DecodeRsaPrivateKey;
+    use rsa::rand_core::{self, CryptoRng, RngCore};
+    use rsa::signature::{RandomizedSigner, SignatureEncoding, Verifier};
+    use rsa::traits::PublicKeyParts;
+    use subtle::{ConditionallySelectable, ConstantTimeEq};
+    use zeroize::Zeroizing;
+
+    /// The caller's RNG as the `rand_core` one the `rsa` crate takes. `fill_bytes` cannot
+    /// fail, so a failure is remembered and reported once the operation returns.
+    struct RngAdapter<'a> {
+        rng: &'a mut dyn Rng,
+        failed: bool,
+    }
+
+    impl<'a> RngAdapter<'a> {
+        fn new(rng: &'a mut dyn Rng) -> Self {
+            Self { rng, failed: false }
+        }
+
+        fn check(&self) -> Result<(), CryptoError> {
+            if self.failed {
+                Err(CryptoError::Rng)
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    impl RngCore for RngAdapter<'_> {
+        fn next_u32(&mut self) -> u32 {
+            rand_core::impls::next_u32_via_fill(self)
+        }
+        fn next_u64(&mut self) -> u64 {
+            rand_core::impls::next_u64_via_fill(self)
+        }
+        fn fill_bytes(&mut self, dest: &mut [u8]) {
+            if self.rng.fill(dest).is_err() {
+                self.failed = true;
+            }
+        }
+        fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
+            self.fill_bytes(dest);
+            Ok(())
+        }
+    }
+
+    impl CryptoRng for RngAdapter<'_> {}
+
+    fn private(key: &RsaSecretKey) -> Result<rsa::RsaPrivateKey, CryptoError> {
+        // `from_pkcs1_der` validates the key (RsaPrivateKey::from_components).
+        let k = rsa::RsaPrivateKey::from_pkcs1_der(key.pkcs1_der())
+            .map_err(|_| CryptoError::InvalidKey)?;
+        let bits = k.size() * 8;
+        if !(2048..=4096).contains(&bits) {
+            return Err(CryptoError::KeyLength);
+        }
+        Ok(k)
+    }
+
+    fn public(key: &RsaPublicKey) -> Result<rsa::RsaPublicKey, CryptoError> {
+        rsa::RsaPublicKey::new(
+            rsa::BigUint::from_bytes_be(key.modulus()),
+            rsa::BigUint::from(key.exponent()),
+        )
+        .map_err(|_| CryptoError::InvalidKey)
+    }
+
+    pub(crate) fn public_key(key: &RsaSecretKey) -> Result<RsaPublicKey, CryptoError> {
+        let k = private(key)?;
+        RsaPublicKey::from_modulus_exponent(&k.n().to_bytes_be(), &k.e().to_bytes_be())
+    }
+
+    pub(crate) fn sign(
+        key: &RsaSecretKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        let k = private(key)?;
+        let n = k.size();
+        let out = out.get_mut(..n).ok_or(CryptoError::SignatureLength)?;
+        let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(k);
+        let mut rng = RngAdapter::new(rng);
+        let sig = signer
+            .try_sign_with_rng(&mut rng, message)
+            .map_err(|_| CryptoError::InvalidKey)?;
+        rng.check()?;
+        let bytes = sig.to_bytes();
+        if bytes.len() != n {
+            return Err(CryptoError::SignatureLength);
+        }
+        out.copy_from_slice(&bytes);
+        Ok(n)
+    }
+
+    pub(crate) fn verify(
+        key: &RsaPublicKey,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), CryptoError> {
+        if signature.len() != key.size() {
+            return Err(CryptoError::SignatureLength);
+        }
+        let verifier = rsa::pkcs1v15::VerifyingKey::<sha2::Sha256>::new(public(key)?);
+        let sig =
+            rsa::pkcs1v15::Signature::try_from(signature).map_err(|_| CryptoError::BadSignature)?;
+        verifier
+            .verify(message, &sig)
+            .map_err(|_| CryptoError::BadSignature)
+    }
+
+    pub(crate) fn encrypt(
+        key: &RsaPublicKey,
+        message: &[u8],
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        let k = public(key)?;
+        let n = key.size();
+        let out = out.get_mut(..n).ok_or(CryptoError::KeyLength)?;
+        let mut rng = RngAdapter::new(rng);
+        let c = k
+            .encrypt(&mut rng, rsa::Pkcs1v15Encrypt, message)
+            .map_err(|_| CryptoError::KeyLength)?;
+        rng.check()?;
+        if c.len() != n {
+            return Err(CryptoError::KeyLength);
+        }
+        out.copy_from_slice(&c);
+        Ok(n)
+    }
+
+    /// RFC 5246 §7.4.7.1. The padding of a 48-byte message in a k-byte block is
+    /// `00 02 PS 00 M` with PS k - 51 non-zero bytes: every position is fixed, so the check
+    /// reads each byte once and combines the results with `subtle`, branching on nothing.
+    pub(crate) fn tls_premaster(
+        key: &RsaSecretKey,
+        ciphertext: &[u8],
+        client_version: [u8; 2],
+        rng: &mut dyn Rng,
+    ) -> Result<Zeroizing<[u8; 48]>, CryptoError> {
+        let k = private(key)?;
+        let n = k.size();
+        if ciphertext.len() != n {
+            return Err(CryptoError::KeyLength);
+        }
+        // Step 1: the random replacement, drawn before anything is decrypted.
+        let mut secret = Zeroizing::new([0u8; 48]);
+        rng.fill(&mut secret[2..])?;
+        // Step 2: decrypt (blinded). A ciphertext not below the modulus, or a failed CRT
+        // check, leaves `em` all zero, which fails the padding check below like a bad
+        // padding does.
+        let mut em = Zeroizing::new(alloc::vec![0u8; n]);
+        let mut adapter = RngAdapter::new(rng);
+        let c = rsa::BigUint::from_bytes_be(ciphertext);
+        let decrypted = rsa::hazmat::rsa_decrypt_and_check(&k, Some(&mut adapter), &c);
+        adapter.check()?;
+        if let Ok(m) = decrypted {
+            let m = Zeroizing::new(m.to_bytes_be());
+            if m.len() <= n {
+                em[n - m.len()..].copy_from_slice(&m);
+            }
+        }
+        // Step 3: the padding, in constant time.
+        let mut good = em[0].ct_eq(&0) & em[1].ct_eq(&2) & em[n - 49].ct_eq(&0);
+        for b in &em[2..n - 49] {
+            good &= !b.ct_eq(&0);
+        }
+        for (i, s) in secret[2..].iter_mut().enumerate() {
+            *s = u8::conditional_select(s, &em[n - 46 + i], good);
+        }
+        secret[..2].copy_from_slice(&client_version);
+        Ok(secret)
+    }
 }

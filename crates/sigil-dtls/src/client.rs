@@ -5,6 +5,10 @@
 //! With static ECDH (feature `static-ecdh`) the server sends no ServerKeyExchange: its
 //! Certificate leads to [`ExpectServerHelloDone`], and the key it names is the one the
 //! client's ephemeral key agrees with (RFC 4492 §2.1).
+//! With RSA certificates (feature `rsa`) the states are those of ECDHE-ECDSA, signatures
+//! being rsa_pkcs1_sha256; with RSA key transport (feature `rsa-kx`) there is no
+//! ServerKeyExchange either, and the ClientKeyExchange carries the premaster secret
+//! encrypted to the server's certificate key (RFC 5246 §7.4.7.1).
 
 use crate::conn::{aead_of, kx_of, Cx, Hs, Kx, Next, OwnChain};
 use crate::extensions::{
@@ -21,6 +25,8 @@ use crate::wire::{
 };
 use crate::{Error, Reader, Writer};
 use sigil_crypto::{AgreementSecret, CryptoProvider, Rng, SecretKey};
+#[cfg(feature = "rsa")]
+use sigil_crypto::{RsaSecretKey, SeededRng};
 
 /// HelloVerifyRequests a client answers in one handshake.
 const MAX_HELLO_VERIFY: u8 = 4;
@@ -40,6 +46,13 @@ pub(crate) struct ClientBase {
     /// The ephemeral ECDH secret for ClientKeyExchange, drawn at connect while the caller's
     /// RNG is at hand.
     ephemeral: Option<AgreementSecret>,
+    /// This client's RSA key (its chain is `own_chain`).
+    #[cfg(feature = "rsa")]
+    own_rsa_key: Option<RsaSecretKey>,
+    /// Randomness for the RSA operations of the last flight (blinding, encryption padding,
+    /// the premaster secret), seeded at connect from the caller's RNG.
+    #[cfg(feature = "rsa")]
+    rsa_rng: Option<SeededRng>,
 }
 
 impl ClientBase {
@@ -77,6 +90,18 @@ fn raw_public_key_suite(config: &crate::conn::Config) -> CipherSuite {
     ecdsa_suite(config)
 }
 
+/// The RSA suite a client with RSA certificates offers for `config`: key transport only when
+/// the caller asked for it by name.
+#[cfg(feature = "rsa")]
+fn rsa_suite(config: &crate::conn::Config) -> CipherSuite {
+    #[cfg(feature = "rsa-kx")]
+    if config.danger_rsa_key_transport {
+        return CipherSuite::TLS_RSA_WITH_AES_128_CCM_8;
+    }
+    let _ = config;
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+}
+
 /// A cached session the client asks to resume.
 struct Resume {
     id: [u8; 32],
@@ -108,6 +133,10 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
         server_x509: false,
         client_x509: false,
         ephemeral: None,
+        #[cfg(feature = "rsa")]
+        own_rsa_key: None,
+        #[cfg(feature = "rsa")]
+        rsa_rng: None,
     };
     match credentials {
         #[cfg(feature = "psk")]
@@ -150,6 +179,23 @@ pub(crate) fn start<C: CryptoProvider, T: Trust>(
                     .generate_agreement(sigil_crypto::AgreementAlgorithm::P256, rng)?,
             );
         }
+        #[cfg(feature = "rsa")]
+        Credentials::RsaCertificate(own) => {
+            base.suite = rsa_suite(cx.config);
+            base.server_x509 = true;
+            base.client_x509 = true;
+            if let Some((chain, key)) = own {
+                base.own_chain = OwnChain::new(chain)?;
+                base.own_rsa_key = Some(key.clone());
+            }
+            if !base.kx().is_rsa_transport() {
+                base.ephemeral = Some(
+                    cx.crypto
+                        .generate_agreement(sigil_crypto::AgreementAlgorithm::P256, rng)?,
+                );
+            }
+            base.rsa_rng = Some(SeededRng::from_rng(rng)?);
+        }
     }
     rng.fill(&mut base.client_random)?;
     cx.rl.aead = aead_of(base.suite);
@@ -185,11 +231,15 @@ impl ExpectHelloVerifyOrServerHello {
         };
         add(Extension::ExtendedMasterSecret);
         add(Extension::RenegotiationInfo(&[]));
-        if b.kx() != Kx::Psk {
+        if b.kx() != Kx::Psk && !b.kx().is_rsa_transport() {
             add(Extension::SupportedGroups(P256_ONLY));
             add(Extension::EcPointFormats(UNCOMPRESSED));
         }
-        if b.kx().with_certificates() {
+        #[cfg(feature = "rsa")]
+        if b.kx().with_rsa() {
+            add(Extension::SignatureAlgorithms(extensions::RSA_SCHEMES));
+        }
+        if b.kx().with_certificates() && !b.kx().with_rsa() {
             add(Extension::SignatureAlgorithms(OUR_SCHEMES));
             // With certificates, the default type X.509 needs no extension.
             if !b.server_x509 {
@@ -326,6 +376,8 @@ impl ExpectHelloVerifyOrServerHello {
                 Hs::ExpectServerHelloDone(ExpectServerHelloDone {
                     hs,
                     peer_point: None,
+                    #[cfg(feature = "rsa-kx")]
+                    server_rsa_key: None,
                     peer,
                     cert_requested: false,
                 })
@@ -337,6 +389,10 @@ impl ExpectHelloVerifyOrServerHello {
             Kx::EcdheEcdsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
             #[cfg(feature = "static-ecdh")]
             Kx::EcdhEcdsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
+            #[cfg(feature = "rsa")]
+            Kx::EcdheRsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
+            #[cfg(feature = "rsa-kx")]
+            Kx::Rsa => Hs::ExpectServerCertificate(ExpectCertificate { hs }),
         }
         .into())
     }
@@ -366,7 +422,24 @@ impl ExpectCertificate {
             return Err(Error::UnexpectedHandshake(m.msg_type.0));
         }
         let key = trust::peer_certificate(cx.trust, m.body, self.hs.base.server_x509)?;
+        if key.is_rsa() != self.hs.base.kx().with_rsa() {
+            return Err(Error::KeyNotForSuite);
+        }
         cx.io.transcript.add(m)?;
+        #[cfg(feature = "rsa-kx")]
+        if self.hs.base.kx().is_rsa_transport() {
+            // No ServerKeyExchange follows: the premaster secret goes to the certificate's
+            // key, and only its holder can answer with the right Finished.
+            let (rsa_key, proof) = trust::rsa_transport_key(&key)?;
+            return Ok(Hs::ExpectServerHelloDone(ExpectServerHelloDone {
+                hs: self.hs,
+                peer_point: None,
+                server_rsa_key: Some(rsa_key),
+                peer: Peer::key(&key, proof),
+                cert_requested: false,
+            })
+            .into());
+        }
         #[cfg(feature = "static-ecdh")]
         if self.hs.base.kx().is_static_ecdh() {
             // No ServerKeyExchange follows: the trusted key is the server's ECDH key, and only
@@ -375,6 +448,8 @@ impl ExpectCertificate {
             return Ok(Hs::ExpectServerHelloDone(ExpectServerHelloDone {
                 hs: self.hs,
                 peer_point: Some(point),
+                #[cfg(feature = "rsa-kx")]
+                server_rsa_key: None,
                 peer: Peer::key(&key, proof),
                 cert_requested: false,
             })
@@ -440,6 +515,8 @@ impl ExpectServerKeyExchange {
         Ok(Hs::ExpectServerHelloDone(ExpectServerHelloDone {
             hs: self.hs,
             peer_point: Some(peer_point),
+            #[cfg(feature = "rsa-kx")]
+            server_rsa_key: None,
             peer,
             cert_requested: false,
         })
@@ -453,6 +530,9 @@ impl ExpectServerKeyExchange {
 pub struct ExpectServerHelloDone {
     hs: AfterHello,
     peer_point: Option<[u8; 65]>,
+    /// RSA key transport: the server's key the premaster secret is encrypted to.
+    #[cfg(feature = "rsa-kx")]
+    server_rsa_key: Option<sigil_crypto::RsaPublicKey>,
     peer: Peer,
     /// The server asked for the client's key.
     cert_requested: bool,
@@ -492,6 +572,15 @@ impl ExpectServerHelloDone {
                     types.contains(&ClientCertificateType::ECDSA_SIGN.0)
                         && schemes.chunks_exact(2).any(|c| c == want)
                 });
+                #[cfg(feature = "rsa")]
+                let usable = usable
+                    || b.own_rsa_key.is_some() && {
+                        let want = crate::wire::SignatureScheme::RSA_PKCS1_SHA256
+                            .0
+                            .to_be_bytes();
+                        types.contains(&ClientCertificateType::RSA_SIGN.0)
+                            && schemes.chunks_exact(2).any(|c| c == want)
+                    };
                 let agreed = if b.client_x509 {
                     !b.own_chain.is_empty()
                 } else {
@@ -499,6 +588,10 @@ impl ExpectServerHelloDone {
                 };
                 if !(usable && agreed) {
                     self.hs.base.own_key = None;
+                    #[cfg(feature = "rsa")]
+                    {
+                        self.hs.base.own_rsa_key = None;
+                    }
                 }
                 self.cert_requested = true;
                 cx.io.transcript.add(m)?;
@@ -522,6 +615,8 @@ impl ExpectServerHelloDone {
         cx: &mut Cx<'_, C, T>,
     ) -> Result<Next, Error> {
         cx.io.flight.clear();
+        #[cfg(feature = "rsa-kx")]
+        let server_rsa_key = self.server_rsa_key;
         let Self {
             hs,
             peer_point,
@@ -546,6 +641,8 @@ impl ExpectServerHelloDone {
                 })
             })
         };
+        // RSA key transport: the premaster secret the ClientKeyExchange carries.
+        let mut premaster: Option<[u8; 48]> = None;
         let ecdh = if kx == Kx::Psk || kx == Kx::EcdhePsk {
             // ClientKeyExchange: psk_identity<0..2^16-1>, and with ECDHE-PSK our ephemeral
             // point (RFC 5489 §2).
@@ -568,32 +665,37 @@ impl ExpectServerHelloDone {
             z
         } else {
             if cert_requested {
-                match &base.own_key {
-                    Some(key) => {
-                        let chain = base.client_x509.then_some(&base.own_chain);
-                        cx.queue_certificate(chain, key)?
-                    }
-                    None => cx
-                        .io
-                        .queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0])?,
-                }
+                queue_client_certificate(cx, &base)?;
             }
-            // ClientKeyExchange: our ephemeral point (RFC 8422 §5.7; with static ECDH too,
-            // since the client authenticates by signing, RFC 4492 §3.2), drawn at connect.
-            let eph = base
-                .ephemeral
-                .take()
-                .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
-            let point = cx.crypto.agreement_public_key(&eph)?;
-            let z = agree(&eph, cx)?;
-            let mut cke = [0u8; 66];
-            let mut w = Writer::new(&mut cke);
-            w.vec8(point.as_bytes())?;
-            cx.io
-                .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke)?;
-            Some(z)
+            #[cfg(feature = "rsa-kx")]
+            if kx.is_rsa_transport() {
+                let key = server_rsa_key.ok_or(Error::UnexpectedHandshake(14))?;
+                premaster = Some(rsa_client_key_exchange(cx, &key, base.rsa_rng.as_mut())?);
+            }
+            if premaster.is_some() {
+                None
+            } else {
+                // ClientKeyExchange: our ephemeral point (RFC 8422 §5.7; with static ECDH too,
+                // since the client authenticates by signing, RFC 4492 §3.2), drawn at connect.
+                let eph = base
+                    .ephemeral
+                    .take()
+                    .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+                let point = cx.crypto.agreement_public_key(&eph)?;
+                let z = agree(&eph, cx)?;
+                let mut cke = [0u8; 66];
+                let mut w = Writer::new(&mut cke);
+                w.vec8(point.as_bytes())?;
+                cx.io
+                    .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke)?;
+                Some(z)
+            }
         };
-        let master = cx.master_secret(kx, base.psk.as_ref(), ecdh.as_ref())?;
+        let master = match premaster.take() {
+            #[cfg(feature = "rsa-kx")]
+            Some(pm) => cx.master_secret_rsa(&pm)?,
+            _ => cx.master_secret(kx, base.psk.as_ref(), ecdh.as_ref())?,
+        };
         cx.install_keys(
             cx.rl.aead,
             &master,
@@ -605,6 +707,19 @@ impl ExpectServerHelloDone {
             let mut cv = [0u8; 4 + 72];
             let mut w = Writer::new(&mut cv);
             trust::write_signature(cx.crypto, key, cx.io.transcript.bytes(), &mut w)?;
+            let cn = w.len();
+            cx.io
+                .queue_handshake(HandshakeType::CERTIFICATE_VERIFY, &cv[..cn])?;
+        }
+        #[cfg(feature = "rsa")]
+        if let Some(key) = base.own_rsa_key.as_ref().filter(|_| cert_requested) {
+            let rng = base
+                .rsa_rng
+                .as_mut()
+                .ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+            let mut cv = [0u8; 4 + sigil_crypto::MAX_RSA_MODULUS_LEN];
+            let mut w = Writer::new(&mut cv);
+            trust::write_rsa_signature(cx.crypto, key, cx.io.transcript.bytes(), rng, &mut w)?;
             let cn = w.len();
             cx.io
                 .queue_handshake(HandshakeType::CERTIFICATE_VERIFY, &cv[..cn])?;
@@ -623,4 +738,49 @@ impl ExpectServerHelloDone {
         })
         .into())
     }
+}
+
+/// The client's Certificate in answer to a CertificateRequest: its RSA chain, X.509 chain or
+/// raw public key, or an empty list when it has none the server takes (RFC 5246 §7.4.6).
+fn queue_client_certificate<C: CryptoProvider, T>(
+    cx: &mut Cx<'_, C, T>,
+    base: &ClientBase,
+) -> Result<(), Error> {
+    #[cfg(feature = "rsa")]
+    if base.own_rsa_key.is_some() {
+        return cx.queue_chain(&base.own_chain);
+    }
+    match &base.own_key {
+        Some(key) => {
+            let chain = base.client_x509.then_some(&base.own_chain);
+            cx.queue_certificate(chain, key)
+        }
+        None => cx
+            .io
+            .queue_handshake(HandshakeType::CERTIFICATE, &[0, 0, 0]),
+    }
+}
+
+/// RSA key transport's ClientKeyExchange (RFC 5246 §7.4.7.1): the premaster secret,
+/// client_version (DTLS 1.2, what the ClientHello offered) and 46 random bytes, RSAES-PKCS1-v1_5
+/// encrypted to the server's key in an opaque<0..2^16-1>; returns the premaster secret.
+#[cfg(feature = "rsa-kx")]
+fn rsa_client_key_exchange<C: CryptoProvider, T>(
+    cx: &mut Cx<'_, C, T>,
+    key: &sigil_crypto::RsaPublicKey,
+    rng: Option<&mut SeededRng>,
+) -> Result<[u8; 48], Error> {
+    let rng = rng.ok_or(Error::Crypto(sigil_crypto::CryptoError::Rng))?;
+    let mut premaster = [0u8; 48];
+    premaster[..2].copy_from_slice(&ProtocolVersion::DTLS_1_2.0.to_be_bytes());
+    rng.fill(&mut premaster[2..])?;
+    let mut ct = [0u8; sigil_crypto::MAX_RSA_MODULUS_LEN];
+    let n = cx.crypto.rsa_pkcs1_encrypt(key, &premaster, rng, &mut ct)?;
+    let mut cke = [0u8; 2 + sigil_crypto::MAX_RSA_MODULUS_LEN];
+    let mut w = Writer::new(&mut cke);
+    w.vec16(&ct[..n])?;
+    let len = w.len();
+    cx.io
+        .queue_handshake(HandshakeType::CLIENT_KEY_EXCHANGE, &cke[..len])?;
+    Ok(premaster)
 }

@@ -70,6 +70,13 @@ pub struct Config {
     /// (docs/security.md). Negotiated only when both sides set it.
     #[cfg(feature = "static-ecdh")]
     pub danger_static_ecdh: bool,
+    /// RSA key transport (TLS_RSA_WITH_AES_128_CCM_8, the seed's suite, for comparison): a
+    /// client with RSA certificates offers it instead of ECDHE-RSA, a server with an RSA key
+    /// accepts it besides its other suites. It gives up forward secrecy: whoever later learns
+    /// the server's RSA key decrypts every session recorded with it (docs/security.md).
+    /// Negotiated only when both sides set it.
+    #[cfg(feature = "rsa-kx")]
+    pub danger_rsa_key_transport: bool,
     /// A client offers the connection_id extension (RFC 9146) with an empty ID of its own:
     /// the server's ID then goes into every protected record the client sends, so the
     /// server keeps the session when the client's address changes.
@@ -87,6 +94,8 @@ impl Default for Config {
             gcm: false,
             #[cfg(feature = "static-ecdh")]
             danger_static_ecdh: false,
+            #[cfg(feature = "rsa-kx")]
+            danger_rsa_key_transport: false,
             connection_id: false,
         }
     }
@@ -122,7 +131,9 @@ pub enum State {
 }
 
 /// One handshake state per expected message (named after it, hence the common prefix).
+// With `rsa`, the server's RSA key rides inline in the client's last states (no allocation).
 #[allow(clippy::enum_variant_names)]
+#[cfg_attr(feature = "rsa", allow(clippy::large_enum_variant))]
 pub(crate) enum Hs {
     ExpectHelloVerifyOrServerHello(client::ExpectHelloVerifyOrServerHello),
     ExpectServerCertificate(client::ExpectCertificate),
@@ -888,6 +899,18 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
         self.traffic()?.peer().public_key()
     }
 
+    /// The peer's RSA certificate key (feature `rsa`), once it proved possession and the
+    /// handshake completed.
+    #[cfg(feature = "rsa")]
+    pub fn peer_rsa_public_key(&self) -> Option<&sigil_crypto::RsaPublicKey> {
+        self.traffic()?.peer().rsa_public_key()
+    }
+
+    /// The negotiated cipher suite, once established.
+    pub fn cipher_suite(&self) -> Option<crate::wire::CipherSuite> {
+        self.traffic().map(|t| t.suite())
+    }
+
     /// The connection ID the peer puts in its records to us (RFC 9146), if negotiated.
     pub fn connection_id(&self) -> &[u8] {
         match &self.inner {
@@ -1273,18 +1296,47 @@ pub(crate) enum Kx {
     /// Certificate carries (RFC 4492 §2.1 ECDH_ECDSA); no ServerKeyExchange.
     #[cfg(feature = "static-ecdh")]
     EcdhEcdsa,
+    /// Ephemeral ECDH signed with RSA keys (RFC 8422 §2.2 ECDHE_RSA).
+    #[cfg(feature = "rsa")]
+    EcdheRsa,
+    /// RSA key transport (RFC 5246 §7.4.7.1): no ServerKeyExchange, the client encrypts the
+    /// premaster secret to the server's certificate key.
+    #[cfg(feature = "rsa-kx")]
+    Rsa,
 }
 
 impl Kx {
     /// The server authenticates with a raw public key or certificate (and may ask for the
-    /// client's): the ECDHE-ECDSA and static ECDH exchanges.
+    /// client's): the ECDHE-ECDSA, static ECDH and RSA exchanges.
     pub(crate) fn with_certificates(self) -> bool {
         match self {
             Kx::Psk | Kx::EcdhePsk => false,
             Kx::EcdheEcdsa => true,
             #[cfg(feature = "static-ecdh")]
             Kx::EcdhEcdsa => true,
+            #[cfg(feature = "rsa")]
+            Kx::EcdheRsa => true,
+            #[cfg(feature = "rsa-kx")]
+            Kx::Rsa => true,
         }
+    }
+
+    /// The server's certificate holds an RSA key: ECDHE-RSA and RSA key transport.
+    pub(crate) fn with_rsa(self) -> bool {
+        #[cfg(feature = "rsa")]
+        if self == Kx::EcdheRsa {
+            return true;
+        }
+        self.is_rsa_transport()
+    }
+
+    /// RSA key transport: the premaster secret is encrypted to the server's key.
+    pub(crate) fn is_rsa_transport(self) -> bool {
+        #[cfg(feature = "rsa-kx")]
+        if self == Kx::Rsa {
+            return true;
+        }
+        false
     }
 
     /// The server's certificate key is its key-agreement key: static ECDH.
@@ -1304,12 +1356,18 @@ pub(crate) fn kx_of(s: crate::wire::CipherSuite) -> Kx {
         CipherSuite::TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 => Kx::EcdhePsk,
         #[cfg(feature = "static-ecdh")]
         CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8 => Kx::EcdhEcdsa,
+        #[cfg(feature = "rsa")]
+        CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => Kx::EcdheRsa,
+        #[cfg(feature = "rsa-kx")]
+        CipherSuite::TLS_RSA_WITH_AES_128_CCM_8 => Kx::Rsa,
         _ => Kx::EcdheEcdsa,
     }
 }
 
 pub(crate) fn aead_of(s: crate::wire::CipherSuite) -> Aead {
-    if s == crate::wire::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 {
+    if s == crate::wire::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+        || s == crate::wire::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+    {
         Aead::Gcm
     } else {
         Aead::Ccm8
@@ -1374,6 +1432,29 @@ impl<C: CryptoProvider, T> Cx<'_, C, T> {
         let n = w.len();
         self.io
             .queue_handshake(HandshakeType::CERTIFICATE, &body[..n])
+    }
+
+    /// This side's X.509 chain as a Certificate message (RFC 5246 §7.4.2).
+    #[cfg(feature = "rsa")]
+    pub fn queue_chain(&mut self, chain: &OwnChain) -> Result<(), Error> {
+        let mut body = [0u8; 3 + crate::flight::MAX_CHAIN];
+        let n = chain.len;
+        body[..3].copy_from_slice(&(n as u32).to_be_bytes()[1..]);
+        body[3..3 + n].copy_from_slice(&chain.buf[..n]);
+        self.io
+            .queue_handshake(HandshakeType::CERTIFICATE, &body[..3 + n])
+    }
+
+    /// The extended master secret (RFC 7627 §4) from the RSA-transported premaster secret
+    /// (RFC 5246 §7.4.7.1), over the transcript through ClientKeyExchange.
+    #[cfg(feature = "rsa-kx")]
+    pub fn master_secret_rsa(&self, premaster: &[u8; 48]) -> Result<[u8; 48], Error> {
+        let session_hash = self.io.transcript.hash(self.crypto);
+        Ok(keys::extended_master_secret(
+            self.crypto,
+            premaster,
+            &session_hash,
+        ))
     }
 
     /// The extended master secret (RFC 7627 §4) from the PSK or the ECDH shared secret, over

@@ -73,6 +73,9 @@ pub enum Error {
     /// Static ECDH: the server's key is not a P-256 key, so it cannot be the key-agreement
     /// key the suite needs (RFC 4492 §2.1).
     StaticKeyNotP256,
+    /// The peer's certificate key does not fit the negotiated suite: an RSA suite needs an
+    /// RSA key, the ECDSA suites a P-256 or Ed25519 one.
+    KeyNotForSuite,
     /// A handshake signature (ServerKeyExchange, CertificateVerify) does not verify.
     BadSignature,
     /// The server asked for a client key this client does not have, or the client sent none
@@ -145,6 +148,7 @@ impl Error {
             Self::UnsupportedKey => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::UntrustedKey => AlertDescription::CERTIFICATE_UNKNOWN,
             Self::StaticKeyNotP256 => AlertDescription::UNSUPPORTED_CERTIFICATE,
+            Self::KeyNotForSuite => AlertDescription::UNSUPPORTED_CERTIFICATE,
             Self::BadSignature => AlertDescription::DECRYPT_ERROR,
             Self::MissingClientKey => AlertDescription::HANDSHAKE_FAILURE,
             Self::BadCertificate(_) => AlertDescription::BAD_CERTIFICATE,
@@ -212,6 +216,9 @@ impl fmt::Display for Error {
                 f.write_str("peer key is not a P-256 or Ed25519 SubjectPublicKeyInfo")
             }
             Self::UntrustedKey => f.write_str("peer key's identity is not trusted"),
+            Self::KeyNotForSuite => {
+                f.write_str("peer's certificate key does not fit the negotiated cipher suite")
+            }
             Self::StaticKeyNotP256 => {
                 f.write_str("static ECDH needs the server's key to be a P-256 key")
             }

@@ -179,6 +179,11 @@ const SCHEME_BYTES: [u8; 4] = {
 };
 /// [`SCHEMES`] as a `signature_algorithms` list.
 pub const OUR_SCHEMES: U16List<'static> = U16List(&SCHEME_BYTES);
+#[cfg(feature = "rsa")]
+const RSA_SCHEME_BYTES: [u8; 2] = SignatureScheme::RSA_PKCS1_SHA256.0.to_be_bytes();
+/// rsa_pkcs1_sha256 alone, as a client with RSA certificates offers it (feature `rsa`).
+#[cfg(feature = "rsa")]
+pub const RSA_SCHEMES: U16List<'static> = U16List(&RSA_SCHEME_BYTES);
 /// The RawPublicKey certificate type alone, as a ClientHello offers it.
 pub const RPK_ONLY: CertificateTypes<'static> =
     CertificateTypes::Offered(&[CertificateType::RAW_PUBLIC_KEY.0]);

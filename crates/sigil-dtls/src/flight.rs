@@ -18,22 +18,30 @@ use sigil_time::Instant;
 /// the `x509` feature raises it).
 #[cfg(not(feature = "x509"))]
 pub const MAX_MESSAGE: usize = 512;
-#[cfg(feature = "x509")]
+#[cfg(all(feature = "x509", not(feature = "rsa")))]
 pub const MAX_MESSAGE: usize = 1536;
+#[cfg(feature = "rsa")]
+pub const MAX_MESSAGE: usize = 3072;
 /// Bytes of handshake messages kept for the Finished hash (the first ClientHello and the
 /// HelloVerifyRequest are not part of it, RFC 6347 §4.2.1).
 #[cfg(not(feature = "x509"))]
 pub const MAX_TRANSCRIPT: usize = 2048;
-#[cfg(feature = "x509")]
+#[cfg(all(feature = "x509", not(feature = "rsa")))]
 pub const MAX_TRANSCRIPT: usize = 4096;
+#[cfg(feature = "rsa")]
+pub const MAX_TRANSCRIPT: usize = 6144;
 /// Bytes of handshake messages in one flight.
 #[cfg(not(feature = "x509"))]
 pub const MAX_FLIGHT: usize = 1024;
-#[cfg(feature = "x509")]
+#[cfg(all(feature = "x509", not(feature = "rsa")))]
 pub const MAX_FLIGHT: usize = 2048;
+#[cfg(feature = "rsa")]
+pub const MAX_FLIGHT: usize = 3072;
 /// Bytes of this side's own certificate chain in Certificate-message form.
-#[cfg(feature = "x509")]
+#[cfg(all(feature = "x509", not(feature = "rsa")))]
 pub const MAX_CHAIN: usize = 1200;
+#[cfg(feature = "rsa")]
+pub const MAX_CHAIN: usize = 2560;
 #[cfg(not(feature = "x509"))]
 pub(crate) const MAX_CHAIN: usize = 0;
 /// Datagrams waiting to be sent (a flight at a small PMTU takes many: an X.509 flight at a

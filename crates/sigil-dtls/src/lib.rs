@@ -39,8 +39,8 @@
 //! - Three proofs with private constructors: [`cookie::CookieVerified`] (only
 //!   [`CookieKey::respond`], after the HMAC cookie checked; [`Connection::accept`] takes it),
 //!   [`trust::PeerVerified`] (only the checks of the ServerKeyExchange signature, the client's
-//!   CertificateVerify, or the PSK identity against the trust store; with static ECDH, the
-//!   server's trusted key, whose possession its Finished then proves), and
+//!   CertificateVerify, or the PSK identity against the trust store; with static ECDH or RSA
+//!   key transport, the server's trusted key, whose possession its Finished then proves), and
 //!   [`finished::FinishedVerified`] (only the Finished check). The established state
 //!   ([`traffic::TrafficCore`], [`Traffic`]) cannot be built without the Finished proof, and
 //!   holds the peer as a [`trust::Peer`] that carries the peer proof (or, on a server that did

@@ -202,6 +202,14 @@ fn suite_known(s: CipherSuite) -> bool {
     {
         ok |= s == CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8;
     }
+    #[cfg(feature = "rsa")]
+    {
+        ok |= s == CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256;
+    }
+    #[cfg(feature = "rsa-kx")]
+    {
+        ok |= s == CipherSuite::TLS_RSA_WITH_AES_128_CCM_8;
+    }
     ok
 }
 
@@ -274,6 +282,9 @@ impl SavedAssociation {
                     .is_some_and(|n| crate::trust::PskCheck::of(crypto, &k[..n]) == *key)
             }
             Peer::Key { key, .. } => trust.trusted_key(key),
+            // An RSA peer came with a chain, which is not kept.
+            #[cfg(feature = "rsa")]
+            Peer::RsaKey { .. } => false,
             Peer::Anonymous(_) => anonymous_allowed,
         }
     }
@@ -284,6 +295,9 @@ impl SavedAssociation {
         let peer = match &p.peer {
             Peer::Psk { .. } => 2 + p.peer.psk_identity().len() + 32,
             Peer::Key { key, .. } => 3 + key.as_bytes().len(),
+            // Not saved ([`Self::encode`] refuses it); any length does.
+            #[cfg(feature = "rsa")]
+            Peer::RsaKey { .. } => 1,
             Peer::Anonymous(_) => 1,
         };
         7 + 40
@@ -346,6 +360,8 @@ impl SavedAssociation {
                 w.u8(key.as_bytes().len() as u8).map_err(full)?;
                 w.bytes(key.as_bytes()).map_err(full)?;
             }
+            #[cfg(feature = "rsa")]
+            Peer::RsaKey { .. } => return Err(SavedError::Field("peer (RSA keys are not saved)")),
             Peer::Anonymous(_) => w.u8(0).map_err(full)?,
         }
         w.bytes(&p.master).map_err(full)?;
@@ -708,12 +724,16 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "rsa"))]
     fn the_cache_size_is_as_documented() {
-        // docs/security.md states these sizes (x86-64; the device targets are smaller).
+        // docs/security.md states these sizes (x86-64; the device targets are smaller), for
+        // builds without `rsa`, whose `Peer` holds an RSA key inline.
         assert_eq!(core::mem::size_of::<SavedAssociation>(), SAVED_BYTES);
         assert_eq!(AssociationCache::<4>::BYTES, CACHE4_BYTES);
     }
 
+    #[cfg(not(feature = "rsa"))]
     const SAVED_BYTES: usize = 360;
+    #[cfg(not(feature = "rsa"))]
     const CACHE4_BYTES: usize = 1504;
 }

@@ -6,6 +6,11 @@
 //! With static ECDH (feature `static-ecdh` and `Config::danger_static_ecdh`) the server's
 //! flight has no ServerKeyExchange, and its own key's scalar is the ECDH secret the
 //! client's ephemeral point agrees with (RFC 4492 §2.1).
+//! With an RSA key and chain (feature `rsa`) the flight is ECDHE-ECDSA's with rsa_pkcs1_sha256
+//! signatures; with RSA key transport (feature `rsa-kx` and
+//! `Config::danger_rsa_key_transport`) it has no ServerKeyExchange, and the ClientKeyExchange
+//! is decrypted with the Bleichenbacher countermeasure of RFC 5246 §7.4.7.1
+//! (`CryptoProvider::rsa_tls_premaster`).
 
 use crate::conn::{aead_of, kx_of, next_seq, Config, Cx, Hs, Kx, Next, OwnChain};
 use crate::cookie::{first_client_hello, CookieVerified};
@@ -21,6 +26,28 @@ use crate::wire::{
 };
 use crate::{Error, Reader, Writer};
 use sigil_crypto::{AgreementAlgorithm, AgreementSecret, CryptoProvider, Rng, SignatureAlgorithm};
+#[cfg(feature = "rsa-kx")]
+use sigil_crypto::{RsaSecretKey, SeededRng};
+
+/// RSA key transport: the server's key and the randomness its decryption takes (the
+/// replacement premaster secret, blinding), seeded at accept from the caller's RNG.
+#[cfg(feature = "rsa-kx")]
+pub(crate) struct RsaTransport {
+    key: RsaSecretKey,
+    rng: SeededRng,
+}
+
+/// Whether this server takes RSA key transport: only with the feature and the caller's
+/// `Config::danger_rsa_key_transport`.
+fn rsa_transport_enabled(config: &Config) -> bool {
+    #[cfg(feature = "rsa-kx")]
+    return config.danger_rsa_key_transport;
+    #[cfg(not(feature = "rsa-kx"))]
+    {
+        let _ = config;
+        false
+    }
+}
 
 /// What the server knows once it answered the ClientHello.
 pub(crate) struct ServerBase {
@@ -86,6 +113,13 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
     let client_rpk = rpk_ok(ext.client_certificate_type);
     // Client certificates only on a server configured with certificates itself.
     let client_x509 = !client_rpk && have_chain && x509_ok(ext.client_certificate_type);
+    // RSA suites: an X.509 chain with an RSA key, for clients that take X.509.
+    #[cfg(feature = "rsa")]
+    let rsa_x509 = offer.rsa.is_some() && !server_rpk && x509_ok(ext.server_certificate_type);
+    #[cfg(not(feature = "rsa"))]
+    let rsa_x509 = false;
+    let rsa_client_ok = !offer.require_client_key || x509_ok(ext.client_certificate_type);
+    let rsa_transport = rsa_transport_enabled(cx.config);
     // Resumption (RFC 5246 §7.3): the cached session the client names, if its peer is still
     // trusted and the client still offers its suite (and a static ECDH one is still enabled).
     let static_ecdh = static_ecdh_enabled(cx.config);
@@ -95,6 +129,7 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
         .filter(|sess| {
             static_ecdh || sess.suite != CipherSuite::PRIVATE_ECDH_ECDSA_WITH_AES_128_CCM_8
         })
+        .filter(|sess| rsa_transport || sess.suite != CipherSuite::TLS_RSA_WITH_AES_128_CCM_8)
         .and_then(|sess| {
             trust::recheck_session(cx.crypto, cx.trust, sess, offer.require_client_key)
                 .map(|p| (sess, p))
@@ -128,6 +163,17 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
                         .key
                         .is_some_and(|k| k.algorithm() == SignatureAlgorithm::EcdsaP256)
                     && (!offer.require_client_key || client_rpk || client_x509))
+                // ECDHE-RSA: an RSA chain, P-256 and rsa_pkcs1_sha256 offered.
+                || (rsa_x509
+                    && *s == CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+                    && ext.offers_p256()
+                    && ext.offers_scheme(crate::wire::SignatureScheme::RSA_PKCS1_SHA256)
+                    && rsa_client_ok)
+                // RSA key transport: only when this server was told to take it.
+                || (rsa_x509
+                    && rsa_transport
+                    && *s == CipherSuite::TLS_RSA_WITH_AES_128_CCM_8
+                    && rsa_client_ok)
         })
         .or(resume.as_ref().map(|(sess, _)| sess.suite))
         .ok_or(Error::NoCommonCipherSuite)?;
@@ -189,6 +235,21 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
         rng.fill(&mut id)?;
         base.session_id = Some(id);
     }
+    #[cfg(feature = "rsa")]
+    if let Some((chain, key)) = offer.rsa.filter(|_| kx.with_rsa()) {
+        let next = rsa_flight(
+            cx,
+            &ext,
+            base,
+            cid_ext,
+            offer.require_client_key,
+            chain,
+            key,
+            rng,
+        )?;
+        cx.send_flight()?;
+        return Ok((next, next_recv_msg));
+    }
     let next = if kx == Kx::Psk {
         // Flight 4: ServerHello, ServerHelloDone (no identity hint: RFC 7925 §4.1 advises
         // against sending one).
@@ -200,6 +261,8 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
             ecdh_secret: None,
             client_key: None,
             require_client_key: false,
+            #[cfg(feature = "rsa-kx")]
+            rsa_transport: None,
         })
     } else if kx == Kx::EcdhePsk {
         // ServerHello (ec_point_formats), ServerKeyExchange (empty hint, the ephemeral point,
@@ -217,6 +280,8 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
             ecdh_secret: Some(eph),
             client_key: None,
             require_client_key: false,
+            #[cfg(feature = "rsa-kx")]
+            rsa_transport: None,
         })
     } else {
         let key = offer.key.ok_or(Error::NoCommonCipherSuite)?;
@@ -292,8 +357,10 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
                 .queue_handshake(HandshakeType::CERTIFICATE_REQUEST, &cr[..n])?;
             Hs::ExpectClientCertificate(ExpectCertificate {
                 base,
-                ecdh_secret,
+                ecdh_secret: Some(ecdh_secret),
                 x509: client_x509,
+                #[cfg(feature = "rsa-kx")]
+                rsa_transport: None,
             })
         } else {
             Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
@@ -301,6 +368,8 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
                 ecdh_secret: Some(ecdh_secret),
                 client_key: None,
                 require_client_key: false,
+                #[cfg(feature = "rsa-kx")]
+                rsa_transport: None,
             })
         };
         cx.io
@@ -309,6 +378,95 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
     };
     cx.send_flight()?;
     Ok((next, next_recv_msg))
+}
+
+/// The server's flight for the RSA suites (feature `rsa`): ServerHello, Certificate (the RSA
+/// chain), for ECDHE-RSA a ServerKeyExchange signed rsa_pkcs1_sha256 (RFC 8422 §5.4), with
+/// mutual authentication a CertificateRequest for an rsa_sign chain, ServerHelloDone.
+#[cfg(feature = "rsa")]
+#[allow(clippy::too_many_arguments)]
+fn rsa_flight<C: CryptoProvider, T>(
+    cx: &mut Cx<'_, C, T>,
+    ext: &HelloExtensions<'_>,
+    base: ServerBase,
+    cid_ext: Option<Extension<'_>>,
+    client_auth: bool,
+    chain: &[&[u8]],
+    key: &sigil_crypto::RsaSecretKey,
+    rng: &mut dyn Rng,
+) -> Result<Hs, Error> {
+    let kx = kx_of(base.suite);
+    let chain = OwnChain::new(chain)?;
+    let server_type = ext
+        .server_certificate_type
+        .map(|_| Extension::ServerCertificateType(CertificateTypes::Chosen(CertificateType::X509)));
+    let client_type = ext
+        .client_certificate_type
+        .filter(|_| client_auth)
+        .map(|_| Extension::ClientCertificateType(CertificateTypes::Chosen(CertificateType::X509)));
+    let points = (!kx.is_rsa_transport()).then_some(Extension::EcPointFormats(UNCOMPRESSED));
+    queue_server_hello(cx, &base, &[server_type, points, client_type, cid_ext])?;
+    cx.queue_chain(&chain)?;
+    let ecdh_secret = if kx.is_rsa_transport() {
+        None
+    } else {
+        let (eph, params) = ephemeral_params(cx, rng)?;
+        let mut signed = [0u8; 64 + 69];
+        signed[..32].copy_from_slice(&base.client_random);
+        signed[32..64].copy_from_slice(&base.server_random);
+        signed[64..].copy_from_slice(&params);
+        let mut body = [0u8; 69 + 4 + sigil_crypto::MAX_RSA_MODULUS_LEN];
+        let mut w = Writer::new(&mut body);
+        w.bytes(&params)?;
+        trust::write_rsa_signature(cx.crypto, key, &signed, rng, &mut w)?;
+        let n = w.len();
+        cx.io
+            .queue_handshake(HandshakeType::SERVER_KEY_EXCHANGE, &body[..n])?;
+        Some(eph)
+    };
+    #[cfg(feature = "rsa-kx")]
+    let rsa_transport = match kx.is_rsa_transport() {
+        true => Some(RsaTransport {
+            key: key.clone(),
+            rng: SeededRng::from_rng(rng)?,
+        }),
+        false => None,
+    };
+    let next = if client_auth {
+        // CertificateRequest: types [rsa_sign], schemes [rsa_pkcs1_sha256], no authorities
+        // (RFC 5246 §7.4.4).
+        let mut cr = [0u8; 8];
+        let mut w = Writer::new(&mut cr);
+        w.vec8(&[ClientCertificateType::RSA_SIGN.0])?;
+        w.vec16(
+            &crate::wire::SignatureScheme::RSA_PKCS1_SHA256
+                .0
+                .to_be_bytes(),
+        )?;
+        w.u16(0)?;
+        let n = w.len();
+        cx.io
+            .queue_handshake(HandshakeType::CERTIFICATE_REQUEST, &cr[..n])?;
+        Hs::ExpectClientCertificate(ExpectCertificate {
+            base,
+            ecdh_secret,
+            x509: true,
+            #[cfg(feature = "rsa-kx")]
+            rsa_transport,
+        })
+    } else {
+        Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
+            base,
+            ecdh_secret,
+            client_key: None,
+            require_client_key: false,
+            #[cfg(feature = "rsa-kx")]
+            rsa_transport,
+        })
+    };
+    cx.io
+        .queue_handshake(HandshakeType::SERVER_HELLO_DONE, &[])?;
+    Ok(next)
 }
 
 /// ServerHello with extended_master_secret, renegotiation_info and `more`.
@@ -362,9 +520,12 @@ fn ephemeral_params<C: CryptoProvider, T>(
 /// Mutual authentication: expects the client's Certificate.
 pub struct ExpectCertificate {
     base: ServerBase,
-    /// This side's ECDH secret: ephemeral, or with static ECDH its own key's scalar.
-    ecdh_secret: AgreementSecret,
+    /// This side's ECDH secret: ephemeral, or with static ECDH its own key's scalar (none
+    /// with RSA key transport).
+    ecdh_secret: Option<AgreementSecret>,
     x509: bool,
+    #[cfg(feature = "rsa-kx")]
+    rsa_transport: Option<RsaTransport>,
 }
 
 impl ExpectCertificate {
@@ -381,12 +542,17 @@ impl ExpectCertificate {
             return Err(Error::MissingClientKey);
         }
         let key = trust::peer_certificate(cx.trust, m.body, self.x509)?;
+        if key.is_rsa() != kx_of(self.base.suite).with_rsa() {
+            return Err(Error::KeyNotForSuite);
+        }
         cx.io.transcript.add(m)?;
         Ok(Hs::ExpectClientKeyExchange(ExpectClientKeyExchange {
             base: self.base,
-            ecdh_secret: Some(self.ecdh_secret),
+            ecdh_secret: self.ecdh_secret,
             client_key: Some(key),
             require_client_key: true,
+            #[cfg(feature = "rsa-kx")]
+            rsa_transport: self.rsa_transport,
         })
         .into())
     }
@@ -401,6 +567,8 @@ pub struct ExpectClientKeyExchange {
     /// The client's trusted key, whose possession its CertificateVerify must prove.
     client_key: Option<TrustedKey>,
     require_client_key: bool,
+    #[cfg(feature = "rsa-kx")]
+    rsa_transport: Option<RsaTransport>,
 }
 
 impl ExpectClientKeyExchange {
@@ -438,12 +606,42 @@ impl ExpectClientKeyExchange {
                 Some(point) => Some(agree(point)?),
             };
             (Some(psk), Some(peer), z)
+        } else if kx.is_rsa_transport() {
+            (None, None, None)
         } else {
             let point = r.vec8(1, 255, "ClientKeyExchange point")?;
             r.finish("ClientKeyExchange")?;
             (None, None, Some(agree(point)?))
         };
+        #[cfg(feature = "rsa-kx")]
+        let premaster = match self.rsa_transport {
+            Some(mut t) if kx.is_rsa_transport() => {
+                // EncryptedPreMasterSecret (RFC 5246 §7.4.7.1). A bad padding or length
+                // yields a random premaster secret, not an error: the client's Finished
+                // then fails like any other wrong key, and nothing tells the two apart.
+                let ct = r.vec16(1, 0xffff, "EncryptedPreMasterSecret")?;
+                r.finish("ClientKeyExchange")?;
+                let version = ProtocolVersion::DTLS_1_2.0.to_be_bytes();
+                let pm = cx
+                    .crypto
+                    .rsa_tls_premaster(&t.key, ct, version, &mut t.rng)
+                    .map_err(|e| match e {
+                        sigil_crypto::CryptoError::KeyLength => {
+                            Error::Decode("EncryptedPreMasterSecret length")
+                        }
+                        e => Error::Crypto(e),
+                    })?;
+                Some(pm)
+            }
+            _ => None,
+        };
         cx.io.transcript.add(m)?;
+        #[cfg(feature = "rsa-kx")]
+        let master = match premaster {
+            Some(pm) => cx.master_secret_rsa(&pm)?,
+            None => cx.master_secret(kx, psk.as_ref(), ecdh.as_ref())?,
+        };
+        #[cfg(not(feature = "rsa-kx"))]
         let master = cx.master_secret(kx, psk.as_ref(), ecdh.as_ref())?;
         cx.install_keys(
             cx.rl.aead,

@@ -90,6 +90,11 @@ pub struct TrafficCore {
 }
 
 impl TrafficCore {
+    /// The negotiated cipher suite.
+    pub fn suite(&self) -> CipherSuite {
+        self.suite
+    }
+
     /// Takes the record layer and the datagrams not yet sent from the handshake.
     pub(crate) fn new<const N: usize>(
         rl: &mut RecordLayer,

@@ -8,14 +8,20 @@
 //! - with static ECDH (feature `static-ecdh`), the client took a P-256 key `Trust` accepted
 //!   as the server's key-agreement key (the Finished check then proves the server holds its
 //!   secret, without which the premaster secret cannot be computed), or
+//! - with RSA key transport (feature `rsa-kx`), the client took the RSA key of a chain `Trust`
+//!   accepted as the key to encrypt the premaster secret to (the Finished check then proves
+//!   the server could decrypt it), or
 //! - a cached session's credentials were checked against the trust store again (resumption).
 
 use crate::keys::MAX_PSK_LEN;
 use crate::spki;
 use crate::traffic::Session;
 use crate::wire::SignatureScheme;
+use crate::x509::CertifiedKey;
 use crate::{Error, Reader, Writer};
 use sigil_crypto::{CryptoProvider, PublicKey, SecretKey, SignatureAlgorithm};
+#[cfg(feature = "rsa")]
+use sigil_crypto::{Rng, RsaPublicKey, RsaSecretKey};
 use sigil_identity::Identity;
 use sigil_time::UnixTime;
 
@@ -40,6 +46,12 @@ pub trait Trust {
         let _ = chain;
         Err(Error::UnknownCa)
     }
+
+    /// [`Trust::certificate_chain`] for a leaf of any key type the build supports (with the
+    /// `rsa` feature, RSA keys too); by default, the leaf's key as `certificate_chain` gives it.
+    fn certificate_chain_any(&self, chain: &[&[u8]]) -> Result<CertifiedKey, Error> {
+        self.certificate_chain(chain).map(CertifiedKey::Key)
+    }
 }
 
 impl<T: Trust + ?Sized> Trust for &T {
@@ -51,6 +63,9 @@ impl<T: Trust + ?Sized> Trust for &T {
     }
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
         (**self).certificate_chain(chain)
+    }
+    fn certificate_chain_any(&self, chain: &[&[u8]]) -> Result<CertifiedKey, Error> {
+        (**self).certificate_chain_any(chain)
     }
 }
 
@@ -73,6 +88,9 @@ impl<C: CryptoProvider, R: Trust> Trust for X509Anchors<'_, C, R> {
     }
     fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
         crate::x509::verify_chain(&self.crypto, chain, self.anchors, self.now)
+    }
+    fn certificate_chain_any(&self, chain: &[&[u8]]) -> Result<CertifiedKey, Error> {
+        crate::x509::verify_chain_any(&self.crypto, chain, self.anchors, self.now)
     }
 }
 
@@ -114,6 +132,12 @@ pub enum Credentials<'a> {
     /// first, DER) authenticates the client when the server asks.
     #[cfg(feature = "x509")]
     Certificate(Option<(&'a [&'a [u8]], &'a SecretKey)>),
+    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 with RSA X.509 certificates (feature `rsa`, for
+    /// comparison), or TLS_RSA_WITH_AES_128_CCM_8 when `Config::danger_rsa_key_transport` is
+    /// set (feature `rsa-kx`): the server's chain must lead to a trust anchor and hold an RSA
+    /// key; `Some((chain, key))` authenticates the client with its RSA chain when asked.
+    #[cfg(feature = "rsa")]
+    RsaCertificate(Option<(&'a [&'a [u8]], &'a RsaSecretKey)>),
 }
 
 /// What a server offers.
@@ -130,6 +154,11 @@ pub struct ServerCredentials<'a> {
     /// a raw public key.
     #[cfg(feature = "x509")]
     pub chain: Option<&'a [&'a [u8]]>,
+    /// An RSA key and its X.509 chain (leaf first, DER), for TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+    /// and, with `Config::danger_rsa_key_transport`, TLS_RSA_WITH_AES_128_CCM_8 (feature
+    /// `rsa`). `require_client_key` applies to them too: the client then sends a chain.
+    #[cfg(feature = "rsa")]
+    pub rsa: Option<(&'a [&'a [u8]], &'a RsaSecretKey)>,
     /// The connection ID this server wants in the client's records (RFC 9146), unique among
     /// its sessions; used when the client offers the extension. Empty: none.
     pub connection_id: &'a [u8],
@@ -149,6 +178,8 @@ impl ServerCredentials<'_> {
         require_client_key: false,
         #[cfg(feature = "x509")]
         chain: None,
+        #[cfg(feature = "rsa")]
+        rsa: None,
         connection_id: &[],
         issue_session_ids: false,
         resume: None,
@@ -167,6 +198,8 @@ pub struct PeerVerified(());
 pub struct ClientNotAsked(());
 
 /// Who the peer of an established connection is, with the proof that says so.
+// With `rsa`, an RSA key (up to 4096 bits) is kept inline: the crate allocates nothing.
+#[cfg_attr(feature = "rsa", allow(clippy::large_enum_variant))]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Peer {
     /// It knows the pre-shared key of this identity.
@@ -179,6 +212,12 @@ pub enum Peer {
     },
     /// It holds the secret of this trusted public key (raw or a certificate's).
     Key { key: PublicKey, proof: PeerVerified },
+    /// It holds the secret of this certificate's RSA key (feature `rsa`).
+    #[cfg(feature = "rsa")]
+    RsaKey {
+        key: RsaPublicKey,
+        proof: PeerVerified,
+    },
     /// The server did not ask the client to authenticate.
     Anonymous(ClientNotAsked),
 }
@@ -196,6 +235,11 @@ impl Clone for Peer {
                 proof: PeerVerified(()),
             },
             Self::Key { key, .. } => Self::Key {
+                key: *key,
+                proof: PeerVerified(()),
+            },
+            #[cfg(feature = "rsa")]
+            Self::RsaKey { key, .. } => Self::RsaKey {
                 key: *key,
                 proof: PeerVerified(()),
             },
@@ -244,7 +288,20 @@ impl Peer {
     }
 
     pub(crate) fn key(key: &TrustedKey, proof: PeerVerified) -> Self {
-        Self::Key { key: key.0, proof }
+        match key.0 {
+            CertifiedKey::Key(key) => Self::Key { key, proof },
+            #[cfg(feature = "rsa")]
+            CertifiedKey::Rsa(key) => Self::RsaKey { key, proof },
+        }
+    }
+
+    /// The peer's RSA key, whose possession it proved (feature `rsa`).
+    #[cfg(feature = "rsa")]
+    pub fn rsa_public_key(&self) -> Option<&RsaPublicKey> {
+        match self {
+            Self::RsaKey { key, .. } => Some(key),
+            _ => None,
+        }
     }
 
     /// The PSK identity the peer authenticated with (empty for key-based peers).
@@ -382,6 +439,9 @@ pub(crate) fn recheck_session<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
         // A client key must still be trusted as a key: a session from a certificate whose
         // key `Trust` does not know otherwise takes a full handshake.
         Peer::Key { key, .. } => trust.trusted_key(key).then(|| session.peer().clone()),
+        // An RSA key came from a chain, which cannot be rechecked without it.
+        #[cfg(feature = "rsa")]
+        Peer::RsaKey { .. } => None,
         Peer::Anonymous(_) => client_not_asked(require_client_key).map(Peer::Anonymous),
     }
 }
@@ -403,6 +463,8 @@ pub(crate) fn client_may_resume<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
             p.identity() == session.psk_identity() && PskCheck::of(crypto, p.key()) == *key
         }),
         Peer::Key { key, .. } => trust.trusted_key(key),
+        #[cfg(feature = "rsa")]
+        Peer::RsaKey { .. } => false,
         Peer::Anonymous(_) => false,
     }
 }
@@ -410,7 +472,30 @@ pub(crate) fn client_may_resume<C: CryptoProvider + ?Sized, T: Trust + ?Sized>(
 /// A peer's public key that [`Trust`] accepted (a pinned raw key or the leaf of a valid
 /// chain). Possession is not proven yet: that takes a signature ([`verify_signed`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct TrustedKey(PublicKey);
+pub(crate) struct TrustedKey(CertifiedKey);
+
+impl TrustedKey {
+    /// An RSA key: what the RSA suites need, and only they.
+    pub(crate) fn is_rsa(&self) -> bool {
+        #[cfg(feature = "rsa")]
+        if let CertifiedKey::Rsa(_) = self.0 {
+            return true;
+        }
+        false
+    }
+}
+
+/// Client, RSA key transport: the server's trusted RSA key, to which the premaster secret is
+/// encrypted (RFC 5246 §7.4.7.1). Nothing is signed in this exchange; only the holder of the
+/// key's secret can compute the master secret, so the server's Finished proves possession,
+/// which the established state requires, as with a PSK.
+#[cfg(feature = "rsa-kx")]
+pub(crate) fn rsa_transport_key(key: &TrustedKey) -> Result<(RsaPublicKey, PeerVerified), Error> {
+    match key.0 {
+        CertifiedKey::Rsa(k) => Ok((k, PeerVerified(()))),
+        CertifiedKey::Key(_) => Err(Error::KeyNotForSuite),
+    }
+}
 
 /// Client, static ECDH: the server's trusted key as the ECDH point the client's ephemeral key
 /// agrees with (RFC 4492 §2.1, ECDH_ECDSA). Nothing is signed in this exchange; the server
@@ -418,10 +503,15 @@ pub(crate) struct TrustedKey(PublicKey);
 /// as with a PSK. Only a P-256 key can be one.
 #[cfg(feature = "static-ecdh")]
 pub(crate) fn static_ecdh_key(key: &TrustedKey) -> Result<([u8; 65], PeerVerified), Error> {
-    if key.0.algorithm() != SignatureAlgorithm::EcdsaP256 {
+    #[allow(irrefutable_let_patterns)]
+    let CertifiedKey::Key(key) = key.0
+    else {
+        return Err(Error::StaticKeyNotP256);
+    };
+    if key.algorithm() != SignatureAlgorithm::EcdsaP256 {
         return Err(Error::StaticKeyNotP256);
     }
-    let point = <[u8; 65]>::try_from(key.0.as_bytes()).map_err(|_| Error::StaticKeyNotP256)?;
+    let point = <[u8; 65]>::try_from(key.as_bytes()).map_err(|_| Error::StaticKeyNotP256)?;
     Ok((point, PeerVerified(())))
 }
 
@@ -447,7 +537,7 @@ pub(crate) fn peer_certificate<T: Trust + ?Sized>(
             chain[n] = list.take(l, "ASN.1Cert")?;
             n += 1;
         }
-        return trust.certificate_chain(&chain[..n]).map(TrustedKey);
+        return trust.certificate_chain_any(&chain[..n]).map(TrustedKey);
     }
     let mut r = Reader::new(body);
     let len = r.u24("Certificate")? as usize;
@@ -457,7 +547,7 @@ pub(crate) fn peer_certificate<T: Trust + ?Sized>(
     if !trust.trusted_key(&key) {
         return Err(Error::UntrustedKey);
     }
-    Ok(TrustedKey(key))
+    Ok(TrustedKey(CertifiedKey::Key(key)))
 }
 
 pub(crate) fn scheme_of(alg: SignatureAlgorithm) -> SignatureScheme {
@@ -495,9 +585,22 @@ pub(crate) fn verify_signed<C: CryptoProvider + ?Sized>(
     message: &[u8],
     r: &mut Reader<'_>,
 ) -> Result<PeerVerified, Error> {
-    let key = &key.0;
     let scheme = SignatureScheme(r.u16("signature scheme")?);
     let sig = r.vec16(1, 0xffff, "signature")?;
+    #[allow(clippy::infallible_destructuring_match)]
+    let key = match &key.0 {
+        CertifiedKey::Key(k) => k,
+        #[cfg(feature = "rsa")]
+        CertifiedKey::Rsa(k) => {
+            if scheme != SignatureScheme::RSA_PKCS1_SHA256 {
+                return Err(Error::IllegalParameter("signature scheme"));
+            }
+            return crypto
+                .rsa_pkcs1_sha256_verify(k, message, sig)
+                .map(|()| PeerVerified(()))
+                .map_err(|_| Error::BadSignature);
+        }
+    };
     if scheme != scheme_of(key.algorithm()) {
         return Err(Error::IllegalParameter("signature scheme"));
     }
@@ -509,4 +612,20 @@ pub(crate) fn verify_signed<C: CryptoProvider + ?Sized>(
         .verify(key, message, &raw)
         .map(|()| PeerVerified(()))
         .map_err(|_| Error::BadSignature)
+}
+
+/// `digitally-signed` with an RSA key (feature `rsa`): rsa_pkcs1_sha256, then the signature
+/// (RFC 5246 §4.7, §7.4.1.4.1).
+#[cfg(feature = "rsa")]
+pub(crate) fn write_rsa_signature<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    key: &RsaSecretKey,
+    message: &[u8],
+    rng: &mut dyn Rng,
+    w: &mut Writer<'_>,
+) -> Result<(), Error> {
+    let mut sig = [0u8; sigil_crypto::MAX_RSA_MODULUS_LEN];
+    let n = crypto.rsa_pkcs1_sha256_sign(key, message, rng, &mut sig)?;
+    w.u16(SignatureScheme::RSA_PKCS1_SHA256.0)?;
+    w.vec16(&sig[..n])
 }

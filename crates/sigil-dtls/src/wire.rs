@@ -58,6 +58,12 @@ registry! {
         TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8 = 0xc0ae,
         /// RFC 5289 §3.2.
         TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 = 0xc02b,
+        /// RFC 5289 §3.2 (feature `rsa`): ECDHE signed with an RSA key. IANA registers no
+        /// ECDHE_RSA suite with CCM-8, so the RSA comparison uses this one.
+        TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 = 0xc02f,
+        /// RFC 6655 §3 (feature `rsa-kx`): RSA key transport, the client encrypting the
+        /// premaster secret to the server's certificate key; no forward secrecy.
+        TLS_RSA_WITH_AES_128_CCM_8 = 0xc0a0,
         /// RFC 8442 §3.
         TLS_ECDHE_PSK_WITH_AES_128_CCM_8_SHA256 = 0xd003,
         /// Static ECDH with the server's P-256 key, AES-128-CCM-8 (feature `static-ecdh`):
@@ -140,6 +146,8 @@ registry! {
     /// RFC 8422 §5.1.3 for Ed25519).
     SignatureScheme(u16) {
         ECDSA_SECP256R1_SHA256 = 0x0403,
+        /// RSASSA-PKCS1-v1_5 with SHA-256 (`rsa_pkcs1_sha256`, RFC 5246 §7.4.1.4.1).
+        RSA_PKCS1_SHA256 = 0x0401,
         ED25519 = 0x0807,
     }
 }
@@ -163,6 +171,8 @@ registry! {
     /// ClientCertificateType of a CertificateRequest (IANA "TLS ClientCertificateType
     /// Identifiers"; RFC 8422 §5.5).
     ClientCertificateType(u8) {
+        /// RFC 5246 §7.4.4.
+        RSA_SIGN = 1,
         ECDSA_SIGN = 64,
     }
 }

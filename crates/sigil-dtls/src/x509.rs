@@ -2,12 +2,16 @@
 //! DTLS peer needs (RFC 5280 §4.1) and path validation to a configured trust anchor.
 //!
 //! Accepted: v3 certificates signed with ecdsa-with-SHA256 (P-256) or Ed25519, holding a
-//! P-256 or Ed25519 key; validity checked against the caller's clock; issuers must be CAs
-//! (basicConstraints cA); unknown critical extensions refused. Names are compared as DER bytes
-//! (RFC 5280 §7.1 allows it for identically encoded names). Not supported, plainly:
-//! revocation (CRL/OCSP), name constraints, policies, RSA.
+//! P-256 or Ed25519 key, and with the `rsa` feature (for comparison) also RSA keys
+//! (rsaEncryption, RFC 3279 §2.3.1) and sha256WithRSAEncryption signatures (RFC 4055 §5);
+//! validity checked against the caller's clock; issuers must be CAs (basicConstraints cA);
+//! unknown critical extensions refused. Names are compared as DER bytes (RFC 5280 §7.1 allows
+//! it for identically encoded names). Not supported, plainly: revocation (CRL/OCSP), name
+//! constraints, policies.
 
 use crate::{spki, Error};
+#[cfg(feature = "rsa")]
+use sigil_crypto::RsaPublicKey;
 use sigil_crypto::{CryptoProvider, PublicKey, SignatureAlgorithm};
 use sigil_time::UnixTime;
 
@@ -18,6 +22,19 @@ pub const MAX_DEPTH: usize = 4;
 const ECDSA_SHA256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
 /// id-Ed25519 (RFC 8410 §3).
 const ED25519: &[u8] = &[0x06, 0x03, 0x2b, 0x65, 0x70];
+/// sha256WithRSAEncryption (RFC 4055 §5), whose parameters are NULL (or, by some encoders,
+/// absent).
+#[cfg(feature = "rsa")]
+const RSA_SHA256: &[u8] = &[
+    0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b,
+];
+/// rsaEncryption with NULL parameters (RFC 3279 §2.3.1), a SubjectPublicKeyInfo's algorithm.
+#[cfg(feature = "rsa")]
+const RSA_ENCRYPTION: &[u8] = &[
+    0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+];
+#[cfg(feature = "rsa")]
+const NULL: &[u8] = &[0x05, 0x00];
 /// id-ce-basicConstraints, id-ce-keyUsage, and the other extensions Sigil understands.
 const BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
 const KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
@@ -29,7 +46,42 @@ const KNOWN: [&[u8]; 4] = [
     &[0x55, 0x1d, 0x11],
 ];
 
-/// The parts of a certificate path validation needs.
+/// The key a certificate holds: a signature key Sigil uses everywhere, or (feature `rsa`) an
+/// RSA key.
+// With `rsa`, the RSA key (up to 4096 bits) is kept inline: the crate allocates nothing.
+#[cfg_attr(feature = "rsa", allow(clippy::large_enum_variant))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertifiedKey {
+    Key(PublicKey),
+    #[cfg(feature = "rsa")]
+    Rsa(RsaPublicKey),
+}
+
+/// How a certificate is signed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SignedWith {
+    Key(SignatureAlgorithm),
+    #[cfg(feature = "rsa")]
+    RsaPkcs1Sha256,
+}
+
+/// A certificate whose key or signature may be RSA: what chain validation works on.
+#[derive(Clone, Copy, Debug)]
+struct AnyCertificate<'a> {
+    tbs: &'a [u8],
+    issuer: &'a [u8],
+    subject: &'a [u8],
+    not_before: u64,
+    not_after: u64,
+    key: CertifiedKey,
+    is_ca: bool,
+    key_usage: Option<u16>,
+    signed_with: SignedWith,
+    signature: &'a [u8],
+}
+
+/// The parts of a certificate path validation needs, for a certificate with a P-256 or
+/// Ed25519 key and signature ([`parse`] refuses RSA ones as unsupported).
 #[derive(Clone, Copy, Debug)]
 pub struct Certificate<'a> {
     /// The signed bytes (the whole `tbsCertificate` TLV).
@@ -89,19 +141,93 @@ fn expect<'a>(buf: &'a [u8], tag: u8, what: &'static str) -> Result<(&'a [u8], &
     Ok((v, rest))
 }
 
-fn algorithm(seq_value: &[u8]) -> Result<SignatureAlgorithm, Error> {
-    // AlgorithmIdentifier: the OID alone (no NULL parameters for either algorithm).
+fn algorithm(seq_value: &[u8]) -> Result<SignedWith, Error> {
+    // AlgorithmIdentifier: the OID alone (no NULL parameters for either ECC algorithm).
     if seq_value == ECDSA_SHA256 {
-        Ok(SignatureAlgorithm::EcdsaP256)
+        return Ok(SignedWith::Key(SignatureAlgorithm::EcdsaP256));
     } else if seq_value == ED25519 {
-        Ok(SignatureAlgorithm::Ed25519)
-    } else {
-        Err(Error::UnsupportedCertificate)
+        return Ok(SignedWith::Key(SignatureAlgorithm::Ed25519));
     }
+    #[cfg(feature = "rsa")]
+    if let Some(params) = seq_value.strip_prefix(RSA_SHA256) {
+        if params.is_empty() || params == NULL {
+            return Ok(SignedWith::RsaPkcs1Sha256);
+        }
+    }
+    Err(Error::UnsupportedCertificate)
 }
 
-/// Parses a DER certificate.
+/// A SubjectPublicKeyInfo: P-256 or Ed25519 (exact DER, [`spki::parse_spki`]) or, with the
+/// `rsa` feature, rsaEncryption holding `RSAPublicKey ::= SEQUENCE { modulus, exponent }`
+/// (RFC 8017 §A.1.1).
+fn certified_key(spki_der: &[u8]) -> Result<CertifiedKey, Error> {
+    #[cfg(feature = "rsa")]
+    {
+        let (spki, _) = expect(spki_der, 0x30, "subjectPublicKeyInfo")?;
+        let (alg, rest) = expect(spki, 0x30, "subjectPublicKeyInfo algorithm")?;
+        if alg == RSA_ENCRYPTION {
+            let (bits, end) = expect(rest, 0x03, "subjectPublicKey")?;
+            if !end.is_empty() {
+                return Err(bad("subjectPublicKeyInfo"));
+            }
+            let Some((0, rsa_key)) = bits.split_first() else {
+                return Err(bad("subjectPublicKey"));
+            };
+            let (seq, end) = expect(rsa_key, 0x30, "RSAPublicKey")?;
+            let (n, r) = expect(seq, 0x02, "RSAPublicKey modulus")?;
+            let (e, r) = expect(r, 0x02, "RSAPublicKey exponent")?;
+            if !end.is_empty() || !r.is_empty() {
+                return Err(bad("RSAPublicKey"));
+            }
+            if n.first().is_some_and(|b| b & 0x80 != 0) || e.first().is_some_and(|b| b & 0x80 != 0)
+            {
+                return Err(bad("RSAPublicKey negative"));
+            }
+            return RsaPublicKey::from_modulus_exponent(n, e)
+                .map(CertifiedKey::Rsa)
+                .map_err(|_| Error::UnsupportedCertificate);
+        }
+    }
+    spki::parse_spki(spki_der)
+        .map(CertifiedKey::Key)
+        .map_err(|_| Error::UnsupportedCertificate)
+}
+
+/// Parses a DER certificate with a P-256 or Ed25519 key and signature; one with an RSA key or
+/// signature is [`Error::UnsupportedCertificate`] here (chain validation takes it with the
+/// `rsa` feature, [`verify_chain_any`]).
 pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
+    let c = parse_any(der)?;
+    #[allow(irrefutable_let_patterns)]
+    let CertifiedKey::Key(key) = c.key
+    else {
+        return Err(Error::UnsupportedCertificate);
+    };
+    #[allow(irrefutable_let_patterns)]
+    let SignedWith::Key(signature_algorithm) = c.signed_with
+    else {
+        return Err(Error::UnsupportedCertificate);
+    };
+    Ok(Certificate {
+        tbs: c.tbs,
+        issuer: c.issuer,
+        subject: c.subject,
+        not_before: c.not_before,
+        not_after: c.not_after,
+        key,
+        is_ca: c.is_ca,
+        key_usage: c.key_usage,
+        signature_algorithm,
+        signature: c.signature,
+    })
+}
+
+/// The key a DER certificate holds, whatever its algorithm (no validation).
+pub fn certified_key_of(der: &[u8]) -> Result<CertifiedKey, Error> {
+    parse_any(der).map(|c| c.key)
+}
+
+fn parse_any(der: &[u8]) -> Result<AnyCertificate<'_>, Error> {
     let (cert, rest) = expect(der, 0x30, "Certificate")?;
     if !rest.is_empty() {
         return Err(bad("trailing bytes after Certificate"));
@@ -115,7 +241,7 @@ pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
     if !end.is_empty() {
         return Err(bad("Certificate fields"));
     }
-    let signature_algorithm = algorithm(outer_alg)?;
+    let signed_with = algorithm(outer_alg)?;
     let signature = match sig_bits.split_first() {
         Some((0, s)) => s,
         _ => return Err(bad("signatureValue")),
@@ -128,7 +254,7 @@ pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
     }
     let (_serial, r) = expect(r, 0x02, "serialNumber")?;
     let (inner_alg, r) = expect(r, 0x30, "signature")?;
-    if algorithm(inner_alg)? != signature_algorithm {
+    if algorithm(inner_alg)? != signed_with {
         return Err(bad("signature algorithms differ"));
     }
     let (_, _, r, issuer) = tlv(r, "issuer")?;
@@ -151,7 +277,7 @@ pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
         return Err(bad("Name"));
     }
     let (_, _, mut r, spki_der) = tlv(r, "subjectPublicKeyInfo")?;
-    let key = spki::parse_spki(spki_der).map_err(|_| Error::UnsupportedCertificate)?;
+    let key = certified_key(spki_der)?;
     let mut is_ca = false;
     let mut key_usage = None;
     // Optional issuerUniqueID [1], subjectUniqueID [2], extensions [3].
@@ -207,7 +333,7 @@ pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
             _ => return Err(bad("tbsCertificate field")),
         }
     }
-    Ok(Certificate {
+    Ok(AnyCertificate {
         tbs,
         issuer,
         subject,
@@ -216,7 +342,7 @@ pub fn parse(der: &[u8]) -> Result<Certificate<'_>, Error> {
         key,
         is_ca,
         key_usage,
-        signature_algorithm,
+        signed_with,
         signature,
     })
 }
@@ -274,14 +400,21 @@ fn time(tag: u8, v: &[u8]) -> Result<u64, Error> {
 /// Verifies `cert`'s signature with `issuer_key`.
 fn signed_by<C: CryptoProvider + ?Sized>(
     crypto: &C,
-    cert: &Certificate<'_>,
-    issuer_key: &PublicKey,
+    cert: &AnyCertificate<'_>,
+    issuer_key: &CertifiedKey,
 ) -> Result<(), Error> {
-    if issuer_key.algorithm() != cert.signature_algorithm {
-        return Err(Error::BadSignature);
-    }
+    let issuer_key = match (issuer_key, cert.signed_with) {
+        (CertifiedKey::Key(k), SignedWith::Key(alg)) if k.algorithm() == alg => k,
+        #[cfg(feature = "rsa")]
+        (CertifiedKey::Rsa(k), SignedWith::RsaPkcs1Sha256) => {
+            return crypto
+                .rsa_pkcs1_sha256_verify(k, cert.tbs, cert.signature)
+                .map_err(|_| Error::BadSignature);
+        }
+        _ => return Err(Error::BadSignature),
+    };
     let raw;
-    let sig: &[u8] = match cert.signature_algorithm {
+    let sig: &[u8] = match issuer_key.algorithm() {
         SignatureAlgorithm::EcdsaP256 => {
             raw = spki::ecdsa_from_der(cert.signature)?;
             &raw
@@ -293,7 +426,7 @@ fn signed_by<C: CryptoProvider + ?Sized>(
         .map_err(|_| Error::BadSignature)
 }
 
-fn current(cert: &Certificate<'_>, now: UnixTime) -> Result<(), Error> {
+fn current(cert: &AnyCertificate<'_>, now: UnixTime) -> Result<(), Error> {
     // Before 1970 is never valid: certificates here carry no such dates.
     let Ok(now) = u64::try_from(now.as_secs()) else {
         return Err(Error::CertificateExpired);
@@ -306,20 +439,35 @@ fn current(cert: &Certificate<'_>, now: UnixTime) -> Result<(), Error> {
 
 /// Validates `chain` (leaf first, as the Certificate message orders it) to one of `anchors`
 /// (DER certificates, trusted as configured) at Unix time `now`; returns the leaf's key.
-/// The anchor may or may not be the chain's last element.
+/// The anchor may or may not be the chain's last element. A leaf with an RSA key is
+/// [`Error::UnsupportedCertificate`] here ([`verify_chain_any`] takes it).
 pub fn verify_chain<C: CryptoProvider + ?Sized>(
     crypto: &C,
     chain: &[&[u8]],
     anchors: &[&[u8]],
     now: UnixTime,
 ) -> Result<PublicKey, Error> {
+    match verify_chain_any(crypto, chain, anchors, now)? {
+        CertifiedKey::Key(k) => Ok(k),
+        #[cfg(feature = "rsa")]
+        CertifiedKey::Rsa(_) => Err(Error::UnsupportedCertificate),
+    }
+}
+
+/// [`verify_chain`] for a leaf of any supported key type (with the `rsa` feature, RSA too).
+pub fn verify_chain_any<C: CryptoProvider + ?Sized>(
+    crypto: &C,
+    chain: &[&[u8]],
+    anchors: &[&[u8]],
+    now: UnixTime,
+) -> Result<CertifiedKey, Error> {
     if chain.is_empty() {
         return Err(Error::MissingClientKey);
     }
     if chain.len() > MAX_DEPTH + 1 {
         return Err(bad("chain too long"));
     }
-    let leaf = parse(chain[0])?;
+    let leaf = parse_any(chain[0])?;
     if leaf.key_usage.is_some_and(|u| u & 1 == 0) {
         return Err(bad("leaf keyUsage lacks digitalSignature"));
     }
@@ -332,7 +480,7 @@ pub fn verify_chain<C: CryptoProvider + ?Sized>(
             return Ok(leaf.key);
         }
         for a in anchors {
-            let anchor = parse(a)?;
+            let anchor = parse_any(a)?;
             if anchor.subject == cert.issuer && signed_by(crypto, &cert, &anchor.key).is_ok() {
                 current(&anchor, now)?;
                 return Ok(leaf.key);
@@ -341,11 +489,11 @@ pub fn verify_chain<C: CryptoProvider + ?Sized>(
         // Up one level inside the chain the peer sent.
         let Some(next) = chain[1..]
             .iter()
-            .find(|d| parse(d).is_ok_and(|c| c.subject == cert.issuer))
+            .find(|d| parse_any(d).is_ok_and(|c| c.subject == cert.issuer))
         else {
             return Err(Error::UnknownCa);
         };
-        let issuer = parse(next)?;
+        let issuer = parse_any(next)?;
         if !issuer.is_ca || issuer.key_usage.is_some_and(|u| u & (1 << 5) == 0) {
             return Err(bad("issuer is not a CA"));
         }

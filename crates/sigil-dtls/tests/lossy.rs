@@ -126,6 +126,8 @@ fn run_mode(mode: Mode, seed: u64, one_in: Option<u32>, readings: usize) -> Outc
             &k.server_key
         }),
         chain: Some(&server_chain),
+        #[cfg(feature = "rsa")]
+        rsa: None,
         require_client_key: matches!(mode, Mode::RawPublicKeys | Mode::X509SmallMtu),
         connection_id: &[0xc1, 0xd0, 1, 2, 3, 4, 5, 6],
         issue_session_ids: true,
