@@ -125,7 +125,7 @@ fn unknown_schema_versions_are_refused_and_left_untouched() {
         let before = snapshot(&db);
         assert_eq!(
             open_err(&db),
-            format!("database schema version {v} is not one this server knows (it knows 0 to 4)")
+            format!("database schema version {v} is not one this server knows (it knows 0 to 5)")
         );
         assert_untouched(&db, &before, "delete");
     }

@@ -27,11 +27,22 @@ fn tables_of_version(version: i64) -> &'static [&'static str] {
         "registrations",
         "server_key",
     ];
+    const V5: &[&str] = &[
+        "dtls_psk",
+        "dtls_sessions",
+        "freshness",
+        "identities",
+        "read_grants",
+        "readings",
+        "registrations",
+        "server_key",
+    ];
     match version {
         1 => V1,
         // 3 adds a column, no table.
         2 | 3 => V2,
         4 => V4,
+        5 => V5,
         _ => &[],
     }
 }
