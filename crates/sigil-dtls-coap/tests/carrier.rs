@@ -643,13 +643,8 @@ fn sessions_expire_when_idle_and_can_be_deleted() {
         ..EndpointConfig::default()
     };
     let mut server = psk_endpoint::<4>(&trust, config);
-    // A handshake abandoned after the 2.01: expires 30 s after its last request.
-    let mut client = psk_client(1, CarrierConfig::default());
-    let mut link = Link::with(
-        PEER,
-        |i, _, _| if i >= 4 { Fate::Lose } else { Fate::Deliver },
-    );
-    assert!(!link.run(&mut client, &mut server, 500));
+    // A handshake abandoned after the 2.01: expires 30 s after it was created.
+    abandoned(&mut server, PEER, 1, 0);
     assert_eq!(server.sessions(), 1);
     assert_eq!(server.poll_timeout(), Some(at(30_000)));
     server.handle_timeout(at(29_999));
@@ -687,14 +682,7 @@ fn sessions_expire_when_idle_and_can_be_deleted() {
     assert_eq!(server.sessions(), 0);
 
     // DELETE of a session in its handshake: only the peer's own, then gone.
-    let mut client = psk_client(4, CarrierConfig::default());
-    let mut link = Link::with(
-        PEER,
-        |i, _, _| if i >= 4 { Fate::Lose } else { Fate::Deliver },
-    );
-    link.now = at(2_000_000);
-    assert!(!link.run(&mut client, &mut server, 500));
-    let id = client.session_id().unwrap();
+    let id = abandoned(&mut server, PEER, 4, 2_000_000);
     let path = ["dtls", &id.to_string()];
     let del = request(Code::DELETE, MessageType::Confirmable, 9001, &path, &[]);
     let r = server

@@ -1082,6 +1082,23 @@ fn coap_carrier_device(s: &mut Server, port: u16, seed: u64, now: u64) -> (Clien
     (c, id)
 }
 
+/// Only the cookie exchange and the `PUT` that creates the session resource, then silence:
+/// the codes of the server's answers, each addressed to `c`.
+fn open_half_over_coap(s: &mut Server, c: &mut Client, now: u64) -> Vec<Code> {
+    let mut answers = vec![];
+    for _ in 0..2 {
+        let sent = c.outgoing(now);
+        for (to, bytes) in s.handle(now, sent) {
+            assert_eq!(to, c.addr);
+            answers.push(Message::parse(&bytes).unwrap().code);
+            if let Some(hs) = c.carrier.as_mut() {
+                let _ = hs.handle_datagram(ms(now), &bytes, &mut c.rng);
+            }
+        }
+    }
+    answers
+}
+
 #[test]
 fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives_a_crash() {
     let s = Server::new(|_| {});
@@ -1186,16 +1203,7 @@ fn a_host_opening_many_handshakes_over_coap_holds_only_its_share_and_sessions_st
         })
         .collect();
     for c in &mut flood {
-        // Only the cookie exchange and the PUT that creates the session resource.
-        for _ in 0..2 {
-            let sent = c.outgoing(now);
-            for (to, bytes) in s.handle(now, sent) {
-                assert_eq!(to, c.addr);
-                if let Some(hs) = c.carrier.as_mut() {
-                    let _ = hs.handle_datagram(ms(now), &bytes, &mut c.rng);
-                }
-            }
-        }
+        open_half_over_coap(&mut s, c, now);
     }
     s.layer.publish();
     // At most half of one of the carrier's tables; the rest refused with 5.03.
@@ -1229,17 +1237,7 @@ fn handshakes_over_coap_in_progress_count_against_the_hosts_sessions() {
     let half_open = |port: u16, seed: u64, s: &mut Server| {
         let (mut c, _) = coap_carrier_device(s, 90, seed, now);
         c.addr.set_port(port);
-        let mut answers = vec![];
-        for _ in 0..2 {
-            let sent = c.outgoing(now);
-            for (_, bytes) in s.handle(now, sent) {
-                answers.push(sigil_coap::Message::parse(&bytes).unwrap().code);
-                if let Some(hs) = c.carrier.as_mut() {
-                    let _ = hs.handle_datagram(ms(now), &bytes, &mut c.rng);
-                }
-            }
-        }
-        answers
+        open_half_over_coap(s, &mut c, now)
     };
     assert_eq!(
         half_open(61_001, 91, &mut s),
