@@ -765,9 +765,13 @@ pub fn open_pairing<P: CryptoProvider + ?Sized>(
     let mut aad = [0u8; 64];
     let aad_len = enc_structure(sealed.content_protected, device, &mut aad)
         .map_err(|_| PairingError::Malformed("protected bucket too long"))?;
-    let (body, tag) = sealed
+    // The parser refuses a shorter ciphertext; a `Sealed` built by hand is checked here too.
+    let body_len = sealed
         .ciphertext
-        .split_at(sealed.ciphertext.len() - CCM8_TAG_LEN);
+        .len()
+        .checked_sub(CCM8_TAG_LEN)
+        .ok_or(PairingError::BadTag)?;
+    let (body, tag) = sealed.ciphertext.split_at(body_len);
     let tag: &[u8; CCM8_TAG_LEN] = tag.try_into().map_err(|_| PairingError::BadTag)?;
     let mut plain = [0u8; MAX_PAIRING_LEN];
     let plain = plain
