@@ -250,6 +250,7 @@ fn claims<'a>(
 ) -> Claims<'a> {
     Claims {
         iss: None,
+        sub: None,
         aud: Some(aud),
         exp: Some(UnixTime::from_secs(now.as_secs() + 3600)),
         nbf: None,

@@ -10,6 +10,7 @@ use sigil_time::UnixTime;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
     Iss,
+    Sub,
     Aud,
     Exp,
     Nbf,
@@ -24,6 +25,7 @@ impl Claim {
     pub const fn label(self) -> u64 {
         match self {
             Self::Iss => 1,
+            Self::Sub => 2,
             Self::Aud => 3,
             Self::Exp => 4,
             Self::Nbf => 5,
@@ -37,6 +39,7 @@ impl Claim {
     pub const fn from_label(label: u64) -> Option<Self> {
         Some(match label {
             1 => Self::Iss,
+            2 => Self::Sub,
             3 => Self::Aud,
             4 => Self::Exp,
             5 => Self::Nbf,
@@ -51,6 +54,7 @@ impl Claim {
     pub const fn name(self) -> &'static str {
         match self {
             Self::Iss => "iss",
+            Self::Sub => "sub",
             Self::Aud => "aud",
             Self::Exp => "exp",
             Self::Nbf => "nbf",

@@ -32,7 +32,7 @@ use subtle::ConstantTimeEq;
 pub const MAX_TOKEN_LEN: usize = 512;
 /// Most entries in a claims set (unknown claims count too).
 pub const MAX_CLAIMS: usize = 16;
-/// Longest text claim (`iss`, `aud`) and `cti`.
+/// Longest text claim (`iss`, `sub`, `aud`) and `cti`.
 pub const MAX_CLAIM_LEN: usize = 64;
 /// Most entries in a COSE header bucket.
 const MAX_HEADER_ENTRIES: usize = 4;
@@ -62,6 +62,10 @@ const H_PARTIAL_IV: i64 = 6;
 #[derive(Clone, Copy, Debug)]
 pub struct Claims<'a> {
     pub iss: Option<&'a str>,
+    /// The client the AC issued the token to (RFC 8392 §3.1.2): Sigil puts the identity the
+    /// client authenticated to `/token` with, so a resource server can check it is still on the
+    /// authorized list.
+    pub sub: Option<&'a str>,
     pub aud: Option<&'a str>,
     pub exp: Option<UnixTime>,
     pub nbf: Option<UnixTime>,
@@ -76,6 +80,7 @@ impl<'a> Claims<'a> {
     pub const fn new() -> Self {
         Self {
             iss: None,
+            sub: None,
             aud: None,
             exp: None,
             nbf: None,
@@ -91,6 +96,7 @@ impl<'a> Claims<'a> {
         let mut e = Encoder::new(out);
         let n = [
             self.iss.is_some(),
+            self.sub.is_some(),
             self.aud.is_some(),
             self.exp.is_some(),
             self.nbf.is_some(),
@@ -106,6 +112,10 @@ impl<'a> Claims<'a> {
         if let Some(iss) = self.iss {
             check_len(Claim::Iss, iss.len())?;
             e.u64(Claim::Iss.label())?.text(iss)?;
+        }
+        if let Some(sub) = self.sub {
+            check_len(Claim::Sub, sub.len())?;
+            e.u64(Claim::Sub.label())?.text(sub)?;
         }
         if let Some(aud) = self.aud {
             check_len(Claim::Aud, aud.len())?;
@@ -162,13 +172,13 @@ impl<'a> Claims<'a> {
             seen |= bit;
             let bad = || TokenError::from(Malformed::Claim(claim));
             match claim {
-                Claim::Iss | Claim::Aud => {
+                Claim::Iss | Claim::Sub | Claim::Aud => {
                     let t = d.text().map_err(|_| bad())?;
                     check_len(claim, t.len())?;
-                    if claim == Claim::Iss {
-                        c.iss = Some(t);
-                    } else {
-                        c.aud = Some(t);
+                    match claim {
+                        Claim::Iss => c.iss = Some(t),
+                        Claim::Sub => c.sub = Some(t),
+                        _ => c.aud = Some(t),
                     }
                 }
                 Claim::Exp | Claim::Nbf | Claim::Iat => {

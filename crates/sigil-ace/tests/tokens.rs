@@ -44,6 +44,7 @@ const READ_A: [ScopeEntry<'static>; 1] = [ScopeEntry {
 fn claims<'a>(scope: &'a [ScopeEntry<'a>], cnf: Option<Confirmation<'a>>) -> Claims<'a> {
     Claims {
         iss: None,
+        sub: None,
         aud: Some(AUD),
         exp: Some(UnixTime::from_secs(NOW.as_secs() + 3600)),
         nbf: None,
@@ -831,4 +832,24 @@ fn token_sizes() {
     assert_eq!(b_ed.len(), 197);
     assert_eq!(c.len(), 140);
     assert_eq!(c_kid.len(), 68);
+}
+
+/// `sub` (RFC 8392 §3.1.2, label 2) names the client the token was issued to; it survives the
+/// round trip and a second `sub` is refused like any duplicate claim.
+#[test]
+fn the_subject_claim_round_trips_and_appears_once() {
+    let (sk, pk) = keypair(SignatureAlgorithm::Ed25519, 7);
+    let with_sub = Claims {
+        sub: Some("00112233445566778899aabbccddeeff"),
+        ..claims(&READ_A, None)
+    };
+    let token = signed(&with_sub, &sk);
+    let mut scratch = [0u8; MAX_TOKEN_LEN];
+    let t = validate(&token, NOW, AUD, &signing_trust(pk), &RustCrypto, &mut scratch).unwrap();
+    assert_eq!(t.claims.sub, Some("00112233445566778899aabbccddeeff"));
+    // {2: "a", 2: "b"}
+    assert_eq!(
+        Claims::parse(&[0xa2, 0x02, 0x61, b'a', 0x02, 0x61, b'b']).unwrap_err(),
+        TokenError::Malformed(Malformed::DuplicateClaim(Claim::Sub))
+    );
 }
