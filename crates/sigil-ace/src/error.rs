@@ -86,6 +86,9 @@ pub enum Malformed {
     Scope(&'static str),
     /// The confirmation claim or its COSE_Key is not one this crate reads.
     Cnf(&'static str),
+    /// A parameter of a `/token` request, response or error map (RFC 9200 §5.8) is missing,
+    /// repeated or of the wrong type.
+    Param(&'static str),
 }
 
 impl From<CborError> for Malformed {
@@ -155,6 +158,7 @@ impl fmt::Display for Malformed {
             Self::ClaimsSet => f.write_str("claims set is not a bounded map"),
             Self::Scope(s) => write!(f, "scope: {s}"),
             Self::Cnf(s) => write!(f, "cnf: {s}"),
+            Self::Param(s) => write!(f, "ACE parameter: {s}"),
         }
     }
 }

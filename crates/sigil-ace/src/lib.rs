@@ -17,6 +17,7 @@
 pub mod cnf;
 pub mod error;
 pub mod pairing;
+pub mod params;
 pub mod scope;
 pub mod token;
 
@@ -25,6 +26,10 @@ pub use error::{Claim, Malformed, TokenError};
 pub use pairing::{
     open_pairing, parse_pairing, seal_pairing, Pairing, PairingContent, PairingError,
     MAX_PAIRING_LEN,
+};
+pub use params::{
+    AceError, AceErrorCode, TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR, CONTENT_FORMAT_CWT,
+    PROFILE_COAP_DTLS,
 };
 pub use scope::{Permissions, Scope, ScopeEntry, RD_OBJECT};
 pub use token::{
