@@ -28,8 +28,8 @@ pub use pairing::{
     MAX_PAIRING_LEN,
 };
 pub use params::{
-    AceError, AceErrorCode, TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR, CONTENT_FORMAT_CWT,
-    PROFILE_COAP_DTLS,
+    AceError, AceErrorCode, TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR,
+    CONTENT_FORMAT_CWT, PROFILE_COAP_DTLS,
 };
 pub use scope::{Permissions, Scope, ScopeEntry, RD_OBJECT};
 pub use token::{

@@ -307,8 +307,10 @@ impl<'a> AceError<'a> {
                     ))
                 }
                 P_ERROR_DESCRIPTION => {
-                    description =
-                        Some(d.text().map_err(|_| Malformed::Param("error_description"))?)
+                    description = Some(
+                        d.text()
+                            .map_err(|_| Malformed::Param("error_description"))?,
+                    )
                 }
                 _ => d.skip()?,
             }

@@ -845,7 +845,15 @@ fn the_subject_claim_round_trips_and_appears_once() {
     };
     let token = signed(&with_sub, &sk);
     let mut scratch = [0u8; MAX_TOKEN_LEN];
-    let t = validate(&token, NOW, AUD, &signing_trust(pk), &RustCrypto, &mut scratch).unwrap();
+    let t = validate(
+        &token,
+        NOW,
+        AUD,
+        &signing_trust(pk),
+        &RustCrypto,
+        &mut scratch,
+    )
+    .unwrap();
     assert_eq!(t.claims.sub, Some("00112233445566778899aabbccddeeff"));
     // {2: "a", 2: "b"}
     assert_eq!(

@@ -12,14 +12,22 @@ use std::collections::{HashMap, HashSet};
 pub enum PeerAuth {
     /// The pre-shared key provisioned for this identity.
     Psk(Identity),
-    /// A raw public key whose identity `h(P)` is on the authorized list.
+    /// A raw public key whose identity `h(P)` is on the authorized list, or that a token held
+    /// at `/authz-info` binds (RFC 9202 §3.2).
     RawPublicKey { identity: Identity, key: PublicKey },
+    /// The symmetric proof-of-possession key of an access token (RFC 9202 §3.3): the PSK
+    /// identity is the token's kid; `subject` is the client the AC issued the token to. Such a
+    /// session may do what the token's scope allows ([`crate::authz::Tokens`]) and speaks for
+    /// no registration.
+    Token { kid: Vec<u8>, subject: Identity },
 }
 
 impl PeerAuth {
     pub fn identity(&self) -> &Identity {
         match self {
-            Self::Psk(id) | Self::RawPublicKey { identity: id, .. } => id,
+            Self::Psk(id)
+            | Self::RawPublicKey { identity: id, .. }
+            | Self::Token { subject: id, .. } => id,
         }
     }
 
@@ -29,6 +37,7 @@ impl PeerAuth {
         match self {
             Self::Psk(id) => id == ep,
             Self::RawPublicKey { key: k, .. } => k == key,
+            Self::Token { .. } => false,
         }
     }
 }
@@ -40,9 +49,14 @@ pub fn mismatched(auth: Option<&PeerAuth>, ep: &Identity, key: &PublicKey) -> bo
 }
 
 /// What DTLS trusts, taken from the authorized list: identities (raw public keys are pinned to
-/// them) and the pre-shared keys provisioned for some of them.
+/// them) and the pre-shared keys provisioned for some of them; and the PoP keys of the access
+/// tokens held.
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {
     pub authorized: HashSet<Identity>,
     pub psks: HashMap<Identity, Vec<u8>>,
+    /// The symmetric PoP keys of the tokens held (`/authz-info`), by kid, with their subject.
+    pub token_psks: HashMap<Vec<u8>, (Vec<u8>, Identity)>,
+    /// The identities of the raw public keys tokens bind.
+    pub token_keys: HashSet<Identity>,
 }

@@ -382,23 +382,13 @@ impl Ctx<'_> {
 
 impl Ctx<'_> {
     /// With `authorize_reads`: whether the request's session may read `entry`'s readings
-    /// (the sensor itself, or an identity granted the sensor or its kit).
+    /// (the sensor itself, an identity granted the sensor or its kit, or a token's session
+    /// whose scope allows it; [`crate::authz`]).
     fn may_read(&self, req: &Request, entry: &Entry) -> Result<(), Rejection> {
         if !self.svc.config.authorize_reads {
             return Ok(());
         }
-        let Some(auth) = req.auth.as_ref() else {
-            return Err(Rejection::ReadWithoutSession);
-        };
-        let reader = auth.identity();
-        let granted = self.svc.read_grants.get(reader).is_some_and(|objects| {
-            objects.contains(&entry.reg.ep) || objects.contains(&entry.reg.authorized_by)
-        });
-        if *reader == entry.reg.ep || granted {
-            Ok(())
-        } else {
-            Err(Rejection::ReadNotGranted)
-        }
+        self.may_read_sensor(req, &entry.reg.ep, &entry.reg.authorized_by)
     }
 }
 

@@ -271,6 +271,13 @@ pub enum Rejection {
     ReadWithoutSession,
     /// A read by a session whose identity has no grant for the sensor or its kit.
     ReadNotGranted,
+    /// A read over a token's session whose token is gone, expired, or whose subject was
+    /// revoked (RFC 9200 §5.10.1.1: 4.01).
+    ReadToken(crate::authz::TokenCheck),
+    /// A lookup (`/rd-lookup`, `/ps`) without a session.
+    LookupWithoutSession,
+    /// A lookup by a token's session whose scope lacks `rd`.
+    LookupNotGranted,
 }
 
 impl Rejection {
@@ -302,8 +309,8 @@ impl Rejection {
             NotOwner(Ownership::Session) => Code::FORBIDDEN,
             NotOwner(_) => Code::UNAUTHORIZED,
             BadSignature | AlgorithmMismatch | SequenceMismatch => Code::UNAUTHORIZED,
-            ReadWithoutSession => Code::UNAUTHORIZED,
-            ReadNotGranted => Code::FORBIDDEN,
+            ReadWithoutSession | ReadToken(_) | LookupWithoutSession => Code::UNAUTHORIZED,
+            ReadNotGranted | LookupNotGranted => Code::FORBIDDEN,
         }
     }
 
@@ -359,6 +366,11 @@ impl Rejection {
             MalformedReading => "publish.rejected.malformed_reading",
             ReadWithoutSession => "read.rejected.no_session",
             ReadNotGranted => "read.rejected.not_granted",
+            ReadToken(crate::authz::TokenCheck::None) => "read.rejected.no_token",
+            ReadToken(crate::authz::TokenCheck::Expired) => "read.rejected.token_expired",
+            ReadToken(crate::authz::TokenCheck::Revoked) => "read.rejected.token_revoked",
+            LookupWithoutSession => "lookup.rejected.no_session",
+            LookupNotGranted => "lookup.rejected.not_granted",
         }
     }
 
@@ -382,7 +394,10 @@ impl Rejection {
             | PreconditionFailed
             | BadQuery { .. }
             | ReadWithoutSession
-            | ReadNotGranted => None,
+            | ReadNotGranted
+            | ReadToken(_)
+            | LookupWithoutSession
+            | LookupNotGranted => None,
             UnsupportedFormat(op) | NotAuthorized(op) | PeerMismatch(op) => Some(*op),
             MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
             | KeyMismatch | MalformedResync | BadResyncSignature | UnsignedRemoval
@@ -420,6 +435,9 @@ impl Rejection {
             NotOwner(_) => "owner's sq, ss needed".into(),
             ReadWithoutSession => "coaps:// session needed".into(),
             ReadNotGranted => "no read grant".into(),
+            ReadToken(_) => "token invalid".into(),
+            LookupWithoutSession => "coaps:// session needed".into(),
+            LookupNotGranted => "no rd scope".into(),
             other => other.reason().into(),
         }
     }
@@ -475,6 +493,10 @@ pub(crate) struct Ctx<'a> {
     pub counts: &'a mut BTreeMap<&'static str, u64>,
     /// Log lines peers cause go through this budget ([`crate::log`]).
     pub log: &'a mut crate::log::LogLimiter,
+    /// The access-control server, if this server is one ([`crate::authz`]).
+    pub authority: Option<&'a mut crate::authz::Authority>,
+    /// The access tokens held as a resource server.
+    pub tokens: &'a mut crate::authz::Tokens,
 }
 
 impl Ctx<'_> {

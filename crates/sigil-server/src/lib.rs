@@ -20,6 +20,7 @@
 //! - [`store`]: the database. [`stats`]: counters by reason. [`provision`]: identity lists.
 
 pub mod auth;
+pub mod authz;
 pub mod broker;
 pub mod budget;
 pub mod coap;

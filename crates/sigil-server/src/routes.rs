@@ -29,6 +29,10 @@ enum Resource {
     Topics,
     /// `/ps/N/<href>`: one topic.
     Topic,
+    /// `/token`: the access-control server's token endpoint (RFC 9200 §5.8).
+    Token,
+    /// `/authz-info`: where a client posts its token (RFC 9200 §5.10.1).
+    AuthzInfo,
 }
 
 struct Route {
@@ -85,6 +89,18 @@ const ROUTES: &[Route] = &[
         offers: None,
         resource: Resource::Topic,
     },
+    Route {
+        path: &["token"],
+        methods: &[Code::POST],
+        offers: None,
+        resource: Resource::Token,
+    },
+    Route {
+        path: &["authz-info"],
+        methods: &[Code::POST],
+        offers: None,
+        resource: Resource::AuthzInfo,
+    },
 ];
 
 fn route(path: &[String]) -> Option<&'static Route> {
@@ -121,9 +137,17 @@ impl Ctx<'_> {
             (Resource::Directory, _) => self.register(b, req),
             (Resource::Registration, Code::POST) => self.update(b, req, id),
             (Resource::Registration, _) => self.remove(b, req, id),
-            (Resource::LookupEndpoints, _) => self.lookup(req, false),
-            (Resource::LookupResources, _) => self.lookup(req, true),
-            (Resource::Topics, _) => Ok(self.topics()),
+            (r @ (Resource::LookupEndpoints | Resource::LookupResources | Resource::Topics), _) => {
+                if let Err(why) = self.may_look_up(req) {
+                    return Ok(self.reject(why, req));
+                }
+                match r {
+                    Resource::Topics => Ok(self.topics()),
+                    r => self.lookup(req, r == Resource::LookupResources),
+                }
+            }
+            (Resource::Token, _) => Ok(self.token(req)),
+            (Resource::AuthzInfo, _) => Ok(self.authz_info(req)),
             (Resource::Topic, Code::PUT) => self.publish(b, req, check),
             (Resource::Topic, _) => self.read_topic(b, req),
         }

@@ -171,6 +171,11 @@ impl SharedTrust {
         }
     }
 
+    /// The client a token's PoP key speaks for.
+    fn token_subject(&self, kid: &[u8]) -> Option<Identity> {
+        self.0.read().ok()?.token_psks.get(kid).map(|(_, s)| *s)
+    }
+
     fn identity_of_key(key: &PublicKey) -> Option<Identity> {
         Identity::of_key(&RustCrypto, key, b"").ok()
     }
@@ -178,10 +183,16 @@ impl SharedTrust {
 
 impl Trust for SharedTrust {
     /// The PSK identity is the text form of a provisioned identity (any label form).
+    /// An identity that starts with [`crate::authz::KID_PREFIX`] is the kid of a token's PoP
+    /// key (RFC 9202 §3.3).
     fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
-        let id = Identity::parse(std::str::from_utf8(identity).ok()?).ok()?;
         let g = self.0.read().ok()?;
-        let psk = g.psks.get(&id)?;
+        let psk = if identity.first() == Some(&crate::authz::KID_PREFIX) {
+            &g.token_psks.get(identity)?.0
+        } else {
+            let id = Identity::parse(std::str::from_utf8(identity).ok()?).ok()?;
+            g.psks.get(&id)?
+        };
         key.get_mut(..psk.len())?.copy_from_slice(psk);
         Some(psk.len())
     }
@@ -191,7 +202,9 @@ impl Trust for SharedTrust {
         let Some(id) = Self::identity_of_key(key) else {
             return false;
         };
-        self.0.read().is_ok_and(|g| g.authorized.contains(&id))
+        self.0
+            .read()
+            .is_ok_and(|g| g.authorized.contains(&id) || g.token_keys.contains(&id))
     }
 
     /// A certificate chain must reach a configured anchor at the current time, and the
@@ -211,7 +224,7 @@ impl Trust for SharedTrust {
 type Conn = Connection<RustCrypto, SharedTrust>;
 
 /// The identity an established session speaks for, from the peer its handshake proved.
-fn auth_of(traffic: &Traffic<RustCrypto>) -> Option<PeerAuth> {
+fn auth_of(traffic: &Traffic<RustCrypto>, trust: &SharedTrust) -> Option<PeerAuth> {
     match traffic.peer() {
         DtlsPeer::Key { key, .. } => {
             SharedTrust::identity_of_key(key).map(|identity| PeerAuth::RawPublicKey {
@@ -219,10 +232,20 @@ fn auth_of(traffic: &Traffic<RustCrypto>) -> Option<PeerAuth> {
                 key: *key,
             })
         }
-        DtlsPeer::Psk { .. } => std::str::from_utf8(traffic.psk_identity())
-            .ok()
-            .and_then(|t| Identity::parse(t).ok())
-            .map(PeerAuth::Psk),
+        DtlsPeer::Psk { .. } => {
+            let id = traffic.psk_identity();
+            if id.first() == Some(&crate::authz::KID_PREFIX) {
+                trust.token_subject(id).map(|subject| PeerAuth::Token {
+                    kid: id.to_vec(),
+                    subject,
+                })
+            } else {
+                std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|t| Identity::parse(t).ok())
+                    .map(PeerAuth::Psk)
+            }
+        }
         DtlsPeer::Anonymous(_) => None,
     }
 }
@@ -632,7 +655,7 @@ impl SecureLayer {
             return Err("no room in the session table");
         }
         let traffic = Traffic::restore(RustCrypto, saved);
-        let auth = auth_of(&traffic);
+        let auth = auth_of(&traffic, &self.trust);
         let mut p = Peer {
             conn: Box::new(traffic),
             host,
@@ -1422,7 +1445,7 @@ impl SecureLayer {
         hello_random: [u8; 32],
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) -> Vec<Delivered> {
-        let auth = auth_of(&traffic);
+        let auth = auth_of(&traffic, &self.trust);
         // The session it replaces (a device that rebooted at the same address) goes first,
         // so its bytes are there for the new one.
         let replaced = self.sessions.remove(&peer);

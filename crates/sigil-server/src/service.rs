@@ -18,6 +18,7 @@
 //!   `GET /ps/N/<href>?n=&after=` history as a CBOR array of the signed readings.
 
 use crate::auth::Credentials;
+use crate::authz::{Authority, Tokens};
 use crate::context::{diagnostic, Ctx, Reply, Request, Response};
 use crate::rd::Entry;
 use crate::stats::Stats;
@@ -50,6 +51,8 @@ pub struct ServiceConfig {
     /// session, 4.03 without a grant. Off: anyone may read (every reading is signed end to
     /// end, so reading proves nothing and changes nothing).
     pub authorize_reads: bool,
+    /// Seconds an access token from `/token` stays valid.
+    pub token_lifetime: u32,
 }
 
 impl Default for ServiceConfig {
@@ -64,6 +67,7 @@ impl Default for ServiceConfig {
             default_lifetime: 90_000,
             retry_after_full_secs: 30,
             authorize_reads: false,
+            token_lifetime: 3600,
         }
     }
 }
@@ -78,6 +82,12 @@ pub struct Service {
     stats: Stats,
     local: BTreeMap<&'static str, u64>,
     log: crate::log::LogLimiter,
+    /// The access-control server (with coaps:// only: tokens are asked for over a session).
+    authority: Option<Authority>,
+    /// The tokens held as a resource server, and the generation of their PoP keys last
+    /// handed to DTLS.
+    tokens: Tokens,
+    tokens_seen: u64,
 }
 
 /// What the service knows in memory (a cache of the database, updated after each commit).
@@ -136,7 +146,16 @@ impl Service {
             stats,
             local: BTreeMap::new(),
             log: crate::log::LogLimiter::default(),
+            authority: None,
+            tokens: Tokens::default(),
+            tokens_seen: 0,
         })
+    }
+
+    /// Makes this server an access-control server for itself and for the sensors that serve
+    /// their own readings (`/token`, `/authz-info`; [`crate::authz`]).
+    pub fn set_authority(&mut self, authority: Authority) {
+        self.authority = Some(authority);
     }
 
     fn count(&mut self, key: &'static str) {
@@ -161,7 +180,7 @@ impl Service {
     /// changed since the last call, e.g. after `sigil provision` committed.
     pub fn changed_credentials(&mut self) -> Option<Credentials> {
         self.refresh_authorized();
-        if self.generation == self.generation_seen {
+        if self.generation == self.generation_seen && self.tokens.generation == self.tokens_seen {
             return None;
         }
         let psks = match self.store.psks() {
@@ -172,7 +191,10 @@ impl Service {
             }
         };
         self.generation_seen = self.generation;
+        self.tokens_seen = self.tokens.generation;
         Some(Credentials {
+            token_psks: self.tokens.psks(),
+            token_keys: self.tokens.keys(),
             authorized: self.state.authorized.keys().copied().collect(),
             psks: psks
                 .into_iter()
@@ -185,6 +207,7 @@ impl Service {
     /// timestamps); returns one reply per request, in order.
     pub fn handle_batch(&mut self, requests: &[Request], now: UnixTime) -> Vec<Reply> {
         self.refresh_authorized();
+        self.tokens.expire(now);
         let checks = self.state.check_publications(requests, now);
         let mut replies = Vec::with_capacity(requests.len());
         // Cache changes become visible only after the commit succeeds.
@@ -203,6 +226,8 @@ impl Service {
                 new_authorized: &mut new_authorized,
                 counts: &mut local,
                 log: &mut self.log,
+                authority: self.authority.as_mut(),
+                tokens: &mut self.tokens,
             };
             // The handlers read the service's caches while writing through the transaction.
             let mut out = Vec::with_capacity(requests.len());
@@ -256,6 +281,7 @@ impl Service {
                 replies.extend(requests.iter().map(|_| reply.clone()));
             }
         }
+        self.tokens.publish(&self.stats);
         let mut local = std::mem::take(&mut self.local);
         self.stats.merge(&mut local);
         self.local = local;

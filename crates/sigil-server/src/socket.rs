@@ -194,8 +194,24 @@ impl Server {
             }
             None => None,
         };
+        // The AC signs with the server's own key (the one pairing messages are signed with and
+        // sensors pin), also when DTLS presents a certificate's key.
+        let ac_keys = match &secure {
+            Some(_) => Some((server_key(&store)?, token_key(&store)?)),
+            None => None,
+        };
         let mut service = Service::new(store, config.service.clone(), stats.clone())?;
         let mut secure = secure;
+        if let Some((ac_key, rs_key)) = ac_keys {
+            let authority = crate::authz::Authority::new(
+                ac_key,
+                rs_key,
+                config.service.token_lifetime,
+                Box::new(OsRng),
+            )
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+            service.set_authority(authority);
+        }
         if let Some((_, layer)) = &mut secure {
             // The sessions stored before a restart come back once the trust they are checked
             // against is loaded; the layer keeps its own connection to the database for them.
@@ -366,6 +382,30 @@ fn server_key(store: &Store) -> Result<SecretKey, StartError> {
         StartError::Store(StoreError::Corrupt {
             table: "server_key",
             what: "secret".into(),
+        })
+    })
+}
+
+/// The key the access-control server encrypts tokens for this server with (it is both AC
+/// and resource server), made at first start and kept in the database so the tokens it gave
+/// out stay valid across a restart.
+fn token_key(store: &Store) -> Result<[u8; 16], StartError> {
+    const NAME: &str = "ac-rs";
+    let secret = match store.server_key(NAME)? {
+        Some((_, s)) => s,
+        None => {
+            let mut k = [0u8; 16];
+            OsRng
+                .fill(&mut k)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            // alg 10: AES-CCM-16-64-128, what the tokens are encrypted with.
+            store.put_server_key(NAME, 10, &k)?.1
+        }
+    };
+    secret.try_into().map_err(|_| {
+        StartError::Store(StoreError::Corrupt {
+            table: "server_key",
+            what: NAME.into(),
         })
     })
 }

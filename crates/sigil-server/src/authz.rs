@@ -1,0 +1,1106 @@
+//! The access-control server (ACE, RFC 9200) and this server's side of the DTLS profile
+//! (RFC 9202) as a resource server.
+//!
+//! - `POST /token` (coaps:// only): a client authenticated by its session asks for a token for
+//!   an audience (this server's broker and RD, or a sensor that serves its own readings) and a
+//!   scope. The policy is the one `sigil provision grant` keeps: a client may read the sensors
+//!   and kits it was granted, and itself; every authenticated identity may look up the RD; a
+//!   device may publish to its own topic. For this server the token is a COSE_Encrypt0 under
+//!   the AC-RS key carrying a fresh symmetric PoP key (the client's DTLS PSK, kid chosen here),
+//!   or, when the client asks with `req_cnf` or holds a raw-public-key session, a COSE_Sign1
+//!   binding that public key. For a sensor it is always signed, with the client's public key:
+//!   the sensor checks it offline with the server key it was paired with.
+//! - `POST /authz-info` (coap:// or coaps://): a token for this server is checked (AC key,
+//!   audience, expiry, its `cti` never seen before, its subject still authorized) and kept
+//!   until it expires, keyed by its PoP key. A DTLS handshake with that PSK (identity = kid) or
+//!   raw public key then gives a session whose reads the token's scope allows
+//!   ([`Tokens::allows`]).
+//!
+//! Both tables here (tokens, and the `cti` replay cache) are filled by peers, so both are
+//! charged in bytes per source host and in total ([`crate::budget`]).
+
+use crate::budget::{ByteBudget, Caps, Host, ENTRY_OVERHEAD};
+use crate::stats::Stats;
+use sigil_ace::{
+    encode_encrypted, encode_signed, validate, AcSharedKey, AcSigningKey, AcTrust, AceError,
+    AceErrorCode, Claims, Confirmation, Permissions, Scope, ScopeEntry, TokenError, TokenForm,
+    MAX_TOKEN_LEN,
+};
+use sigil_crypto::{CryptoProvider, PublicKey, Rng, RustCrypto, SecretKey};
+use sigil_identity::Identity;
+use sigil_time::UnixTime;
+use std::collections::HashMap;
+
+/// The first byte of every kid this AC makes for a symmetric PoP key. It is not valid UTF-8, so
+/// a PSK identity that starts with it can never be confused with a provisioned identity's
+/// text form.
+pub const KID_PREFIX: u8 = 0xac;
+/// Bytes of a kid: the prefix and 8 random bytes.
+pub const KID_LEN: usize = 9;
+/// Bytes of a symmetric PoP key (the DTLS PSK the token names).
+pub const POP_KEY_LEN: usize = 16;
+/// Bytes of a token's `cti`.
+pub const CTI_LEN: usize = 8;
+
+/// The AC: the keys it protects tokens with and how long they live.
+pub struct Authority {
+    /// The server's long-term key (the one DTLS presents and pairing messages are signed with):
+    /// it signs tokens, and sensors check them with it.
+    key: SecretKey,
+    public: PublicKey,
+    /// The server's identity `h(P)` in text form: `iss` of every token, and the audience that
+    /// names this server's broker and RD.
+    audience: String,
+    /// The key encrypted tokens for this server are protected with (the AC and the RS are one
+    /// process; it is kept in the database so tokens survive a restart).
+    rs_key: [u8; 16],
+    /// Seconds a token is valid.
+    pub lifetime: u32,
+    rng: Box<dyn Rng + Send>,
+}
+
+impl Authority {
+    pub fn new(
+        key: SecretKey,
+        rs_key: [u8; 16],
+        lifetime: u32,
+        rng: Box<dyn Rng + Send>,
+    ) -> Result<Self, sigil_crypto::CryptoError> {
+        let public = RustCrypto.public_key(&key)?;
+        let audience = Identity::of_key(&RustCrypto, &public, b"")
+            .map_err(|_| sigil_crypto::CryptoError::InvalidKey)?
+            .to_string();
+        Ok(Self {
+            key,
+            public,
+            audience,
+            rs_key,
+            lifetime: lifetime.max(1),
+            rng,
+        })
+    }
+
+    /// The audience naming this server (its identity in text form).
+    pub fn audience(&self) -> &str {
+        &self.audience
+    }
+
+    pub fn public_key(&self) -> PublicKey {
+        self.public
+    }
+
+    /// What this server trusts a token for itself by.
+    fn trust(&self) -> AcTrust<'_> {
+        AcTrust {
+            signing: Some(AcSigningKey {
+                kid: None,
+                key: self.public,
+            }),
+            shared: Some(AcSharedKey {
+                kid: None,
+                key: &self.rs_key,
+            }),
+            mac: None,
+        }
+    }
+}
+
+/// Who a token is for and how it binds its holder.
+pub enum Binding {
+    /// A fresh symmetric key the AC makes (only for this server: the token is encrypted to it).
+    Symmetric,
+    /// The client's public key.
+    PublicKey(PublicKey),
+}
+
+/// A token the AC made.
+pub struct Issued {
+    pub token: Vec<u8>,
+    /// The symmetric PoP key and its kid, for the client (`cnf` of the response).
+    pub pop: Option<(Vec<u8>, [u8; POP_KEY_LEN])>,
+    pub expires_in: u32,
+}
+
+impl Authority {
+    /// Makes a token for `subject` with `scope` at `audience`, valid from `now`.
+    pub fn issue(
+        &mut self,
+        subject: &Identity,
+        audience: &str,
+        scope: &[(String, u32)],
+        binding: Binding,
+        now: UnixTime,
+    ) -> Result<Issued, TokenError> {
+        let mut cti = [0u8; CTI_LEN];
+        self.rng.fill(&mut cti).map_err(TokenError::Crypto)?;
+        let entries: Vec<ScopeEntry<'_>> = scope
+            .iter()
+            .map(|(o, p)| ScopeEntry {
+                object: o,
+                permissions: Permissions(*p),
+            })
+            .collect();
+        let subject = subject.to_string();
+        let mut kid = [0u8; KID_LEN];
+        let mut psk = [0u8; POP_KEY_LEN];
+        let cnf = match binding {
+            Binding::PublicKey(key) => Confirmation::PublicKey { kid: None, key },
+            Binding::Symmetric => {
+                kid[0] = KID_PREFIX;
+                self.rng.fill(&mut kid[1..]).map_err(TokenError::Crypto)?;
+                self.rng.fill(&mut psk).map_err(TokenError::Crypto)?;
+                Confirmation::Symmetric {
+                    kid: &kid,
+                    key: &psk,
+                }
+            }
+        };
+        let claims = Claims {
+            iss: Some(&self.audience),
+            sub: Some(&subject),
+            aud: Some(audience),
+            exp: Some(UnixTime::from_secs(
+                now.as_secs().saturating_add(i64::from(self.lifetime)),
+            )),
+            iat: Some(now),
+            cti: Some(&cti),
+            scope: Some(Scope::new(&entries)),
+            cnf: Some(cnf),
+            ..Claims::new()
+        };
+        let mut out = [0u8; MAX_TOKEN_LEN];
+        let (n, pop) = match cnf {
+            Confirmation::Symmetric { .. } => {
+                let n = encode_encrypted(
+                    &claims,
+                    None,
+                    &self.rs_key,
+                    &RustCrypto,
+                    &mut *self.rng,
+                    &mut out,
+                )?;
+                (n, Some((kid.to_vec(), psk)))
+            }
+            _ => (
+                encode_signed(&claims, None, &self.key, &RustCrypto, &mut out)?,
+                None,
+            ),
+        };
+        Ok(Issued {
+            token: out[..n].to_vec(),
+            pop,
+            expires_in: self.lifetime,
+        })
+    }
+}
+
+/// How a held token binds its holder's session.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PopKey {
+    /// The PSK identity (the kid) of a symmetric key.
+    Kid(Vec<u8>),
+    /// The identity `h(P)` of the client's raw public key.
+    Key(Identity),
+}
+
+/// A token this server accepted at `/authz-info`.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The identity the AC issued it to.
+    pub subject: Identity,
+    pub exp: UnixTime,
+    pub scope: Vec<(String, u32)>,
+    /// The DTLS PSK of a symmetric PoP key.
+    pub psk: Option<Vec<u8>>,
+    host: Host,
+    bytes: usize,
+}
+
+/// Why `/authz-info` refused a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Token(TokenError),
+    /// The token's `cti` was posted before (RFC 9202 §3.2: a token is accepted once).
+    Replayed,
+    /// The token's subject is no longer on the authorized list (or it names none).
+    Revoked,
+    /// No `cti`, or no usable `cnf` (only a symmetric key or a public key binds a session).
+    Incomplete(&'static str),
+    /// The host's share or the table is full.
+    Full,
+}
+
+impl Refusal {
+    /// The counter (`authz.refused.<reason>`).
+    pub fn counter(&self) -> &'static str {
+        match self {
+            Self::Token(TokenError::Expired { .. }) => "authz.refused.expired",
+            Self::Token(TokenError::NotYetValid { .. }) => "authz.refused.not_yet_valid",
+            Self::Token(TokenError::WrongAudience) => "authz.refused.wrong_audience",
+            Self::Token(TokenError::BadSignature | TokenError::BadTag) => "authz.refused.tampered",
+            Self::Token(TokenError::UnknownKey | TokenError::UnsupportedAlgorithm(_)) => {
+                "authz.refused.unknown_key"
+            }
+            Self::Token(TokenError::Oversized { .. }) => "authz.refused.oversized",
+            Self::Token(TokenError::MissingClaim(_)) => "authz.refused.incomplete",
+            Self::Token(_) => "authz.refused.malformed",
+            Self::Replayed => "authz.refused.replayed",
+            Self::Revoked => "authz.refused.revoked",
+            Self::Incomplete(_) => "authz.refused.incomplete",
+            Self::Full => "authz.refused.full",
+        }
+    }
+
+    /// The CoAP answer's code and its error map (RFC 9200 §5.10.1.1: 4.00 for a request that
+    /// is not a token, 4.01 for a token that is not valid here, 5.03 when there is no room).
+    pub fn answer(&self) -> (sigil_coap::Code, Vec<u8>) {
+        use sigil_coap::Code;
+        let (code, err) = match self {
+            Self::Token(TokenError::Malformed(_) | TokenError::Oversized { .. }) => {
+                (Code::BAD_REQUEST, AceErrorCode::InvalidRequest)
+            }
+            Self::Full => (Code::SERVICE_UNAVAILABLE, AceErrorCode::InvalidRequest),
+            _ => (Code::UNAUTHORIZED, AceErrorCode::InvalidGrant),
+        };
+        let description = self.counter().trim_start_matches("authz.refused.");
+        let mut buf = [0u8; 64];
+        let n = AceError {
+            code: err,
+            description: Some(description),
+        }
+        .encode(&mut buf)
+        .unwrap_or(0);
+        (code, buf[..n].to_vec())
+    }
+}
+
+/// Caps of the token table and the replay cache.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenCaps {
+    pub tokens: Caps,
+    pub cti: Caps,
+}
+
+impl Default for TokenCaps {
+    fn default() -> Self {
+        Self {
+            tokens: Caps {
+                total: 4 << 20,
+                per_host: 256 << 10,
+            },
+            cti: Caps {
+                total: 2 << 20,
+                per_host: 128 << 10,
+            },
+        }
+    }
+}
+
+/// The tokens this server holds as a resource server, and the `cti` of every token it
+/// accepted that has not expired yet.
+pub struct Tokens {
+    held: HashMap<PopKey, Held>,
+    /// `cti` to (expiry, host charged, bytes).
+    seen: HashMap<Vec<u8>, (UnixTime, Host, usize)>,
+    budget: ByteBudget,
+    cti_budget: ByteBudget,
+    /// Bumped when the set of symmetric PoP keys changes (the DTLS trust must be refreshed).
+    pub generation: u64,
+}
+
+impl Default for Tokens {
+    fn default() -> Self {
+        Self::new(TokenCaps::default())
+    }
+}
+
+impl Tokens {
+    pub fn new(caps: TokenCaps) -> Self {
+        Self {
+            held: HashMap::new(),
+            seen: HashMap::new(),
+            budget: ByteBudget::new("authz.tokens", caps.tokens),
+            cti_budget: ByteBudget::new("authz.cti", caps.cti),
+            generation: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Checks and keeps a token posted to `/authz-info` from `from` at `now`.
+    /// `authorized` says whether an identity is still on the list.
+    pub fn accept(
+        &mut self,
+        authority: &Authority,
+        token: &[u8],
+        from: Host,
+        now: UnixTime,
+        authorized: impl Fn(&Identity) -> bool,
+    ) -> Result<PopKey, Refusal> {
+        self.expire(now);
+        let mut scratch = [0u8; MAX_TOKEN_LEN];
+        let t = validate(
+            token,
+            now,
+            &authority.audience,
+            &authority.trust(),
+            &RustCrypto,
+            &mut scratch,
+        )
+        .map_err(Refusal::Token)?;
+        let cti = t.claims.cti.ok_or(Refusal::Incomplete("no cti"))?;
+        let subject = t
+            .claims
+            .sub
+            .and_then(|s| Identity::parse(s).ok())
+            .ok_or(Refusal::Revoked)?;
+        if !authorized(&subject) {
+            return Err(Refusal::Revoked);
+        }
+        if self.seen.contains_key(cti) {
+            return Err(Refusal::Replayed);
+        }
+        let (pop, psk) = match t.claims.cnf {
+            Some(Confirmation::Symmetric { kid, key }) => {
+                // A symmetric key only ever travels encrypted (checked by `validate`).
+                debug_assert!(t.form == TokenForm::Encrypted);
+                (PopKey::Kid(kid.to_vec()), Some(key.to_vec()))
+            }
+            Some(Confirmation::PublicKey { key, .. }) => {
+                let id = Identity::of_key(&RustCrypto, &key, b"")
+                    .map_err(|_| Refusal::Incomplete("unusable public key"))?;
+                (PopKey::Key(id), None)
+            }
+            _ => return Err(Refusal::Incomplete("no symmetric or public PoP key")),
+        };
+        let scope: Vec<(String, u32)> = t
+            .scope
+            .iter()
+            .map(|e| (e.object.to_string(), e.permissions.0))
+            .collect();
+        let bytes =
+            ENTRY_OVERHEAD + token.len() + scope.iter().map(|(o, _)| o.len() + 32).sum::<usize>();
+        let cti_bytes = ENTRY_OVERHEAD + cti.len();
+        if self.cti_budget.check(from, cti_bytes).is_err() {
+            return Err(Refusal::Full);
+        }
+        // A newer token for the same PoP key replaces the older one (RFC 9202 §3.2.2 / §3.3.2:
+        // updating access rights); its bytes are refunded first.
+        let replaced = self.held.remove(&pop);
+        if let Some(old) = &replaced {
+            self.budget.refund(old.host, old.bytes);
+        }
+        if self.budget.charge(from, bytes).is_err() {
+            if let Some(old) = replaced {
+                // Put the old one back exactly as it was.
+                let _ = self.budget.charge(old.host, old.bytes);
+                self.held.insert(pop, old);
+            }
+            return Err(Refusal::Full);
+        }
+        let _ = self.cti_budget.charge(from, cti_bytes);
+        self.seen.insert(cti.to_vec(), (t.exp, from, cti_bytes));
+        if psk.is_some() || replaced.as_ref().is_some_and(|o| o.psk.is_some()) {
+            self.generation += 1;
+        }
+        self.held.insert(
+            pop.clone(),
+            Held {
+                subject,
+                exp: t.exp,
+                scope,
+                psk,
+                host: from,
+                bytes,
+            },
+        );
+        Ok(pop)
+    }
+
+    /// Drops every token and `cti` whose expiry has passed.
+    pub fn expire(&mut self, now: UnixTime) {
+        let mut changed = false;
+        let budget = &mut self.budget;
+        self.held.retain(|_, h| {
+            let keep = now < h.exp;
+            if !keep {
+                budget.refund(h.host, h.bytes);
+                changed |= h.psk.is_some();
+            }
+            keep
+        });
+        let cti = &mut self.cti_budget;
+        self.seen.retain(|_, (exp, host, bytes)| {
+            let keep = now < *exp;
+            if !keep {
+                cti.refund(*host, *bytes);
+            }
+            keep
+        });
+        if changed {
+            self.generation += 1;
+        }
+        crate::budget::shrink_if_sparse(&mut self.held);
+        crate::budget::shrink_if_sparse(&mut self.seen);
+    }
+
+    /// The token a session's PoP key holds, if it is still valid at `now` for a subject that is
+    /// still authorized.
+    pub fn valid(
+        &self,
+        pop: &PopKey,
+        now: UnixTime,
+        authorized: impl Fn(&Identity) -> bool,
+    ) -> Result<&Held, TokenCheck> {
+        let h = self.held.get(pop).ok_or(TokenCheck::None)?;
+        if now >= h.exp {
+            return Err(TokenCheck::Expired);
+        }
+        if !authorized(&h.subject) {
+            return Err(TokenCheck::Revoked);
+        }
+        Ok(h)
+    }
+
+    /// The symmetric PoP keys held, by kid, with the subject each speaks for (for the DTLS
+    /// trust).
+    pub fn psks(&self) -> HashMap<Vec<u8>, (Vec<u8>, Identity)> {
+        self.held
+            .iter()
+            .filter_map(|(pop, h)| match (pop, &h.psk) {
+                (PopKey::Kid(kid), Some(psk)) => Some((kid.clone(), (psk.clone(), h.subject))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The identities of the raw public keys held tokens bind (for the DTLS trust).
+    pub fn keys(&self) -> std::collections::HashSet<Identity> {
+        self.held
+            .keys()
+            .filter_map(|pop| match pop {
+                PopKey::Key(id) => Some(*id),
+                PopKey::Kid(_) => None,
+            })
+            .collect()
+    }
+
+    /// Publishes the gauges of both tables.
+    pub fn publish(&self, stats: &Stats) {
+        self.budget.publish(stats);
+        self.cti_budget.publish(stats);
+        stats.set("authz.tokens_held", self.held.len() as u64);
+    }
+}
+
+/// Why a session's token does not count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenCheck {
+    /// The session's key holds no token.
+    None,
+    Expired,
+    /// The token's subject was revoked since.
+    Revoked,
+}
+
+impl Held {
+    /// Whether the token grants `wanted` on `object`.
+    pub fn allows(&self, object: &str, wanted: Permissions) -> bool {
+        self.scope
+            .iter()
+            .any(|(o, p)| o == object && Permissions(*p).contains(wanted))
+    }
+}
+
+// ---- The handlers ----
+
+use crate::auth::PeerAuth;
+use crate::context::{Ctx, Rejection, Reply, Request, Response};
+use sigil_ace::{TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR, PROFILE_COAP_DTLS};
+use sigil_coap::Code;
+
+/// An `application/ace+cbor` error answer (RFC 9200 §5.8.3).
+fn ace_error(code: Code, err: AceErrorCode, description: &str) -> Reply {
+    let mut buf = [0u8; 128];
+    let n = AceError {
+        code: err,
+        description: Some(description),
+    }
+    .encode(&mut buf)
+    .unwrap_or(0);
+    Reply::Response(Response {
+        code,
+        content_format: Some(CONTENT_FORMAT_ACE_CBOR),
+        payload: buf[..n].to_vec(),
+        ..Default::default()
+    })
+}
+
+impl Ctx<'_> {
+    /// The permissions the policy gives `client` on `object` at this server (`own`) or at
+    /// the sensor `sensor`: `rd` lookup to every authenticated identity (here only); reading
+    /// a sensor to the sensor itself and to identities granted it or its kit; publishing to a
+    /// device's own topic (here only).
+    fn policy(&self, client: &Identity, object: &str, own: bool, sensor: Option<&Identity>) -> u32 {
+        if object == sigil_ace::RD_OBJECT {
+            return if own { Permissions::READ.0 } else { 0 };
+        }
+        let Ok(id) = Identity::parse(object) else {
+            return 0;
+        };
+        // Objects are named exactly as resource servers compare them.
+        if object != id.to_string() || (!own && sensor != Some(&id)) {
+            return 0;
+        }
+        let mut perms = 0;
+        if id == *client {
+            perms |= Permissions::READ.0;
+            if own {
+                perms |= Permissions::PUBLISH.0;
+            }
+        }
+        let kit = self
+            .svc
+            .by_ep
+            .get(&id)
+            .and_then(|n| self.svc.entries.get(n))
+            .map(|e| e.reg.authorized_by);
+        if self
+            .svc
+            .read_grants
+            .get(client)
+            .is_some_and(|g| g.contains(&id) || kit.is_some_and(|k| g.contains(&k)))
+        {
+            perms |= Permissions::READ.0;
+        }
+        perms
+    }
+
+    /// `POST /token` (RFC 9200 §5.8).
+    pub fn token(&mut self, req: &Request) -> Reply {
+        let Some(auth) = req.auth.clone() else {
+            self.count("token.refused.no_session");
+            return ace_error(
+                Code::UNAUTHORIZED,
+                AceErrorCode::InvalidClient,
+                "coaps:// session needed",
+            );
+        };
+        let client = *auth.identity();
+        if matches!(auth, PeerAuth::Token { .. }) || !self.svc.authorized.contains_key(&client) {
+            self.count("token.refused.client");
+            return ace_error(
+                Code::UNAUTHORIZED,
+                AceErrorCode::UnauthorizedClient,
+                "not a provisioned identity",
+            );
+        }
+        if req
+            .content_format
+            .is_some_and(|cf| cf != CONTENT_FORMAT_ACE_CBOR)
+        {
+            self.count("token.refused.malformed");
+            return ace_error(
+                Code::BAD_REQUEST,
+                AceErrorCode::InvalidRequest,
+                "application/ace+cbor expected",
+            );
+        }
+        let asked = match TokenRequest::parse(&req.payload) {
+            Ok(r) => r,
+            Err(_) => {
+                self.count("token.refused.malformed");
+                return ace_error(Code::BAD_REQUEST, AceErrorCode::InvalidRequest, "malformed");
+            }
+        };
+        let Some(authority) = self.authority.as_deref() else {
+            return ace_error(Code::NOT_FOUND, AceErrorCode::InvalidRequest, "no AC here");
+        };
+        let own_audience = authority.audience().to_string();
+        let server_key = authority.public_key();
+        let audience = asked.audience.unwrap_or(&own_audience);
+        let own = audience == own_audience;
+        let sensor = if own {
+            None
+        } else {
+            match Identity::parse(audience)
+                .ok()
+                .filter(|id| audience == id.to_string())
+                .and_then(|id| self.svc.by_ep.get(&id))
+                .and_then(|n| self.svc.entries.get(n))
+            {
+                Some(e) => Some((e.reg.ep, e.reg.key)),
+                None => {
+                    self.count("token.refused.audience");
+                    return ace_error(
+                        Code::BAD_REQUEST,
+                        AceErrorCode::InvalidRequest,
+                        "unknown audience",
+                    );
+                }
+            }
+        };
+        let Some(scope) = asked.scope else {
+            self.count("token.refused.scope");
+            return ace_error(
+                Code::BAD_REQUEST,
+                AceErrorCode::InvalidScope,
+                "scope needed",
+            );
+        };
+        let granted: Vec<(String, u32)> = scope
+            .iter()
+            .filter_map(|e| {
+                let p = e.permissions.0
+                    & self.policy(&client, e.object, own, sensor.as_ref().map(|s| &s.0));
+                (p != 0).then(|| (e.object.to_string(), p))
+            })
+            .collect();
+        if granted.is_empty() {
+            self.count("token.refused.scope");
+            return ace_error(
+                Code::BAD_REQUEST,
+                AceErrorCode::InvalidScope,
+                "nothing granted",
+            );
+        }
+        let binding = match (asked.req_cnf, &auth) {
+            (Some(Confirmation::PublicKey { key, .. }), _) => Binding::PublicKey(key),
+            (Some(_), _) => {
+                self.count("token.refused.pop_key");
+                return ace_error(
+                    Code::BAD_REQUEST,
+                    AceErrorCode::UnsupportedPopKey,
+                    "req_cnf must be a public key",
+                );
+            }
+            (None, PeerAuth::RawPublicKey { key, .. }) => Binding::PublicKey(*key),
+            (None, _) if own => Binding::Symmetric,
+            (None, _) => {
+                self.count("token.refused.pop_key");
+                return ace_error(
+                    Code::BAD_REQUEST,
+                    AceErrorCode::UnsupportedPopKey,
+                    "a sensor needs a public PoP key",
+                );
+            }
+        };
+        let public_binding = matches!(binding, Binding::PublicKey(_));
+        let now = self.now;
+        let Some(authority) = self.authority.as_deref_mut() else {
+            return ace_error(Code::NOT_FOUND, AceErrorCode::InvalidRequest, "no AC here");
+        };
+        let issued = match authority.issue(&client, audience, &granted, binding, now) {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot make a token");
+                self.count("token.error");
+                return ace_error(
+                    Code::INTERNAL_SERVER_ERROR,
+                    AceErrorCode::InvalidRequest,
+                    "token",
+                );
+            }
+        };
+        let rs_key = match &sensor {
+            Some((_, key)) => Some(*key),
+            None if public_binding => Some(server_key),
+            None => None,
+        };
+        let response = TokenResponse {
+            access_token: &issued.token,
+            expires_in: Some(u64::from(issued.expires_in)),
+            cnf: issued
+                .pop
+                .as_ref()
+                .map(|(kid, key)| Confirmation::Symmetric { kid, key: &key[..] }),
+            rs_cnf: rs_key.map(|key| Confirmation::PublicKey { kid: None, key }),
+            ace_profile: Some(PROFILE_COAP_DTLS),
+        };
+        let mut buf = vec![0u8; sigil_ace::params::MAX_PARAMS_LEN + 128];
+        let n = match response.encode(&mut buf) {
+            Ok(n) => n,
+            Err(_) => {
+                self.count("token.error");
+                return ace_error(
+                    Code::INTERNAL_SERVER_ERROR,
+                    AceErrorCode::InvalidRequest,
+                    "token",
+                );
+            }
+        };
+        buf.truncate(n);
+        self.count("token.issued");
+        Reply::Response(Response {
+            code: Code::CREATED,
+            content_format: Some(CONTENT_FORMAT_ACE_CBOR),
+            payload: buf,
+            ..Default::default()
+        })
+    }
+
+    /// `POST /authz-info` (RFC 9200 §5.10.1, RFC 9202 §3): keeps a valid token for this
+    /// server. Open to plain CoAP: the token is its own proof (the AC's signature or
+    /// encryption), and every answer is a few bytes, smaller than the token posted.
+    pub fn authz_info(&mut self, req: &Request) -> Reply {
+        let Some(authority) = self.authority.as_deref() else {
+            return ace_error(Code::NOT_FOUND, AceErrorCode::InvalidRequest, "no AC here");
+        };
+        let svc = self.svc;
+        match self.tokens.accept(
+            authority,
+            &req.payload,
+            Host::of(req.peer),
+            self.now,
+            |id| svc.authorized.contains_key(id),
+        ) {
+            Ok(_) => {
+                self.count("authz.accepted");
+                Reply::Response(Response {
+                    code: Code::CREATED,
+                    ..Default::default()
+                })
+            }
+            Err(why) => {
+                self.count(why.counter());
+                let (code, payload) = why.answer();
+                Reply::Response(Response {
+                    code,
+                    content_format: Some(CONTENT_FORMAT_ACE_CBOR),
+                    payload,
+                    ..Default::default()
+                })
+            }
+        }
+    }
+
+    /// The token a session holds (by its PSK kid or its raw public key), checked at `now`.
+    fn session_token(&self, auth: &PeerAuth) -> Result<&Held, TokenCheck> {
+        let pop = match auth {
+            PeerAuth::Token { kid, .. } => PopKey::Kid(kid.clone()),
+            PeerAuth::RawPublicKey { identity, .. } => PopKey::Key(*identity),
+            PeerAuth::Psk(_) => return Err(TokenCheck::None),
+        };
+        let svc = self.svc;
+        self.tokens
+            .valid(&pop, self.now, |id| svc.authorized.contains_key(id))
+    }
+
+    /// With `authorize_reads`: whether the request's session may read the readings of `ep`
+    /// (authorized through `kit`): the sensor itself, an identity granted it or its kit, or a
+    /// session whose token's scope allows reading it.
+    pub(crate) fn may_read_sensor(
+        &self,
+        req: &Request,
+        ep: &Identity,
+        kit: &Identity,
+    ) -> Result<(), Rejection> {
+        let Some(auth) = req.auth.as_ref() else {
+            return Err(Rejection::ReadWithoutSession);
+        };
+        if !matches!(auth, PeerAuth::Token { .. }) {
+            let reader = auth.identity();
+            let granted = self
+                .svc
+                .read_grants
+                .get(reader)
+                .is_some_and(|objects| objects.contains(ep) || objects.contains(kit));
+            if reader == ep || granted {
+                return Ok(());
+            }
+        }
+        match self.session_token(auth) {
+            Ok(t) => {
+                if t.allows(&ep.to_string(), Permissions::READ)
+                    || t.allows(&kit.to_string(), Permissions::READ)
+                {
+                    Ok(())
+                } else {
+                    Err(Rejection::ReadNotGranted)
+                }
+            }
+            // An identity session without a token was refused by the grants.
+            Err(TokenCheck::None) if !matches!(auth, PeerAuth::Token { .. }) => {
+                Err(Rejection::ReadNotGranted)
+            }
+            Err(why) => Err(Rejection::ReadToken(why)),
+        }
+    }
+
+    /// With `authorize_reads`: whether the request's session may look up the RD or discover
+    /// topics: any provisioned identity's session, or a token's whose scope allows `rd`.
+    pub(crate) fn may_look_up(&self, req: &Request) -> Result<(), Rejection> {
+        if !self.svc.config.authorize_reads {
+            return Ok(());
+        }
+        let Some(auth) = req.auth.as_ref() else {
+            return Err(Rejection::LookupWithoutSession);
+        };
+        if !matches!(auth, PeerAuth::Token { .. })
+            && self.svc.authorized.contains_key(auth.identity())
+        {
+            return Ok(());
+        }
+        match self.session_token(auth) {
+            Ok(t) if t.allows(sigil_ace::RD_OBJECT, Permissions::READ) => Ok(()),
+            Ok(_) | Err(TokenCheck::None) => Err(Rejection::LookupNotGranted),
+            Err(why) => Err(Rejection::ReadToken(why)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigil_crypto::SignatureAlgorithm;
+
+    struct Counter(u8);
+    impl Rng for Counter {
+        fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
+            for b in buf {
+                self.0 = self.0.wrapping_add(1);
+                *b = self.0;
+            }
+            Ok(())
+        }
+    }
+
+    const T0: i64 = 1_700_000_000;
+
+    fn now(s: i64) -> UnixTime {
+        UnixTime::from_secs(T0 + s)
+    }
+
+    fn authority(seed: u8) -> Authority {
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(seed))
+            .unwrap();
+        Authority::new(key, [seed; 16], 60, Box::new(Counter(seed))).unwrap()
+    }
+
+    fn client() -> Identity {
+        Identity::parse("00112233445566778899aabbccddeeff").unwrap()
+    }
+
+    fn host(n: u8) -> Host {
+        Host::of(std::net::SocketAddr::from(([10, 0, 0, n], 5683)))
+    }
+
+    fn scope(object: &str) -> Vec<(String, u32)> {
+        vec![(object.to_string(), Permissions::READ.0)]
+    }
+
+    fn symmetric(a: &mut Authority, at: i64) -> Issued {
+        let aud = a.audience().to_string();
+        a.issue(&client(), &aud, &scope("s1"), Binding::Symmetric, now(at))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_symmetric_token_is_kept_once_and_its_key_reaches_dtls() {
+        let mut a = authority(1);
+        let issued = symmetric(&mut a, 0);
+        let (kid, psk) = issued.pop.clone().unwrap();
+        assert_eq!(kid[0], KID_PREFIX);
+        let mut t = Tokens::default();
+        let g = t.generation;
+        let pop = t
+            .accept(&a, &issued.token, host(1), now(1), |_| true)
+            .unwrap();
+        assert_eq!(pop, PopKey::Kid(kid.clone()));
+        assert!(t.generation > g, "the DTLS trust must learn the new PSK");
+        assert_eq!(t.psks().get(&kid).unwrap(), &(psk.to_vec(), client()));
+        let held = t.valid(&pop, now(2), |_| true).unwrap();
+        assert!(held.allows("s1", Permissions::READ));
+        assert!(!held.allows("s2", Permissions::READ), "another topic");
+        assert!(
+            !held.allows("s1", Permissions::PUBLISH),
+            "another permission"
+        );
+        // The same token again: replayed.
+        assert_eq!(
+            t.accept(&a, &issued.token, host(1), now(3), |_| true),
+            Err(Refusal::Replayed)
+        );
+    }
+
+    #[test]
+    fn expiry_and_revocation_take_effect_on_a_held_token() {
+        let mut a = authority(2);
+        let issued = symmetric(&mut a, 0);
+        let mut t = Tokens::default();
+        let pop = t
+            .accept(&a, &issued.token, host(1), now(1), |_| true)
+            .unwrap();
+        assert_eq!(
+            t.valid(&pop, now(2), |_| false).unwrap_err(),
+            TokenCheck::Revoked
+        );
+        assert_eq!(
+            t.valid(&pop, now(60), |_| true).unwrap_err(),
+            TokenCheck::Expired
+        );
+        t.expire(now(60));
+        assert_eq!(
+            t.valid(&pop, now(1), |_| true).unwrap_err(),
+            TokenCheck::None
+        );
+        assert!(t.psks().is_empty());
+        // Too late to post it at all.
+        let mut t = Tokens::default();
+        assert!(matches!(
+            t.accept(&a, &issued.token, host(1), now(61), |_| true),
+            Err(Refusal::Token(TokenError::Expired { .. }))
+        ));
+        // A subject revoked before posting.
+        let issued = symmetric(&mut a, 0);
+        assert_eq!(
+            t.accept(&a, &issued.token, host(1), now(1), |_| false),
+            Err(Refusal::Revoked)
+        );
+    }
+
+    #[test]
+    fn tokens_for_others_tampered_or_oversized_are_refused_with_their_reason() {
+        let mut a = authority(3);
+        let mut other = authority(4);
+        let mut t = Tokens::default();
+        // Another AC's token (its key, its audience).
+        let foreign = symmetric(&mut other, 0);
+        let r = t.accept(&a, &foreign.token, host(1), now(1), |_| true);
+        assert!(
+            matches!(r, Err(Refusal::Token(TokenError::BadTag))),
+            "{r:?}"
+        );
+        assert_eq!(r.unwrap_err().counter(), "authz.refused.tampered");
+        // Signed by another key, for this audience.
+        let aud = a.audience().to_string();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(9))
+            .unwrap();
+        let pk = RustCrypto.public_key(&key).unwrap();
+        let signed = other
+            .issue(
+                &client(),
+                &aud,
+                &scope("s1"),
+                Binding::PublicKey(pk),
+                now(0),
+            )
+            .unwrap();
+        assert_eq!(
+            t.accept(&a, &signed.token, host(1), now(1), |_| true),
+            Err(Refusal::Token(TokenError::BadSignature))
+        );
+        // For another audience (a sensor), from this AC.
+        let for_sensor = a
+            .issue(
+                &client(),
+                "ffeeddccbbaa99887766554433221100",
+                &scope("s1"),
+                Binding::PublicKey(pk),
+                now(0),
+            )
+            .unwrap();
+        assert_eq!(
+            t.accept(&a, &for_sensor.token, host(1), now(1), |_| true),
+            Err(Refusal::Token(TokenError::WrongAudience))
+        );
+        // One bit flipped in the ciphertext.
+        let mut tampered = symmetric(&mut a, 0).token;
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert_eq!(
+            t.accept(&a, &tampered, host(1), now(1), |_| true),
+            Err(Refusal::Token(TokenError::BadTag))
+        );
+        // Oversized.
+        let big = vec![0u8; MAX_TOKEN_LEN + 1];
+        let r = t.accept(&a, &big, host(1), now(1), |_| true).unwrap_err();
+        assert_eq!(r.counter(), "authz.refused.oversized");
+        assert_eq!(r.answer().0, sigil_coap::Code::BAD_REQUEST);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_public_key_token_binds_that_key_and_a_newer_one_replaces_it() {
+        let mut a = authority(5);
+        let aud = a.audience().to_string();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(7))
+            .unwrap();
+        let pk = RustCrypto.public_key(&key).unwrap();
+        let mut t = Tokens::default();
+        let first = a
+            .issue(
+                &client(),
+                &aud,
+                &scope("s1"),
+                Binding::PublicKey(pk),
+                now(0),
+            )
+            .unwrap();
+        let pop = t
+            .accept(&a, &first.token, host(1), now(0), |_| true)
+            .unwrap();
+        assert_eq!(
+            pop,
+            PopKey::Key(Identity::of_key(&RustCrypto, &pk, b"").unwrap())
+        );
+        assert!(t
+            .keys()
+            .contains(&Identity::of_key(&RustCrypto, &pk, b"").unwrap()));
+        let second = a
+            .issue(
+                &client(),
+                &aud,
+                &scope("s2"),
+                Binding::PublicKey(pk),
+                now(0),
+            )
+            .unwrap();
+        t.accept(&a, &second.token, host(1), now(0), |_| true)
+            .unwrap();
+        assert_eq!(t.len(), 1);
+        let held = t.valid(&pop, now(1), |_| true).unwrap();
+        assert!(held.allows("s2", Permissions::READ) && !held.allows("s1", Permissions::READ));
+    }
+
+    #[test]
+    fn one_host_fills_only_its_share_of_the_token_table_and_the_replay_cache() {
+        let mut a = authority(6);
+        let caps = TokenCaps {
+            tokens: Caps {
+                total: 4096,
+                per_host: 1024,
+            },
+            cti: Caps {
+                total: 4096,
+                per_host: 1024,
+            },
+        };
+        let mut t = Tokens::new(caps);
+        let mut accepted = 0;
+        let mut full = 0;
+        for _ in 0..40 {
+            let issued = symmetric(&mut a, 0);
+            match t.accept(&a, &issued.token, host(1), now(1), |_| true) {
+                Ok(_) => accepted += 1,
+                Err(Refusal::Full) => full += 1,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert!(accepted > 0 && full > 0, "{accepted} accepted, {full} full");
+        assert!(t.budget.held_by(host(1)) <= 1024);
+        // Another host still gets in.
+        let issued = symmetric(&mut a, 0);
+        t.accept(&a, &issued.token, host(2), now(1), |_| true)
+            .unwrap();
+    }
+}
