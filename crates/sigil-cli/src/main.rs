@@ -54,6 +54,8 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// One CoAP GET over coap:// or coaps:// (prints the payload).
     Get(cmd::get::GetArgs),
+    /// Ask the server's access-control endpoint for an access token (RFC 9200).
+    Token(cmd::token::TokenArgs),
 }
 
 fn main() {
@@ -81,6 +83,7 @@ fn main() {
             Command::Sensor(a) => cmd::sensor::run(a).await,
             Command::App(a) => cmd::app::run(a).await,
             Command::Get(a) => cmd::get::run(a).await,
+            Command::Token(a) => cmd::token::run(a).await,
             Command::Demo(a) => cmd::demo::run(a).await,
             Command::Soak(a) => cmd::soak::run(a).await,
             Command::Diet(a) => cmd::diet::run(a).await,

@@ -267,6 +267,33 @@ pub async fn fetch_history(client: &mut CoapClient, href: &str, page: u32) -> Re
     Ok(all)
 }
 
+/// The identities of the sensors the Resource Directory announces, looked up over a session of
+/// their own (for a client that then asks for a token to read them).
+pub async fn look_up(
+    server: std::net::SocketAddr,
+    security: crate::transport::Security,
+    config: sigil_dtls::Config,
+    carrier: crate::transport::Carrier,
+) -> Result<Vec<String>> {
+    let t = crate::transport::Transport::open_over(server, security, config, carrier).await?;
+    let mut client = CoapClient::over(t, TransmissionParameters::default());
+    let lookup = client
+        .get("rd-lookup/res", &["rt=sigil.env"])
+        .await
+        .context("resource directory lookup")?;
+    client.close().await;
+    if lookup.code != Code::CONTENT {
+        anyhow::bail!("resource directory answered {}", lookup.code);
+    }
+    let mut eps: Vec<String> = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?
+        .into_iter()
+        .map(|a| a.ep)
+        .collect();
+    eps.sort();
+    eps.dedup();
+    Ok(eps)
+}
+
 /// Looks sensors up, fetches and verifies their readings.
 pub async fn run(
     transport: crate::transport::Transport,

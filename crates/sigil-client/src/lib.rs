@@ -8,9 +8,12 @@
 //! - [`app`]: the application of RFC 8387 §7: it looks sensors up in the Resource Directory,
 //!   fetches their readings from the broker and verifies each one itself, against its own trust
 //!   list. It trusts neither the directory nor the broker.
+//! - [`ace`]: access tokens: ask the access-control server's `/token`, post to a resource
+//!   server's `/authz-info`, and open the session the token's PoP key names (RFC 9200, 9202).
 //! - [`pem`]: certificates and P-256 keys from PEM files (RFC 7468).
 //! - [`os`]: the OS randomness and clock, read here and passed down.
 
+pub mod ace;
 pub mod app;
 pub mod coap;
 pub mod os;

@@ -849,7 +849,11 @@ impl Ctx<'_> {
         }
         match self.session_token(auth) {
             Ok(t) if t.allows(sigil_ace::RD_OBJECT, Permissions::READ) => Ok(()),
-            Ok(_) | Err(TokenCheck::None) => Err(Rejection::LookupNotGranted),
+            Ok(_) => Err(Rejection::LookupNotGranted),
+            // A key that never held a token; a token session whose token is gone is 4.01.
+            Err(TokenCheck::None) if !matches!(auth, PeerAuth::Token { .. }) => {
+                Err(Rejection::LookupNotGranted)
+            }
             Err(why) => Err(Rejection::ReadToken(why)),
         }
     }

@@ -51,7 +51,7 @@ impl Server {
         service(&mut config.service);
         let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
         tune(&mut dc);
-        let svc = sigil_server::service::Service::new(
+        let mut svc = sigil_server::service::Service::new(
             Store::open(&db).unwrap(),
             config.service.clone(),
             stats.clone(),
@@ -60,6 +60,11 @@ impl Server {
         let key = RustCrypto
             .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
             .unwrap();
+        // The access-control server signs with the server's key; tokens live 60 s here.
+        svc.set_authority(
+            sigil_server::authz::Authority::new(key.clone(), [5; 16], 60, Box::new(Seeded(77)))
+                .unwrap(),
+        );
         let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
         Self {
             d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
@@ -1375,4 +1380,211 @@ fn with_authorized_reads_only_the_sensor_and_granted_readers_read_it() {
         Code::UNAUTHORIZED
     );
     assert_eq!(s.count("read.rejected.no_session"), 1);
+}
+
+fn coap_post(path: &str, mid: u16, content_format: u16, payload: &[u8]) -> Vec<u8> {
+    let mut buf = [0u8; 1024];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::POST, mid, &[2]).unwrap();
+    b.uri_path(path).unwrap();
+    b.uint_option(12, u32::from(content_format)).unwrap();
+    let n = b.finish_with_payload(payload).unwrap();
+    buf[..n].to_vec()
+}
+
+/// Sends `req` inside `c`'s session; the answer's code and payload.
+fn exchange(s: &mut Server, c: &mut Client, req: &[u8], now: &mut u64) -> (Code, Vec<u8>) {
+    let before = c.inbox.len();
+    match c.traffic.as_mut() {
+        Some(t) => t.send(req).unwrap(),
+        None => c.conn.send(req).unwrap(),
+    }
+    run(s, &mut [&mut *c], now, 300);
+    assert_eq!(c.inbox.len(), before + 1, "one answer");
+    let m = Message::parse(c.inbox.last().unwrap()).unwrap();
+    (m.code, m.payload.to_vec())
+}
+
+/// POST /token for `objects` (read) inside `c`'s session.
+fn ask_token(
+    s: &mut Server,
+    c: &mut Client,
+    objects: &[&str],
+    mid: u16,
+    now: &mut u64,
+) -> (Code, Vec<u8>) {
+    let entries: Vec<sigil_ace::ScopeEntry<'_>> = objects
+        .iter()
+        .map(|o| sigil_ace::ScopeEntry {
+            object: o,
+            permissions: sigil_ace::Permissions::READ,
+        })
+        .collect();
+    let mut body = [0u8; 512];
+    let n = sigil_ace::TokenRequest {
+        scope: Some(sigil_ace::Scope::new(&entries)),
+        ..Default::default()
+    }
+    .encode(&mut body)
+    .unwrap();
+    exchange(s, c, &coap_post("token", mid, 19, &body[..n]), now)
+}
+
+/// The access-control server and the DTLS profile (RFC 9200, RFC 9202) end to end in memory:
+/// a granted reader gets a token with a symmetric PoP key, posts it, and reads over a session
+/// keyed by it; the token is accepted once; a reader granted nothing gets no token for the
+/// sensor, and its `rd` token does not read the sensor; revoking the subject and the token's
+/// expiry both take effect on sessions already open.
+#[test]
+fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
+    let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
+    let mut now = 0;
+    let (dev, st) = device(111, SignatureAlgorithm::Ed25519);
+    let sensor = *dev.identity();
+    s.provision(&sensor, Some(&[111; 16]));
+    let mut c = psk_client(111, &sensor.to_string(), &[111; 16], 111, now);
+    c.device = Some((dev, st));
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    publish(&mut c, now);
+    run(&mut s, &mut [&mut c], &mut now, 500);
+    assert_eq!(acked(&c), 1);
+    let topic = {
+        let regs = Store::open(&s.db).unwrap().registrations().unwrap();
+        let href = regs[0]
+            .links
+            .split('<')
+            .nth(1)
+            .and_then(|l| l.split('>').next())
+            .unwrap();
+        format!("ps/{}{}", regs[0].id, href)
+    };
+    let reader = |seed: u64, s: &mut Server| {
+        let (d, _) = device(seed, SignatureAlgorithm::Ed25519);
+        s.provision(d.identity(), Some(&[seed as u8; 16]));
+        *d.identity()
+    };
+    let (granted, other) = (reader(112, &mut s), reader(113, &mut s));
+    Store::open(&s.db)
+        .unwrap()
+        .grant_read(&granted, &sensor, NOW)
+        .unwrap();
+    let sensor_text = sensor.to_string();
+
+    // Without a session /token answers nothing useful: the reader opens its own.
+    let mut a = psk_client(112, &granted.to_string(), &[112; 16], 112, now);
+    run(&mut s, &mut [&mut a], &mut now, 3_000);
+    let (code, body) = ask_token(&mut s, &mut a, &[&sensor_text, "rd"], 600, &mut now);
+    assert_eq!(code, Code::CREATED);
+    let resp = sigil_ace::TokenResponse::parse(&body).unwrap();
+    let Some(sigil_ace::Confirmation::Symmetric { kid, key }) = resp.cnf else {
+        panic!("a PSK client gets a symmetric PoP key");
+    };
+    let (kid, key, token) = (kid.to_vec(), key.to_vec(), resp.access_token.to_vec());
+    assert_eq!(resp.ace_profile, Some(sigil_ace::PROFILE_COAP_DTLS));
+    assert_eq!(s.count("token.issued"), 1);
+    // Posted once: accepted; again: replayed.
+    let post = |mid| coap_post("authz-info", mid, 61, &token);
+    assert_eq!(
+        exchange(&mut s, &mut a, &post(601), &mut now).0,
+        Code::CREATED
+    );
+    let (code, body) = exchange(&mut s, &mut a, &post(602), &mut now);
+    assert_eq!(code, Code::UNAUTHORIZED);
+    assert_eq!(
+        sigil_ace::AceError::parse(&body).unwrap().description,
+        Some("replayed")
+    );
+    assert_eq!(s.count("authz.refused.replayed"), 1);
+
+    // The token's session: PSK identity = kid, PSK = the PoP key.
+    let key16: [u8; 16] = key.clone().try_into().unwrap();
+    let mut t = Client::new(
+        114,
+        Credentials::Psk {
+            identity: &kid,
+            key: &key16,
+        },
+        114,
+        now,
+    );
+    run(&mut s, &mut [&mut t], &mut now, 3_000);
+    assert!(t.is_established(), "the token's PSK opens a session");
+    assert_eq!(
+        read_latest(&mut s, &mut t, &topic, 700, &mut now),
+        Code::CONTENT
+    );
+    // A token session asks for no tokens.
+    assert_eq!(
+        ask_token(&mut s, &mut t, &["rd"], 701, &mut now).0,
+        Code::UNAUTHORIZED
+    );
+
+    // A reader granted nothing: no token for the sensor; its rd token reads no sensor.
+    let mut b = psk_client(115, &other.to_string(), &[113; 16], 115, now);
+    run(&mut s, &mut [&mut b], &mut now, 3_000);
+    let (code, body) = ask_token(&mut s, &mut b, &[&sensor_text], 800, &mut now);
+    assert_eq!(code, Code::BAD_REQUEST);
+    assert_eq!(
+        sigil_ace::AceError::parse(&body).unwrap().code,
+        sigil_ace::AceErrorCode::InvalidScope
+    );
+    let (code, body) = ask_token(&mut s, &mut b, &[&sensor_text, "rd"], 801, &mut now);
+    assert_eq!(code, Code::CREATED);
+    let resp = sigil_ace::TokenResponse::parse(&body).unwrap();
+    let Some(sigil_ace::Confirmation::Symmetric {
+        kid: kid_b,
+        key: key_b,
+    }) = resp.cnf
+    else {
+        panic!()
+    };
+    let (kid_b, key_b): (Vec<u8>, [u8; 16]) = (kid_b.to_vec(), key_b.try_into().unwrap());
+    let token_b = resp.access_token.to_vec();
+    assert_eq!(
+        exchange(
+            &mut s,
+            &mut b,
+            &coap_post("authz-info", 802, 61, &token_b),
+            &mut now
+        )
+        .0,
+        Code::CREATED
+    );
+    let mut tb = Client::new(
+        116,
+        Credentials::Psk {
+            identity: &kid_b,
+            key: &key_b,
+        },
+        116,
+        now,
+    );
+    run(&mut s, &mut [&mut tb], &mut now, 3_000);
+    assert_eq!(
+        exchange(&mut s, &mut tb, &coap_get("rd-lookup/ep", 900), &mut now).0,
+        Code::CONTENT,
+        "rd is in its scope"
+    );
+    assert_eq!(
+        read_latest(&mut s, &mut tb, &topic, 901, &mut now),
+        Code::FORBIDDEN,
+        "the sensor is not"
+    );
+
+    // Revoking the granted reader's identity ends its token's reads at once.
+    Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(&granted, NOW)
+        .unwrap();
+    let code = read_latest(&mut s, &mut t, &topic, 702, &mut now);
+    assert_eq!(code, Code::UNAUTHORIZED);
+    assert_eq!(s.count("read.rejected.token_revoked"), 1);
+
+    // After its 60 s the other token no longer looks anything up.
+    run(&mut s, &mut [&mut tb], &mut now, 61_000);
+    assert_eq!(
+        exchange(&mut s, &mut tb, &coap_get("rd-lookup/ep", 902), &mut now).0,
+        Code::UNAUTHORIZED
+    );
+    assert!(s.count("read.rejected.token_expired") + s.count("read.rejected.no_token") >= 1);
 }

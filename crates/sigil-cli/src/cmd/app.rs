@@ -3,6 +3,7 @@
 use crate::args::DtlsArgs;
 use anyhow::{Context, Result};
 use clap::Args;
+use sigil_ace::Permissions;
 use sigil_client::app::{self, AppReport};
 use sigil_client::{parse_uri, Transport};
 use std::path::PathBuf;
@@ -20,6 +21,11 @@ pub struct AppArgs {
     pub history: Option<u32>,
     #[arg(long)]
     pub json: bool,
+    /// Read through an access token (coaps:// only): over a session with these credentials,
+    /// look the sensors up, ask the server's `/token` for reading them and the RD, post the
+    /// token to `/authz-info`, and read over a session keyed by the token's PoP key (RFC 9202).
+    #[arg(long)]
+    pub token: bool,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
@@ -40,7 +46,27 @@ pub async fn run(a: AppArgs) -> Result<i32> {
     a.dtls.check(uri.secure)?;
     let security = a.dtls.security(uri.secure, None)?;
     let config = a.dtls.timing.config()?;
-    let t = Transport::open_over(uri.addr, security, config, a.dtls.dtls_carrier.into()).await?;
+    if a.token && !uri.secure {
+        anyhow::bail!("--token needs a coaps:// server URI");
+    }
+    let carrier = a.dtls.dtls_carrier.into();
+    let t = if a.token {
+        let sensors = app::look_up(uri.addr, security.clone(), config, carrier).await?;
+        let mut scope = vec![(sigil_ace::RD_OBJECT.to_string(), Permissions::READ)];
+        scope.extend(sensors.into_iter().map(|ep| (ep, Permissions::READ)));
+        let (ticket, t) =
+            sigil_client::ace::open_with_token(uri.addr, security, config, carrier, &scope).await?;
+        eprintln!(
+            "access token: {} B (POST /token {} B, answer {} B), valid {} s",
+            ticket.token.len(),
+            ticket.request_bytes,
+            ticket.response_bytes,
+            ticket.expires_in.unwrap_or(0)
+        );
+        t
+    } else {
+        Transport::open_over(uri.addr, security, config, carrier).await?
+    };
     let report = app::run(t, trust.as_ref(), a.history).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

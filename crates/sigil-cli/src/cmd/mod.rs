@@ -9,4 +9,5 @@ pub mod provision;
 pub mod sensor;
 pub mod server;
 pub mod soak;
+pub mod token;
 pub mod verify;

@@ -27,6 +27,9 @@ pub struct ServerArgs {
     /// without a grant.
     #[arg(long)]
     pub authorize_reads: bool,
+    /// Seconds an access token from `/token` stays valid.
+    #[arg(long, default_value_t = 3600)]
+    pub token_lifetime: u32,
     /// CoAP over DTLS (coaps://) socket.
     #[arg(long, default_value = "127.0.0.1:5684")]
     pub dtls_listen: std::net::SocketAddr,
@@ -79,6 +82,7 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
     config.service.freshness.max_ahead = a.max_ahead;
     config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
     config.service.authorize_reads = a.authorize_reads;
+    config.service.token_lifetime = a.token_lifetime.max(1);
     config.transmission = a.transmission.parameters()?;
     if !a.no_dtls {
         let mut d = sigil_server::DtlsConfig::new(a.dtls_listen);
