@@ -42,6 +42,8 @@ pub struct DemoSummary {
     pub attacks: Vec<attacks::AttackResult>,
     pub server_counters: BTreeMap<String, u64>,
     pub database: String,
+    /// The access-control part, over coaps:// ([`crate::demo_access`]).
+    pub access: crate::demo_access::AccessSummary,
 }
 
 /// The public keys of a kit except member `i`: what member `i` hashes after its own key.
@@ -231,6 +233,10 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
 
     // 5. The application verifies everything end to end, with its own trust list.
     let found = reconcile(addr, &trust, &db, &reports).await?;
+    server.shutdown().await;
+
+    // 6. Who may read what, over coaps://: pairing, tickets, refusals.
+    let access = crate::demo_access::run(&dir, &say).await?;
     let summary = DemoSummary {
         sensors: opts.sensors,
         readings_acknowledged: reports.iter().map(|r| r.acknowledged.len()).sum(),
@@ -242,8 +248,8 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
         attacks: attack_results.unwrap_or_default(),
         server_counters: stats.snapshot(),
         database: db.display().to_string(),
+        access,
     };
-    server.shutdown().await;
     Ok(summary)
 }
 
@@ -350,6 +356,47 @@ pub fn print_summary(s: &DemoSummary) {
             a.observed
         );
     }
+    let a = &s.access;
+    println!("\naccess control (coaps://):");
+    println!(
+        "  [{}] device paired from its label ({} B message), published {} readings",
+        if a.paired && a.sensor_acknowledged > 0 {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        a.pairing_bytes,
+        a.sensor_acknowledged
+    );
+    println!(
+        "  [{}] subscriber without a ticket refused: {} without a session, {} with one",
+        if a.read_without_session == "4.01" && a.read_without_ticket == "4.03" {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        a.read_without_session,
+        a.read_without_ticket
+    );
+    println!(
+        "  [{}] subscriber with a ticket ({} B) served: {} readings verified end to end",
+        if a.verified_with_ticket > 0 {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        a.ticket_bytes,
+        a.verified_with_ticket
+    );
+    println!(
+        "  [{}] the same ticket posted again: {}",
+        if a.ticket_replayed == "4.01" {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        a.ticket_replayed
+    );
     println!("\nrejected by the server, by reason:");
     for (k, v) in &s.server_counters {
         if k.contains("rejected")

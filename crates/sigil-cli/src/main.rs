@@ -5,6 +5,7 @@ mod args;
 mod attacks;
 mod cmd;
 mod demo;
+mod demo_access;
 mod sensor;
 mod soak;
 mod storage;

@@ -45,9 +45,10 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
     let ok = summary.acknowledged_but_missing == 0
         && summary.readings_failed_verification == 0
         && summary.attacks.iter().all(|x| x.refused)
-        && summary.readings_acknowledged > 0;
+        && summary.readings_acknowledged > 0
+        && summary.access.ok();
     if !ok {
-        eprintln!("sigil demo: FAILED (an acknowledged reading is missing, a reading failed verification, or an attack was accepted)");
+        eprintln!("sigil demo: FAILED (an acknowledged reading is missing, a reading failed verification, an attack was accepted, or an access-control step did not go as expected)");
     }
     Ok(if ok { 0 } else { 1 })
 }
