@@ -24,6 +24,10 @@ fn server(db: &Path, port: u16) -> Child {
 
 /// A server with coaps:// on `dtls_port` (0: any free port).
 fn secure_server(db: &Path, port: u16, dtls_port: u16) -> Child {
+    secure_server_with(db, port, dtls_port, &[])
+}
+
+fn secure_server_with(db: &Path, port: u16, dtls_port: u16, extra: &[&str]) -> Child {
     Command::new(SIGIL)
         .args([
             "server",
@@ -31,8 +35,9 @@ fn secure_server(db: &Path, port: u16, dtls_port: u16) -> Child {
             &format!("127.0.0.1:{port}"),
             "--dtls-listen",
             &format!("127.0.0.1:{dtls_port}"),
-            "--db",
         ])
+        .args(extra)
+        .arg("--db")
         .arg(db)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -322,6 +327,14 @@ fn demo_refuses_every_attack_and_loses_nothing() {
         );
     }
     assert!(c["coap.malformed"].as_u64().unwrap() >= 1000);
+    // The access-control part, over coaps://.
+    let a = &summary["access"];
+    assert_eq!(a["paired"], true, "{a}");
+    assert!(a["sensor_acknowledged"].as_u64().unwrap() > 0, "{a}");
+    assert_eq!(a["read_without_session"], "4.01", "{a}");
+    assert_eq!(a["read_without_ticket"], "4.03", "{a}");
+    assert!(a["verified_with_ticket"].as_u64().unwrap() > 0, "{a}");
+    assert_eq!(a["ticket_replayed"], "4.01", "{a}");
 }
 
 #[test]
@@ -1365,6 +1378,133 @@ fn a_paired_sensor_pins_its_server_over_coaps() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("is not the server this sensor is paired with"));
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}
+
+/// `sigil server --authorize-reads` with its access-control server, driven from the command
+/// line: a reader that is refused without a grant gets no token for the sensor either; once
+/// granted, `sigil token` writes a token and `sigil get --token` reads through the session the
+/// token's PoP key opens (RFC 9202).
+#[test]
+fn a_reader_gets_a_token_from_the_cli_and_reads_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let (port, dport) = (free_port(), free_port());
+    let ids: Vec<String> = ["sensor", "reader"]
+        .iter()
+        .map(|m| {
+            let st = dir.path().join(m);
+            first_line(sigil(&[
+                "sensor",
+                "--state",
+                st.to_str().unwrap(),
+                "--alg",
+                "p256",
+                "--print-identity",
+            ]))
+        })
+        .collect();
+    let (sensor, reader) = (&ids[0], &ids[1]);
+    for id in &ids {
+        assert!(sigil(&["provision", "--db", dbs, "add", id])
+            .status
+            .success());
+    }
+    let psk = first_line(sigil(&["provision", "--db", dbs, "psk", reader]));
+    let mut srv = secure_server_with(&db, port, dport, &["--authorize-reads"]);
+    wait_ready(port);
+    let st = dir.path().join("sensor");
+    let out = sigil(&[
+        "sensor",
+        "--server",
+        &format!("coap://127.0.0.1:{port}"),
+        "--state",
+        st.to_str().unwrap(),
+        "--interval",
+        "100ms",
+        "--count",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let topic = {
+        let regs = sigil_server::Store::open(&db)
+            .unwrap()
+            .registrations()
+            .unwrap();
+        let href = regs[0]
+            .links
+            .split('<')
+            .nth(1)
+            .and_then(|l| l.split('>').next())
+            .unwrap()
+            .to_string();
+        format!("ps/{}{}", regs[0].id, href)
+    };
+    let uri = format!("coaps://127.0.0.1:{dport}/{topic}");
+    let creds = [
+        "--dtls",
+        "psk",
+        "--psk",
+        psk.as_str(),
+        "--psk-identity",
+        reader.as_str(),
+    ];
+    let get = |extra: &[&str]| {
+        let mut args = vec!["get", uri.as_str()];
+        args.extend_from_slice(&creds);
+        args.extend_from_slice(extra);
+        sigil(&args)
+    };
+    // Its own session, no grant: 4.03; no token for the sensor either.
+    let out = get(&[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4.03"));
+    let out = get(&["--token", "--scope", sensor]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid_scope"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Granted: a token, and a read through it.
+    assert!(sigil(&["provision", "--db", dbs, "grant", reader, sensor])
+        .status
+        .success());
+    let out = get(&["--token", "--scope", sensor]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("access token:") && err.contains("2.05"),
+        "{err}"
+    );
+    let file = dir.path().join("token.cwt");
+    let server_uri = format!("coaps://127.0.0.1:{dport}");
+    let mut args = vec![
+        "token",
+        "--server",
+        server_uri.as_str(),
+        "--scope",
+        sensor.as_str(),
+        "--out",
+        file.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&creds);
+    let out = sigil(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let n = j["token_bytes"].as_u64().unwrap();
+    assert_eq!(std::fs::read(&file).unwrap().len() as u64, n);
+    assert_eq!(j["pop"], "symmetric (PSK)");
     srv.kill().unwrap();
     srv.wait().unwrap();
 }
