@@ -43,13 +43,16 @@ pub const POP_KEY_LEN: usize = 16;
 pub const CTI_LEN: usize = 8;
 
 /// The AC: the keys it protects tokens with and how long they live.
+///
+/// A token it makes carries `sub` (the client), `aud`, `exp`, `cti` (8 random bytes), `scope`
+/// and `cnf`.
 pub struct Authority {
     /// The server's long-term key (the one DTLS presents and pairing messages are signed with):
     /// it signs tokens, and sensors check them with it.
     key: SecretKey,
     public: PublicKey,
-    /// The server's identity `h(P)` in text form: `iss` of every token, and the audience that
-    /// names this server's broker and RD.
+    /// The server's identity `h(P)` in text form: the audience that names this server's broker
+    /// and RD.
     audience: String,
     /// The key encrypted tokens for this server are protected with (the AC and the RS are one
     /// process; it is kept in the database so tokens survive a restart).
@@ -155,14 +158,14 @@ impl Authority {
                 }
             }
         };
+        // No `iss` or `iat`: every resource server knows its one AC, and `exp` is what it
+        // checks; 41 bytes less per token.
         let claims = Claims {
-            iss: Some(&self.audience),
             sub: Some(&subject),
             aud: Some(audience),
             exp: Some(UnixTime::from_secs(
                 now.as_secs().saturating_add(i64::from(self.lifetime)),
             )),
-            iat: Some(now),
             cti: Some(&cti),
             scope: Some(Scope::new(&entries)),
             cnf: Some(cnf),
@@ -860,11 +863,11 @@ impl Ctx<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
     use sigil_crypto::SignatureAlgorithm;
 
-    struct Counter(u8);
+    pub struct Counter(pub u8);
     impl Rng for Counter {
         fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
             for b in buf {
@@ -877,20 +880,27 @@ mod tests {
 
     const T0: i64 = 1_700_000_000;
 
-    fn now(s: i64) -> UnixTime {
+    pub fn now(s: i64) -> UnixTime {
         UnixTime::from_secs(T0 + s)
     }
 
-    fn authority(seed: u8) -> Authority {
+    pub fn authority(seed: u8) -> Authority {
         let key = RustCrypto
             .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(seed))
             .unwrap();
         Authority::new(key, [seed; 16], 60, Box::new(Counter(seed))).unwrap()
     }
 
-    fn client() -> Identity {
+    pub fn client() -> Identity {
         Identity::parse("00112233445566778899aabbccddeeff").unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+    use sigil_crypto::SignatureAlgorithm;
 
     fn host(n: u8) -> Host {
         Host::of(std::net::SocketAddr::from(([10, 0, 0, n], 5683)))
@@ -1106,5 +1116,41 @@ mod tests {
         let issued = symmetric(&mut a, 0);
         t.accept(&a, &issued.token, host(2), now(1), |_| true)
             .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod sizes {
+    use super::tests_support::*;
+    use super::*;
+
+    /// The token sizes docs/wire-formats.md reports for what this AC issues (one sensor in
+    /// the scope): encrypted with a symmetric PoP key, and signed (ES256) with a P-256 key.
+    #[test]
+    fn issued_token_sizes() {
+        let mut a = authority(1);
+        let aud = a.audience().to_string();
+        let topic = "00112233445566778899aabbccddeeff".to_string();
+        let scope = vec![(topic, Permissions::READ.0)];
+        let enc = a
+            .issue(&client(), &aud, &scope, Binding::Symmetric, now(0))
+            .unwrap();
+        let pk = RustCrypto
+            .public_key(
+                &RustCrypto
+                    .generate(sigil_crypto::SignatureAlgorithm::EcdsaP256, &mut Counter(3))
+                    .unwrap(),
+            )
+            .unwrap();
+        let signed = a
+            .issue(&client(), &aud, &scope, Binding::PublicKey(pk), now(0))
+            .unwrap();
+        println!(
+            "encrypted {} B, signed {} B",
+            enc.token.len(),
+            signed.token.len()
+        );
+        assert_eq!(enc.token.len(), 192);
+        assert_eq!(signed.token.len(), 278);
     }
 }
