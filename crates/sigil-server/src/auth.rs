@@ -17,8 +17,8 @@ pub enum PeerAuth {
     RawPublicKey { identity: Identity, key: PublicKey },
     /// The symmetric proof-of-possession key of an access token (RFC 9202 §3.3): the PSK
     /// identity is the token's kid; `subject` is the client the AC issued the token to. Such a
-    /// session may do what the token's scope allows ([`crate::authz::Tokens`]) and speaks for
-    /// no registration.
+    /// session may do what the token's scope allows ([`crate::authz::Tokens`]): read, and
+    /// publish to its subject's own topic; it speaks for no registration.
     Token { kid: Vec<u8>, subject: Identity },
 }
 

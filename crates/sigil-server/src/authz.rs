@@ -307,7 +307,7 @@ pub struct Tokens {
     seen: HashMap<Vec<u8>, (UnixTime, Host, usize)>,
     budget: ByteBudget,
     cti_budget: ByteBudget,
-    /// Bumped when the set of symmetric PoP keys changes (the DTLS trust must be refreshed).
+    /// Bumped when the set of PoP keys changes (the DTLS trust must be refreshed).
     pub generation: u64,
 }
 
@@ -409,9 +409,7 @@ impl Tokens {
         }
         let _ = self.cti_budget.charge(from, cti_bytes);
         self.seen.insert(cti.to_vec(), (t.exp, from, cti_bytes));
-        if psk.is_some() || replaced.as_ref().is_some_and(|o| o.psk.is_some()) {
-            self.generation += 1;
-        }
+        self.generation += 1;
         self.held.insert(
             pop.clone(),
             Held {
@@ -434,7 +432,7 @@ impl Tokens {
             let keep = now < h.exp;
             if !keep {
                 budget.refund(h.host, h.bytes);
-                changed |= h.psk.is_some();
+                changed = true;
             }
             keep
         });
@@ -793,6 +791,14 @@ impl Ctx<'_> {
         let svc = self.svc;
         self.tokens
             .valid(&pop, self.now, |id| svc.authorized.contains_key(id))
+    }
+
+    /// Whether a token's session may publish to the topic of `ep`: its token is valid, was
+    /// issued to `ep` itself, and its scope allows publishing there (the reading is still
+    /// verified by its signature).
+    pub(crate) fn token_may_publish(&self, auth: &PeerAuth, ep: &Identity) -> bool {
+        self.session_token(auth)
+            .is_ok_and(|t| t.subject == *ep && t.allows(&ep.to_string(), Permissions::PUBLISH))
     }
 
     /// With `authorize_reads`: whether the request's session may read the readings of `ep`

@@ -236,7 +236,14 @@ impl Ctx<'_> {
         if !self.is_authorized(&entry.reg.authorized_by) {
             return Ok(self.reject(Rejection::NotAuthorized(Operation::Publish), req));
         }
-        if mismatched(req.auth.as_ref(), &entry.reg.ep, &entry.reg.key) {
+        let refused = match &req.auth {
+            // A token's session publishes only what its scope allows, for its own subject.
+            Some(auth @ crate::auth::PeerAuth::Token { .. }) => {
+                !self.token_may_publish(auth, &entry.reg.ep)
+            }
+            auth => mismatched(auth.as_ref(), &entry.reg.ep, &entry.reg.key),
+        };
+        if refused {
             return Ok(self.reject(Rejection::PeerMismatch(Operation::Publish), req));
         }
         let mut checked = checked;

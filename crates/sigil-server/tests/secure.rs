@@ -1413,16 +1413,30 @@ fn ask_token(
     mid: u16,
     now: &mut u64,
 ) -> (Code, Vec<u8>) {
+    ask_token_with(s, c, objects, sigil_ace::Permissions::READ, None, mid, now)
+}
+
+/// POST /token for `objects` with `permissions`, binding `req_cnf` if given.
+fn ask_token_with(
+    s: &mut Server,
+    c: &mut Client,
+    objects: &[&str],
+    permissions: sigil_ace::Permissions,
+    req_cnf: Option<PublicKey>,
+    mid: u16,
+    now: &mut u64,
+) -> (Code, Vec<u8>) {
     let entries: Vec<sigil_ace::ScopeEntry<'_>> = objects
         .iter()
         .map(|o| sigil_ace::ScopeEntry {
             object: o,
-            permissions: sigil_ace::Permissions::READ,
+            permissions,
         })
         .collect();
     let mut body = [0u8; 512];
     let n = sigil_ace::TokenRequest {
         scope: Some(sigil_ace::Scope::new(&entries)),
+        req_cnf: req_cnf.map(|key| sigil_ace::Confirmation::PublicKey { kid: None, key }),
         ..Default::default()
     }
     .encode(&mut body)
@@ -1587,4 +1601,158 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
         Code::UNAUTHORIZED
     );
     assert!(s.count("read.rejected.token_expired") + s.count("read.rejected.no_token") >= 1);
+}
+
+/// Asymmetric proof of possession (RFC 9202 §3.2): a granted reader asks for a token bound to a
+/// fresh key that is on no list; the token is signed and names the server's key (`rs_cnf`);
+/// once posted, a raw-public-key handshake with exactly that key succeeds and reads, while
+/// another unlisted key gets no session. And a device publishes through a token whose scope
+/// lets it publish to its own topic.
+#[test]
+fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
+    let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
+    let mut now = 0;
+    let (dev, st) = device(121, SignatureAlgorithm::Ed25519);
+    let sensor = *dev.identity();
+    s.provision(&sensor, Some(&[121; 16]));
+    let mut c = psk_client(121, &sensor.to_string(), &[121; 16], 121, now);
+    c.device = Some((dev, st));
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    publish(&mut c, now);
+    run(&mut s, &mut [&mut c], &mut now, 500);
+    assert_eq!(acked(&c), 1);
+    let topic = {
+        let regs = Store::open(&s.db).unwrap().registrations().unwrap();
+        let href = regs[0]
+            .links
+            .split('<')
+            .nth(1)
+            .and_then(|l| l.split('>').next())
+            .unwrap();
+        format!("ps/{}{}", regs[0].id, href)
+    };
+    let (d, _) = device(122, SignatureAlgorithm::Ed25519);
+    let reader = *d.identity();
+    s.provision(&reader, Some(&[122; 16]));
+    Store::open(&s.db)
+        .unwrap()
+        .grant_read(&reader, &sensor, NOW)
+        .unwrap();
+    let mut r = psk_client(122, &reader.to_string(), &[122; 16], 122, now);
+    run(&mut s, &mut [&mut r], &mut now, 3_000);
+
+    let fresh = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(123))
+        .unwrap();
+    let fresh_pk = RustCrypto.public_key(&fresh).unwrap();
+    let sensor_text = sensor.to_string();
+    let (code, body) = ask_token_with(
+        &mut s,
+        &mut r,
+        &[&sensor_text],
+        sigil_ace::Permissions::READ,
+        Some(fresh_pk),
+        1000,
+        &mut now,
+    );
+    assert_eq!(code, Code::CREATED);
+    let resp = sigil_ace::TokenResponse::parse(&body).unwrap();
+    assert!(
+        resp.cnf.is_none(),
+        "no symmetric key for a public-key binding"
+    );
+    assert!(
+        matches!(resp.rs_cnf, Some(sigil_ace::Confirmation::PublicKey { .. })),
+        "the server's key to pin"
+    );
+    assert_eq!(resp.access_token[0], 0xd2, "a COSE_Sign1");
+    let token = resp.access_token.to_vec();
+    // Before the token is posted the fresh key gets no session.
+    let mut early = Client::new(124, Credentials::RawPublicKey(Some(&fresh)), 124, now);
+    run(&mut s, &mut [&mut early], &mut now, 3_000);
+    assert!(!early.is_established());
+    assert_eq!(
+        exchange(
+            &mut s,
+            &mut r,
+            &coap_post("authz-info", 1001, 61, &token),
+            &mut now
+        )
+        .0,
+        Code::CREATED
+    );
+    let mut holder = Client::new(125, Credentials::RawPublicKey(Some(&fresh)), 125, now);
+    run(&mut s, &mut [&mut holder], &mut now, 3_000);
+    assert!(holder.is_established(), "the token's key is trusted");
+    assert_eq!(
+        read_latest(&mut s, &mut holder, &topic, 1002, &mut now),
+        Code::CONTENT
+    );
+    let other = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(126))
+        .unwrap();
+    let mut stranger = Client::new(126, Credentials::RawPublicKey(Some(&other)), 126, now);
+    run(&mut s, &mut [&mut stranger], &mut now, 3_000);
+    assert!(!stranger.is_established(), "a key no token binds");
+
+    // The device asks for read and publish on its own topic; a reader cannot get publish.
+    let (code, _) = ask_token_with(
+        &mut s,
+        &mut r,
+        &[&sensor_text],
+        sigil_ace::Permissions::PUBLISH,
+        None,
+        1003,
+        &mut now,
+    );
+    assert_eq!(code, Code::BAD_REQUEST, "publishing is the device's own");
+    // (The device's own session carries its CoAP; it asks from a second session.)
+    let mut own = psk_client(128, &sensor_text, &[121; 16], 128, now);
+    run(&mut s, &mut [&mut own], &mut now, 3_000);
+    let (code, body) = ask_token_with(
+        &mut s,
+        &mut own,
+        &[&sensor_text],
+        sigil_ace::Permissions::READ_PUBLISH,
+        None,
+        1004,
+        &mut now,
+    );
+    assert_eq!(code, Code::CREATED);
+    let resp = sigil_ace::TokenResponse::parse(&body).unwrap();
+    let Some(sigil_ace::Confirmation::Symmetric { kid, key }) = resp.cnf else {
+        panic!()
+    };
+    let (kid, key): (Vec<u8>, [u8; 16]) = (kid.to_vec(), key.try_into().unwrap());
+    let token = resp.access_token.to_vec();
+    assert_eq!(
+        exchange(
+            &mut s,
+            &mut own,
+            &coap_post("authz-info", 1005, 61, &token),
+            &mut now
+        )
+        .0,
+        Code::CREATED
+    );
+    let mut t = Client::new(
+        127,
+        Credentials::Psk {
+            identity: &kid,
+            key: &key,
+        },
+        127,
+        now,
+    );
+    t.device = c.device.take();
+    run(&mut s, &mut [&mut t], &mut now, 3_000);
+    assert!(t.is_established());
+    let before = s.count("publish.accepted");
+    publish(&mut t, now);
+    run(&mut s, &mut [&mut t], &mut now, 1_000);
+    assert_eq!(
+        s.count("publish.accepted"),
+        before + 1,
+        "published through its token"
+    );
 }
