@@ -57,6 +57,8 @@ pub struct Authority {
     /// The key encrypted tokens for this server are protected with (the AC and the RS are one
     /// process; it is kept in the database so tokens survive a restart).
     rs_key: [u8; 16],
+    /// The kid of the AC's signing key in the tokens it signs.
+    kid: [u8; 4],
     /// Seconds a token is valid.
     pub lifetime: u32,
     rng: Box<dyn Rng + Send>,
@@ -70,13 +72,15 @@ impl Authority {
         rng: Box<dyn Rng + Send>,
     ) -> Result<Self, sigil_crypto::CryptoError> {
         let public = RustCrypto.public_key(&key)?;
-        let audience = Identity::of_key(&RustCrypto, &public, b"")
-            .map_err(|_| sigil_crypto::CryptoError::InvalidKey)?
-            .to_string();
+        let identity = Identity::of_key(&RustCrypto, &public, b"")
+            .map_err(|_| sigil_crypto::CryptoError::InvalidKey)?;
+        let mut kid = [0u8; 4];
+        kid.copy_from_slice(&identity.as_bytes()[..4]);
         Ok(Self {
             key,
             public,
-            audience,
+            audience: identity.to_string(),
+            kid,
             rs_key,
             lifetime: lifetime.max(1),
             rng,
@@ -184,8 +188,10 @@ impl Authority {
                 )?;
                 (n, Some((kid.to_vec(), psk)))
             }
+            // A signed token names the AC's key (the first 4 bytes of the server's identity),
+            // as verifiers such as python-cwt require by default and key rotation needs.
             _ => (
-                encode_signed(&claims, None, &self.key, &RustCrypto, &mut out)?,
+                encode_signed(&claims, Some(&self.kid), &self.key, &RustCrypto, &mut out)?,
                 None,
             ),
         };
@@ -1157,6 +1163,6 @@ mod sizes {
             signed.token.len()
         );
         assert_eq!(enc.token.len(), 192);
-        assert_eq!(signed.token.len(), 278);
+        assert_eq!(signed.token.len(), 284);
     }
 }

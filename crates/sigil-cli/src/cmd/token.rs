@@ -25,6 +25,11 @@ pub struct TokenArgs {
     /// Also ask to publish to these objects (a device's own topic).
     #[arg(long)]
     pub publish: Vec<String>,
+    /// Bind the token to this key's public half (`alg:hex` secret key file, as `--key-file`):
+    /// the client then opens its session with that raw public key (RFC 9202 §3.2). Needed
+    /// for a sensor audience when the session is PSK.
+    #[arg(long)]
+    pub bind_key: Option<PathBuf>,
     /// Where to write the token (the CWT as it goes to `/authz-info`).
     #[arg(long)]
     pub out: PathBuf,
@@ -38,6 +43,16 @@ pub async fn run(a: TokenArgs) -> Result<i32> {
         bail!("/token is served over coaps:// only");
     }
     a.dtls.check(true)?;
+    let bind = match &a.bind_key {
+        Some(p) => {
+            let sk = crate::args::read_key_file(p).context("--bind-key")?;
+            Some(
+                sigil_crypto::CryptoProvider::public_key(&sigil_crypto::RustCrypto, &sk)
+                    .map_err(|e| anyhow::anyhow!("--bind-key: {e}"))?,
+            )
+        }
+        None => None,
+    };
     let security = a.dtls.security(true, None)?;
     let config = a.dtls.timing.config()?;
     let t = Transport::open_over(uri.addr, security, config, a.dtls.dtls_carrier.into()).await?;
@@ -54,7 +69,7 @@ pub async fn run(a: TokenArgs) -> Result<i32> {
     for o in a.publish.iter().filter(|o| !a.scope.contains(o)) {
         scope.push((o.clone(), Permissions::PUBLISH));
     }
-    let ticket = ace::request_token(&mut c, a.audience.as_deref(), &scope, None).await;
+    let ticket = ace::request_token(&mut c, a.audience.as_deref(), &scope, bind).await;
     c.close().await;
     let ticket = ticket.context("POST /token")?;
     sigil_client::transport::write_atomically(&a.out, &ticket.token)
