@@ -162,34 +162,20 @@ impl<'a> TokenRequest<'a> {
     /// Reads a request map. The scope may be a byte string wrapping the AIF array or the array
     /// itself; a text scope is refused (Sigil's scopes are AIF).
     pub fn parse(bytes: &'a [u8]) -> Result<Self, TokenError> {
-        if bytes.len() > MAX_PARAMS_LEN {
-            return Err(TokenError::Oversized {
-                len: bytes.len(),
-                max: MAX_PARAMS_LEN,
-            });
-        }
-        let mut d = Decoder::new(bytes);
-        let n = params_map(&mut d)?;
         let mut r = TokenRequest::default();
-        let mut seen = 0u64;
-        for _ in 0..n {
-            let Some(label) = label(&mut d)? else {
-                d.skip()?;
-                continue;
-            };
-            once(&mut seen, label)?;
+        each_param(bytes, |label, d| {
             match label {
                 P_AUDIENCE => {
                     let t = d.text().map_err(|_| Malformed::Param("audience"))?;
                     check_text(t)?;
                     r.audience = Some(t);
                 }
-                P_SCOPE => r.scope = Some(scope_param(&mut d)?),
-                P_REQ_CNF => r.req_cnf = Some(Confirmation::parse(&mut d)?),
+                P_SCOPE => r.scope = Some(scope_param(d)?),
+                P_REQ_CNF => r.req_cnf = Some(Confirmation::parse(d)?),
                 _ => d.skip()?,
             }
-        }
-        d.finish()?;
+            Ok(())
+        })?;
         Ok(r)
     }
 }
@@ -222,23 +208,9 @@ impl<'a> TokenResponse<'a> {
     }
 
     pub fn parse(bytes: &'a [u8]) -> Result<Self, TokenError> {
-        if bytes.len() > MAX_PARAMS_LEN {
-            return Err(TokenError::Oversized {
-                len: bytes.len(),
-                max: MAX_PARAMS_LEN,
-            });
-        }
-        let mut d = Decoder::new(bytes);
-        let n = params_map(&mut d)?;
         let (mut token, mut expires_in, mut cnf, mut rs_cnf, mut profile) =
             (None, None, None, None, None);
-        let mut seen = 0u64;
-        for _ in 0..n {
-            let Some(label) = label(&mut d)? else {
-                d.skip()?;
-                continue;
-            };
-            once(&mut seen, label)?;
+        each_param(bytes, |label, d| {
             match label {
                 P_ACCESS_TOKEN => {
                     let t = d.bytes().map_err(|_| Malformed::Param("access_token"))?;
@@ -253,15 +225,15 @@ impl<'a> TokenResponse<'a> {
                 P_EXPIRES_IN => {
                     expires_in = Some(d.u64().map_err(|_| Malformed::Param("expires_in"))?)
                 }
-                P_CNF => cnf = Some(Confirmation::parse(&mut d)?),
-                P_RS_CNF => rs_cnf = Some(Confirmation::parse(&mut d)?),
+                P_CNF => cnf = Some(Confirmation::parse(d)?),
+                P_RS_CNF => rs_cnf = Some(Confirmation::parse(d)?),
                 P_ACE_PROFILE => {
                     profile = Some(d.u64().map_err(|_| Malformed::Param("ace_profile"))?)
                 }
                 _ => d.skip()?,
             }
-        }
-        d.finish()?;
+            Ok(())
+        })?;
         Ok(Self {
             access_token: token.ok_or(Malformed::Param("access_token missing"))?,
             expires_in,
@@ -284,22 +256,8 @@ impl<'a> AceError<'a> {
     }
 
     pub fn parse(bytes: &'a [u8]) -> Result<Self, TokenError> {
-        if bytes.len() > MAX_PARAMS_LEN {
-            return Err(TokenError::Oversized {
-                len: bytes.len(),
-                max: MAX_PARAMS_LEN,
-            });
-        }
-        let mut d = Decoder::new(bytes);
-        let n = params_map(&mut d)?;
         let (mut code, mut description) = (None, None);
-        let mut seen = 0u64;
-        for _ in 0..n {
-            let Some(label) = label(&mut d)? else {
-                d.skip()?;
-                continue;
-            };
-            once(&mut seen, label)?;
+        each_param(bytes, |label, d| {
             match label {
                 P_ERROR => {
                     code = Some(AceErrorCode::from_value(
@@ -314,13 +272,41 @@ impl<'a> AceError<'a> {
                 }
                 _ => d.skip()?,
             }
-        }
-        d.finish()?;
+            Ok(())
+        })?;
         Ok(Self {
             code: code.ok_or(Malformed::Param("error missing"))?,
             description,
         })
     }
+}
+
+/// Walks one parameter map of at most [`MAX_PARAMS_LEN`] bytes: `f` gets each parameter with an
+/// unsigned label (seen once at most) and must read or skip its value; other labels are
+/// skipped here. Nothing may follow the map.
+fn each_param<'a>(
+    bytes: &'a [u8],
+    mut f: impl FnMut(u64, &mut Decoder<'a>) -> Result<(), TokenError>,
+) -> Result<(), TokenError> {
+    if bytes.len() > MAX_PARAMS_LEN {
+        return Err(TokenError::Oversized {
+            len: bytes.len(),
+            max: MAX_PARAMS_LEN,
+        });
+    }
+    let mut d = Decoder::new(bytes);
+    let n = params_map(&mut d)?;
+    let mut seen = 0u64;
+    for _ in 0..n {
+        let Some(label) = label(&mut d)? else {
+            d.skip()?;
+            continue;
+        };
+        once(&mut seen, label)?;
+        f(label, &mut d)?;
+    }
+    d.finish()?;
+    Ok(())
 }
 
 fn params_map(d: &mut Decoder<'_>) -> Result<usize, TokenError> {

@@ -1293,6 +1293,41 @@ fn a_replayed_client_hello_with_its_cookie_opens_nothing_two_cookie_rotations_la
     assert_eq!(s.count("dtls.cookie_rotations"), 2);
 }
 
+/// A sensor (an Ed25519 device whose PSK is `[seed; 16]`) that registered and published one
+/// reading over coaps://: its client, identity and topic path (`ps/N/<href>`).
+fn published_sensor(s: &mut Server, seed: u64, now: &mut u64) -> (Client, Identity, String) {
+    let (dev, st) = device(seed, SignatureAlgorithm::Ed25519);
+    let sensor = *dev.identity();
+    s.provision(&sensor, Some(&[seed as u8; 16]));
+    let mut c = psk_client(
+        seed as u16,
+        &sensor.to_string(),
+        &[seed as u8; 16],
+        seed,
+        *now,
+    );
+    c.device = Some((dev, st));
+    run(s, &mut [&mut c], now, 3_000);
+    publish(&mut c, *now);
+    run(s, &mut [&mut c], now, 500);
+    assert_eq!(acked(&c), 1);
+    let regs = Store::open(&s.db).unwrap().registrations().unwrap();
+    let href = regs[0]
+        .links
+        .split('<')
+        .nth(1)
+        .and_then(|l| l.split('>').next())
+        .unwrap();
+    (c, sensor, format!("ps/{}{}", regs[0].id, href))
+}
+
+/// A reader: an identity provisioned with the PSK `[seed; 16]`.
+fn reader(s: &mut Server, seed: u64) -> Identity {
+    let (d, _) = device(seed, SignatureAlgorithm::Ed25519);
+    s.provision(d.identity(), Some(&[seed as u8; 16]));
+    *d.identity()
+}
+
 /// A GET of the sensor's latest reading inside `c`'s session; the answer's code.
 fn read_latest(s: &mut Server, c: &mut Client, topic: &str, mid: u16, now: &mut u64) -> Code {
     let before = c.inbox.len();
@@ -1311,37 +1346,9 @@ fn with_authorized_reads_only_the_sensor_and_granted_readers_read_it() {
     let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
     let mut now = 0;
     // A sensor publishes one reading over coaps://.
-    let (dev, st) = device(101, SignatureAlgorithm::Ed25519);
-    let sensor = *dev.identity();
-    s.provision(&sensor, Some(&[101; 16]));
-    let ident = sensor.to_string();
-    let mut c = psk_client(101, &ident, &[101; 16], 101, now);
-    c.device = Some((dev, st));
-    run(&mut s, &mut [&mut c], &mut now, 3_000);
-    publish(&mut c, now);
-    run(&mut s, &mut [&mut c], &mut now, 500);
-    assert_eq!(acked(&c), 1);
-    let topic = {
-        let store = Store::open(&s.db).unwrap();
-        let regs = store.registrations().unwrap();
-        let id = regs[0].id;
-        let href = regs[0]
-            .links
-            .split('<')
-            .nth(1)
-            .and_then(|l| l.split('>').next())
-            .unwrap()
-            .trim_start_matches('/')
-            .to_string();
-        format!("ps/{id}/{href}")
-    };
+    let (_c, sensor, topic) = published_sensor(&mut s, 101, &mut now);
     // Two readers with sessions of their own; only one is granted the sensor.
-    let reader = |seed: u64, s: &mut Server| {
-        let (d, _) = device(seed, SignatureAlgorithm::Ed25519);
-        s.provision(d.identity(), Some(&[seed as u8; 16]));
-        *d.identity()
-    };
-    let (granted, other) = (reader(102, &mut s), reader(103, &mut s));
+    let (granted, other) = (reader(&mut s, 102), reader(&mut s, 103));
     Store::open(&s.db)
         .unwrap()
         .grant_read(&granted, &sensor, NOW)
@@ -1453,31 +1460,8 @@ fn ask_token_with(
 fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
     let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
     let mut now = 0;
-    let (dev, st) = device(111, SignatureAlgorithm::Ed25519);
-    let sensor = *dev.identity();
-    s.provision(&sensor, Some(&[111; 16]));
-    let mut c = psk_client(111, &sensor.to_string(), &[111; 16], 111, now);
-    c.device = Some((dev, st));
-    run(&mut s, &mut [&mut c], &mut now, 3_000);
-    publish(&mut c, now);
-    run(&mut s, &mut [&mut c], &mut now, 500);
-    assert_eq!(acked(&c), 1);
-    let topic = {
-        let regs = Store::open(&s.db).unwrap().registrations().unwrap();
-        let href = regs[0]
-            .links
-            .split('<')
-            .nth(1)
-            .and_then(|l| l.split('>').next())
-            .unwrap();
-        format!("ps/{}{}", regs[0].id, href)
-    };
-    let reader = |seed: u64, s: &mut Server| {
-        let (d, _) = device(seed, SignatureAlgorithm::Ed25519);
-        s.provision(d.identity(), Some(&[seed as u8; 16]));
-        *d.identity()
-    };
-    let (granted, other) = (reader(112, &mut s), reader(113, &mut s));
+    let (_c, sensor, topic) = published_sensor(&mut s, 111, &mut now);
+    let (granted, other) = (reader(&mut s, 112), reader(&mut s, 113));
     Store::open(&s.db)
         .unwrap()
         .grant_read(&granted, &sensor, NOW)
@@ -1612,28 +1596,8 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
 fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
     let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
     let mut now = 0;
-    let (dev, st) = device(121, SignatureAlgorithm::Ed25519);
-    let sensor = *dev.identity();
-    s.provision(&sensor, Some(&[121; 16]));
-    let mut c = psk_client(121, &sensor.to_string(), &[121; 16], 121, now);
-    c.device = Some((dev, st));
-    run(&mut s, &mut [&mut c], &mut now, 3_000);
-    publish(&mut c, now);
-    run(&mut s, &mut [&mut c], &mut now, 500);
-    assert_eq!(acked(&c), 1);
-    let topic = {
-        let regs = Store::open(&s.db).unwrap().registrations().unwrap();
-        let href = regs[0]
-            .links
-            .split('<')
-            .nth(1)
-            .and_then(|l| l.split('>').next())
-            .unwrap();
-        format!("ps/{}{}", regs[0].id, href)
-    };
-    let (d, _) = device(122, SignatureAlgorithm::Ed25519);
-    let reader = *d.identity();
-    s.provision(&reader, Some(&[122; 16]));
+    let (mut c, sensor, topic) = published_sensor(&mut s, 121, &mut now);
+    let reader = reader(&mut s, 122);
     Store::open(&s.db)
         .unwrap()
         .grant_read(&reader, &sensor, NOW)
