@@ -660,3 +660,123 @@ pub fn identity<C: CryptoProvider + ?Sized>(c: &C, out: &mut [u8]) -> Result<usi
     let id = Identity::of_key(c, &pk, b"").map_err(|_| Failure::Reading)?;
     put(out, id.as_bytes())
 }
+
+/// RSA-2048 for comparison with the two-way-authentication seed (feature `rsa`): what its
+/// handshakes do with RSA, on a fixed test key (`vectors/rsa2048-bench.*`, made and checked with
+/// pyca/cryptography by `vectors/gen_rsa_kat.py`; known answers in `vectors/device-kat-rsa.json`).
+/// No key generation: a device holds its key, and the seed's Table 3 measures the operations only.
+/// The `rsa` crate allocates, so a device build of these needs a global allocator.
+#[cfg(feature = "rsa")]
+pub mod rsa {
+    use super::{put, verified, BenchRng, Failure, Operation};
+    use sigil_crypto::{CryptoProvider, RsaPublicKey, RsaSecretKey};
+
+    /// The test key, PKCS#1 `RSAPrivateKey` DER (e = 65537).
+    pub const KEY_DER: &[u8] = include_bytes!("../../../vectors/rsa2048-bench.key.der");
+    /// Its modulus, big-endian: the public key a peer holds.
+    pub const MODULUS: &[u8; 256] = include_bytes!("../../../vectors/rsa2048-bench.modulus.bin");
+    pub const EXPONENT: [u8; 3] = [1, 0, 1];
+    /// The message signed and verified.
+    pub const MESSAGE: &[u8] = b"sample";
+    /// pyca's RSASSA-PKCS1-v1_5 SHA-256 signature of [`MESSAGE`] under the key.
+    pub const SIGNATURE: &[u8; 256] =
+        include_bytes!("../../../vectors/rsa2048-bench.signature.bin");
+    /// A TLS premaster secret (client_version 3,3 and bytes 1..=46) encrypted under the key by
+    /// pyca (RSAES-PKCS1-v1_5): an RSA key transport's `EncryptedPreMasterSecret`.
+    pub const PREMASTER_CIPHERTEXT: &[u8; 256] =
+        include_bytes!("../../../vectors/rsa2048-bench.premaster.bin");
+    pub const CLIENT_VERSION: [u8; 2] = [3, 3];
+
+    /// The premaster secret the encryption operation encrypts (what the decryption recovers).
+    pub fn premaster() -> [u8; 48] {
+        let mut p = [0u8; 48];
+        p[..2].copy_from_slice(&CLIENT_VERSION);
+        for (i, b) in p[2..].iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        p
+    }
+
+    fn public() -> Result<RsaPublicKey, Failure> {
+        Ok(RsaPublicKey::from_modulus_exponent(MODULUS, &EXPONENT)?)
+    }
+
+    /// The private key parsed and checked (PKCS#1 DER, the `rsa` crate's consistency checks
+    /// and CRT precomputation), its public key out: the part of every private-key operation
+    /// below that a device could do once and keep. Output: the modulus.
+    pub fn rsa2048_public_key<C: CryptoProvider + ?Sized>(
+        c: &C,
+        out: &mut [u8],
+    ) -> Result<usize, Failure> {
+        let pk = c.rsa_public_key(&RsaSecretKey::from_pkcs1_der(KEY_DER))?;
+        put(out, pk.modulus())
+    }
+
+    /// RSASSA-PKCS1-v1_5 with SHA-256 (a TLS 1.2 CertificateVerify or ServerKeyExchange
+    /// signature): key parsing, hashing, the blinded CRT private-key operation.
+    pub fn rsa2048_sign<C: CryptoProvider + ?Sized>(
+        c: &C,
+        out: &mut [u8],
+    ) -> Result<usize, Failure> {
+        let key = RsaSecretKey::from_pkcs1_der(KEY_DER);
+        Ok(c.rsa_pkcs1_sha256_sign(&key, MESSAGE, &mut BenchRng(3), out)?)
+    }
+
+    /// Verifying pyca's signature: one public-key operation (e = 65537) and the encoding check.
+    pub fn rsa2048_verify<C: CryptoProvider + ?Sized>(
+        c: &C,
+        out: &mut [u8],
+    ) -> Result<usize, Failure> {
+        verified(
+            c.rsa_pkcs1_sha256_verify(&public()?, MESSAGE, SIGNATURE),
+            out,
+        )
+    }
+
+    /// RSAES-PKCS1-v1_5 encryption of a premaster secret: the RSA key transport client's
+    /// ClientKeyExchange. The padding comes from the harness's fixed RNG, so the answer repeats.
+    pub fn rsa2048_encrypt<C: CryptoProvider + ?Sized>(
+        c: &C,
+        out: &mut [u8],
+    ) -> Result<usize, Failure> {
+        Ok(c.rsa_pkcs1_encrypt(&public()?, &premaster(), &mut BenchRng(5), out)?)
+    }
+
+    /// The key transport server's side: the premaster secret from pyca's ciphertext, with the
+    /// constant-time padding check of RFC 5246 §7.4.7.1 (a private-key operation).
+    pub fn rsa2048_decrypt<C: CryptoProvider + ?Sized>(
+        c: &C,
+        out: &mut [u8],
+    ) -> Result<usize, Failure> {
+        let key = RsaSecretKey::from_pkcs1_der(KEY_DER);
+        let secret =
+            c.rsa_tls_premaster(&key, PREMASTER_CIPHERTEXT, CLIENT_VERSION, &mut BenchRng(7))?;
+        put(out, &secret[..])
+    }
+
+    /// The RSA operations, in report order.
+    pub fn operations<C: CryptoProvider + ?Sized>() -> [Operation<C>; 5] {
+        [
+            Operation {
+                name: "rsa2048_public_key",
+                run: rsa2048_public_key::<C>,
+            },
+            Operation {
+                name: "rsa2048_sign",
+                run: rsa2048_sign::<C>,
+            },
+            Operation {
+                name: "rsa2048_verify",
+                run: rsa2048_verify::<C>,
+            },
+            Operation {
+                name: "rsa2048_encrypt",
+                run: rsa2048_encrypt::<C>,
+            },
+            Operation {
+                name: "rsa2048_decrypt",
+                run: rsa2048_decrypt::<C>,
+            },
+        ]
+    }
+}
