@@ -308,3 +308,101 @@ mod ecc {
         sigil_ecc_ibpv_ecdh,
     ];
 }
+
+/// RSA-2048 beside P-256 (docs/device-costs.md, the two-way-authentication seed's Tables 2-4):
+/// `sigil_rsa_<name>`, each writing `SIGIL_OUT` like the operations above, on sigil-devbench's
+/// fixed test key. The `rsa` crate allocates: its heap is `SIGIL_HEAP` (in .bss, so counted in
+/// the image's static RAM), and `SIGIL_HEAP_PEAK` is the most of it in use during the last
+/// operation, in bytes (allocator bookkeeping included).
+#[cfg(feature = "rsa")]
+mod rsa {
+    use super::{record, SIGIL_OUT};
+    use core::alloc::{GlobalAlloc, Layout};
+    use core::mem::MaybeUninit;
+    use core::ptr::{addr_of_mut, write_volatile};
+    // Links cortex-m's single-core critical section, which embedded-alloc takes.
+    use cortex_m as _;
+    use embedded_alloc::LlffHeap;
+    use sigil_firmware::BACKEND;
+
+    /// The heap's size: the measured peak (the report) with room to spare.
+    pub const HEAP_BYTES: usize = 32 * 1024;
+
+    #[no_mangle]
+    static mut SIGIL_HEAP: [MaybeUninit<u8>; HEAP_BYTES] = [MaybeUninit::uninit(); HEAP_BYTES];
+    #[no_mangle]
+    static mut SIGIL_HEAP_PEAK: u32 = 0;
+    /// The heap's size, for the report.
+    #[no_mangle]
+    #[used]
+    static SIGIL_HEAP_SIZE: u32 = HEAP_BYTES as u32;
+
+    /// embedded-alloc's heap, with its high-water mark kept.
+    struct Peak {
+        heap: LlffHeap,
+    }
+
+    unsafe impl GlobalAlloc for Peak {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded as given; single-threaded, so the peak update races nothing.
+            let p = unsafe { self.heap.alloc(layout) };
+            let used = self.heap.used() as u32;
+            unsafe {
+                if used > *addr_of_mut!(SIGIL_HEAP_PEAK) {
+                    write_volatile(addr_of_mut!(SIGIL_HEAP_PEAK), used);
+                }
+            }
+            p
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: forwarded as given.
+            unsafe { self.heap.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static HEAP: Peak = Peak {
+        heap: LlffHeap::empty(),
+    };
+    static mut HEAP_READY: bool = false;
+
+    /// Gives the heap its memory on the first call; zeroes the peak for this operation.
+    fn start() {
+        // SAFETY: single-threaded bare metal; the heap is handed its region exactly once, and
+        // the region is used by nothing else.
+        unsafe {
+            if !*addr_of_mut!(HEAP_READY) {
+                HEAP.heap
+                    .init(addr_of_mut!(SIGIL_HEAP) as usize, HEAP_BYTES);
+                *addr_of_mut!(HEAP_READY) = true;
+            }
+            write_volatile(addr_of_mut!(SIGIL_HEAP_PEAK), HEAP.heap.used() as u32);
+        }
+    }
+
+    macro_rules! rsa_ops {
+        ($($name:ident => $sym:ident),* $(,)?) => {
+            $(
+                #[no_mangle]
+                #[inline(never)]
+                pub extern "C" fn $sym() -> u32 {
+                    start();
+                    // SAFETY: see `record`.
+                    let out = unsafe { &mut *addr_of_mut!(SIGIL_OUT) };
+                    record(sigil_devbench::rsa::$name(&BACKEND, out))
+                }
+            )*
+            /// Keeps the operations in the linked image (nothing calls them on a board).
+            #[used]
+            static RSA: [extern "C" fn() -> u32; [$(stringify!($sym)),*].len()] = [$($sym),*];
+        };
+    }
+
+    rsa_ops! {
+        rsa2048_public_key => sigil_rsa_rsa2048_public_key,
+        rsa2048_sign => sigil_rsa_rsa2048_sign,
+        rsa2048_verify => sigil_rsa_rsa2048_verify,
+        rsa2048_encrypt => sigil_rsa_rsa2048_encrypt,
+        rsa2048_decrypt => sigil_rsa_rsa2048_decrypt,
+    }
+}
