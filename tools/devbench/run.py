@@ -293,6 +293,26 @@ def section_handshakes(args):
     log(f"== part rewritten in {os.path.relpath(args.report, ROOT)}")
 
 
+def section_rsa(args):
+    """`--section rsa`: builds the `rsa` bench images, measures them and rewrites their section
+    of the report (with --quick: the Cortex-M4 image's known answers only, no report)."""
+    import rsa_section
+    log("== RSA-2048 beside P-256 (the `rsa` bench images)")
+    res, failures = rsa_section.measure(build, log, args.quick)
+    out = os.path.join(os.path.dirname(args.json), "rsa.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    json.dump(res, open(out, "w"), indent=1, default=list)
+    log(f"== results in {os.path.relpath(out, ROOT)}")
+    if failures:
+        log("FAILED:")
+        for f in failures:
+            log("  " + f)
+        sys.exit(1)
+    if not args.quick:
+        rsa_section.splice(args.report, res)
+        log(f"== section rewritten in {os.path.relpath(args.report, ROOT)}")
+
+
 def coap_answer(datagram):
     """The emulated server: 2.01 with Location-Path rd/7 for the registration, 2.04 for a
     reading, piggybacked in an ACK (RFC 7252 §5.2.1)."""
@@ -394,16 +414,18 @@ def main():
                     help="known answers and sizes only (no cycle model, no report)")
     ap.add_argument("--json", default=os.path.join(ROOT, "target", "devbench", "results.json"))
     ap.add_argument("--report", default=os.path.join(ROOT, "docs", "device-costs.md"))
-    ap.add_argument("--section", choices=["table-one", "handshakes"],
+    ap.add_argument("--section", choices=["table-one", "handshakes", "rsa"],
                     help="measure one section only and rewrite it in the existing report")
     args = ap.parse_args()
     count = not args.quick
     results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None, "ecc": {},
-               "dtls_carriers": {}, "handshakes": {}}
+               "dtls_carriers": {}, "handshakes": {}, "rsa": {}}
     failures = []
 
     if args.section == "handshakes":
         return section_handshakes(args)
+    if args.section == "rsa":
+        return section_rsa(args)
 
     import dtls_carriers
     if args.section == "table-one":
@@ -479,6 +501,11 @@ def main():
             failures += [f"{variant}: handshakes: {f}" for f in fails]
             results["handshakes"][variant] = {"ops": res, "core": core}
 
+    import rsa_section
+    log("== RSA-2048 beside P-256 (the `rsa` bench images)" + ("; Cortex-M4 known answers only" if args.quick else ""))
+    results["rsa"], fails = rsa_section.measure(build, log, args.quick)
+    failures += fails
+
     import avr
     log("== AVR (ATmega2560) under simavr")
     results["avr"] = avr.run(ROOT, quick=args.quick, log=log)
@@ -495,6 +522,7 @@ def main():
     if not args.quick:
         import report
         report.write(results, args.report)
+        rsa_section.splice(args.report, results["rsa"])
         log(f"== report in {os.path.relpath(args.report, ROOT)}")
     log("all known answers match on every target and backend")
 

@@ -8,7 +8,8 @@
 //! memory and checks it against the same file). So a backend or a compiler that computes a
 //! wrong answer on a target is caught where it runs.
 //!
-//! `no_std`, no heap: what a device build links.
+//! `no_std`, no heap: what a device build links. The exception is the comparison module `rsa`
+//! (feature `rsa`): the `rsa` crate allocates, so its firmware image brings a heap.
 #![no_std]
 #![forbid(unsafe_code)]
 
