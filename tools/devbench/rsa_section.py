@@ -219,7 +219,12 @@ def write(res, w):
       f"energy at the seed's own board, OPAL (SAM3U) at 48 MHz, {OPAL48['watts'] * 1e3:.1f} mW, "
       f"and at 96 MHz, {OPAL96['watts'] * 1e3:.1f} mW (the Cortex-M4 model's cycles: the SAM3U is "
       f"a Cortex-M3, so these are lower bounds), and the Cortex-M0+ at {M0['hz'] / 1e6:.0f} MHz, "
-      f"{M0['watts'] * 1e3:.0f} mW. `scripts/bench-device --section rsa` measures this section "
+      f"{M0['watts'] * 1e3:.0f} mW. The Cortex-M0+ image builds once the `rsa` crate's "
+      "num-bigint-dig, whose lazy_static uses a `spin` Once, gets its atomics from "
+      "portable-atomic in a critical section (the firmware does so for ARMv6-M only): ARMv6-M "
+      "has no compare-and-swap, and without that `spin` 0.9 does not compile for "
+      "thumbv6m-none-eabi (`no method named compare_exchange found for struct AtomicU8`). "
+      "`scripts/bench-device --section rsa` measures this section "
       "alone and rewrites it (a few minutes: the Cortex-M0+ private-key operations run for "
       "hundreds of millions of cycles in the emulator); `scripts/bench-device --quick` checks "
       "only the Cortex-M4 RSA image's known answers, without counting.")
@@ -237,7 +242,7 @@ def write(res, w):
         r4 = ((res.get(m4) or {}).get("ops") or {}).get(op) or {}
         mem = f"{r4.get('stack', 0):,} / {r4['heap_peak']:,}" if "heap_peak" in r4 else (
             f"{r4['stack']:,} / –" if r4 else "–")
-        w(f"| {label} | {c4 or 0:,} | {cell(c4, OPAL48)} | {cell(c4, OPAL96)} | "
+        w(f"| {label} | {'–' if c4 is None else f'{c4:,}'} | {cell(c4, OPAL48)} | {cell(c4, OPAL96)} | "
           f"{'–' if c0 is None else f'{c0:,}'} | {cell(c0, M0)} | {mem} |")
     w("")
     sign, verify, kg, ecdh = (cyc(res, m4, o) for o in ("rsa2048_sign", "rsa2048_verify", "keygen_p256", "ecdh_p256"))
@@ -245,7 +250,8 @@ def write(res, w):
     s256, v256 = cyc(res, m4, "sign_p256"), cyc(res, m4, "verify_p256")
     if None not in (sign, verify, s256, v256, parse):
         w(f"On the Cortex-M4 an RSA-2048 signature costs {sign / s256:.1f}× an ECDSA P-256 "
-          f"signature and an RSA verification {v256 / verify:.1f}× less than an ECDSA one: the "
+          f"signature, and an RSA verification takes {v256 / verify:.1f}× fewer cycles than an "
+          "ECDSA P-256 one: the "
           "public exponent 65537 takes 17 modular multiplications, the private key a full "
           "2048-bit exponentiation (two 1024-bit ones with the CRT). Each private-key operation "
           f"here includes parsing and checking the PKCS#1 key and its CRT values "
@@ -288,8 +294,9 @@ def write(res, w):
         w(f"The seed's software RSA handshake costs {SEED_T3[3][1] / SEED_T4[3][1]:.1f}× its ECC one "
           f"at 48 MHz; here the same operation counts give {rsa_hs / ecc_hs:.1f}×. Sigil's RSA private "
           f"key operation is {SEED_T3[1][1] / (sign / OPAL48['hz'] * 1e3):.1f}× faster than the seed's "
-          "'high memory' one at the same clock (a Cortex-M4 model against a real Cortex-M3 with "
-          "flash wait states; a 2048-bit CRT exponentiation with windows against CyaSSL's port).")
+          "'high memory' one at the same clock (a Cortex-M4 model without wait states against a "
+          "real Cortex-M3 with flash wait states, and a different big-integer implementation: "
+          "the factor is not the libraries' alone).")
         w("")
 
     sz = (res.get(m4) or {}).get("sizes")
@@ -365,7 +372,7 @@ def write(res, w):
         if c4 is None:
             continue
         e = t_e(c4, OPAL48)[1]
-        w(f"| Sigil, {label[0].lower() + label[1:]}, Cortex-M4 model @ OPAL 48 MHz | {e:,.1f} mJ | {years(e):,.0f} |")
+        w(f"| Sigil, {label}, Cortex-M4 model @ OPAL 48 MHz | {e:,.1f} mJ | {years(e):,.0f} |")
     w("")
 
 
