@@ -25,6 +25,7 @@ use sigil_crypto::{
     CCM8_TAG_LEN, SIGNATURE_LEN,
 };
 use sigil_objects::cbor::{CborError, Decoder, Encoder, Item};
+use sigil_objects::cose::TAG_MAC0;
 use sigil_time::UnixTime;
 use subtle::ConstantTimeEq;
 
@@ -40,17 +41,12 @@ const MAX_HEADER_ENTRIES: usize = 4;
 /// The CWT tag (RFC 8392 §6).
 pub const TAG_CWT: u64 = 61;
 const TAG_ENCRYPT0: u64 = 16;
-const TAG_MAC0: u64 = 17;
 const TAG_SIGN1: u64 = 18;
 /// COSE `AES-CCM-16-64-128` (RFC 9053 §4.2).
 pub const ALG_AES_CCM_16_64_128: i64 = 10;
-/// COSE `HMAC 256/64`: HMAC-SHA-256 truncated to its first 64 bits (RFC 9053 §3.1).
-pub const ALG_HMAC_256_64: i64 = 4;
-/// Length of an HMAC 256/64 tag.
-pub const HMAC_256_64_TAG_LEN: usize = 8;
-/// Length of the key the AC and a resource server share for MACed tokens (RFC 9053 §3.1:
-/// 256 bits for HMAC 256/64).
-pub const MAC_KEY_LEN: usize = 32;
+/// COSE `HMAC 256/64`, its tag length and the length of the key the AC and a resource server
+/// share for MACed tokens (RFC 9053 §3.1): the values MACed readings use too.
+pub use sigil_objects::mac::{ALG_HMAC_256_64, HMAC_256_64_TAG_LEN, MAC_KEY_LEN};
 
 const H_ALG: i64 = 1;
 const H_CRIT: i64 = 2;
@@ -428,35 +424,17 @@ pub fn encode_maced<P: CryptoProvider + ?Sized>(
     Ok(n)
 }
 
-/// The HMAC 256/64 tag of a COSE_Mac0: HMAC-SHA-256 with `key` over
-/// `MAC_structure = ["MAC0", protected, external_aad = h'', payload]` (RFC 9052 §6.3), cut to
-/// its first 8 bytes. `protected` is the protected bucket's bytes as they are on the wire. The
-/// parts go to the provider as they are, so the payload is not copied.
+/// The HMAC 256/64 tag of a COSE_Mac0 with an empty external AAD (RFC 9052 §6.3), as a
+/// token carries it: [`sigil_objects::mac::hmac_256_64_tag`], the one implementation tokens and
+/// MACed readings share. `protected` is the protected bucket's bytes as they are on the wire.
 pub fn hmac_256_64_tag<P: CryptoProvider + ?Sized>(
     provider: &P,
     key: &[u8; MAC_KEY_LEN],
     protected: &[u8],
     payload: &[u8],
 ) -> Result<[u8; HMAC_256_64_TAG_LEN], TokenError> {
-    let mut head = [0u8; 16];
-    let head_len = {
-        let mut e = Encoder::new(&mut head);
-        e.array(4)?.text("MAC0")?.bytes_header(protected.len())?;
-        e.finish()
-    };
-    let mut middle = [0u8; 16];
-    let middle_len = {
-        let mut e = Encoder::new(&mut middle);
-        e.bytes(&[])?.bytes_header(payload.len())?;
-        e.finish()
-    };
-    let full = provider.hmac_sha256(
-        key,
-        &[&head[..head_len], protected, &middle[..middle_len], payload],
-    );
-    let mut tag = [0u8; HMAC_256_64_TAG_LEN];
-    tag.copy_from_slice(&full[..HMAC_256_64_TAG_LEN]);
-    Ok(tag)
+    sigil_objects::mac::hmac_256_64_tag(provider, key, protected, &[], payload)
+        .map_err(|_| TokenError::BufferTooSmall)
 }
 
 /// `Enc_structure = ["Encrypt0", protected, external_aad = h'']` (RFC 9052 §5.3).

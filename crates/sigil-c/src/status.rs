@@ -119,7 +119,7 @@ impl From<ReadingError> for sigil_status {
                 SIGIL_ERR_MALFORMED
             }
             E::MissingSequence | E::UnknownAlgorithm => SIGIL_ERR_MALFORMED,
-            E::AlgorithmMismatch | E::BadSignature => SIGIL_ERR_BAD_SIGNATURE,
+            E::AlgorithmMismatch | E::BadSignature | E::BadTag => SIGIL_ERR_BAD_SIGNATURE,
             E::KidMismatch => SIGIL_ERR_KID_MISMATCH,
             E::SequenceMismatch => SIGIL_ERR_SEQUENCE_MISMATCH,
             E::LsbNotSupported => SIGIL_ERR_CONFIG,

@@ -1,4 +1,4 @@
-//! COSE_Sign1 (RFC 9052 §4.2, §4.4) with Sigil's protected header.
+//! COSE_Sign1 (RFC 9052 §4.2, §4.4) and COSE_Mac0 (§6.2, §6.3) with Sigil's protected header.
 //!
 //! The protected header of a Sigil reading (docs/wire-formats.md) is the CBOR map
 //! `{1: alg, 4: kid, -65537: seq}` (or `-65539: [k, low bits]` in place of `seq`), with the
@@ -11,6 +11,8 @@ use core::fmt;
 
 /// CBOR tag of COSE_Sign1 (RFC 9052 §2).
 pub const TAG_SIGN1: u64 = 18;
+/// CBOR tag of COSE_Mac0 (RFC 9052 §2).
+pub const TAG_MAC0: u64 = 17;
 
 /// Header labels: IANA "COSE Header Parameters" and Sigil's private-use labels.
 pub mod header {
@@ -32,6 +34,8 @@ pub enum CoseError {
     Cbor(CborError),
     /// Not a 4-element array, or tagged with a tag other than 18.
     NotSign1,
+    /// Not a 4-element array, or tagged with a tag other than 17.
+    NotMac0,
     /// A header parameter has the wrong type.
     HeaderType(&'static str),
     /// A label appears twice, or in both buckets (RFC 9052 §3).
@@ -58,6 +62,7 @@ impl fmt::Display for CoseError {
         match self {
             Self::Cbor(e) => write!(f, "COSE: {e}"),
             Self::NotSign1 => f.write_str("not a COSE_Sign1 structure"),
+            Self::NotMac0 => f.write_str("not a COSE_Mac0 structure"),
             Self::HeaderType(h) => write!(f, "COSE header {h} has the wrong type"),
             Self::DuplicateLabel => f.write_str("COSE header label appears twice"),
             Self::CriticalHeader => {
@@ -199,36 +204,47 @@ fn parse_bucket<'a>(
     Ok(())
 }
 
+/// The four elements shared by COSE_Sign1 and COSE_Mac0 (RFC 9052 §4.2, §6.2): protected
+/// bucket (original bytes), headers of both buckets, payload, and the last element (signature
+/// or tag). `tag` is the CBOR tag the structure may carry; `wrong` the error for another shape.
+type Parts<'a> = (&'a [u8], Headers<'a>, &'a [u8], &'a [u8]);
+
+fn parse_four(bytes: &[u8], tag: u64, wrong: CoseError) -> Result<Parts<'_>, CoseError> {
+    let mut d = Decoder::new(bytes);
+    if let Item::Tag(t) = d.peek()? {
+        if t != tag {
+            return Err(wrong);
+        }
+        d.item()?;
+    }
+    if d.array().map_err(|_| wrong)? != 4 {
+        return Err(wrong);
+    }
+    let protected_raw = d.bytes().map_err(|_| wrong)?;
+    let mut headers = Headers::default();
+    let mut seen = [0i64; MAX_SEEN];
+    let mut nseen = 0;
+    if !protected_raw.is_empty() {
+        let mut pd = Decoder::new(protected_raw);
+        parse_bucket(&mut pd, &mut headers, &mut seen, &mut nseen, true)?;
+        pd.finish()?;
+    }
+    parse_bucket(&mut d, &mut headers, &mut seen, &mut nseen, false)?;
+    let payload = match d.item()? {
+        Item::Bytes(b) => b,
+        Item::Null => return Err(CoseError::DetachedPayload),
+        _ => return Err(wrong),
+    };
+    let last = d.bytes().map_err(|_| wrong)?;
+    d.finish()?;
+    Ok((protected_raw, headers, payload, last))
+}
+
 impl<'a> CoseSign1<'a> {
     /// Parses a COSE_Sign1, tagged (18) or untagged.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, CoseError> {
-        let mut d = Decoder::new(bytes);
-        if let Item::Tag(t) = d.peek()? {
-            if t != TAG_SIGN1 {
-                return Err(CoseError::NotSign1);
-            }
-            d.item()?;
-        }
-        if d.array().map_err(|_| CoseError::NotSign1)? != 4 {
-            return Err(CoseError::NotSign1);
-        }
-        let protected_raw = d.bytes().map_err(|_| CoseError::NotSign1)?;
-        let mut headers = Headers::default();
-        let mut seen = [0i64; MAX_SEEN];
-        let mut nseen = 0;
-        if !protected_raw.is_empty() {
-            let mut pd = Decoder::new(protected_raw);
-            parse_bucket(&mut pd, &mut headers, &mut seen, &mut nseen, true)?;
-            pd.finish()?;
-        }
-        parse_bucket(&mut d, &mut headers, &mut seen, &mut nseen, false)?;
-        let payload = match d.item()? {
-            Item::Bytes(b) => b,
-            Item::Null => return Err(CoseError::DetachedPayload),
-            _ => return Err(CoseError::NotSign1),
-        };
-        let signature = d.bytes().map_err(|_| CoseError::NotSign1)?;
-        d.finish()?;
+        let (protected_raw, headers, payload, signature) =
+            parse_four(bytes, TAG_SIGN1, CoseError::NotSign1)?;
         Ok(Self {
             protected_raw,
             headers,
@@ -252,6 +268,30 @@ impl<'a> CoseSign1<'a> {
         };
         let n = sig_structure(protected, external_aad, self.payload, scratch)?;
         Ok(&scratch[..n])
+    }
+}
+
+/// A parsed COSE_Mac0 borrowing the received bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoseMac0<'a> {
+    /// The protected bucket's serialized map, exactly as received.
+    pub protected_raw: &'a [u8],
+    pub headers: Headers<'a>,
+    pub payload: &'a [u8],
+    pub tag: &'a [u8],
+}
+
+impl<'a> CoseMac0<'a> {
+    /// Parses a COSE_Mac0, tagged (17) or untagged.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, CoseError> {
+        let (protected_raw, headers, payload, tag) =
+            parse_four(bytes, TAG_MAC0, CoseError::NotMac0)?;
+        Ok(Self {
+            protected_raw,
+            headers,
+            payload,
+            tag,
+        })
     }
 }
 
@@ -301,6 +341,23 @@ pub fn encode_protected(
                 .u64(bits)?;
         }
     }
+    Ok(e.finish())
+}
+
+/// Encodes a tagged COSE_Mac0 with an empty unprotected bucket.
+pub fn encode_mac0(
+    protected_raw: &[u8],
+    payload: &[u8],
+    tag: &[u8],
+    out: &mut [u8],
+) -> Result<usize, CoseError> {
+    let mut e = Encoder::new(out);
+    e.tag(TAG_MAC0)?
+        .array(4)?
+        .bytes(protected_raw)?
+        .map(0)?
+        .bytes(payload)?
+        .bytes(tag)?;
     Ok(e.finish())
 }
 

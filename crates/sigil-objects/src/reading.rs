@@ -76,6 +76,9 @@ pub enum ReadingError {
     LsbNotSupported,
     /// The signature does not verify over the bytes received.
     BadSignature,
+    /// The MAC tag of a MACed reading does not verify over the bytes received, or is not
+    /// 8 bytes long.
+    BadTag,
     Crypto(CryptoError),
     BufferTooSmall,
 }
@@ -120,6 +123,7 @@ impl ReadingError {
             Self::SequenceMismatch => "sequence_mismatch",
             Self::LsbNotSupported => "lsb_not_supported",
             Self::BadSignature => "bad_signature",
+            Self::BadTag => "bad_tag",
             Self::Crypto(_) => "crypto_error",
             Self::BufferTooSmall => "buffer_too_small",
         }
@@ -147,6 +151,7 @@ impl fmt::Display for ReadingError {
                 f.write_str("low-bits sequence numbers are defined for COSE only")
             }
             Self::BadSignature => f.write_str("signature does not verify"),
+            Self::BadTag => f.write_str("MAC tag does not verify"),
             Self::Crypto(e) => write!(f, "{e}"),
             Self::BufferTooSmall => f.write_str("buffer too small"),
         }
