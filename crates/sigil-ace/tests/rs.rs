@@ -519,3 +519,46 @@ fn budgets_per_host_and_total_hold_and_entries_return_at_exp() {
     assert_eq!(rs.counters.tokens_busy, 3);
     assert!(rs.charged().0 <= 2 * TOKEN_ENTRY_BYTES);
 }
+
+/// The sizes docs/wire-formats.md gives for a sensor audience: run with `--nocapture`.
+#[test]
+fn sensor_token_sizes() {
+    let (_, client) = keypair(SignatureAlgorithm::EcdsaP256, 2);
+    let (_, client_ed) = keypair(SignatureAlgorithm::Ed25519, 3);
+    let iss = "aabbccddeeff00112233445566778899";
+    for (ac_alg, name) in [
+        (SignatureAlgorithm::EcdsaP256, "ES256"),
+        (SignatureAlgorithm::Ed25519, "EdDSA"),
+    ] {
+        let (ac, _) = keypair(ac_alg, 1);
+        for (pop, pop_name) in [(client, "P-256"), (client_ed, "Ed25519")] {
+            let claims = Claims {
+                iss: Some(iss),
+                aud: Some(SENSOR),
+                exp: Some(UnixTime::from_secs(NOW.as_secs() + 3600)),
+                iat: None,
+                nbf: None,
+                cti: Some(&[0x5a; 8]),
+                scope: Some(Scope::new(&READ_SENSOR)),
+                cnf: Some(Confirmation::PublicKey {
+                    kid: None,
+                    key: pop,
+                }),
+            };
+            let mut out = [0u8; MAX_TOKEN_LEN];
+            let n = encode_signed(&claims, None, &ac, &RustCrypto, &mut out).unwrap();
+            let claims_len = claims.encode(&mut [0u8; MAX_TOKEN_LEN]).unwrap();
+            println!("signed {name}, {pop_name} PoP key: token {n} bytes, claims {claims_len}");
+            assert!(n <= MAX_TOKEN_LEN);
+        }
+    }
+    let mut out = [0u8; 160];
+    for e in [
+        IntakeError::Replayed,
+        IntakeError::Token(TokenError::WrongAudience),
+        IntakeError::NoPublicPopKey,
+    ] {
+        let n = e.encode_payload(&mut out).unwrap();
+        println!("refusal {:?}: payload {n} bytes", e.response_code());
+    }
+}
