@@ -253,6 +253,10 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert_eq!(report["code"], "2.05");
     assert_eq!(report["sensor"], sensor_id.as_str());
     assert_eq!(report["verified"].as_array().unwrap().len(), 1);
+    eprintln!(
+        "served reading: {} bytes",
+        report["readings"][0].as_str().unwrap().len() / 2
+    );
     // Posted again: refused as a replay, yet the kept token still grants the reading.
     let again = get(Some(&ok_token), &ok_key);
     assert!(again.status.success(), "{}", stderr(&again));
