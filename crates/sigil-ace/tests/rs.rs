@@ -534,6 +534,7 @@ fn sensor_token_sizes() {
         for (pop, pop_name) in [(client, "P-256"), (client_ed, "Ed25519")] {
             let claims = Claims {
                 iss: Some(iss),
+                sub: None,
                 aud: Some(SENSOR),
                 exp: Some(UnixTime::from_secs(NOW.as_secs() + 3600)),
                 iat: None,

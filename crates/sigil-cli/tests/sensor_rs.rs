@@ -202,7 +202,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
         ];
         match token {
             Some(t) => args.extend([
-                "--token".into(),
+                "--token-file".into(),
                 t.to_str().unwrap().into(),
                 "--rs-identity".into(),
                 sensor_id.clone(),
@@ -272,7 +272,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
         &format!("coaps://127.0.0.1:{sport}/history"),
         "--key-file",
         ok_key.to_str().unwrap(),
-        "--token",
+        "--token-file",
         ok_token.to_str().unwrap(),
         "--rs-identity",
         &sensor_id,
@@ -307,7 +307,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.contains("authz-info: 4.01 (token is for another audience)"),
+        err.contains("authz-info: 4.01 (invalid_grant: token is for another audience)"),
         "{err}"
     );
     assert!(err.contains("\n4.01\n"), "{err}");
@@ -351,7 +351,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     let out = get(Some(&exp_token), &exp_key);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("authz-info: 4.01 (token expired at"), "{err}");
+    assert!(err.contains("authz-info: 4.01 (invalid_grant: token expired at"), "{err}");
     assert!(err.contains("\n4.01\n"), "{err}");
 
     // A token signed by a key that is not the AC's.
