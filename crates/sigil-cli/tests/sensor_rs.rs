@@ -121,6 +121,14 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(sigil(&["provision", "--db", dbs, "add", &sensor_id])
         .status
         .success());
+    // A reader that will ask the running server's AC for its token.
+    let (reader_key, reader_pub) = client_key(dir.path(), "reader.key");
+    let reader_id = Identity::of_key(&RustCrypto, &reader_pub, b"")
+        .unwrap()
+        .to_string();
+    assert!(sigil(&["provision", "--db", dbs, "add", &reader_id])
+        .status
+        .success());
     let _server = Kill(
         Command::new(SIGIL)
             .args([
@@ -281,6 +289,44 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     let report: serde_json::Value = serde_json::from_slice(&hist.stdout).unwrap();
     assert!(!report["verified"].as_array().unwrap().is_empty());
 
+    // A token the running server's AC issues (`sigil token --audience <sensor>`) to a reader
+    // granted the sensor, bound to the reader's raw public key: served and verified.
+    assert!(
+        sigil(&["provision", "--db", dbs, "grant", &reader_id, &sensor_id])
+            .status
+            .success()
+    );
+    let issued = dir.path().join("issued.cwt");
+    let out = sigil(&[
+        "token",
+        "--server",
+        &format!("coaps://127.0.0.1:{dport}"),
+        "--audience",
+        &sensor_id,
+        "--scope",
+        &sensor_id,
+        "--dtls",
+        "rpk",
+        "--server-identity",
+        &ac_id,
+        "--key-file",
+        reader_key.to_str().unwrap(),
+        "--out",
+        issued.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    eprintln!(
+        "token issued by the AC for the sensor: {} bytes",
+        std::fs::read(&issued).unwrap().len()
+    );
+    let out = get(Some(&issued), &reader_key);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("authz-info: 2.01"),
+        "{}",
+        stderr(&out)
+    );
+
     // No token: the handshake completes, the resource answers 4.01.
     let (none_key, _) = client_key(dir.path(), "none.key");
     let out = get(None, &none_key);
@@ -351,7 +397,10 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     let out = get(Some(&exp_token), &exp_key);
     assert!(!out.status.success());
     let err = stderr(&out);
-    assert!(err.contains("authz-info: 4.01 (invalid_grant: token expired at"), "{err}");
+    assert!(
+        err.contains("authz-info: 4.01 (invalid_grant: token expired at"),
+        "{err}"
+    );
     assert!(err.contains("\n4.01\n"), "{err}");
 
     // A token signed by a key that is not the AC's.
