@@ -451,3 +451,132 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(!out.status.success());
     assert!(stderr(&out).starts_with("4.01"), "{}", stderr(&out));
 }
+
+#[test]
+fn an_unpaired_sensor_trusts_the_key_its_server_identity_names_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let (port, dport, sport) = (free_port(), free_port(), free_port());
+    let state = dir.path().join("sensor");
+    let states = state.to_str().unwrap();
+    let out = sigil(&["sensor", "--state", states, "--print-identity"]);
+    assert!(out.status.success());
+    let sensor_id = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(sigil(&["provision", "--db", dbs, "add", &sensor_id])
+        .status
+        .success());
+    let _server = Kill(
+        Command::new(SIGIL)
+            .args([
+                "server",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--dtls-listen",
+                &format!("127.0.0.1:{dport}"),
+                "--db",
+                dbs,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_ready(port);
+    let (ac, ac_pub) = {
+        let store = sigil_server::Store::open(&db).unwrap();
+        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
+        let sk = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &secret).unwrap();
+        let pk = RustCrypto.public_key(&sk).unwrap();
+        (sk, pk)
+    };
+    let ac_id = Identity::of_key(&RustCrypto, &ac_pub, b"")
+        .unwrap()
+        .to_string();
+    let log = dir.path().join("sensor.log");
+    let _sensor = Kill(
+        Command::new(SIGIL)
+            .args([
+                "sensor",
+                "--server",
+                &format!("coaps://127.0.0.1:{dport}"),
+                "--state",
+                states,
+                "--dtls",
+                "rpk",
+                "--server-identity",
+                &ac_id,
+                "--interval",
+                "200ms",
+                "--serve",
+                &format!("127.0.0.1:{sport}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let (key, public) = client_key(dir.path(), "client.key");
+    let token = dir.path().join("token");
+    mint(
+        &ac,
+        &ac_id,
+        public,
+        &Token {
+            aud: &sensor_id,
+            object: &format!("{sensor_id}/reading"),
+            exp: now() + 600,
+            cti: *b"cti-lrn1",
+        },
+        &token,
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = sigil(&[
+            "get",
+            &format!("coaps://127.0.0.1:{sport}/reading"),
+            "--key-file",
+            key.to_str().unwrap(),
+            "--token-file",
+            token.to_str().unwrap(),
+            "--rs-identity",
+            &sensor_id,
+        ]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never served: {}\nsensor: {}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The key learned in the handshake is kept, and it is the server's.
+    let kept = std::fs::read_to_string(state.join("server-key")).unwrap();
+    assert_eq!(
+        kept.trim(),
+        format!("p256:{}", hex::encode(ac_pub.as_bytes()))
+    );
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(log_text.contains("server's DTLS handshake"), "{log_text}");
+    // The token names /reading only: /history is refused.
+    let out = sigil(&[
+        "get",
+        &format!("coaps://127.0.0.1:{sport}/history"),
+        "--key-file",
+        key.to_str().unwrap(),
+        "--token-file",
+        token.to_str().unwrap(),
+        "--rs-identity",
+        &sensor_id,
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\n4.03\n"));
+}
