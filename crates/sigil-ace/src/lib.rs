@@ -9,6 +9,9 @@
 //! buffers and its crypto provider. The wire layout and the measured sizes are in
 //! `docs/wire-formats.md`, "Access tokens".
 //!
+//! A device that serves its own resources (a sensor's readings) takes tokens at `/authz-info`
+//! and decides on requests with [`rs::ResourceServer`].
+//!
 //! The same server also pairs a freshly labelled device with itself (RFC 8387 §4.1): the
 //! [`pairing`] message, encrypted to the device's key and signed by the server.
 #![no_std]
@@ -18,6 +21,7 @@ pub mod cnf;
 pub mod error;
 pub mod pairing;
 pub mod params;
+pub mod rs;
 pub mod scope;
 pub mod token;
 

@@ -181,6 +181,7 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
             dtls: Default::default(),
             association: None,
             carrier: Default::default(),
+            tap: None,
         };
         let (a, r) = (acked.clone(), rejected.clone());
         let stop = stop_rx.clone();

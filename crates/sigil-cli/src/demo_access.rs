@@ -181,6 +181,7 @@ async fn steps(
         dtls: Default::default(),
         association: None,
         carrier: Default::default(),
+        tap: None,
     };
     let report = sensor::run(device, storage, run, stop_rx, |_| {}).await?;
     out.sensor_acknowledged = report.acknowledged.len();

@@ -7,6 +7,7 @@ mod cmd;
 mod demo;
 mod demo_access;
 mod sensor;
+mod serve;
 mod soak;
 mod storage;
 mod util;

@@ -60,6 +60,9 @@ pub struct SensorRun {
     pub association: Option<(std::path::PathBuf, [u8; 32])>,
     /// How its DTLS handshakes travel.
     pub carrier: sigil_client::Carrier,
+    /// With `--serve`: the readings as they leave and the server key its handshakes
+    /// authenticate, for the serving side (crate::serve).
+    pub tap: Option<crate::serve::Tap>,
 }
 
 /// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which
@@ -93,6 +96,7 @@ pub async fn run<S: DeviceStorage>(
         // Stopped before the first session: nothing was published.
         return Ok(report);
     }
+    tap_server_key(&run, &transport);
     let mut buf = vec![0u8; 2048];
     let mut reconnect = false;
     // Failed reconnect handshakes in a row, and when the next may start (back-off).
@@ -147,7 +151,10 @@ pub async fn run<S: DeviceStorage>(
                 _ = stop_requested(&mut stop) => None,
             };
             match result {
-                Some(Ok(())) => reconnect_failures = 0,
+                Some(Ok(())) => {
+                    reconnect_failures = 0;
+                    tap_server_key(&run, &transport);
+                }
                 Some(Err(e)) => {
                     let delay = backoff(reconnect_failures, jitter());
                     reconnect_failures = reconnect_failures.saturating_add(1);
@@ -162,6 +169,9 @@ pub async fn run<S: DeviceStorage>(
             }
         }
         while let Some(n) = device.poll_transmit(&mut buf) {
+            if let Some(tap) = &run.tap {
+                tap.outgoing(&buf[..n]);
+            }
             if let Err(e) = transport.send(&buf[..n]).await {
                 tracing::debug!(error = %e, "send failed");
                 reconnect = transport.is_secure();
@@ -254,6 +264,12 @@ pub async fn run<S: DeviceStorage>(
     report.dtls_restored = transport.restored;
     report.dtls_association_writes = transport.association_writes;
     Ok(report)
+}
+
+fn tap_server_key(run: &SensorRun, transport: &Transport) {
+    if let (Some(tap), Some(key)) = (&run.tap, transport.peer_public_key()) {
+        tap.learned_server_key(key);
+    }
 }
 
 /// First delay between failed DTLS handshakes; it doubles up to [`BACKOFF_CAP`].

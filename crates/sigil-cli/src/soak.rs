@@ -661,6 +661,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
             } else {
                 sigil_client::Carrier::Records
             },
+            tap: None,
         };
         let a = acked.clone();
         let stop = stop_rx.clone();

@@ -10,6 +10,9 @@
 //!   list. It trusts neither the directory nor the broker.
 //! - [`ace`]: access tokens: ask the access-control server's `/token`, post to a resource
 //!   server's `/authz-info`, and open the session the token's PoP key names (RFC 9200, 9202).
+//! - [`sensor_rs`]: a client of a sensor serving its own readings (an ACE resource server): a
+//!   token to its `/authz-info`, a resource over a raw-public-key DTLS session, the reading
+//!   verified end to end.
 //! - [`pem`]: certificates and P-256 keys from PEM files (RFC 7468).
 //! - [`os`]: the OS randomness and clock, read here and passed down.
 
@@ -18,6 +21,7 @@ pub mod app;
 pub mod coap;
 pub mod os;
 pub mod pem;
+pub mod sensor_rs;
 pub mod transport;
 
 pub use coap::{ClientResponse, CoapClient, RequestSpec};

@@ -235,6 +235,11 @@ impl Transport {
         self.server
     }
 
+    /// The server's raw public key, once a DTLS session authenticated it.
+    pub fn peer_public_key(&self) -> Option<PublicKey> {
+        self.session.as_ref()?.peer_public_key().copied()
+    }
+
     /// The DTLS clock: milliseconds since the transport was opened.
     fn now(&self) -> sigil_time::Instant {
         crate::os::since(self.start)

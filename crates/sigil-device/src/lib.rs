@@ -25,13 +25,17 @@
 //! 4. Optionally, before it has been paired with anyone, it applies a pairing message
 //!    ([`Device::apply_pairing`], §4.1): its trusted server, its group and its default
 //!    subscriber, encrypted to its key, signed by the server, kept in storage, applied once.
+//! 5. Serving its own readings as an ACE resource server, it trusts tokens signed by its
+//!    trusted server's key and no other ([`ac::trusted_ac_key`]).
 #![no_std]
 #![forbid(unsafe_code)]
 
+pub mod ac;
 mod machine;
 pub mod pairing;
 mod storage;
 
+pub use ac::{trusted_ac_key, AcRefusal, AcSource};
 pub use machine::{
     Device, DeviceConfig, DeviceError, DeviceStats, Event, PublishOutcome, Resource, MAX_DATAGRAM,
     MAX_GROUP_KEYS, MAX_OTHER_INFO,

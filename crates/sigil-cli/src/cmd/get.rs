@@ -17,11 +17,21 @@ pub struct GetArgs {
     /// What to ask the token for: a sensor's identity, or `rd` (repeatable; default `rd`).
     #[arg(long, requires = "token")]
     pub scope: Vec<String>,
+    /// A token from the AC (hex or bytes) for a sensor serving its own readings: POSTed to its
+    /// `/authz-info`, then the resource read over a session with --key-file (cmd::get_rs).
+    #[arg(long, conflicts_with = "token")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// With --token-file: the sensor's identity (its key must hash to it).
+    #[arg(long, requires = "token_file")]
+    pub rs_identity: Option<String>,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
 
 pub async fn run(a: GetArgs) -> Result<i32> {
+    if let Some(token) = a.token_file.clone() {
+        return super::get_rs::run(a, &token).await;
+    }
     let uri = parse_uri(&a.uri)?;
     let security = a.dtls.security(uri.secure, None)?;
     let config = a.dtls.timing.config()?;

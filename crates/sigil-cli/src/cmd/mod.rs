@@ -4,6 +4,7 @@ pub mod app;
 pub mod demo;
 pub mod diet;
 pub mod get;
+pub mod get_rs;
 pub mod identity;
 pub mod provision;
 pub mod sensor;

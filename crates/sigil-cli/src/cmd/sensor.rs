@@ -63,6 +63,11 @@ pub struct SensorArgs {
     /// again after that, the device says it was applied already and goes on.
     #[arg(long)]
     pub pairing: Option<PathBuf>,
+    /// Also serve the readings as an ACE resource server on this UDP address: coaps://
+    /// `/reading` and `/history` (raw public keys; a token from the AC bound to the client's
+    /// key), plain coap:// `POST /authz-info` on the same port (crate::serve).
+    #[arg(long)]
+    pub serve: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub transmission: TransmissionArgs,
     #[command(flatten)]
@@ -89,6 +94,9 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         bail!("--count must be at least 1");
     }
     let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
+    if a.serve.is_some() && (a.kit.is_some() || !a.other.is_empty()) {
+        bail!("--serve needs the identity of the device key alone (clients pin it): no --kit or --other");
+    }
     let kit: Vec<PublicKey> = match &a.kit {
         Some(p) => std::fs::read_to_string(p)
             .with_context(|| format!("cannot read --kit {}", p.display()))?
@@ -211,8 +219,33 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
             RustCrypto.hmac_sha256(&device_key.to_bytes(), &[b"sigil sensor dtls association"]),
         )
     });
-    let security = a.dtls.security(uri.secure, Some((id, device_key)))?;
+    let security = a
+        .dtls
+        .security(uri.secure, Some((id, device_key.clone())))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let tap = a.serve.map(|_| crate::serve::Tap::default());
+    let serving = match (a.serve, &tap) {
+        (Some(listen), Some(tap)) => {
+            let start = crate::serve::ServeStart {
+                listen,
+                state: a.state.clone(),
+                identity: id,
+                key: device_key,
+                pairing: device.pairing().copied(),
+                server_identity: a
+                    .dtls
+                    .server_identity
+                    .as_deref()
+                    .map(Identity::parse)
+                    .transpose()
+                    .map_err(|e| anyhow::anyhow!("--server-identity: {e}"))?,
+                tap: tap.clone(),
+                dtls,
+            };
+            Some(tokio::spawn(crate::serve::serve(start, stop_rx.clone())))
+        }
+        _ => None,
+    };
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
         let _ = stop_tx.send(true);
@@ -231,12 +264,18 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         },
         association,
         carrier: a.dtls.dtls_carrier.into(),
+        tap,
     };
     let report = sensor::run(device, storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "device event")
     })
     .await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
+    if let Some(serving) = serving {
+        // The readings stay served after the last one was published, until stopped.
+        let served = serving.await.context("serve task")??;
+        eprintln!("served: {}", serde_json::to_string(&served)?);
+    }
     Ok(
         if report.rejected.is_empty() && report.timed_out.is_empty() {
             0
