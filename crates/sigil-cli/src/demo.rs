@@ -390,6 +390,14 @@ pub fn print_summary(s: &DemoSummary) {
         a.verified_with_ticket
     );
     println!(
+        "  [{}] the sensor serving its own reading: {} without a ticket, {} with one ({} B, checked offline), verified: {}",
+        if a.sensor_without_ticket == "4.01" && a.sensor_with_ticket == "2.05" && a.sensor_reading_verified { "ok" } else { "FAILED" },
+        a.sensor_without_ticket,
+        a.sensor_with_ticket,
+        a.sensor_ticket_bytes,
+        a.sensor_reading_verified
+    );
+    println!(
         "  [{}] the same ticket posted again: {}",
         if a.ticket_replayed == "4.01" {
             "ok"

@@ -37,6 +37,13 @@ pub struct AccessSummary {
     pub verified_with_ticket: usize,
     /// The same ticket posted again (expected 4.01, replayed).
     pub ticket_replayed: String,
+    /// The sensor serving its own reading, asked without a ticket (expected 4.01).
+    pub sensor_without_ticket: String,
+    /// Bytes of the ticket the AC signed for the sensor.
+    pub sensor_ticket_bytes: usize,
+    /// Asked with it (expected 2.05), and whether the reading verified end to end.
+    pub sensor_with_ticket: String,
+    pub sensor_reading_verified: bool,
 }
 
 impl AccessSummary {
@@ -47,6 +54,18 @@ impl AccessSummary {
             && self.read_without_ticket == "4.03"
             && self.verified_with_ticket > 0
             && self.ticket_replayed == "4.01"
+            && self.sensor_without_ticket == "4.01"
+            && self.sensor_with_ticket == "2.05"
+            && self.sensor_reading_verified
+    }
+}
+
+/// The subscriber's own coaps:// credentials: its identity and pre-shared key.
+fn own_security(reader: &Identity, psk: &[u8]) -> Security {
+    Security::Psk {
+        identity: reader.to_string().into_bytes(),
+        key: psk.to_vec(),
+        ecdhe: false,
     }
 }
 
@@ -168,7 +187,27 @@ async fn steps(
         .load_key()
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .context("no device key")?;
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // It also serves its own readings (the seed's publisher-as-server), trusting tokens signed
+    // by the server its pairing named.
+    let serve_addr = {
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0")?;
+        probe.local_addr()?
+    };
+    let tap = crate::serve::Tap::default();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let serving = tokio::spawn(crate::serve::serve(
+        crate::serve::ServeStart {
+            listen: serve_addr,
+            state: state.clone(),
+            identity: sensor_id,
+            key: device_key.clone(),
+            pairing: Some(paired),
+            server_identity: None,
+            tap: tap.clone(),
+            dtls: Default::default(),
+        },
+        stop_rx.clone(),
+    ));
     let run = SensorRun {
         server: dtls.addr,
         interval: Duration::from_millis(200),
@@ -181,9 +220,9 @@ async fn steps(
         dtls: Default::default(),
         association: None,
         carrier: Default::default(),
-        tap: None,
+        tap: Some(tap),
     };
-    let report = sensor::run(device, storage, run, stop_rx, |_| {}).await?;
+    let report = sensor::run(device, storage, run, stop_rx.clone(), |_| {}).await?;
     out.sensor_acknowledged = report.acknowledged.len();
     say(&format!(
         "  paired sensor published {} readings over coaps:// (raw public keys)",
@@ -192,11 +231,7 @@ async fn steps(
 
     // Without a session, then with one but without a grant or a ticket: refused.
     let config = sigil_dtls::Config::default();
-    let own = Security::Psk {
-        identity: reader.to_string().into_bytes(),
-        key: psk.to_vec(),
-        ecdhe: false,
-    };
+    let own = own_security(&reader, &psk);
     let t = Transport::open(dtls.addr, own.clone(), config).await?;
     let mut c = CoapClient::over(t, sigil_coap::TransmissionParameters::default());
     let lookup = c.get("rd-lookup/res", &["rt=sigil.env"]).await?;
@@ -249,5 +284,55 @@ async fn steps(
         "  the same ticket posted again to /authz-info: {} (replayed)",
         out.ticket_replayed
     ));
+
+    // The sensor itself as resource server: no ticket, no reading; a ticket the AC signed for
+    // it, bound to the subscriber's key, and the sensor checks it offline.
+    let rs = sigil_client::sensor_rs::get_over_rpk(
+        serve_addr,
+        sensor_id,
+        reader_key.clone(),
+        "reading",
+        config,
+    )
+    .await?;
+    out.sensor_without_ticket = rs.0.code.to_string();
+    let t = Transport::open(dtls.addr, own_security(&reader, &psk), config).await?;
+    let mut c = CoapClient::over(t, sigil_coap::TransmissionParameters::default());
+    let ticket = sigil_client::ace::request_token(
+        &mut c,
+        Some(&sensor_id.to_string()),
+        &[(sensor_id.to_string(), Permissions::READ)],
+        Some(reader_public),
+    )
+    .await;
+    c.close().await;
+    let ticket = ticket.context("a ticket for the sensor")?;
+    out.sensor_ticket_bytes = ticket.token.len();
+    let posted = sigil_client::sensor_rs::post_token(serve_addr, &ticket.token).await?;
+    if posted.code.to_string() != "2.01" {
+        bail!("the sensor refused the ticket: {}", posted.code);
+    }
+    let (r, key) = sigil_client::sensor_rs::get_over_rpk(
+        serve_addr,
+        sensor_id,
+        reader_key.clone(),
+        "reading",
+        config,
+    )
+    .await?;
+    out.sensor_with_ticket = r.code.to_string();
+    out.sensor_reading_verified = sigil_client::sensor_rs::verify_served_reading(
+        r.content_format,
+        &r.payload,
+        &key,
+        &sensor_id,
+    )
+    .is_ok();
+    say(&format!(
+        "  the sensor serving its own reading: {} without a ticket; with a ticket of {} B signed by the AC: {}, verified end to end: {}",
+        out.sensor_without_ticket, out.sensor_ticket_bytes, out.sensor_with_ticket, out.sensor_reading_verified
+    ));
+    let _ = stop_tx.send(true);
+    let _ = serving.await;
     Ok(())
 }

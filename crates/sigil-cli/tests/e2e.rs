@@ -335,6 +335,9 @@ fn demo_refuses_every_attack_and_loses_nothing() {
     assert_eq!(a["read_without_ticket"], "4.03", "{a}");
     assert!(a["verified_with_ticket"].as_u64().unwrap() > 0, "{a}");
     assert_eq!(a["ticket_replayed"], "4.01", "{a}");
+    assert_eq!(a["sensor_without_ticket"], "4.01", "{a}");
+    assert_eq!(a["sensor_with_ticket"], "2.05", "{a}");
+    assert_eq!(a["sensor_reading_verified"], true, "{a}");
 }
 
 #[test]

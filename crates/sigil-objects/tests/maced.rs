@@ -7,7 +7,9 @@ use sigil_objects::cbor::Encoder;
 use sigil_objects::cose::{self, CoseError, SeqField};
 use sigil_objects::mac::{mac_reading, READING_KEY_INFO};
 use sigil_objects::reading::sign_reading;
-use sigil_objects::{Freshness, MacedReading, ReadingError, ReadingFormat, ReadingKey, SignedReading};
+use sigil_objects::{
+    Freshness, MacedReading, ReadingError, ReadingFormat, ReadingKey, SignedReading,
+};
 use sigil_testkit::readings::temperature;
 use sigil_testkit::Fixed;
 
@@ -99,7 +101,10 @@ fn low_bits_bind_the_full_number_through_the_external_aad() {
     assert_eq!(r.full_seq(), None);
     assert_eq!(r.verify(&RustCrypto, &key, 0x1_0005), Ok(()));
     // Same low bits, another full number: the tag covers the full number.
-    assert_eq!(r.verify(&RustCrypto, &key, 0x2_0005), Err(ReadingError::BadTag));
+    assert_eq!(
+        r.verify(&RustCrypto, &key, 0x2_0005),
+        Err(ReadingError::BadTag)
+    );
     assert_eq!(
         r.verify(&RustCrypto, &key, 0x1_0006),
         Err(ReadingError::SequenceMismatch)
