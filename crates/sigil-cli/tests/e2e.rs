@@ -8,15 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SIGIL: &str = env!("CARGO_BIN_EXE_sigil");
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::{first_line, free_port, secure_server_with, sigil, wait_ready, SIGIL};
 
 fn server(db: &Path, port: u16) -> Child {
     secure_server(db, port, 0)
@@ -25,45 +18,6 @@ fn server(db: &Path, port: u16) -> Child {
 /// A server with coaps:// on `dtls_port` (0: any free port).
 fn secure_server(db: &Path, port: u16, dtls_port: u16) -> Child {
     secure_server_with(db, port, dtls_port, &[])
-}
-
-fn secure_server_with(db: &Path, port: u16, dtls_port: u16, extra: &[&str]) -> Child {
-    Command::new(SIGIL)
-        .args([
-            "server",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--dtls-listen",
-            &format!("127.0.0.1:{dtls_port}"),
-        ])
-        .args(extra)
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits until the server answers a CoAP ping (an Empty CON, answered with Reset).
-fn wait_ready(port: u16) {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        s.send_to(&[0x40, 0x00, 0x12, 0x34], ("127.0.0.1", port))
-            .unwrap();
-        let mut b = [0u8; 16];
-        if let Ok((4, _)) = s.recv_from(&mut b) {
-            return;
-        }
-    }
-    panic!("server on port {port} did not come up");
-}
-
-fn sigil(args: &[&str]) -> std::process::Output {
-    Command::new(SIGIL).args(args).output().unwrap()
 }
 
 #[test]
@@ -406,21 +360,6 @@ fn factory_reset_gives_a_new_identity_and_cli_errors_are_clear() {
     let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert!(rows[0]["revoked_at"].is_number());
     assert!(!sigil(&["demo", "--duration", "forever"]).status.success());
-}
-
-fn first_line(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_string()
 }
 
 /// coaps:// with real processes: a PSK sensor and a raw-public-key sensor publish through a

@@ -6,49 +6,12 @@ use sigil_ace::{encode_signed, Claims, Confirmation, Permissions, Scope, ScopeEn
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_identity::Identity;
 use sigil_time::UnixTime;
-use std::net::UdpSocket;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const SIGIL: &str = env!("CARGO_BIN_EXE_sigil");
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn sigil(args: &[&str]) -> Output {
-    Command::new(SIGIL).args(args).output().unwrap()
-}
-
-fn wait_ready(port: u16) {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        s.send_to(&[0x40, 0x00, 0x12, 0x34], ("127.0.0.1", port))
-            .unwrap();
-        let mut b = [0u8; 16];
-        if let Ok((4, _)) = s.recv_from(&mut b) {
-            return;
-        }
-    }
-    panic!("server on port {port} did not come up");
-}
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod common;
+use common::{free_port, secure_server_with, sigil, wait_ready, Kill, SIGIL};
 
 fn now() -> i64 {
     std::time::SystemTime::now()
@@ -129,22 +92,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(sigil(&["provision", "--db", dbs, "add", &reader_id])
         .status
         .success());
-    let _server = Kill(
-        Command::new(SIGIL)
-            .args([
-                "server",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--dtls-listen",
-                &format!("127.0.0.1:{dport}"),
-                "--db",
-                dbs,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _server = Kill(secure_server_with(&db, port, dport, &[]));
     wait_ready(port);
     let message = dir.path().join("pairing.cose");
     let out = sigil(&[
@@ -471,22 +419,7 @@ fn an_unpaired_sensor_trusts_the_key_its_server_identity_names_and_keeps_it() {
     assert!(sigil(&["provision", "--db", dbs, "add", &sensor_id])
         .status
         .success());
-    let _server = Kill(
-        Command::new(SIGIL)
-            .args([
-                "server",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--dtls-listen",
-                &format!("127.0.0.1:{dport}"),
-                "--db",
-                dbs,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _server = Kill(secure_server_with(&db, port, dport, &[]));
     wait_ready(port);
     let (ac, ac_pub) = {
         let store = sigil_server::Store::open(&db).unwrap();

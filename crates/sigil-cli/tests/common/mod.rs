@@ -1,0 +1,84 @@
+//! What the end-to-end suites share: the `sigil` binary, free ports, a server process and
+//! waiting for it.
+#![allow(dead_code)]
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SIGIL: &str = env!("CARGO_BIN_EXE_sigil");
+
+pub fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn sigil(args: &[&str]) -> Output {
+    Command::new(SIGIL).args(args).output().unwrap()
+}
+
+/// A server with coaps:// on `dtls_port` (0: any free port) and `extra` arguments.
+pub fn secure_server_with(db: &Path, port: u16, dtls_port: u16, extra: &[&str]) -> Child {
+    Command::new(SIGIL)
+        .args([
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--dtls-listen",
+            &format!("127.0.0.1:{dtls_port}"),
+        ])
+        .args(extra)
+        .arg("--db")
+        .arg(db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the server answers a CoAP ping (an Empty CON, answered with Reset).
+pub fn wait_ready(port: u16) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        s.send_to(&[0x40, 0x00, 0x12, 0x34], ("127.0.0.1", port))
+            .unwrap();
+        let mut b = [0u8; 16];
+        if let Ok((4, _)) = s.recv_from(&mut b) {
+            return;
+        }
+    }
+    panic!("server on port {port} did not come up");
+}
+
+/// The first line of a successful command's output.
+pub fn first_line(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A child process killed when dropped.
+pub struct Kill(pub Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
