@@ -58,6 +58,8 @@ pub struct TokenResponse<'a> {
     pub cnf: Option<Confirmation<'a>>,
     /// The resource server's public key, for the client to pin in its handshake (RFC 9201 §5).
     pub rs_cnf: Option<Confirmation<'a>>,
+    /// The scope granted, when it is less than the one asked for (RFC 9200 §5.8.2).
+    pub scope: Option<Scope<'a>>,
     pub ace_profile: Option<u64>,
 }
 
@@ -132,14 +134,7 @@ impl<'a> TokenRequest<'a> {
     /// `scope` parameter carries AIF (RFC 9237 §3).
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, TokenError> {
         let mut scope_buf = [0u8; 1024];
-        let scope_len = match &self.scope {
-            Some(s) => {
-                let mut e = Encoder::new(&mut scope_buf);
-                s.encode(&mut e)?;
-                Some(e.finish())
-            }
-            None => None,
-        };
+        let scope_len = aif_bytes(self.scope.as_ref(), &mut scope_buf)?;
         let mut e = Encoder::new(out);
         let n = usize::from(self.audience.is_some())
             + usize::from(self.scope.is_some())
@@ -182,9 +177,12 @@ impl<'a> TokenRequest<'a> {
 
 impl<'a> TokenResponse<'a> {
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, TokenError> {
+        let mut scope_buf = [0u8; 1024];
+        let scope_len = aif_bytes(self.scope.as_ref(), &mut scope_buf)?;
         let mut e = Encoder::new(out);
         let n = 1
             + usize::from(self.expires_in.is_some())
+            + usize::from(self.scope.is_some())
             + usize::from(self.cnf.is_some())
             + usize::from(self.rs_cnf.is_some())
             + usize::from(self.ace_profile.is_some());
@@ -196,6 +194,9 @@ impl<'a> TokenResponse<'a> {
         if let Some(c) = &self.cnf {
             e.u64(P_CNF)?;
             c.encode(&mut e)?;
+        }
+        if let Some(n) = scope_len {
+            e.u64(P_SCOPE)?.bytes(&scope_buf[..n])?;
         }
         if let Some(p) = self.ace_profile {
             e.u64(P_ACE_PROFILE)?.u64(p)?;
@@ -210,6 +211,7 @@ impl<'a> TokenResponse<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, TokenError> {
         let (mut token, mut expires_in, mut cnf, mut rs_cnf, mut profile) =
             (None, None, None, None, None);
+        let mut scope = None;
         each_param(bytes, |label, d| {
             match label {
                 P_ACCESS_TOKEN => {
@@ -227,6 +229,7 @@ impl<'a> TokenResponse<'a> {
                 }
                 P_CNF => cnf = Some(Confirmation::parse(d)?),
                 P_RS_CNF => rs_cnf = Some(Confirmation::parse(d)?),
+                P_SCOPE => scope = Some(scope_param(d)?),
                 P_ACE_PROFILE => {
                     profile = Some(d.u64().map_err(|_| Malformed::Param("ace_profile"))?)
                 }
@@ -239,6 +242,7 @@ impl<'a> TokenResponse<'a> {
             expires_in,
             cnf,
             rs_cnf,
+            scope,
             ace_profile: profile,
         })
     }
@@ -344,6 +348,17 @@ fn check_text(t: &str) -> Result<(), TokenError> {
         return Err(Malformed::Param("text length").into());
     }
     Ok(())
+}
+
+/// The AIF array of `scope` written into `buf`, for a `scope` parameter (a byte string
+/// holding it, RFC 9237 §3).
+fn aif_bytes(scope: Option<&Scope<'_>>, buf: &mut [u8]) -> Result<Option<usize>, TokenError> {
+    let Some(s) = scope else {
+        return Ok(None);
+    };
+    let mut e = Encoder::new(buf);
+    s.encode(&mut e)?;
+    Ok(Some(e.finish()))
 }
 
 fn scope_param<'a>(d: &mut Decoder<'a>) -> Result<Scope<'a>, TokenError> {

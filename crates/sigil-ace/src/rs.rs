@@ -133,8 +133,9 @@ impl From<TokenError> for IntakeError {
 
 impl IntakeError {
     /// The CoAP response code (class, detail) for this refusal (RFC 9200 §5.10.1.1): 4.00 for
-    /// a token that does not parse, 4.13 for one too large, 4.01 for an invalid one (bad
-    /// signature, not the AC's key, expired, another audience, replayed), 5.03 when full.
+    /// a token that does not parse or lacks what this server needs, 4.13 for one too large,
+    /// 4.01 for an invalid one (bad signature, not the AC's key, expired, replayed), 4.03 for
+    /// a valid token for another audience, 5.03 when full.
     pub const fn response_code(&self) -> (u8, u8) {
         match self {
             Self::Token(TokenError::Malformed(_))
@@ -144,6 +145,7 @@ impl IntakeError {
             | Self::NoPublicPopKey => (4, 0),
             Self::Token(TokenError::Oversized { .. }) => (4, 13),
             Self::Token(TokenError::Crypto(_)) | Self::Busy { .. } => (5, 3),
+            Self::Token(TokenError::WrongAudience) => (4, 3),
             Self::Token(_) | Self::Replayed => (4, 1),
         }
     }
@@ -156,7 +158,7 @@ impl IntakeError {
         // The buffer truncates, so writing cannot fail.
         let _ = fmt::write(&mut text, format_args!("{self}"));
         let code = match self.response_code() {
-            (4, 1) => AceErrorCode::InvalidGrant,
+            (4, 1) | (4, 3) => AceErrorCode::InvalidGrant,
             _ => AceErrorCode::InvalidRequest,
         };
         AceError {
@@ -362,7 +364,9 @@ impl<'a, const TOKENS: usize, const CTIS: usize> ResourceServer<'a, TOKENS, CTIS
             }
             Err(IntakeError::Replayed) => self.counters.tokens_replayed += 1,
             Err(IntakeError::Busy { .. }) => self.counters.tokens_busy += 1,
-            Err(e) if e.response_code() == (4, 1) => self.counters.tokens_invalid += 1,
+            Err(e) if matches!(e.response_code(), (4, 1) | (4, 3)) => {
+                self.counters.tokens_invalid += 1
+            }
             Err(_) => self.counters.tokens_malformed += 1,
         }
         r

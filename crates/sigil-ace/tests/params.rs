@@ -106,6 +106,7 @@ fn a_token_response_round_trips_with_a_symmetric_key_and_the_profile() {
             key: &[7u8; 16],
         }),
         rs_cnf: None,
+        scope: Some(Scope::new(&ENTRIES[1..])),
         ace_profile: Some(sigil_ace::PROFILE_COAP_DTLS),
     };
     let mut buf = [0u8; 256];
@@ -115,6 +116,7 @@ fn a_token_response_round_trips_with_a_symmetric_key_and_the_profile() {
     assert_eq!(back.expires_in, Some(3600));
     assert_eq!(back.cnf, resp.cnf);
     assert_eq!(back.ace_profile, Some(1));
+    assert!(back.scope.unwrap().allows("rd", Permissions::READ));
     // access_token is required
     assert_eq!(
         TokenResponse::parse(&[0xa1, 0x02, 0x01]).unwrap_err(),

@@ -180,7 +180,8 @@ fn wrong_audience_is_refused() {
         .authz_info(&RustCrypto, NOW, HOST_A, &mint(&s.ac, &m))
         .unwrap_err();
     assert_eq!(e, IntakeError::Token(TokenError::WrongAudience));
-    assert_eq!(e.response_code(), (4, 1));
+    // A valid token for another resource server: 4.03 (RFC 9200 §5.10.1.1).
+    assert_eq!(e.response_code(), (4, 3));
 }
 
 #[test]

@@ -13,7 +13,8 @@
 //!   format), `GET /history` a CBOR array of the last readings (newest last, as many as fit
 //!   one record); `POST /authz-info` is accepted over the session too.
 //!
-//! Bounded: at most [`MAX_PEERS`] DTLS peers (half-open handshakes expire after
+//! Bounded: at most [`MAX_PEERS`] DTLS peers, [`MAX_PEERS_PER_HOST`] of them from one IP address
+//! (half-open handshakes expire after
 //! [`HANDSHAKE_TIMEOUT`], idle sessions after [`SESSION_IDLE`]); a ClientHello gets a stateless
 //! cookie first; the token tables have the byte budgets of [`rs_limits`].
 
@@ -38,6 +39,9 @@ use tokio::sync::watch;
 pub const RESOURCES: &[&str] = &["reading", "history"];
 /// Most DTLS peers (handshaking or established) at once.
 pub const MAX_PEERS: usize = 16;
+/// Most DTLS peers from one IP address: a host that completes handshakes with throwaway keys
+/// holds a quarter of the table at most.
+pub const MAX_PEERS_PER_HOST: usize = 4;
 /// A half-open handshake older than this is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A session without traffic for this long is dropped.
@@ -295,15 +299,18 @@ impl Server {
             return None;
         }
         if path_of(&m).as_deref() == Some("authz-info") {
-            return Some(self.respond(&m, peer, None));
+            let reply = self.respond(&m, peer, None);
+            // The source is unverified (plain UDP): an answer stays within 3x the request, so
+            // a refusal's error map goes only to requests big enough to carry it.
+            if reply.len() > 3 * datagram.len() {
+                let code = Message::parse(&reply).map_or(Code::UNAUTHORIZED, |r| r.code);
+                return Some(response(&m, code, None, b""));
+            }
+            return Some(reply);
         }
         self.report.plain_refused += 1;
-        Some(response(
-            &m,
-            Code::UNAUTHORIZED,
-            None,
-            b"coaps:// with an access token (POST /authz-info first)",
-        ))
+        // No body: an answer to an unverified source is no larger than its request.
+        Some(response(&m, Code::UNAUTHORIZED, None, b""))
     }
 
     async fn dtls_datagram(&mut self, addr: SocketAddr, datagram: &[u8]) {
@@ -398,14 +405,17 @@ impl Server {
             }
             Stateless::Accept(c) => c,
         };
-        if self.peers.len() >= MAX_PEERS {
-            // Room only from a half-open handshake gone stale.
+        let of_host = |peers: &HashMap<SocketAddr, Peer>| {
+            peers.keys().filter(|a| a.ip() == addr.ip()).count()
+        };
+        if self.peers.len() >= MAX_PEERS || of_host(&self.peers) >= MAX_PEERS_PER_HOST {
+            // Room only from a peer gone stale.
             let wall = Instant::now();
             self.peers.retain(|_, p| match p.conn {
                 Conn::Handshaking(_) => wall.duration_since(p.created) <= HANDSHAKE_TIMEOUT,
                 Conn::Established(_) => wall.duration_since(p.last_seen) <= SESSION_IDLE,
             });
-            if self.peers.len() >= MAX_PEERS {
+            if self.peers.len() >= MAX_PEERS || of_host(&self.peers) >= MAX_PEERS_PER_HOST {
                 self.report.peers_refused += 1;
                 return;
             }

@@ -175,6 +175,45 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     };
     let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
 
+    // Plain coap:// to anything but /authz-info: 4.01 with no body, and a malformed token
+    // posted there: a refusal no larger than 3x the request (the source is unverified).
+    {
+        let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let get_reading = [
+            0x40, 0x01, 0x12, 0x34, 0xb7, b'r', b'e', b'a', b'd', b'i', b'n', b'g',
+        ];
+        let post_junk = [
+            0x40, 0x02, 0x12, 0x35, 0xba, b'a', b'u', b't', b'h', b'z', b'-', b'i', b'n', b'f',
+            b'o', 0xff, 0x01,
+        ];
+        let mut answers = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while answers.len() < 2 && Instant::now() < deadline {
+            answers.clear();
+            for req in [&get_reading[..], &post_junk[..]] {
+                probe.send_to(req, ("127.0.0.1", sport)).unwrap();
+                let mut b = [0u8; 512];
+                if let Ok((n, _)) = probe.recv_from(&mut b) {
+                    answers.push((req.len(), b[..n].to_vec()));
+                }
+            }
+        }
+        assert_eq!(answers.len(), 2, "the sensor answers plain coap://");
+        let (_, refused) = &answers[0];
+        assert_eq!(refused[1], 0x81, "4.01");
+        assert_eq!(refused.len(), 4, "no body");
+        for (req, answer) in &answers {
+            assert!(
+                answer.len() <= 3 * req,
+                "{} B answer to {req} B",
+                answer.len()
+            );
+        }
+    }
+
     // The valid token: once the sensor published a reading, it is served and verified.
     let (ok_key, ok_pub) = client_key(dir.path(), "ok.key");
     let ok_token = dir.path().join("ok.token");
@@ -281,7 +320,8 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(!out.status.success());
     assert!(stderr(&out).starts_with("4.01"), "{}", stderr(&out));
 
-    // A token for another sensor: refused at /authz-info, so 4.01 at the resource.
+    // A token for another sensor: refused at /authz-info (4.03, RFC 9200 §5.10.1.1), so 4.01 at
+    // the resource.
     let (aud_key, aud_pub) = client_key(dir.path(), "aud.key");
     let other = "77".repeat(16);
     let aud_token = dir.path().join("aud.token");
@@ -301,7 +341,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
-        err.contains("authz-info: 4.01 (invalid_grant: token is for another audience)"),
+        err.contains("authz-info: 4.03 (invalid_grant: token is for another audience)"),
         "{err}"
     );
     assert!(err.contains("\n4.01\n"), "{err}");

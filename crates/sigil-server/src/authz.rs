@@ -237,6 +237,8 @@ pub enum Refusal {
     Incomplete(&'static str),
     /// The host's share or the table is full.
     Full,
+    /// The PoP key holds a token issued to another client.
+    OtherSubject,
 }
 
 impl Refusal {
@@ -257,17 +259,25 @@ impl Refusal {
             Self::Revoked => "authz.refused.revoked",
             Self::Incomplete(_) => "authz.refused.incomplete",
             Self::Full => "authz.refused.full",
+            Self::OtherSubject => "authz.refused.other_subject",
         }
     }
 
     /// The CoAP answer's code and its error map (RFC 9200 §5.10.1.1: 4.00 for a request that
-    /// is not a token, 4.01 for a token that is not valid here, 5.03 when there is no room).
+    /// is not a token or claims that cannot be processed, 4.01 for a token that is not valid,
+    /// 4.03 for a valid token for another audience, 5.03 when there is no room).
     pub fn answer(&self) -> (sigil_coap::Code, Vec<u8>) {
         use sigil_coap::Code;
         let (code, err) = match self {
-            Self::Token(TokenError::Malformed(_) | TokenError::Oversized { .. }) => {
-                (Code::BAD_REQUEST, AceErrorCode::InvalidRequest)
-            }
+            // Not a token, or claims this server cannot process.
+            Self::Token(
+                TokenError::Malformed(_)
+                | TokenError::Oversized { .. }
+                | TokenError::MissingClaim(_),
+            )
+            | Self::Incomplete(_) => (Code::BAD_REQUEST, AceErrorCode::InvalidRequest),
+            // A valid token for another resource server.
+            Self::Token(TokenError::WrongAudience) => (Code::FORBIDDEN, AceErrorCode::InvalidGrant),
             Self::Full => (Code::SERVICE_UNAVAILABLE, AceErrorCode::InvalidRequest),
             _ => (Code::UNAUTHORIZED, AceErrorCode::InvalidGrant),
         };
@@ -401,6 +411,10 @@ impl Tokens {
         }
         // A newer token for the same PoP key replaces the older one (RFC 9202 §3.2.2 / §3.3.2:
         // updating access rights); its bytes are refunded first.
+        // A PoP key already bound to another client's token is not taken over.
+        if self.held.get(&pop).is_some_and(|h| h.subject != subject) {
+            return Err(Refusal::OtherSubject);
+        }
         let replaced = self.held.remove(&pop);
         if let Some(old) = &replaced {
             self.budget.refund(old.host, old.bytes);
@@ -477,9 +491,14 @@ impl Tokens {
 
     /// The symmetric PoP keys held, by kid, with the subject each speaks for (for the DTLS
     /// trust).
-    pub fn psks(&self) -> HashMap<Vec<u8>, (Vec<u8>, Identity)> {
+    /// Only subjects still `authorized` count: a revoked client's token opens no session.
+    pub fn psks(
+        &self,
+        authorized: impl Fn(&Identity) -> bool,
+    ) -> HashMap<Vec<u8>, (Vec<u8>, Identity)> {
         self.held
             .iter()
+            .filter(|(_, h)| authorized(&h.subject))
             .filter_map(|(pop, h)| match (pop, &h.psk) {
                 (PopKey::Kid(kid), Some(psk)) => Some((kid.clone(), (psk.clone(), h.subject))),
                 _ => None,
@@ -488,10 +507,14 @@ impl Tokens {
     }
 
     /// The identities of the raw public keys held tokens bind (for the DTLS trust).
-    pub fn keys(&self) -> std::collections::HashSet<Identity> {
+    pub fn keys(
+        &self,
+        authorized: impl Fn(&Identity) -> bool,
+    ) -> std::collections::HashSet<Identity> {
         self.held
-            .keys()
-            .filter_map(|pop| match pop {
+            .iter()
+            .filter(|(_, h)| authorized(&h.subject))
+            .filter_map(|(pop, _)| match pop {
                 PopKey::Key(id) => Some(*id),
                 PopKey::Kid(_) => None,
             })
@@ -602,8 +625,9 @@ impl Ctx<'_> {
         let client = *auth.identity();
         if matches!(auth, PeerAuth::Token { .. }) || !self.svc.authorized.contains_key(&client) {
             self.count("token.refused.client");
+            // Authenticated, but not a client this AC serves (RFC 9200 §5.8.3).
             return ace_error(
-                Code::UNAUTHORIZED,
+                Code::BAD_REQUEST,
                 AceErrorCode::UnauthorizedClient,
                 "not a provisioned identity",
             );
@@ -661,6 +685,7 @@ impl Ctx<'_> {
                 "scope needed",
             );
         };
+        let asked_entries = scope.len();
         let granted: Vec<(String, u32)> = scope
             .iter()
             .filter_map(|e| {
@@ -678,7 +703,21 @@ impl Ctx<'_> {
             );
         }
         let binding = match (asked.req_cnf, &auth) {
-            (Some(Confirmation::PublicKey { key, .. }), _) => Binding::PublicKey(key),
+            (Some(Confirmation::PublicKey { key, .. }), _) => {
+                // Never bind the key of another provisioned identity: its holder could then
+                // not post tokens of its own for it.
+                let other = Identity::of_key(&RustCrypto, &key, b"")
+                    .is_ok_and(|id| id != client && self.svc.authorized.contains_key(&id));
+                if other {
+                    self.count("token.refused.pop_key");
+                    return ace_error(
+                        Code::BAD_REQUEST,
+                        AceErrorCode::UnsupportedPopKey,
+                        "req_cnf is another identity's key",
+                    );
+                }
+                Binding::PublicKey(key)
+            }
             (Some(_), _) => {
                 self.count("token.refused.pop_key");
                 return ace_error(
@@ -720,7 +759,21 @@ impl Ctx<'_> {
             None if public_binding => Some(server_key),
             None => None,
         };
+        // The granted scope goes back when it is less than the one asked for (§5.8.2).
+        let narrowed = granted.len() < asked_entries
+            || scope
+                .iter()
+                .zip(&granted)
+                .any(|(a, g)| a.permissions.0 != g.1);
+        let granted_entries: Vec<ScopeEntry<'_>> = granted
+            .iter()
+            .map(|(o, p)| ScopeEntry {
+                object: o,
+                permissions: Permissions(*p),
+            })
+            .collect();
         let response = TokenResponse {
+            scope: narrowed.then(|| Scope::new(&granted_entries)),
             access_token: &issued.token,
             expires_in: Some(u64::from(issued.expires_in)),
             cnf: issued
@@ -941,7 +994,14 @@ mod tests {
             .unwrap();
         assert_eq!(pop, PopKey::Kid(kid.clone()));
         assert!(t.generation > g, "the DTLS trust must learn the new PSK");
-        assert_eq!(t.psks().get(&kid).unwrap(), &(psk.to_vec(), client()));
+        assert_eq!(
+            t.psks(|_| true).get(&kid).unwrap(),
+            &(psk.to_vec(), client())
+        );
+        assert!(
+            t.psks(|_| false).is_empty(),
+            "a revoked subject's key opens nothing"
+        );
         let held = t.valid(&pop, now(2), |_| true).unwrap();
         assert!(held.allows("s1", Permissions::READ));
         assert!(!held.allows("s2", Permissions::READ), "another topic");
@@ -977,7 +1037,7 @@ mod tests {
             t.valid(&pop, now(1), |_| true).unwrap_err(),
             TokenCheck::None
         );
-        assert!(t.psks().is_empty());
+        assert!(t.psks(|_| true).is_empty());
         // Too late to post it at all.
         let mut t = Tokens::default();
         assert!(matches!(
@@ -1080,7 +1140,7 @@ mod tests {
             PopKey::Key(Identity::of_key(&RustCrypto, &pk, b"").unwrap())
         );
         assert!(t
-            .keys()
+            .keys(|_| true)
             .contains(&Identity::of_key(&RustCrypto, &pk, b"").unwrap()));
         let second = a
             .issue(
@@ -1096,6 +1156,43 @@ mod tests {
         assert_eq!(t.len(), 1);
         let held = t.valid(&pop, now(1), |_| true).unwrap();
         assert!(held.allows("s2", Permissions::READ) && !held.allows("s1", Permissions::READ));
+    }
+
+    #[test]
+    fn a_key_holding_one_clients_token_takes_no_token_of_another() {
+        let mut a = authority(8);
+        let aud = a.audience().to_string();
+        let pk = RustCrypto
+            .public_key(
+                &RustCrypto
+                    .generate(SignatureAlgorithm::EcdsaP256, &mut Counter(11))
+                    .unwrap(),
+            )
+            .unwrap();
+        let mut t = Tokens::default();
+        let mine = a
+            .issue(
+                &client(),
+                &aud,
+                &scope("s1"),
+                Binding::PublicKey(pk),
+                now(0),
+            )
+            .unwrap();
+        t.accept(&a, &mine.token, host(1), now(0), |_| true)
+            .unwrap();
+        let someone = Identity::parse("ffeeddccbbaa99887766554433221100").unwrap();
+        let theirs = a
+            .issue(&someone, &aud, &scope("rd"), Binding::PublicKey(pk), now(0))
+            .unwrap();
+        let r = t.accept(&a, &theirs.token, host(2), now(0), |_| true);
+        assert_eq!(r, Err(Refusal::OtherSubject));
+        assert_eq!(r.unwrap_err().answer().0, sigil_coap::Code::UNAUTHORIZED);
+        let pop = PopKey::Key(Identity::of_key(&RustCrypto, &pk, b"").unwrap());
+        assert!(t
+            .valid(&pop, now(1), |_| true)
+            .unwrap()
+            .allows("s1", Permissions::READ));
     }
 
     #[test]

@@ -193,8 +193,12 @@ impl Service {
         self.generation_seen = self.generation;
         self.tokens_seen = self.tokens.generation;
         Some(Credentials {
-            token_psks: self.tokens.psks(),
-            token_keys: self.tokens.keys(),
+            token_psks: self
+                .tokens
+                .psks(|id| self.state.authorized.contains_key(id)),
+            token_keys: self
+                .tokens
+                .keys(|id| self.state.authorized.contains_key(id)),
             authorized: self.state.authorized.keys().copied().collect(),
             psks: psks
                 .into_iter()

@@ -1511,10 +1511,12 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
         read_latest(&mut s, &mut t, &topic, 700, &mut now),
         Code::CONTENT
     );
-    // A token session asks for no tokens.
+    // A token session asks for no tokens (4.00 unauthorized_client, RFC 9200 §5.8.3).
+    let (code, body) = ask_token(&mut s, &mut t, &["rd"], 701, &mut now);
+    assert_eq!(code, Code::BAD_REQUEST);
     assert_eq!(
-        ask_token(&mut s, &mut t, &["rd"], 701, &mut now).0,
-        Code::UNAUTHORIZED
+        sigil_ace::AceError::parse(&body).unwrap().code,
+        sigil_ace::AceErrorCode::UnauthorizedClient
     );
 
     // A reader granted nothing: no token for the sensor; its rd token reads no sensor.
@@ -1529,6 +1531,13 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
     let (code, body) = ask_token(&mut s, &mut b, &[&sensor_text, "rd"], 801, &mut now);
     assert_eq!(code, Code::CREATED);
     let resp = sigil_ace::TokenResponse::parse(&body).unwrap();
+    let narrowed: Vec<_> = resp
+        .scope
+        .expect("a narrowed scope is named")
+        .iter()
+        .collect();
+    assert_eq!(narrowed.len(), 1);
+    assert_eq!(narrowed[0].object, "rd");
     let Some(sigil_ace::Confirmation::Symmetric {
         kid: kid_b,
         key: key_b,
