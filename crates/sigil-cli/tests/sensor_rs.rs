@@ -174,6 +174,14 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
         sigil(&refs)
     };
     let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // A fresh client key, a token for it signed by `signer`, and `sigil get` with both.
+    let attempt = |name: &str, signer: &SecretKey, t: &Token<'_>| {
+        let (key, public) = client_key(dir.path(), &format!("{name}.key"));
+        let token = dir.path().join(format!("{name}.token"));
+        mint(signer, &ac_id, public, t, &token);
+        let out = get(Some(&token), &key);
+        (key, out)
+    };
 
     // Plain coap:// to anything but /authz-info: 4.01 with no body, and a malformed token
     // posted there: a refusal no larger than 3x the request (the source is unverified).
@@ -322,22 +330,17 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
 
     // A token for another sensor: refused at /authz-info (4.03, RFC 9200 §5.10.1.1), so 4.01 at
     // the resource.
-    let (aud_key, aud_pub) = client_key(dir.path(), "aud.key");
     let other = "77".repeat(16);
-    let aud_token = dir.path().join("aud.token");
-    mint(
+    let (_, out) = attempt(
+        "aud",
         &ac,
-        &ac_id,
-        aud_pub,
         &Token {
             aud: &other,
             object: &other,
             exp: now() + 600,
             cti: *b"cti-aud1",
         },
-        &aud_token,
     );
-    let out = get(Some(&aud_token), &aud_key);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
@@ -347,42 +350,32 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(err.contains("\n4.01\n"), "{err}");
 
     // The right audience, a scope naming another sensor: accepted, then 4.03.
-    let (scope_key, scope_pub) = client_key(dir.path(), "scope.key");
-    let scope_token = dir.path().join("scope.token");
-    mint(
+    let (_, out) = attempt(
+        "scope",
         &ac,
-        &ac_id,
-        scope_pub,
         &Token {
             aud: &sensor_id,
             object: &other,
             exp: now() + 600,
             cti: *b"cti-scp1",
         },
-        &scope_token,
     );
-    let out = get(Some(&scope_token), &scope_key);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.contains("authz-info: 2.01"), "{err}");
     assert!(err.contains("\n4.03\n"), "{err}");
 
     // Expired: refused at /authz-info with its time.
-    let (exp_key, exp_pub) = client_key(dir.path(), "exp.key");
-    let exp_token = dir.path().join("exp.token");
-    mint(
+    let (_, out) = attempt(
+        "exp",
         &ac,
-        &ac_id,
-        exp_pub,
         &Token {
             aud: &sensor_id,
             object: &sensor_id,
             exp: now() - 1,
             cti: *b"cti-exp1",
         },
-        &exp_token,
     );
-    let out = get(Some(&exp_token), &exp_key);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
@@ -392,24 +385,19 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     assert!(err.contains("\n4.01\n"), "{err}");
 
     // A token signed by a key that is not the AC's.
-    let (forged_key, forged_pub) = client_key(dir.path(), "forged.key");
     let forger = RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut sigil_client::os::OsRng)
         .unwrap();
-    let forged_token = dir.path().join("forged.token");
-    mint(
+    let (_, out) = attempt(
+        "forged",
         &forger,
-        &ac_id,
-        forged_pub,
         &Token {
             aud: &sensor_id,
             object: &sensor_id,
             exp: now() + 600,
             cti: *b"cti-frg1",
         },
-        &forged_token,
     );
-    let out = get(Some(&forged_token), &forged_key);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("signature does not verify"),
@@ -418,21 +406,16 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     );
 
     // A token valid for a few seconds: served, then refused from its exp on.
-    let (short_key, short_pub) = client_key(dir.path(), "short.key");
-    let short_token = dir.path().join("short.token");
-    mint(
+    let (short_key, out) = attempt(
+        "short",
         &ac,
-        &ac_id,
-        short_pub,
         &Token {
             aud: &sensor_id,
             object: &sensor_id,
             exp: now() + 3,
             cti: *b"cti-sht1",
         },
-        &short_token,
     );
-    let out = get(Some(&short_token), &short_key);
     assert!(out.status.success(), "{}", stderr(&out));
     std::thread::sleep(Duration::from_secs(4));
     let out = get(None, &short_key);
