@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{at, clock_seeded, free_port, kill, run_client, serve_one};
+use common::{at, clock_seeded, free_port, kill, run_client, serve_one, spawn_peer};
 use sigil_crypto::{RsaPublicKey, RsaSecretKey, RustCrypto};
 use sigil_dtls::wire::CipherSuite;
 use sigil_dtls::{Config, Connection, Credentials, Error, ServerCredentials, X509Anchors};
@@ -19,7 +19,7 @@ use sigil_testkit::Counter;
 use std::io::Write;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -428,43 +428,32 @@ mod bleichenbacher {
 
 fn s_server(port: u16, cipher: &str, mutual: bool) -> std::process::Child {
     let p = rsa_pki();
-    let mut args: Vec<String> = [
-        "s_server",
-        "-dtls1_2",
-        "-accept",
-        &format!("127.0.0.1:{port}"),
-        "-cert",
-        &p.path("server.pem"),
-        "-key",
-        &p.path("server.key.pem"),
-        "-cipher",
-        cipher,
-        "-naccept",
-        "1",
-        "-quiet",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if mutual {
-        args.extend(
-            [
-                "-Verify",
-                "1",
-                "-CAfile",
-                &p.path("root.pem"),
-                "-verify_return_error",
-            ]
-            .map(String::from),
-        );
-    }
-    let server = Command::new("openssl")
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("openssl is installed by scripts/install-test-deps");
+    let server = spawn_peer(
+        "openssl",
+        &[
+            "s_server",
+            "-dtls1_2",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            &p.path("server.pem"),
+            "-key",
+            &p.path("server.key.pem"),
+            "-cipher",
+            cipher,
+            "-naccept",
+            "1",
+            "-quiet",
+        ],
+        mutual,
+        &[
+            "-Verify",
+            "1",
+            "-CAfile",
+            &p.path("root.pem"),
+            "-verify_return_error",
+        ],
+    );
     std::thread::sleep(Duration::from_millis(400));
     server
 }
@@ -564,39 +553,28 @@ fn s_client_against_our_server(cipher: &str, config: Config, mutual: bool) -> Ci
     let p = rsa_pki();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = sock.local_addr().unwrap().port();
-    let mut args: Vec<String> = [
-        "s_client",
-        "-dtls1_2",
-        "-connect",
-        &format!("127.0.0.1:{port}"),
-        "-CAfile",
-        &p.path("root.pem"),
-        "-verify_return_error",
-        "-cipher",
-        cipher,
-        "-quiet",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if mutual {
-        args.extend(
-            [
-                "-cert",
-                &p.path("client.pem"),
-                "-key",
-                &p.path("client.key.pem"),
-            ]
-            .map(String::from),
-        );
-    }
-    let client = Command::new("openssl")
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("openssl is installed by scripts/install-test-deps");
+    let client = spawn_peer(
+        "openssl",
+        &[
+            "s_client",
+            "-dtls1_2",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-CAfile",
+            &p.path("root.pem"),
+            "-verify_return_error",
+            "-cipher",
+            cipher,
+            "-quiet",
+        ],
+        mutual,
+        &[
+            "-cert",
+            &p.path("client.pem"),
+            "-key",
+            &p.path("client.key.pem"),
+        ],
+    );
     our_server(config, mutual, &sock, client, b"hello from openssl\n")
 }
 
@@ -632,39 +610,28 @@ fn gnutls_priority(kx_transport: bool) -> &'static str {
 fn our_client_against_gnutls_serv(kx_transport: bool, config: Config, mutual: bool) -> CipherSuite {
     let p = rsa_pki();
     let port = free_port();
-    let mut args: Vec<String> = [
-        "--udp",
-        "--port",
-        &port.to_string(),
-        "--x509certfile",
-        &p.path("server.pem"),
-        "--x509keyfile",
-        &p.path("server.key.pem"),
-        "--priority",
-        gnutls_priority(kx_transport),
-        "--echo",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if mutual {
-        args.extend(
-            [
-                "--require-client-cert",
-                "--verify-client-cert",
-                "--x509cafile",
-                &p.path("root.pem"),
-            ]
-            .map(String::from),
-        );
-    }
-    let server = Command::new("gnutls-serv")
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gnutls-serv is installed by scripts/install-test-deps");
+    let server = spawn_peer(
+        "gnutls-serv",
+        &[
+            "--udp",
+            "--port",
+            &port.to_string(),
+            "--x509certfile",
+            &p.path("server.pem"),
+            "--x509keyfile",
+            &p.path("server.key.pem"),
+            "--priority",
+            gnutls_priority(kx_transport),
+            "--echo",
+        ],
+        mutual,
+        &[
+            "--require-client-cert",
+            "--verify-client-cert",
+            "--x509cafile",
+            &p.path("root.pem"),
+        ],
+    );
     std::thread::sleep(Duration::from_millis(600));
     let suite = our_client(port, config, mutual, b"hello gnutls\n");
     kill(server);
@@ -692,39 +659,28 @@ fn gnutls_cli_against_our_server(kx_transport: bool, config: Config, mutual: boo
     let p = rsa_pki();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = sock.local_addr().unwrap().port();
-    let mut args: Vec<String> = [
-        "--udp",
-        "--port",
-        &port.to_string(),
-        "--x509cafile",
-        &p.path("root.pem"),
-        "--priority",
-        gnutls_priority(kx_transport),
-        "--verify-hostname",
-        "localhost",
-        "127.0.0.1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if mutual {
-        args.extend(
-            [
-                "--x509certfile",
-                &p.path("client.pem"),
-                "--x509keyfile",
-                &p.path("client.key.pem"),
-            ]
-            .map(String::from),
-        );
-    }
-    let client = Command::new("gnutls-cli")
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gnutls-cli is installed by scripts/install-test-deps");
+    let client = spawn_peer(
+        "gnutls-cli",
+        &[
+            "--udp",
+            "--port",
+            &port.to_string(),
+            "--x509cafile",
+            &p.path("root.pem"),
+            "--priority",
+            gnutls_priority(kx_transport),
+            "--verify-hostname",
+            "localhost",
+            "127.0.0.1",
+        ],
+        mutual,
+        &[
+            "--x509certfile",
+            &p.path("client.pem"),
+            "--x509keyfile",
+            &p.path("client.key.pem"),
+        ],
+    );
     our_server(config, mutual, &sock, client, b"hello from gnutls\n")
 }
 

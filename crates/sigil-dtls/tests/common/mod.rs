@@ -222,3 +222,18 @@ impl IntoInstant for sigil_time::Instant {
         self
     }
 }
+
+/// Starts a peer implementation (`openssl`, `gnutls-serv`, `gnutls-cli`) with `args`, and
+/// `when_mutual` after them if `mutual`; stdin and stdout piped, stderr discarded.
+pub fn spawn_peer(program: &str, args: &[&str], mutual: bool, when_mutual: &[&str]) -> Child {
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    if mutual {
+        cmd.args(when_mutual);
+    }
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} is installed by scripts/install-test-deps: {e}"))
+}
