@@ -218,6 +218,10 @@ impl ContentFormat {
     pub const CBOR: Self = Self(60);
     /// `application/cose; cose-type="cose-sign1"`, RFC 9052.
     pub const COSE_SIGN1: Self = Self(18);
+    /// `application/cose; cose-type="cose-mac0"`, RFC 9052.
+    pub const COSE_MAC0: Self = Self(17);
+    /// `application/cose-key`, RFC 9052.
+    pub const COSE_KEY: Self = Self(101);
     /// `application/senml+json`, RFC 8428.
     pub const SENML_JSON: Self = Self(110);
     /// `application/senml+cbor`, RFC 8428.

@@ -32,11 +32,12 @@ impl PeerAuth {
     }
 
     /// Whether this peer may act for the registration of `ep` with `key`: a PSK names the
-    /// identity; a raw public key must be the registered key itself.
-    pub fn speaks_for(&self, ep: &Identity, key: &PublicKey) -> bool {
+    /// identity; a raw public key must be the registered key itself (a registration without
+    /// a key, made by a PSK-only node, has none to match).
+    pub fn speaks_for(&self, ep: &Identity, key: Option<&PublicKey>) -> bool {
         match self {
             Self::Psk(id) => id == ep,
-            Self::RawPublicKey { key: k, .. } => k == key,
+            Self::RawPublicKey { key: k, .. } => key == Some(k),
             Self::Token { .. } => false,
         }
     }
@@ -44,7 +45,7 @@ impl PeerAuth {
 
 /// Whether `auth` (if any) forbids acting for `ep`/`key`: plain CoAP carries no
 /// authentication and is checked by signatures instead; a session must speak for the entry.
-pub fn mismatched(auth: Option<&PeerAuth>, ep: &Identity, key: &PublicKey) -> bool {
+pub fn mismatched(auth: Option<&PeerAuth>, ep: &Identity, key: Option<&PublicKey>) -> bool {
     auth.is_some_and(|a| !a.speaks_for(ep, key))
 }
 

@@ -553,7 +553,10 @@ impl Held {
 use crate::auth::PeerAuth;
 use crate::context::{Ctx, Rejection, Reply, Request, Response};
 use sigil_ace::{TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR, PROFILE_COAP_DTLS};
-use sigil_coap::Code;
+use sigil_coap::{Code, ContentFormat};
+
+/// COSE key type Symmetric (RFC 9053 §6.1).
+const COSE_KTY_SYMMETRIC: u64 = 4;
 
 /// An `application/ace+cbor` error answer (RFC 9200 §5.8.3).
 fn ace_error(code: Code, err: AceErrorCode, description: &str) -> Reply {
@@ -665,8 +668,10 @@ impl Ctx<'_> {
                 .filter(|id| audience == id.to_string())
                 .and_then(|id| self.svc.by_ep.get(&id))
                 .and_then(|n| self.svc.entries.get(n))
+                // A sensor without a key (PSK-only) cannot check a signed token.
+                .and_then(|e| Some((e.reg.ep, e.reg.key?)))
             {
-                Some(e) => Some((e.reg.ep, e.reg.key)),
+                Some(sensor) => Some(sensor),
                 None => {
                     self.count("token.refused.audience");
                     return ace_error(
@@ -899,6 +904,56 @@ impl Ctx<'_> {
             }
             Err(why) => Err(Rejection::ReadToken(why)),
         }
+    }
+
+    /// `GET /keys/<identity>`: the reading key of a PSK-only node (`sigil_objects::mac`), as
+    /// a COSE_Key (RFC 9052 §7: kty Symmetric, kid the identity, alg HMAC 256/64, k), so a
+    /// subscriber can verify the node's MACed readings. Disclosed only over a coaps:// session
+    /// that may read the node's readings (the node itself, a reader granted the node or its kit,
+    /// or a token whose scope allows reading it), whatever `--authorize-reads` says: the key
+    /// lets its holder make readings too (docs/security.md, "Nodes without public-key crypto").
+    pub fn reading_key(&mut self, req: &Request) -> Reply {
+        self.count("request.keys");
+        let Some(ep) = req
+            .path
+            .get(1)
+            .and_then(|t| Identity::parse(t).ok())
+            .filter(|id| self.svc.authorized.contains_key(id))
+        else {
+            return self.reject(Rejection::NotFound, req);
+        };
+        let kit = self
+            .svc
+            .by_ep
+            .get(&ep)
+            .and_then(|n| self.entry(*n))
+            .map_or(ep, |e| e.reg.authorized_by);
+        if let Err(why) = self.may_read_sensor(req, &ep, &kit) {
+            return self.reject(why, req);
+        }
+        let Some(key) = self.svc.reading_keys.get(&ep) else {
+            return self.reject(Rejection::NotFound, req);
+        };
+        let mut buf = [0u8; 96];
+        let mut e = sigil_objects::cbor::Encoder::new(&mut buf);
+        let encoded = (|| {
+            e.map(4)?
+                .u64(1)?
+                .u64(COSE_KTY_SYMMETRIC)?
+                .u64(2)?
+                .bytes(ep.as_bytes())?
+                .u64(3)?
+                .i64(sigil_objects::mac::ALG_HMAC_256_64)?
+                .i64(-1)?
+                .bytes(key.as_bytes())?;
+            Ok::<_, sigil_objects::cbor::CborError>(())
+        })();
+        if encoded.is_err() {
+            return crate::context::respond(Code::INTERNAL_SERVER_ERROR);
+        }
+        let n = e.finish();
+        self.count("keys.disclosed");
+        crate::context::content(ContentFormat::COSE_KEY, buf[..n].to_vec())
     }
 
     /// With `authorize_reads`: whether the request's session may look up the RD or discover

@@ -4,18 +4,26 @@
 //! A topic `/ps/N/<href>` is a resource the registration `/rd/N` announced. Publication needs
 //! a live registration; the stored readings stay readable after the registration's lifetime
 //! has run out (each carries its own proof), until the registration is removed.
+//!
+//! A reading is protected one of three ways ([`Protection`], docs/security.md): signed
+//! (COSE_Sign1 or JWS, the RFC 8387 default), MACed (COSE_Mac0 under the reading key a
+//! PSK-only node derives from its pre-shared key), or not at all but sent over the node's own
+//! DTLS session (plain SenML; the broker numbers such readings itself).
 
 use crate::auth::mismatched;
-use crate::context::{content, diagnostic, Ctx, Operation, Rejection, Reply, Request, Response};
+use crate::context::{
+    content, diagnostic, respond, Ctx, Operation, Rejection, Reply, Request, Response,
+};
 use crate::rd::{Entry, B64};
 use crate::service::State;
-use crate::store::{Batch, NewReading, StoreError};
+use crate::store::{Batch, NewReading, Protection, StoreError};
 use base64::Engine;
 use sigil_coap::link::write_link;
 use sigil_coap::{Code, ContentFormat};
 use sigil_freshness::{self as freshness, Verdict};
 use sigil_identity::Identity;
 use sigil_objects::cose::SeqField;
+use sigil_objects::mac::{MacedReading, CONTENT_FORMAT_MAC0};
 use sigil_objects::senml::{self, OwnedValue};
 use sigil_objects::{ReadingFormat, SignedReading};
 use sigil_time::UnixTime;
@@ -34,6 +42,7 @@ pub(crate) struct Checked {
     decoded: String,
     /// Low-bits mode: the full number was reconstructed from the high-water mark.
     lsb: Option<(u8, u64)>,
+    protection: Protection,
 }
 
 /// What step 1 found for one request: `None` for a request that is no publication.
@@ -88,10 +97,18 @@ impl State {
             .ok_or(Rejection::UnknownTopic)?;
         let unsupported = Rejection::UnsupportedFormat(Operation::Publish);
         let cf = req.content_format.ok_or(unsupported)?;
-        let format = ReadingFormat::from_content_format(cf).ok_or(unsupported)?;
         if entry.content_format(href).is_some_and(|t| t != cf) {
             return Err(unsupported);
         }
+        if cf == CONTENT_FORMAT_MAC0 {
+            return self.check_maced(req, entry, now);
+        }
+        if cf == ContentFormat::SENML_CBOR.0 || cf == ContentFormat::SENML_JSON.0 {
+            return Self::check_unprotected(req, entry, cf);
+        }
+        let format = ReadingFormat::from_content_format(cf).ok_or(unsupported)?;
+        // A PSK-only node registered no key: nothing to verify a signature with.
+        let key = entry.reg.key.as_ref().ok_or(unsupported)?;
         let reading = SignedReading::parse(format, &req.payload)?;
         if reading.kid != entry.reg.ep {
             return Err(Rejection::KidMismatch);
@@ -108,13 +125,7 @@ impl State {
         let senml_bytes = reading.senml(&mut buf)?;
         let decoded = decode_senml(format, senml_bytes).ok_or(Rejection::MalformedSenml)?;
         let mut scratch = vec![0u8; reading.scratch_len()];
-        reading.verify_end_to_end(
-            &self.crypto,
-            &entry.reg.key,
-            &entry.reg.ep,
-            seq,
-            &mut scratch,
-        )?;
+        reading.verify_end_to_end(&self.crypto, key, &entry.reg.ep, seq, &mut scratch)?;
         Ok(Checked {
             reg_id: entry.reg.id,
             ep: entry.reg.ep,
@@ -123,6 +134,74 @@ impl State {
             content_format: cf,
             decoded,
             lsb,
+            protection: Protection::Signed,
+        })
+    }
+
+    /// A COSE_Mac0 reading: the tag under the node's reading key (derived from its PSK), the
+    /// kid and the sequence number as for a signed one.
+    fn check_maced(
+        &self,
+        req: &Request,
+        entry: &Entry,
+        _now: UnixTime,
+    ) -> Result<Checked, Rejection> {
+        let reading = MacedReading::parse(&req.payload)?;
+        if reading.kid != entry.reg.ep {
+            return Err(Rejection::KidMismatch);
+        }
+        let key = self
+            .reading_keys
+            .get(&entry.reg.ep)
+            .ok_or(Rejection::NoReadingKey)?;
+        let highest = self.highest.get(&entry.reg.ep).copied().unwrap_or(0);
+        let (seq, lsb) = match reading.seq {
+            SeqField::Full(s) => (s, None),
+            SeqField::LowBits { k, bits } => (
+                freshness::reconstruct(highest, k, bits).ok_or(Rejection::SequenceMismatch)?,
+                Some((k, bits)),
+            ),
+        };
+        reading.verify(&self.crypto, key, seq)?;
+        let decoded =
+            decode_senml(ReadingFormat::Cose, reading.senml()).ok_or(Rejection::MalformedSenml)?;
+        Ok(Checked {
+            reg_id: entry.reg.id,
+            ep: entry.reg.ep,
+            seq,
+            timestamp: reading.timestamp,
+            content_format: CONTENT_FORMAT_MAC0,
+            decoded,
+            lsb,
+            protection: Protection::Mac,
+        })
+    }
+
+    /// A plain SenML reading: only over a DTLS session that speaks for the node (its
+    /// integrity and freshness are the session's). Numbered when stored ([`Ctx::publish`]).
+    fn check_unprotected(req: &Request, entry: &Entry, cf: u16) -> Result<Checked, Rejection> {
+        if !req
+            .auth
+            .as_ref()
+            .is_some_and(|a| a.speaks_for(&entry.reg.ep, entry.reg.key.as_ref()))
+        {
+            return Err(Rejection::UnprotectedWithoutSession);
+        }
+        let format = if cf == ContentFormat::SENML_CBOR.0 {
+            ReadingFormat::Cose
+        } else {
+            ReadingFormat::Jws
+        };
+        let decoded = decode_senml(format, &req.payload).ok_or(Rejection::MalformedSenml)?;
+        Ok(Checked {
+            reg_id: entry.reg.id,
+            ep: entry.reg.ep,
+            seq: 0,
+            timestamp: None,
+            content_format: cf,
+            decoded,
+            lsb: None,
+            protection: Protection::Session,
         })
     }
 
@@ -241,13 +320,28 @@ impl Ctx<'_> {
             Some(auth @ crate::auth::PeerAuth::Token { .. }) => {
                 !self.token_may_publish(auth, &entry.reg.ep)
             }
-            auth => mismatched(auth.as_ref(), &entry.reg.ep, &entry.reg.key),
+            auth => mismatched(auth.as_ref(), &entry.reg.ep, entry.reg.key.as_ref()),
         };
         if refused {
             return Ok(self.reject(Rejection::PeerMismatch(Operation::Publish), req));
         }
         let mut checked = checked;
         let highest = self.highest(&checked.ep);
+        if checked.protection == Protection::Session {
+            // The session delivered it: a retransmission of the message that delivered the
+            // latest reading gets its original answer; anything else is the next number.
+            if let Some(latest) = b.latest_reading(&checked.ep)? {
+                if latest.raw == req.payload
+                    && req.message_id.is_some()
+                    && latest.message_id == req.message_id
+                    && latest.peer == req.peer.to_string()
+                {
+                    self.count("publish.duplicate");
+                    return Ok(respond(Code::CHANGED));
+                }
+            }
+            checked.seq = highest.saturating_add(1);
+        }
         if let Some((k, bits)) = checked.lsb {
             // Another reading of this device earlier in the batch may have moved the mark.
             let seq = freshness::reconstruct(highest, k, bits).unwrap_or(0);
@@ -307,10 +401,16 @@ impl Ctx<'_> {
             received_at: now,
             peer: &req.peer.to_string(),
             message_id: req.message_id,
+            protection: checked.protection,
         })?;
         b.set_highest(&checked.ep, checked.seq, now)?;
         self.new_highest.insert(checked.ep, checked.seq);
         self.count("publish.accepted");
+        self.count(match checked.protection {
+            Protection::Signed => "publish.accepted.signed",
+            Protection::Mac => "publish.accepted.mac",
+            Protection::Session => "publish.accepted.session",
+        });
         tracing::debug!(ep = %checked.ep, seq = checked.seq, "reading stored");
         Ok(Reply::Response(Response {
             code: Code::CHANGED,

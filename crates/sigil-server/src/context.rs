@@ -265,6 +265,13 @@ pub enum Rejection {
     MalformedCose,
     MalformedJws,
     MalformedReading,
+    /// A MACed reading whose tag does not verify under the node's reading key.
+    BadTag,
+    /// A MACed reading from a node with no pre-shared key (so no reading key).
+    NoReadingKey,
+    /// An unprotected (plain SenML) reading that did not come over a DTLS session speaking
+    /// for the node.
+    UnprotectedWithoutSession,
 
     // Reading (with `authorize_reads`).
     /// A read without a coaps:// session.
@@ -308,7 +315,9 @@ impl Rejection {
             }
             NotOwner(Ownership::Session) => Code::FORBIDDEN,
             NotOwner(_) => Code::UNAUTHORIZED,
-            BadSignature | AlgorithmMismatch | SequenceMismatch => Code::UNAUTHORIZED,
+            BadSignature | AlgorithmMismatch | SequenceMismatch | BadTag => Code::UNAUTHORIZED,
+            UnprotectedWithoutSession => Code::UNAUTHORIZED,
+            NoReadingKey => Code::FORBIDDEN,
             ReadWithoutSession | ReadToken(_) | LookupWithoutSession => Code::UNAUTHORIZED,
             ReadNotGranted | LookupNotGranted => Code::FORBIDDEN,
         }
@@ -364,6 +373,9 @@ impl Rejection {
             MalformedCose => "publish.rejected.malformed_cose",
             MalformedJws => "publish.rejected.malformed_jws",
             MalformedReading => "publish.rejected.malformed_reading",
+            BadTag => "publish.rejected.bad_tag",
+            NoReadingKey => "publish.rejected.no_reading_key",
+            UnprotectedWithoutSession => "publish.rejected.no_session",
             ReadWithoutSession => "read.rejected.no_session",
             ReadNotGranted => "read.rejected.not_granted",
             ReadToken(crate::authz::TokenCheck::None) => "read.rejected.no_token",
@@ -404,9 +416,20 @@ impl Rejection {
             | StaleRemoval | StaleStatement | NotOwner(_) | UnknownRegistration => {
                 Some(Operation::Register)
             }
-            UnknownTopic | KidMismatch | BadSignature | AlgorithmMismatch | SequenceMismatch
-            | Replay | OutOfWindow | MalformedSenml | MalformedCose | MalformedJws
-            | MalformedReading => Some(Operation::Publish),
+            UnknownTopic
+            | KidMismatch
+            | BadSignature
+            | AlgorithmMismatch
+            | SequenceMismatch
+            | Replay
+            | OutOfWindow
+            | MalformedSenml
+            | MalformedCose
+            | MalformedJws
+            | MalformedReading
+            | BadTag
+            | NoReadingKey
+            | UnprotectedWithoutSession => Some(Operation::Publish),
         }
     }
 
@@ -470,6 +493,7 @@ impl From<&ReadingError> for Rejection {
             ReadingError::BadSignature => Self::BadSignature,
             ReadingError::AlgorithmMismatch => Self::AlgorithmMismatch,
             ReadingError::SequenceMismatch => Self::SequenceMismatch,
+            ReadingError::BadTag => Self::BadTag,
             _ => Self::MalformedReading,
         }
     }

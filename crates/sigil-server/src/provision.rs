@@ -143,6 +143,6 @@ mod tests {
             .add_identity(&id, IdentityKind::Device, "", 4)
             .unwrap());
         assert!(store.authorized().unwrap().contains_key(&id));
-        assert_eq!(store.schema_version().unwrap(), 5);
+        assert_eq!(store.schema_version().unwrap(), 6);
     }
 }

@@ -6,7 +6,7 @@
 //! `sigil_identity`, the resync statement from `sigil_objects::resync`; this module maps their
 //! refusals to [`Rejection`]s.
 
-use crate::auth::mismatched;
+use crate::auth::{mismatched, PeerAuth};
 use crate::context::{respond, Ctx, Operation, Rejection, Reply, Request, Response};
 use crate::store::{Batch, IdentityKind, Ownership, Registration, StoreError};
 use base64::Engine;
@@ -168,7 +168,11 @@ impl Ctx<'_> {
 
     /// Whether the request came over a DTLS session for `ep`/`key`; a session for anyone else
     /// is refused.
-    fn session_for(req: &Request, ep: &Identity, key: &PublicKey) -> Result<bool, Rejection> {
+    fn session_for(
+        req: &Request,
+        ep: &Identity,
+        key: Option<&PublicKey>,
+    ) -> Result<bool, Rejection> {
         if mismatched(req.auth.as_ref(), ep, key) {
             return Err(Rejection::PeerMismatch(Operation::Register));
         }
@@ -182,13 +186,15 @@ impl Ctx<'_> {
         &self,
         req: &Request,
         ep: &Identity,
-        key: &PublicKey,
+        key: Option<&PublicKey>,
         op: resync::Operation<'_>,
         stale: Rejection,
     ) -> Result<Option<u64>, Rejection> {
         let (Some(sq), Some(ss)) = (req.query("sq"), req.query("ss")) else {
             return Ok(None);
         };
+        // A registration without a key (a PSK-only node) has no statement to check.
+        let key = key.ok_or(Rejection::BadResyncSignature)?;
         let (Ok(seq), Ok(sig)) = (sq.parse::<u64>(), B64.decode(ss)) else {
             return Err(Rejection::MalformedResync);
         };
@@ -209,7 +215,7 @@ impl Ctx<'_> {
         &self,
         req: &Request,
         ep: &Identity,
-        key: &PublicKey,
+        key: Option<&PublicKey>,
         op: resync::Operation<'_>,
         stale: Rejection,
     ) -> Result<Proof, Rejection> {
@@ -264,6 +270,11 @@ impl Ctx<'_> {
         };
         let announced = match announced_key(text) {
             Ok(a) => a,
+            // A node with only a pre-shared key announces no key: its own PSK session is
+            // the proof (docs/security.md, "Nodes without public-key crypto").
+            Err(Rejection::MissingKey) if req.auth == Some(PeerAuth::Psk(ep)) => {
+                return self.register_keyless(b, req, ep, lifetime, text);
+            }
             Err(why) => return self.refuse(why, req),
         };
         let key = announced.key;
@@ -277,7 +288,7 @@ impl Ctx<'_> {
             Ok(b) => b,
             Err(e) => return self.refuse(e.into(), req),
         };
-        if let Err(why) = Self::session_for(req, &ep, &key) {
+        if let Err(why) = Self::session_for(req, &ep, Some(&key)) {
             return self.refuse(why, req);
         }
         // Checked before anything is written: a failed precondition performs nothing.
@@ -298,7 +309,7 @@ impl Ctx<'_> {
             base: req.query("base"),
             payload: &req.payload,
         };
-        let proof = match self.proof(req, &ep, &key, op, Rejection::StaleStatement) {
+        let proof = match self.proof(req, &ep, Some(&key), op, Rejection::StaleStatement) {
             Ok(p) => p,
             Err(why) => return self.refuse(why, req),
         };
@@ -326,7 +337,7 @@ impl Ctx<'_> {
             id: 0,
             ep,
             authorized_by,
-            key,
+            key: Some(key),
             other_info: announced.other,
             group_keys: announced.group,
             base: req.query("base").map(str::to_string),
@@ -337,6 +348,60 @@ impl Ctx<'_> {
             expires_at: now.saturating_add(i64::from(lifetime)),
             owner,
         };
+        self.store_registration(b, req, reg)
+    }
+
+    /// Registration of a node with only a pre-shared key, over its own PSK session: no key,
+    /// no statement, no group; the identity itself must be on the authorized list (it was
+    /// assigned with the PSK, not derived from a key). Owned by the session from then on.
+    fn register_keyless(
+        &mut self,
+        b: &Batch<'_>,
+        req: &Request,
+        ep: Identity,
+        lifetime: u32,
+        text: &str,
+    ) -> Handled {
+        if req.query("sq").is_some() || req.query("ss").is_some() {
+            return self.refuse(Rejection::BadResyncSignature, req);
+        }
+        if !req.conditions.hold(Some(None)) {
+            return self.refuse(Rejection::PreconditionFailed, req);
+        }
+        if !self.is_authorized(&ep) {
+            return self.refuse(Rejection::NotAuthorized(Operation::Register), req);
+        }
+        let proof = Proof::Session(None);
+        let owner = match self.live_entry_of(&ep) {
+            Some(e) => match may_change(e.reg.owner, proof) {
+                Ok(o) => o,
+                Err(why) => return self.refuse(why, req),
+            },
+            None => proof.ownership(),
+        };
+        self.count("register.keyless");
+        let now = self.secs();
+        let reg = Registration {
+            id: 0,
+            ep,
+            authorized_by: ep,
+            key: None,
+            other_info: Vec::new(),
+            group_keys: Vec::new(),
+            base: req.query("base").map(str::to_string),
+            lifetime,
+            links: text.to_string(),
+            registered_at: now,
+            updated_at: now,
+            expires_at: now.saturating_add(i64::from(lifetime)),
+            owner,
+        };
+        self.store_registration(b, req, reg)
+    }
+
+    /// Stores a checked registration and answers with its location.
+    fn store_registration(&mut self, b: &Batch<'_>, req: &Request, reg: Registration) -> Handled {
+        let ep = reg.ep;
         let id = b.upsert_registration(&reg)?;
         let mut entry = Entry::new(reg);
         entry.reg.id = id;
@@ -380,7 +445,7 @@ impl Ctx<'_> {
         if !self.is_authorized(&e.reg.authorized_by) {
             return self.refuse(Rejection::NotAuthorized(Operation::Register), req);
         }
-        if let Err(why) = Self::session_for(req, &e.reg.ep, &e.reg.key) {
+        if let Err(why) = Self::session_for(req, &e.reg.ep, e.reg.key.as_ref()) {
             return self.refuse(why, req);
         }
         let lt = match req.query_int("lt", LIFETIME_RANGE.0, LIFETIME_RANGE.1) {
@@ -398,7 +463,13 @@ impl Ctx<'_> {
             base,
             payload: &req.payload,
         };
-        let proof = match self.proof(req, &e.reg.ep, &e.reg.key, op, Rejection::StaleStatement) {
+        let proof = match self.proof(
+            req,
+            &e.reg.ep,
+            e.reg.key.as_ref(),
+            op,
+            Rejection::StaleStatement,
+        ) {
             Ok(p) => p,
             Err(why) => return self.refuse(why, req),
         };
@@ -437,7 +508,13 @@ impl Ctx<'_> {
         };
         // The statement's number must be new (RFC 8387 §8.2): a statement seen before (the
         // registration's own, an earlier removal) cannot be replayed to remove.
-        let proof = match self.proof(req, &e.reg.ep, &e.reg.key, op, Rejection::StaleRemoval) {
+        let proof = match self.proof(
+            req,
+            &e.reg.ep,
+            e.reg.key.as_ref(),
+            op,
+            Rejection::StaleRemoval,
+        ) {
             Ok(Proof::Nothing) => return self.refuse(Rejection::UnsignedRemoval, req),
             Ok(p) => p,
             Err(why) => return self.refuse(why, req),
@@ -511,9 +588,15 @@ impl Ctx<'_> {
                 links.push(s);
                 continue;
             }
-            // Registration refused `io` over the announcement's bound, so this is always Some.
-            let Some(announced) = KeyAnnouncement::new(e.reg.key, &e.reg.other_info) else {
-                continue;
+            // Registration refused `io` over the announcement's bound, so a key always makes
+            // an announcement; a PSK-only node's entry has none (its readings are MACed or
+            // came over its session: `ct` says which).
+            let announced = match e.reg.key {
+                Some(key) => match KeyAnnouncement::new(key, &e.reg.other_info) {
+                    Some(a) => Some(a),
+                    None => continue,
+                },
+                None => None,
             };
             for (href, ct, rt) in &e.resources {
                 if want_rt
@@ -532,7 +615,9 @@ impl Ctx<'_> {
                 let mut s = String::new();
                 let target = format!("{}/ps/{}/{}", req.origin, e.reg.id, href);
                 let _ = write_link(&mut s, &target, &attrs);
-                let _ = announced.emit(&mut s, &e.reg.group_keys);
+                if let Some(announced) = &announced {
+                    let _ = announced.emit(&mut s, &e.reg.group_keys);
+                }
                 links.push(s);
             }
         }

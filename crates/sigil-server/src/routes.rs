@@ -33,6 +33,8 @@ enum Resource {
     Token,
     /// `/authz-info`: where a client posts its token (RFC 9200 §5.10.1).
     AuthzInfo,
+    /// `/keys/<identity>`: a PSK-only node's reading key, for readers allowed to read it.
+    ReadingKey,
 }
 
 struct Route {
@@ -101,6 +103,12 @@ const ROUTES: &[Route] = &[
         offers: None,
         resource: Resource::AuthzInfo,
     },
+    Route {
+        path: &["keys", "*"],
+        methods: &[Code::GET],
+        offers: Some(ContentFormat::COSE_KEY),
+        resource: Resource::ReadingKey,
+    },
 ];
 
 fn route(path: &[String]) -> Option<&'static Route> {
@@ -148,6 +156,7 @@ impl Ctx<'_> {
             }
             (Resource::Token, _) => Ok(self.token(req)),
             (Resource::AuthzInfo, _) => Ok(self.authz_info(req)),
+            (Resource::ReadingKey, _) => Ok(self.reading_key(req)),
             (Resource::Topic, Code::PUT) => self.publish(b, req, check),
             (Resource::Topic, _) => self.read_topic(b, req),
         }

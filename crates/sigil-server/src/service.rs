@@ -27,6 +27,7 @@ use sigil_coap::Code;
 use sigil_crypto::RustCrypto;
 use sigil_freshness::FreshnessPolicy;
 use sigil_identity::Identity;
+use sigil_objects::mac::ReadingKey;
 use sigil_time::UnixTime;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -101,8 +102,18 @@ pub(crate) struct State {
     /// Read grants: reader identity to the devices and groups it may read.
     pub read_grants: HashMap<Identity, HashSet<Identity>>,
     pub highest: HashMap<Identity, u64>,
+    /// The reading keys of the identities with a pre-shared key, for MACed readings
+    /// (`sigil_objects::mac`): derived from the PSK, never the PSK itself.
+    pub reading_keys: HashMap<Identity, ReadingKey>,
     /// Signature verification threads (none when `verify_workers` is 1).
     pub pool: Option<rayon::ThreadPool>,
+}
+
+/// The reading key of each pre-shared key's identity (`sigil_objects::mac::ReadingKey`).
+fn reading_keys(psks: &HashMap<Identity, Vec<u8>>) -> HashMap<Identity, ReadingKey> {
+    psks.iter()
+        .map(|(id, psk)| (*id, ReadingKey::derive(&RustCrypto, psk, id)))
+        .collect()
 }
 
 /// Grants as a map from reader to what it may read.
@@ -124,6 +135,7 @@ impl Service {
             authorized: store.authorized()?,
             read_grants: grants_by_reader(store.read_grants()?),
             highest: store.freshness()?,
+            reading_keys: reading_keys(&store.psks()?),
             pool: None,
         };
         if state.config.verify_workers > 1 {
@@ -166,9 +178,14 @@ impl Service {
     fn refresh_authorized(&mut self) {
         if let Ok(v) = self.store.data_version() {
             if v != self.data_version {
-                if let (Ok(a), Ok(g)) = (self.store.authorized(), self.store.read_grants()) {
+                if let (Ok(a), Ok(g), Ok(p)) = (
+                    self.store.authorized(),
+                    self.store.read_grants(),
+                    self.store.psks(),
+                ) {
                     self.state.authorized = a;
                     self.state.read_grants = grants_by_reader(g);
+                    self.state.reading_keys = reading_keys(&p);
                     self.data_version = v;
                     self.generation += 1;
                 }

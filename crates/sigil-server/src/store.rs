@@ -156,6 +156,43 @@ const MIGRATIONS: &[&str] = &[
         granted_at INTEGER NOT NULL,
         PRIMARY KEY (reader, object)
     ) WITHOUT ROWID;",
+    // 6: nodes with only a pre-shared key (docs/security.md, "Nodes without public-key
+    // crypto"): a registration made over the node's own PSK session has no key (the table is
+    // rebuilt, as SQLite cannot drop NOT NULL; ids and the AUTOINCREMENT counter are kept),
+    // and every reading records how it was protected.
+    "CREATE TABLE registrations_v6 (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        ep            TEXT NOT NULL UNIQUE,
+        authorized_by TEXT NOT NULL,
+        alg           INTEGER,
+        public_key    BLOB,
+        other_info    BLOB NOT NULL DEFAULT x'',
+        group_keys    TEXT NOT NULL DEFAULT '',
+        base          TEXT,
+        lifetime      INTEGER NOT NULL,
+        links         TEXT NOT NULL,
+        registered_at INTEGER NOT NULL,
+        updated_at    INTEGER NOT NULL,
+        expires_at    INTEGER NOT NULL,
+        owner         TEXT NOT NULL DEFAULT 'signed'
+            CHECK (owner IN ('open', 'signed', 'session')),
+        CHECK ((alg IS NULL) = (public_key IS NULL)),
+        CHECK (alg IS NOT NULL OR owner = 'session')
+    );
+    INSERT INTO registrations_v6 (id, ep, authorized_by, alg, public_key, other_info,
+            group_keys, base, lifetime, links, registered_at, updated_at, expires_at, owner)
+        SELECT id, ep, authorized_by, alg, public_key, other_info, group_keys, base, lifetime,
+            links, registered_at, updated_at, expires_at, owner FROM registrations;
+    INSERT INTO sqlite_sequence (name, seq)
+        SELECT 'registrations_v6', seq FROM sqlite_sequence WHERE name = 'registrations'
+            AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'registrations_v6');
+    UPDATE sqlite_sequence SET seq = (SELECT max(seq) FROM sqlite_sequence
+            WHERE name IN ('registrations', 'registrations_v6'))
+        WHERE name = 'registrations_v6';
+    DROP TABLE registrations;
+    ALTER TABLE registrations_v6 RENAME TO registrations;
+    ALTER TABLE readings ADD COLUMN protection TEXT NOT NULL DEFAULT 'signed'
+        CHECK (protection IN ('signed', 'mac', 'session'));",
 ];
 
 /// A stored coaps:// session ([`Store::dtls_sessions`]).
@@ -245,7 +282,9 @@ pub struct Registration {
     pub ep: Identity,
     /// The list entry that authorized it: `ep` itself, or a group identity.
     pub authorized_by: Identity,
-    pub key: PublicKey,
+    /// The announced and bound key; `None` for a node with only a pre-shared key, registered
+    /// over its own PSK session (such a registration is always [`Ownership::Session`]).
+    pub key: Option<PublicKey>,
     pub other_info: Vec<u8>,
     pub group_keys: Vec<PublicKey>,
     pub base: Option<String>,
@@ -257,7 +296,41 @@ pub struct Registration {
     pub owner: Ownership,
 }
 
-/// A reading as stored: the exact signed bytes and what they decode to.
+/// How a stored reading was protected when it arrived (docs/security.md, "Nodes without
+/// public-key crypto").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protection {
+    /// A COSE_Sign1 or JWS by the node's key: anyone with the public key verifies it, at any
+    /// time, through any middlebox.
+    Signed,
+    /// A COSE_Mac0 under the node's reading key: verifiable by the key's holders (the node, the
+    /// server and the subscribers it was disclosed to), any of whom could have made it.
+    Mac,
+    /// Plain SenML over the node's own DTLS session: the server vouches for it; nobody can
+    /// verify it later.
+    Session,
+}
+
+impl Protection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Signed => "signed",
+            Self::Mac => "mac",
+            Self::Session => "session",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "signed" => Some(Self::Signed),
+            "mac" => Some(Self::Mac),
+            "session" => Some(Self::Session),
+            _ => None,
+        }
+    }
+}
+
+/// A reading as stored: the exact bytes received and what they decode to.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredReading {
     pub seq: u64,
@@ -272,6 +345,7 @@ pub struct StoredReading {
     /// (RFC 7252 §4.5) gets the original answer, even after a server restart.
     pub peer: String,
     pub message_id: Option<u16>,
+    pub protection: Protection,
 }
 
 /// A verified reading about to be stored.
@@ -287,6 +361,7 @@ pub struct NewReading<'a> {
     pub received_at: i64,
     pub peer: &'a str,
     pub message_id: Option<u16>,
+    pub protection: Protection,
 }
 
 /// Encodes group keys as `alg:base64url` words.
@@ -596,8 +671,8 @@ impl Store {
         let id: i64 = r.get(0)?;
         let ep: String = r.get(1)?;
         let auth: String = r.get(2)?;
-        let alg: i64 = r.get(3)?;
-        let key: Vec<u8> = r.get(4)?;
+        let alg: Option<i64> = r.get(3)?;
+        let key: Option<Vec<u8>> = r.get(4)?;
         let other_info: Vec<u8> = r.get(5)?;
         let group: String = r.get(6)?;
         let owner: String = r.get(13)?;
@@ -606,12 +681,19 @@ impl Store {
             what: what.to_string(),
         };
         Ok((|| {
-            let alg = SignatureAlgorithm::from_cose(alg).ok_or_else(|| corrupt("alg"))?;
+            let key = match (alg, key) {
+                (Some(alg), Some(key)) => {
+                    let alg = SignatureAlgorithm::from_cose(alg).ok_or_else(|| corrupt("alg"))?;
+                    Some(PublicKey::from_bytes(alg, &key).map_err(|_| corrupt("public_key"))?)
+                }
+                (None, None) => None,
+                _ => return Err(corrupt("public_key")),
+            };
             Ok(Registration {
                 id,
                 ep: Identity::parse(&ep).map_err(|_| corrupt("ep"))?,
                 authorized_by: Identity::parse(&auth).map_err(|_| corrupt("authorized_by"))?,
-                key: PublicKey::from_bytes(alg, &key).map_err(|_| corrupt("public_key"))?,
+                key,
                 other_info,
                 group_keys: decode_keys(&group).ok_or_else(|| corrupt("group_keys"))?,
                 base: r.get(7)?,
@@ -711,9 +793,17 @@ fn query_readings(
     p: impl rusqlite::Params,
 ) -> Result<Vec<StoredReading>, StoreError> {
     let mut st = conn.prepare_cached(&format!(
-        "SELECT seq, ep, topic, timestamp, content_format, raw, decoded, received_at, peer, message_id FROM readings {clause}"
+        "SELECT seq, ep, topic, timestamp, content_format, raw, decoded, received_at, peer, message_id, protection FROM readings {clause}"
     ))?;
     let rows = st.query_map(p, |r| {
+        let protection: String = r.get(10)?;
+        let protection = Protection::parse(&protection).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                10,
+                rusqlite::types::Type::Text,
+                format!("unknown protection {protection:?}").into(),
+            )
+        })?;
         Ok(StoredReading {
             seq: r.get::<_, i64>(0)? as u64,
             ep: r.get(1)?,
@@ -725,6 +815,7 @@ fn query_readings(
             received_at: r.get(7)?,
             peer: r.get(8)?,
             message_id: r.get::<_, Option<i64>>(9)?.map(|m| m as u16),
+            protection,
         })
     })?;
     Ok(rows.collect::<Result<_, _>>()?)
@@ -787,5 +878,68 @@ mod tests {
             .transaction(|b| b.update_registration(reg.id, 60, None, 2, 62, Ownership::Open))
             .unwrap();
         assert_eq!(store.registrations().unwrap()[0].owner, Ownership::Open);
+    }
+
+    /// Schema version 6 rebuilds `registrations` so a PSK-only node's entry can have no key:
+    /// rows, ids and the AUTOINCREMENT counter survive (a removed registration's id is still
+    /// never reused), stored readings are taken as signed, and a keyless row must be owned by
+    /// a session.
+    #[test]
+    fn version_6_keeps_registrations_and_their_ids() {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        let pk = [0xd7u8; 32];
+        for ep in [
+            "00112233445566778899aabbccddeeff",
+            "ffeeddccbbaa99887766554433221100",
+        ] {
+            conn.execute(
+                "INSERT INTO registrations (ep, authorized_by, alg, public_key, lifetime, links,
+                     registered_at, updated_at, expires_at)
+                 VALUES (?1, ?1, -8, ?2, 60, '</m>', 1, 1, 61)",
+                params![ep, &pk[..]],
+            )
+            .unwrap();
+        }
+        // The second (id 2) is removed: id 2 must never come back.
+        conn.execute("DELETE FROM registrations WHERE id = 2", [])
+            .unwrap();
+        conn.execute(
+            "INSERT INTO readings (registration, ep, topic, seq, content_format, raw, decoded,
+                 verified, received_at)
+             VALUES (1, '00112233445566778899aabbccddeeff', 'ps/1/m', 1, 18, x'00', '[]', 1, 1)",
+            [],
+        )
+        .unwrap();
+        let mut store = Store::init(conn).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 6);
+        let regs = store.registrations().unwrap();
+        assert_eq!(regs.len(), 1);
+        assert_eq!(regs[0].id, 1);
+        assert!(regs[0].key.is_some());
+        let ep = Identity::parse("00112233445566778899aabbccddeeff").unwrap();
+        let stored = store
+            .transaction(|b| b.latest_reading(&ep))
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.protection, Protection::Signed);
+        let mut keyless = regs[0].clone();
+        keyless.ep = Identity::from_bytes([9; 16]);
+        keyless.key = None;
+        keyless.owner = Ownership::Session;
+        let id = store
+            .transaction(|b| b.upsert_registration(&keyless))
+            .unwrap();
+        assert_eq!(id, 3, "ids keep counting past the removed one");
+        assert_eq!(store.registrations().unwrap()[1].key, None);
+        // A keyless row that is not owned by a session is refused by the schema.
+        keyless.ep = Identity::from_bytes([8; 16]);
+        keyless.owner = Ownership::Signed;
+        assert!(store
+            .transaction(|b| b.upsert_registration(&keyless))
+            .is_err());
     }
 }

@@ -1729,3 +1729,314 @@ fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
         "published through its token"
     );
 }
+
+/// A CoAP request `code` to `path` with `queries`, a content format and a payload.
+fn coap_request(
+    code: Code,
+    path: &str,
+    queries: &[&str],
+    content_format: Option<u16>,
+    payload: &[u8],
+    mid: u16,
+) -> Vec<u8> {
+    let mut buf = [0u8; 1024];
+    let token = mid.to_be_bytes();
+    let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, &token).unwrap();
+    b.uri_path(path).unwrap();
+    if let Some(cf) = content_format {
+        b.uint_option(12, u32::from(cf)).unwrap();
+    }
+    for q in queries {
+        b.option(15, q.as_bytes()).unwrap();
+    }
+    let n = b.finish_with_payload(payload).unwrap();
+    buf[..n].to_vec()
+}
+
+/// A SenML-CBOR pack of one temperature.
+fn senml_pack(v: f64) -> Vec<u8> {
+    let mut out = [0u8; 128];
+    let rec = [Record {
+        base_name: Some("urn:dev:psk:"),
+        name: Some("temp"),
+        unit: Some("Cel"),
+        value: Some(Value::Number(v)),
+        ..Default::default()
+    }];
+    let n = sigil_objects::senml::encode_cbor(&rec, &mut out).unwrap();
+    out[..n].to_vec()
+}
+
+/// A node with only a pre-shared key: an identity assigned at provisioning (not derived from
+/// any key) and its PSK, with a coaps:// session of its own. Registers its topic `m` with
+/// content format `cf`; returns the session and the topic path.
+fn psk_only_node(
+    s: &mut Server,
+    id: Identity,
+    psk: &[u8; 16],
+    cf: u16,
+    now: &mut u64,
+) -> (Client, String) {
+    s.provision(&id, Some(psk));
+    let mut c = psk_client(40, &id.to_string(), psk, 40, *now);
+    run(s, &mut [&mut c], now, 2_000);
+    assert!(c.is_established());
+    let ep = format!("ep={id}");
+    let links = format!("</m>;rt=\"sigil.env\";ct={cf}");
+    let (code, _) = exchange(
+        s,
+        &mut c,
+        &coap_request(
+            Code::POST,
+            "rd",
+            &[&ep, "lt=600"],
+            Some(40),
+            links.as_bytes(),
+            1,
+        ),
+        now,
+    );
+    assert_eq!(
+        code,
+        Code::CREATED,
+        "a keyless registration over the node's own session"
+    );
+    let regs = Store::open(&s.db).unwrap().registrations().unwrap();
+    let reg = regs.iter().find(|r| r.ep == id).unwrap();
+    assert_eq!(reg.key, None);
+    assert_eq!(reg.owner, sigil_server::store::Ownership::Session);
+    (c, format!("ps/{}/m", reg.id))
+}
+
+fn stored_protection(s: &Server, id: &Identity) -> Vec<(u64, String)> {
+    rusqlite::Connection::open(&s.db)
+        .unwrap()
+        .prepare("SELECT seq, protection FROM readings WHERE ep = ?1 ORDER BY seq")
+        .unwrap()
+        .query_map([id.to_string()], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Nodes without public-key crypto (docs/security.md): a PSK-only node registers without a
+/// key over its own session, and publishes COSE_Mac0 readings under its reading key; the
+/// broker checks the tag, the kid and the sequence number, stores the protection, and refuses
+/// a wrong tag, a replay, and a keyless registration anywhere but the node's own session.
+#[test]
+fn a_psk_only_node_registers_over_its_session_and_publishes_maced_readings() {
+    use sigil_objects::mac::{mac_reading, ReadingKey};
+    let mut s = Server::new(|_| {});
+    let mut now = 0;
+    let id = Identity::from_bytes([0x5a; 16]);
+    let psk = [0x33; 16];
+    let (mut c, topic) = psk_only_node(&mut s, id, &psk, 17, &mut now);
+    let key = ReadingKey::derive(&RustCrypto, &psk, &id);
+    let mac = |seq: u64| {
+        let mut out = [0u8; 256];
+        let fresh = sigil_objects::Freshness {
+            seq,
+            timestamp: Some(NOW as u64),
+            lsb_bits: None,
+        };
+        let n = mac_reading(&RustCrypto, &key, &id, &fresh, &senml_pack(21.5), &mut out).unwrap();
+        out[..n].to_vec()
+    };
+    let put =
+        |payload: &[u8], mid: u16| coap_request(Code::PUT, &topic, &[], Some(17), payload, mid);
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(&mac(1), 2), &mut now).0,
+        Code::CHANGED
+    );
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(&mac(2), 3), &mut now).0,
+        Code::CHANGED
+    );
+    assert_eq!(
+        stored_protection(&s, &id),
+        vec![(1, "mac".into()), (2, "mac".into())]
+    );
+    assert_eq!(s.count("publish.accepted.mac"), 2);
+    // A tag made under another key.
+    let mut forged = mac(3);
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(&forged, 4), &mut now).0,
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(s.count("publish.rejected.bad_tag"), 1);
+    // An old reading again, in a new message: a replay (Reset, RFC 8387 §8.2).
+    let before = c.inbox.len();
+    let replay = put(&mac(1), 5);
+    match c.traffic.as_mut() {
+        Some(t) => t.send(&replay).unwrap(),
+        None => c.conn.send(&replay).unwrap(),
+    }
+    run(&mut s, &mut [&mut c], &mut now, 300);
+    assert_eq!(c.inbox.len(), before + 1);
+    assert_eq!(
+        Message::parse(c.inbox.last().unwrap()).unwrap().mtype,
+        MessageType::Reset
+    );
+    assert_eq!(s.count("publish.rejected.replay"), 1);
+    // A MACed reading verifies without a session too: it carries its own proof.
+    let plain = s.d.handle_at(
+        vec![(addr(41), put(&mac(3), 6))],
+        ms(now),
+        UnixTime::from_secs(NOW + (now / 1000) as i64),
+    );
+    assert_eq!(Message::parse(&plain[0].1).unwrap().code, Code::CHANGED);
+    assert_eq!(stored_protection(&s, &id).len(), 3);
+    // A keyless registration over plain CoAP, or over another identity's session, is refused.
+    let ep = format!("ep={id}");
+    let plain = s.d.handle_at(
+        vec![(
+            addr(41),
+            coap_request(Code::POST, "rd", &[&ep], Some(40), b"</m>;ct=17", 7),
+        )],
+        ms(now),
+        UnixTime::from_secs(NOW + (now / 1000) as i64),
+    );
+    assert_eq!(Message::parse(&plain[0].1).unwrap().code, Code::BAD_REQUEST);
+    let other = Identity::from_bytes([0x6b; 16]);
+    s.provision(&other, Some(&[0x44; 16]));
+    let mut o = psk_client(42, &other.to_string(), &[0x44; 16], 42, now);
+    run(&mut s, &mut [&mut o], &mut now, 2_000);
+    let (code, _) = exchange(
+        &mut s,
+        &mut o,
+        &coap_request(Code::POST, "rd", &[&ep], Some(40), b"</m>;ct=17", 8),
+        &mut now,
+    );
+    assert_eq!(
+        code,
+        Code::BAD_REQUEST,
+        "another identity's session announces no key for it"
+    );
+    // The other identity cannot MAC as the node (its key derives from another PSK), and even
+    // the node's own valid reading is not taken over a session that speaks for someone else.
+    let theirs = ReadingKey::derive(&RustCrypto, &[0x44; 16], &id);
+    let mut out = [0u8; 256];
+    let fresh = sigil_objects::Freshness {
+        seq: 9,
+        timestamp: None,
+        lsb_bits: None,
+    };
+    let n = mac_reading(
+        &RustCrypto,
+        &theirs,
+        &id,
+        &fresh,
+        &senml_pack(1.0),
+        &mut out,
+    )
+    .unwrap();
+    let (code, _) = exchange(&mut s, &mut o, &put(&out[..n], 9), &mut now);
+    assert_eq!(code, Code::UNAUTHORIZED);
+    assert_eq!(s.count("publish.rejected.bad_tag"), 2);
+    let (code, _) = exchange(&mut s, &mut o, &put(&mac(4), 10), &mut now);
+    assert_eq!(
+        code,
+        Code::FORBIDDEN,
+        "its session does not speak for the node"
+    );
+    assert_eq!(stored_protection(&s, &id).len(), 3);
+}
+
+/// A PSK-only node that sends plain SenML over its own DTLS session: the broker numbers and
+/// stores it as `session`; a retransmission is answered without a second copy; the same pack
+/// without the node's session (plain CoAP, or another identity's session) is refused.
+#[test]
+fn unprotected_readings_are_taken_only_over_the_nodes_own_session() {
+    let mut s = Server::new(|_| {});
+    let mut now = 0;
+    let id = Identity::from_bytes([0x7c; 16]);
+    let (mut c, topic) = psk_only_node(&mut s, id, &[0x21; 16], 112, &mut now);
+    let put =
+        |v: f64, mid: u16| coap_request(Code::PUT, &topic, &[], Some(112), &senml_pack(v), mid);
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(20.0, 2), &mut now).0,
+        Code::CHANGED
+    );
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(20.5, 3), &mut now).0,
+        Code::CHANGED
+    );
+    // The same message again (a CoAP retransmission whose answer was lost).
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(20.5, 3), &mut now).0,
+        Code::CHANGED
+    );
+    assert_eq!(
+        stored_protection(&s, &id),
+        vec![(1, "session".into()), (2, "session".into())]
+    );
+    assert_eq!(s.count("publish.accepted.session"), 2);
+    let plain = s.d.handle_at(
+        vec![(addr(41), put(30.0, 9))],
+        ms(now),
+        UnixTime::from_secs(NOW + (now / 1000) as i64),
+    );
+    assert_eq!(
+        Message::parse(&plain[0].1).unwrap().code,
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(s.count("publish.rejected.no_session"), 1);
+    assert_eq!(stored_protection(&s, &id).len(), 2);
+}
+
+/// The reading key of a PSK-only node goes, as a COSE_Key, only to a coaps:// session that
+/// may read the node: a granted reader gets exactly the key the node MACs with; a reader
+/// without a grant, and a request without a session, get nothing.
+#[test]
+fn the_reading_key_is_disclosed_only_to_granted_readers_over_coaps() {
+    use sigil_objects::mac::ReadingKey;
+    let mut s = Server::new(|_| {});
+    let mut now = 0;
+    let id = Identity::from_bytes([0x1d; 16]);
+    let psk = [0x55; 16];
+    let (_node, _) = psk_only_node(&mut s, id, &psk, 17, &mut now);
+    let granted = reader(&mut s, 201);
+    let stranger = reader(&mut s, 202);
+    Store::open(&s.db)
+        .unwrap()
+        .grant_read(&granted, &id, NOW)
+        .unwrap();
+    let path = format!("keys/{id}");
+    let mut g = psk_client(50, &granted.to_string(), &[201; 16], 50, now);
+    let mut x = psk_client(51, &stranger.to_string(), &[202; 16], 51, now);
+    run(&mut s, &mut [&mut g, &mut x], &mut now, 2_000);
+    let (code, body) = exchange(&mut s, &mut g, &coap_get(&path, 1), &mut now);
+    assert_eq!(code, Code::CONTENT);
+    let want = ReadingKey::derive(&RustCrypto, &psk, &id);
+    // {1: 4 (kty Symmetric), 2: kid, 3: 4 (HMAC 256/64), -1: k}
+    let mut d = sigil_objects::cbor::Decoder::new(&body);
+    assert_eq!(d.map().unwrap(), 4);
+    assert_eq!((d.i64().unwrap(), d.i64().unwrap()), (1, 4));
+    assert_eq!(
+        (d.i64().unwrap(), d.bytes().unwrap()),
+        (2, &id.as_bytes()[..])
+    );
+    assert_eq!((d.i64().unwrap(), d.i64().unwrap()), (3, 4));
+    assert_eq!(
+        (d.i64().unwrap(), d.bytes().unwrap()),
+        (-1, &want.as_bytes()[..])
+    );
+    assert!(d.is_at_end());
+    let (code, body) = exchange(&mut s, &mut x, &coap_get(&path, 2), &mut now);
+    assert_eq!(code, Code::FORBIDDEN);
+    assert!(body.len() < 32);
+    let plain = s.d.handle_at(
+        vec![(addr(41), coap_get(&path, 3))],
+        ms(now),
+        UnixTime::from_secs(NOW + (now / 1000) as i64),
+    );
+    assert_eq!(
+        Message::parse(&plain[0].1).unwrap().code,
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(s.count("keys.disclosed"), 1);
+}

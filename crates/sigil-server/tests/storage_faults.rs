@@ -217,6 +217,7 @@ fn reading<'a>(ep: &'a Identity, seq: u64, raw: &'a [u8]) -> NewReading<'a> {
         received_at: 1,
         peer: "p",
         message_id: None,
+        protection: sigil_server::store::Protection::Session,
     }
 }
 

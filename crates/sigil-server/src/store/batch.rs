@@ -80,8 +80,8 @@ impl Batch<'_> {
             params![
                 reg.ep.to_string(),
                 reg.authorized_by.to_string(),
-                reg.key.algorithm().cose(),
-                reg.key.as_bytes(),
+                reg.key.map(|k| k.algorithm().cose()),
+                reg.key.as_ref().map(|k| k.as_bytes()),
                 reg.other_info,
                 encode_keys(&reg.group_keys),
                 reg.base,
@@ -133,8 +133,8 @@ impl Batch<'_> {
 
     pub fn insert_reading(&self, r: &NewReading<'_>) -> Result<(), StoreError> {
         let mut st = self.tx.prepare_cached(
-            "INSERT INTO readings (registration, ep, topic, seq, timestamp, content_format, raw, decoded, verified, received_at, peer, message_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11)",
+            "INSERT INTO readings (registration, ep, topic, seq, timestamp, content_format, raw, decoded, verified, received_at, peer, message_id, protection)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12)",
         )?;
         st.execute(params![
             r.registration,
@@ -147,7 +147,8 @@ impl Batch<'_> {
             r.decoded,
             r.received_at,
             r.peer,
-            r.message_id
+            r.message_id,
+            r.protection.as_str()
         ])?;
         Ok(())
     }

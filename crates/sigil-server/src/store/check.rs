@@ -42,7 +42,8 @@ fn tables_of_version(version: i64) -> &'static [&'static str] {
         // 3 adds a column, no table.
         2 | 3 => V2,
         4 => V4,
-        5 => V5,
+        // 6 rebuilds a table and adds a column.
+        5 | 6 => V5,
         _ => &[],
     }
 }
