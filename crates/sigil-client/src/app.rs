@@ -2,6 +2,12 @@
 //! fetches their readings from the broker, and verifies every reading end to end itself: the
 //! signature under the registered key, over the exact bytes, and that key hashing to an
 //! identity on its own trust list. It does not trust the broker or the directory.
+//!
+//! A node with only a pre-shared key (docs/security.md, "Nodes without public-key crypto")
+//! publishes MACed readings, checked under the reading key the server discloses to this
+//! application's session (`GET /keys/<identity>`), or plain SenML over its own DTLS session,
+//! which nobody can verify afterwards: those are reported as `session`, neither verified nor
+//! failed.
 
 use crate::coap::CoapClient;
 use anyhow::{Context, Result};
@@ -10,6 +16,7 @@ use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_identity::{Binding, Identity, KeyAnnouncement};
 use sigil_objects::cbor::Decoder;
 use sigil_objects::cose::SeqField;
+use sigil_objects::mac::{MacedReading, ReadingKey, ALG_HMAC_256_64, MAC_KEY_LEN};
 use sigil_objects::senml::{self, OwnedValue};
 use sigil_objects::{ReadingFormat, SignedReading};
 use std::collections::HashSet;
@@ -31,11 +38,38 @@ pub struct Announced {
     pub other: Vec<u8>,
 }
 
+/// How a reading is protected, as the application sees it (the broker stores the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protection {
+    /// COSE_Sign1 or JWS: verified here under the registered key.
+    Signed,
+    /// COSE_Mac0: verified here under the reading key the server disclosed; any holder of
+    /// that key (the node, the server, other granted readers) could have made it.
+    Mac,
+    /// Plain SenML the node sent over its own DTLS session: the broker vouches for it, the
+    /// application cannot check it.
+    Session,
+}
+
+impl Protection {
+    /// The protection a topic's content format means.
+    pub fn of_content_format(cf: Option<u16>) -> Self {
+        match cf {
+            Some(17) => Self::Mac,
+            Some(110) | Some(112) => Self::Session,
+            _ => Self::Signed,
+        }
+    }
+}
+
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CheckedReading {
     pub seq: u64,
     pub timestamp: Option<u64>,
     pub values: Vec<(String, f64, Option<String>)>,
+    pub protection: Protection,
+    /// The signature or tag verified here (always false for `session` readings).
     pub verified: bool,
     pub error: Option<String>,
 }
@@ -46,12 +80,17 @@ pub struct SensorView {
     pub label: String,
     pub topic: String,
     pub algorithm: Option<String>,
-    /// The registered key hashes to `ep` (or to a group on the trust list).
+    /// What the topic's readings carry: `signed`, `mac` or `session`.
+    pub protection: Protection,
+    /// The registered key hashes to `ep` (or to a group on the trust list); false for a
+    /// PSK-only node, which has no key.
     pub key_matches_identity: bool,
     /// `ep` (or its group) is on the application's trust list; `None` without a list.
     pub trusted: Option<bool>,
     pub verified: usize,
     pub failed: usize,
+    /// `session` readings: taken on the broker's word, neither verified nor failed.
+    pub unverifiable: usize,
     pub readings: Vec<CheckedReading>,
 }
 
@@ -66,6 +105,9 @@ impl AppReport {
     }
     pub fn failed(&self) -> usize {
         self.sensors.iter().map(|s| s.failed).sum()
+    }
+    pub fn unverifiable(&self) -> usize {
+        self.sensors.iter().map(|s| s.unverifiable).sum()
     }
 }
 
@@ -132,70 +174,83 @@ fn bind_key(
     (Some(ep), true, trusted)
 }
 
-/// Verifies a list of signed readings (oldest first) of one sensor.
-pub fn verify_readings(a: &Announced, raws: &[Vec<u8>], key_ok: bool) -> Vec<CheckedReading> {
-    let format = a
-        .content_format
-        .and_then(ReadingFormat::from_content_format)
-        .unwrap_or(ReadingFormat::Cose);
+/// Verifies a list of readings (oldest first) of one sensor. `key_ok` says the sensor's
+/// identity checked out (its key binds to it, or for a PSK-only node it is trusted);
+/// `reading_key` is the key a MACed topic's readings are checked under, if the server
+/// disclosed it.
+pub fn verify_readings(
+    a: &Announced,
+    raws: &[Vec<u8>],
+    key_ok: bool,
+    reading_key: Option<&ReadingKey>,
+) -> Vec<CheckedReading> {
+    let protection = Protection::of_content_format(a.content_format);
+    let format = match a.content_format {
+        Some(110) => ReadingFormat::Jws,
+        cf => cf
+            .and_then(ReadingFormat::from_content_format)
+            .unwrap_or(ReadingFormat::Cose),
+    };
     let ep = Identity::parse(&a.ep).ok();
     let mut highest = 0u64;
     raws.iter()
-        .map(|raw| {
+        .enumerate()
+        .map(|(i, raw)| {
             let mut out = CheckedReading {
                 seq: 0,
                 timestamp: None,
                 values: vec![],
+                protection,
                 verified: false,
                 error: None,
             };
             let result = (|| -> Result<(), String> {
-                let r = SignedReading::parse(format, raw).map_err(|e| e.to_string())?;
-                let seq = match r.seq {
-                    SeqField::Full(s) => s,
-                    SeqField::LowBits { k, bits } => sigil_freshness::reconstruct(highest, k, bits)
-                        .ok_or("cannot reconstruct sequence number")?,
-                };
-                out.seq = seq;
-                out.timestamp = r.timestamp;
-                let (Some(key), Some(ep)) = (a.key, ep) else {
-                    return Err("no usable key in the directory".into());
-                };
-                if !key_ok {
-                    return Err("registered key does not hash to the identity".into());
-                }
-                let mut scratch = vec![0u8; r.scratch_len()];
-                r.verify_end_to_end(&RustCrypto, &key, &ep, seq, &mut scratch)
-                    .map_err(|e| e.to_string())?;
-                if seq <= highest {
-                    return Err(format!("sequence number {seq} not above {highest}"));
-                }
-                highest = seq;
-                let mut buf = vec![0u8; r.senml_len_bound()];
-                let bytes = r.senml(&mut buf).map_err(|e| e.to_string())?;
-                let resolved = match format {
-                    ReadingFormat::Cose => senml::resolve(
-                        senml::Pack::parse_cbor(bytes)
-                            .map_err(|e| e.to_string())?
-                            .records(),
-                    ),
-                    ReadingFormat::Jws => {
-                        let recs = senml::parse_json(bytes).map_err(|e| e.to_string())?;
-                        senml::resolve(recs.iter().map(|r| r.as_record()))
+                let bytes = match protection {
+                    Protection::Session => {
+                        // The broker numbers these readings one after another.
+                        out.seq = i as u64 + 1;
+                        raw.clone()
                     }
-                }
-                .map_err(|e| e.to_string())?;
-                out.values = resolved
-                    .into_iter()
-                    .filter_map(|r| match r.value {
-                        Some(OwnedValue::Number(v)) => Some((r.name, v, r.unit)),
-                        _ => None,
-                    })
-                    .collect();
+                    Protection::Mac => {
+                        let r = MacedReading::parse(raw).map_err(|e| e.to_string())?;
+                        let seq = full_seq(r.seq, highest)?;
+                        out.seq = seq;
+                        out.timestamp = r.timestamp;
+                        if ep != Some(r.kid) {
+                            return Err("kid is not the sensor's identity".into());
+                        }
+                        let key = reading_key.ok_or("the server disclosed no reading key")?;
+                        if !key_ok {
+                            return Err("the sensor is not on the trust list".into());
+                        }
+                        r.verify(&RustCrypto, key, seq).map_err(|e| e.to_string())?;
+                        check_order(seq, &mut highest)?;
+                        r.senml().to_vec()
+                    }
+                    Protection::Signed => {
+                        let r = SignedReading::parse(format, raw).map_err(|e| e.to_string())?;
+                        let seq = full_seq(r.seq, highest)?;
+                        out.seq = seq;
+                        out.timestamp = r.timestamp;
+                        let (Some(key), Some(ep)) = (a.key, ep) else {
+                            return Err("no usable key in the directory".into());
+                        };
+                        if !key_ok {
+                            return Err("registered key does not hash to the identity".into());
+                        }
+                        let mut scratch = vec![0u8; r.scratch_len()];
+                        r.verify_end_to_end(&RustCrypto, &key, &ep, seq, &mut scratch)
+                            .map_err(|e| e.to_string())?;
+                        check_order(seq, &mut highest)?;
+                        let mut buf = vec![0u8; r.senml_len_bound()];
+                        r.senml(&mut buf).map_err(|e| e.to_string())?.to_vec()
+                    }
+                };
+                out.values = numbers(format, &bytes)?;
                 Ok(())
             })();
             match result {
-                Ok(()) => out.verified = true,
+                Ok(()) => out.verified = protection != Protection::Session,
                 Err(e) => out.error = Some(e),
             }
             out
@@ -203,8 +258,100 @@ pub fn verify_readings(a: &Announced, raws: &[Vec<u8>], key_ok: bool) -> Vec<Che
         .collect()
 }
 
+/// The full sequence number of a reading, reconstructed in low-bits mode.
+fn full_seq(seq: SeqField, highest: u64) -> Result<u64, String> {
+    match seq {
+        SeqField::Full(s) => Ok(s),
+        SeqField::LowBits { k, bits } => sigil_freshness::reconstruct(highest, k, bits)
+            .ok_or_else(|| "cannot reconstruct sequence number".into()),
+    }
+}
+
+/// Readings come oldest first with rising numbers: one that does not is refused.
+fn check_order(seq: u64, highest: &mut u64) -> Result<(), String> {
+    if seq <= *highest {
+        return Err(format!("sequence number {seq} not above {highest}"));
+    }
+    *highest = seq;
+    Ok(())
+}
+
+/// The numeric values of a SenML pack (CBOR, or JSON for `format` JWS).
+fn numbers(
+    format: ReadingFormat,
+    bytes: &[u8],
+) -> Result<Vec<(String, f64, Option<String>)>, String> {
+    let resolved = match format {
+        ReadingFormat::Cose => senml::resolve(
+            senml::Pack::parse_cbor(bytes)
+                .map_err(|e| e.to_string())?
+                .records(),
+        ),
+        ReadingFormat::Jws => {
+            let recs = senml::parse_json(bytes).map_err(|e| e.to_string())?;
+            senml::resolve(recs.iter().map(|r| r.as_record()))
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    Ok(resolved
+        .into_iter()
+        .filter_map(|r| match r.value {
+            Some(OwnedValue::Number(v)) => Some((r.name, v, r.unit)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Asks the server for a PSK-only node's reading key (`GET /keys/<identity>`, a COSE_Key):
+/// given only to a coaps:// session allowed to read the node. `Err` says why not.
+pub async fn reading_key(client: &mut CoapClient, ep: &Identity) -> Result<ReadingKey> {
+    let resp = client.get(&format!("keys/{ep}"), &[]).await?;
+    if resp.code != Code::CONTENT {
+        anyhow::bail!(
+            "the server answered {} for the reading key of {ep}: {}",
+            resp.code,
+            String::from_utf8_lossy(&resp.payload)
+        );
+    }
+    parse_reading_key(&resp.payload, ep)
+}
+
+/// Parses the COSE_Key of a reading key (RFC 9052 §7): kty 4 (Symmetric), kid the node's
+/// identity, alg HMAC 256/64, k 32 bytes; any other label is refused.
+pub fn parse_reading_key(bytes: &[u8], ep: &Identity) -> Result<ReadingKey> {
+    let bad = |what: &str| anyhow::anyhow!("reading key: {what}");
+    let mut d = Decoder::new(bytes);
+    let n = d.map().map_err(|_| bad("not a CBOR map"))?;
+    let (mut kty, mut kid, mut alg, mut k) = (None, None, None, None);
+    for _ in 0..n {
+        match d.i64().map_err(|_| bad("label"))? {
+            1 => kty = Some(d.i64().map_err(|_| bad("kty"))?),
+            2 => kid = Some(d.bytes().map_err(|_| bad("kid"))?),
+            3 => alg = Some(d.i64().map_err(|_| bad("alg"))?),
+            -1 => k = Some(d.bytes().map_err(|_| bad("k"))?),
+            other => return Err(bad(&format!("unexpected label {other}"))),
+        }
+    }
+    d.finish().map_err(|_| bad("trailing bytes"))?;
+    if kty != Some(4) || alg != Some(ALG_HMAC_256_64) {
+        return Err(bad("not a symmetric HMAC 256/64 key"));
+    }
+    if kid != Some(&ep.as_bytes()[..]) {
+        return Err(bad("kid is not the node's identity"));
+    }
+    let k: [u8; MAC_KEY_LEN] = k
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| bad("k is not 32 bytes"))?;
+    Ok(ReadingKey::from_bytes(k))
+}
+
 /// Fetches every stored reading of a topic, oldest first, page by page.
-pub async fn fetch_history(client: &mut CoapClient, href: &str, page: u32) -> Result<Vec<Vec<u8>>> {
+pub async fn fetch_history(
+    client: &mut CoapClient,
+    href: &str,
+    protection: Protection,
+    page: u32,
+) -> Result<Vec<Vec<u8>>> {
     let mut all = Vec::new();
     let mut after = 0u64;
     loop {
@@ -244,10 +391,15 @@ pub async fn fetch_history(client: &mut CoapClient, href: &str, page: u32) -> Re
             } else {
                 ReadingFormat::Jws
             };
-            match SignedReading::parse(fmt, last)
-                .ok()
-                .and_then(|r| r.full_seq())
-            {
+            let seq = match protection {
+                Protection::Signed => SignedReading::parse(fmt, last)
+                    .ok()
+                    .and_then(|r| r.full_seq()),
+                Protection::Mac => MacedReading::parse(last).ok().and_then(|r| r.full_seq()),
+                // Numbered by the broker one after another.
+                Protection::Session => Some(after + got as u64),
+            };
+            match seq {
                 Some(s) if s > after => after = s,
                 _ => {
                     all.extend(page_items);
@@ -317,9 +469,27 @@ pub async fn run(
     let announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
     let mut report = AppReport::default();
     for a in announced {
-        let (ep, key_ok, trusted) = bind_key(&a, trust);
+        let protection = Protection::of_content_format(a.content_format);
+        let (ep, mut key_ok, mut trusted) = bind_key(&a, trust);
+        if protection != Protection::Signed && a.key.is_none() {
+            // A PSK-only node has no key to bind: its identity is only a name the trust list
+            // may hold.
+            trusted = ep.and_then(|ep| trust.map(|t| t.contains(&ep)));
+            key_ok = trusted != Some(false);
+        }
+        let mut key_error = None;
+        let reading_key = match (protection, ep) {
+            (Protection::Mac, Some(ep)) => match reading_key(&mut client, &ep).await {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    key_error = Some(e.to_string());
+                    None
+                }
+            },
+            _ => None,
+        };
         let raws = match history {
-            None => fetch_history(&mut client, &a.href, 100).await?,
+            None => fetch_history(&mut client, &a.href, protection, 100).await?,
             Some(n) => {
                 let resp = client
                     .request(
@@ -349,17 +519,33 @@ pub async fn run(
             }
         };
         // Readings from an identity the application does not trust are not verified as good.
-        let readings = verify_readings(&a, &raws, key_ok && trusted != Some(false));
+        let mut readings = verify_readings(
+            &a,
+            &raws,
+            key_ok && trusted != Some(false),
+            reading_key.as_ref(),
+        );
+        if let Some(why) = &key_error {
+            for r in readings.iter_mut().filter(|r| !r.verified) {
+                r.error = Some(why.clone());
+            }
+        }
         let verified = readings.iter().filter(|r| r.verified).count();
+        let unverifiable = readings
+            .iter()
+            .filter(|r| r.protection == Protection::Session && r.error.is_none())
+            .count();
         report.sensors.push(SensorView {
             label: ep.map(|e| e.short_label().to_string()).unwrap_or_default(),
             ep: a.ep.clone(),
             topic: a.href.clone(),
             algorithm: a.key.map(|k| k.algorithm().name().to_string()),
-            key_matches_identity: key_ok,
+            protection,
+            key_matches_identity: key_ok && a.key.is_some(),
             trusted,
             verified,
-            failed: readings.len() - verified,
+            failed: readings.len() - verified - unverifiable,
+            unverifiable,
             readings,
         });
     }

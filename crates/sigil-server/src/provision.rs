@@ -19,6 +19,8 @@ pub enum PskError {
     Length(usize),
     #[error("{0} is not an active identity: add it first")]
     NotActive(Identity),
+    #[error("no randomness for a new identity")]
+    NoRandomness,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -40,6 +42,32 @@ pub fn set_psk(store: &Store, id: &Identity, key: &[u8], now: i64) -> Result<(),
     }
     store.set_psk(id, key, now)?;
     Ok(())
+}
+
+/// Adds a node that has only a pre-shared key: a fresh random identity (it has no key pair,
+/// so no `I = h(P|O)`; the identity is a name assigned here, whose only proof is the PSK),
+/// authorized as a device, with `key` as its PSK. Returns the identity.
+pub fn add_psk_node(
+    store: &Store,
+    label: &str,
+    key: &[u8],
+    now: i64,
+    rng: &mut dyn sigil_crypto::Rng,
+) -> Result<Identity, PskError> {
+    check_psk(key)?;
+    let authorized = store.list_identities()?;
+    let id = loop {
+        let mut bytes = [0u8; sigil_identity::IDENTITY_LEN];
+        rng.fill(&mut bytes).map_err(|_| PskError::NoRandomness)?;
+        let id = Identity::from_bytes(bytes);
+        // Never a name already used (active or revoked): an identity stays one node's.
+        if !authorized.iter().any(|r| r.identity == id.to_string()) {
+            break id;
+        }
+    };
+    store.add_identity(&id, IdentityKind::Device, label, now)?;
+    store.set_psk(&id, key, now)?;
+    Ok(id)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,5 +172,30 @@ mod tests {
             .unwrap());
         assert!(store.authorized().unwrap().contains_key(&id));
         assert_eq!(store.schema_version().unwrap(), 6);
+    }
+
+    #[test]
+    fn a_psk_node_gets_a_fresh_identity_and_its_key() {
+        struct Counting(u8);
+        impl sigil_crypto::Rng for Counting {
+            fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
+                // The same bytes twice, then different ones: the second draw repeats the
+                // first node's identity and must be skipped.
+                let v = if self.0 == 1 { 0 } else { self.0 };
+                buf.fill(v);
+                self.0 += 1;
+                Ok(())
+            }
+        }
+        let store = Store::open_in_memory().unwrap();
+        let mut rng = Counting(0);
+        let a = add_psk_node(&store, "a", &[1; 16], 1, &mut rng).unwrap();
+        let b = add_psk_node(&store, "b", &[2; 32], 1, &mut rng).unwrap();
+        assert_ne!(a, b);
+        let psks = store.psks().unwrap();
+        assert_eq!(psks.get(&a), Some(&vec![1u8; 16]));
+        assert_eq!(psks.get(&b), Some(&vec![2u8; 32]));
+        assert!(add_psk_node(&store, "c", &[3; 8], 1, &mut rng).is_err());
+        assert_eq!(store.list_identities().unwrap().len(), 2);
     }
 }

@@ -78,38 +78,58 @@ pub async fn run(a: AppArgs) -> Result<i32> {
 
 /// The human-readable table.
 pub fn print_table(report: &AppReport) {
+    use sigil_client::app::Protection;
     println!(
-        "{:<10} {:<10} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}",
-        "sensor", "topic", "alg", "verified", "failed", "last seq", "temp °C", "hum %RH"
+        "{:<10} {:<10} {:<8} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}",
+        "sensor", "topic", "alg", "proof", "verified", "failed", "last seq", "temp °C", "hum %RH"
     );
     for s in &report.sensors {
-        let last = s.readings.iter().rev().find(|r| r.verified);
+        let last = s
+            .readings
+            .iter()
+            .rev()
+            .find(|r| r.verified || (r.protection == Protection::Session && r.error.is_none()));
         let val = |name: &str| {
             last.and_then(|r| r.values.iter().find(|v| v.0 == name))
                 .map(|v| format!("{:.2}", v.1))
                 .unwrap_or_else(|| "-".into())
         };
+        let proof = match s.protection {
+            Protection::Signed => "signed",
+            Protection::Mac => "mac",
+            Protection::Session => "session",
+        };
         println!(
-            "{:<10} {:<10} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}{}",
+            "{:<10} {:<10} {:<8} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}{}",
             s.label,
             s.topic,
-            s.algorithm.as_deref().unwrap_or("?"),
+            s.algorithm.as_deref().unwrap_or("-"),
+            proof,
             s.verified,
             s.failed,
             last.map(|r| r.seq.to_string())
                 .unwrap_or_else(|| "-".into()),
             val("t"),
             val("h"),
-            match (s.key_matches_identity, s.trusted) {
-                (false, _) => "  KEY DOES NOT MATCH IDENTITY",
-                (true, Some(false)) => "  NOT ON TRUST LIST",
+            match (s.protection, s.key_matches_identity, s.trusted) {
+                (_, _, Some(false)) => "  NOT ON TRUST LIST",
+                (Protection::Signed, false, _) => "  KEY DOES NOT MATCH IDENTITY",
+                (Protection::Session, _, _) => "  (transport-authenticated only)",
                 _ => "",
             }
         );
     }
+    let unverifiable = report.unverifiable();
     println!(
-        "{} readings verified end to end, {} failed",
+        "{} readings verified end to end, {} failed{}",
         report.verified(),
-        report.failed()
+        report.failed(),
+        if unverifiable > 0 {
+            format!(
+                ", {unverifiable} taken on the broker's word (sent over the node's DTLS session)"
+            )
+        } else {
+            String::new()
+        }
     );
 }

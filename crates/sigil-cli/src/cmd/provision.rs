@@ -49,6 +49,17 @@ pub enum ProvisionAction {
         #[arg(long)]
         key: Option<String>,
     },
+    /// Add a node that has only a pre-shared key (no key pair, so no I = h(P|O)): a random
+    /// identity, authorized, with a random PSK (or --key). Prints `IDENTITY PSK` (hex); give
+    /// both to the node (`sigil sensor --psk-only`). It registers over its own coaps://
+    /// session and publishes MACed or session-protected readings (docs/security.md).
+    PskNode {
+        #[arg(long, default_value = "")]
+        label: String,
+        /// The key in hex (16-64 bytes); default: 16 random bytes.
+        #[arg(long)]
+        key: Option<String>,
+    },
     /// Let READER read the readings of OBJECT: a device, or every device of a group (kit).
     /// Enforced by a server started with --authorize-reads, for coaps:// sessions of READER.
     Grant { reader: String, object: String },
@@ -61,6 +72,27 @@ pub enum ProvisionAction {
     /// device's; `sigil sensor --pairing FILE` applies it once. Reads --db only for the
     /// server's key, and never creates it.
     Pair(PairArgs),
+}
+
+/// Checks a `--key` argument before any database is touched.
+fn check_key_arg(key: Option<&str>) -> Result<()> {
+    if let Some(h) = key {
+        let k = hex::decode(h.trim()).context("--key is not hex")?;
+        sigil_server::provision::check_psk(&k)?;
+    }
+    Ok(())
+}
+
+/// The `--key` given, or 16 random bytes.
+fn key_or_random(key: Option<&str>) -> Result<Vec<u8>> {
+    Ok(match key {
+        Some(h) => hex::decode(h.trim()).context("--key is not hex")?,
+        None => {
+            let mut k = vec![0u8; 16];
+            getrandom::fill(&mut k).map_err(|e| anyhow::anyhow!("{e}"))?;
+            k
+        }
+    })
 }
 
 fn parse(text: &str) -> Result<Identity> {
@@ -212,11 +244,12 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         }
         ProvisionAction::Psk { identity, key } => {
             Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if let Some(h) = key {
-                let k = hex::decode(h.trim()).context("--key is not hex")?;
-                sigil_server::provision::check_psk(&k)?;
-            }
+            check_key_arg(key.as_deref())?;
             false
+        }
+        ProvisionAction::PskNode { key, .. } => {
+            check_key_arg(key.as_deref())?;
+            true
         }
         ProvisionAction::Revoke { identity } => {
             Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -289,16 +322,14 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         }
         ProvisionAction::Psk { identity, key } => {
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let key = match key {
-                Some(h) => hex::decode(h.trim()).context("--key is not hex")?,
-                None => {
-                    let mut k = vec![0u8; 16];
-                    getrandom::fill(&mut k).map_err(|e| anyhow::anyhow!("{e}"))?;
-                    k
-                }
-            };
+            let key = key_or_random(key.as_deref())?;
             sigil_server::provision::set_psk(&store, &id, &key, now)?;
             println!("{}", hex::encode(&key));
+        }
+        ProvisionAction::PskNode { label, key } => {
+            let key = key_or_random(key.as_deref())?;
+            let id = sigil_server::provision::add_psk_node(&store, &label, &key, now, &mut OsRng)?;
+            println!("{id} {}", hex::encode(&key));
         }
         ProvisionAction::Revoke { identity } => {
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
