@@ -27,12 +27,17 @@
 //!    subscriber, encrypted to its key, signed by the server, kept in storage, applied once.
 //! 5. Serving its own readings as an ACE resource server, it trusts tokens signed by its
 //!    trusted server's key and no other ([`ac::trusted_ac_key`]).
+//!
+//! A node with only a pre-shared key is a [`PskNode`] instead ([`psk`]): a provisioned random
+//! identity, readings MACed under a key derived from the PSK (COSE_Mac0) or sent plain inside a
+//! DTLS-PSK session, and no public-key code at all.
 #![no_std]
 #![forbid(unsafe_code)]
 
 pub mod ac;
 mod machine;
 pub mod pairing;
+pub mod psk;
 mod storage;
 
 pub use ac::{trusted_ac_key, AcRefusal, AcSource};
@@ -41,5 +46,6 @@ pub use machine::{
     MAX_GROUP_KEYS, MAX_OTHER_INFO,
 };
 pub use pairing::{PairingRefusal, PairingStorage};
+pub use psk::{PskConfig, PskEvent, PskMode, PskNode, MAX_PSK_LEN, MIN_PSK_LEN};
 pub use sigil_ace::{Pairing, PairingError};
 pub use storage::{DeviceStorage, MemoryStorage};

@@ -1125,7 +1125,7 @@ fn statement_options(
     Ok(())
 }
 
-fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {
+pub(crate) fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {
     let mut c = SliceWriter::new(buf);
     c.write_fmt(args).map_err(|_| DeviceError::TooLarge)?;
     Ok(c.len())
