@@ -272,7 +272,7 @@ impl DtlsArgs {
     }
 
     /// The pre-shared key of --psk or --psk-file: hex, 16 to 64 bytes.
-    fn psk_key(&self) -> Result<Vec<u8>> {
+    pub(crate) fn psk_key(&self) -> Result<Vec<u8>> {
         let hex_text = match (&self.psk, &self.psk_file) {
             (Some(h), None) => h.clone(),
             (None, Some(f)) => std::fs::read_to_string(f)

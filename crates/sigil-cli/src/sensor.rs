@@ -1,12 +1,14 @@
 //! `sigil sensor`: the device state machine driven over a real UDP socket, with synthetic
-//! temperature and humidity.
+//! temperature and humidity. The machine is the signing device (`sigil_device::Device`) or a
+//! node with only a pre-shared key (`sigil_device::PskNode`); [`Machine`] is what the loop
+//! needs of either.
 
 use crate::util::since;
 use anyhow::{anyhow, Result};
 use sigil_client::os::unix_now;
 use sigil_client::transport::{Security, Transport};
 use sigil_crypto::RustCrypto;
-use sigil_device::{Device, DeviceStorage, Event, PublishOutcome};
+use sigil_device::{Device, DeviceError, DeviceStorage, Event, PskEvent, PskNode, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -65,6 +67,165 @@ pub struct SensorRun {
     pub tap: Option<crate::serve::Tap>,
 }
 
+/// What the sensor loop drives: the sans-IO machine of a signing device or of a PSK-only node.
+pub trait Machine<S: DeviceStorage> {
+    fn identity(&self) -> &sigil_identity::Identity;
+    fn handle_timeout(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+    ) -> Result<(), DeviceError>;
+    fn can_publish(&self) -> bool;
+    fn is_registered(&self) -> bool;
+    fn has_pending_republication(&self) -> bool;
+    fn publish(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+        records: &[Record<'_>],
+        timestamp: Option<sigil_time::UnixTime>,
+    ) -> Result<(), DeviceError>;
+    fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize>;
+    /// The next event, in the signing device's terms.
+    fn poll_event(&mut self) -> Option<Event>;
+    fn poll_timeout(&self) -> Option<sigil_time::Instant>;
+    fn handle_datagram(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+        datagram: &[u8],
+    ) -> Result<(), DeviceError>;
+    fn retransmissions(&self) -> u32;
+}
+
+impl<S: DeviceStorage> Machine<S> for Device<RustCrypto> {
+    fn identity(&self) -> &sigil_identity::Identity {
+        Device::identity(self)
+    }
+    fn handle_timeout(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+    ) -> Result<(), DeviceError> {
+        Device::handle_timeout(self, now, storage)
+    }
+    fn can_publish(&self) -> bool {
+        Device::can_publish(self)
+    }
+    fn is_registered(&self) -> bool {
+        Device::is_registered(self)
+    }
+    fn has_pending_republication(&self) -> bool {
+        Device::has_pending_republication(self)
+    }
+    fn publish(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+        records: &[Record<'_>],
+        timestamp: Option<sigil_time::UnixTime>,
+    ) -> Result<(), DeviceError> {
+        Device::publish(self, now, storage, records, timestamp).map(|_| ())
+    }
+    fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+        Device::poll_transmit(self, buf)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Device::poll_event(self)
+    }
+    fn poll_timeout(&self) -> Option<sigil_time::Instant> {
+        Device::poll_timeout(self)
+    }
+    fn handle_datagram(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+        datagram: &[u8],
+    ) -> Result<(), DeviceError> {
+        Device::handle_datagram(self, now, storage, datagram)
+    }
+    fn retransmissions(&self) -> u32 {
+        self.stats.retransmissions
+    }
+}
+
+/// A PSK-only node in the loop. In session mode its readings carry no number; the report
+/// numbers them in the order they were published, as the broker does.
+pub struct PskSensor {
+    pub node: PskNode<RustCrypto>,
+    published: u64,
+}
+
+impl PskSensor {
+    pub fn new(node: PskNode<RustCrypto>) -> Self {
+        Self { node, published: 0 }
+    }
+}
+
+impl<S: DeviceStorage> Machine<S> for PskSensor {
+    fn identity(&self) -> &sigil_identity::Identity {
+        self.node.identity()
+    }
+    fn handle_timeout(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+    ) -> Result<(), DeviceError> {
+        self.node.handle_timeout(now, storage)
+    }
+    fn can_publish(&self) -> bool {
+        self.node.can_publish()
+    }
+    fn is_registered(&self) -> bool {
+        self.node.is_registered()
+    }
+    fn has_pending_republication(&self) -> bool {
+        self.node.has_pending_republication()
+    }
+    fn publish(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+        records: &[Record<'_>],
+        timestamp: Option<sigil_time::UnixTime>,
+    ) -> Result<(), DeviceError> {
+        self.node.publish(now, storage, records, timestamp)?;
+        Ok(())
+    }
+    fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.node.poll_transmit(buf)
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        Some(match self.node.poll_event()? {
+            PskEvent::Registered => Event::Registered,
+            PskEvent::RegistrationRefreshed => Event::RegistrationRefreshed,
+            PskEvent::RegistrationFailed { code } => Event::RegistrationFailed { code },
+            PskEvent::Resynchronising => Event::Resynchronising,
+            PskEvent::Published { seq, outcome } => Event::Published {
+                seq: seq.unwrap_or_else(|| {
+                    self.published += 1;
+                    self.published
+                }),
+                outcome,
+            },
+        })
+    }
+    fn poll_timeout(&self) -> Option<sigil_time::Instant> {
+        self.node.poll_timeout()
+    }
+    fn handle_datagram(
+        &mut self,
+        now: sigil_time::Instant,
+        storage: &mut S,
+        datagram: &[u8],
+    ) -> Result<(), DeviceError> {
+        self.node.handle_datagram(now, storage, datagram)
+    }
+    fn retransmissions(&self) -> u32 {
+        self.node.stats.retransmissions
+    }
+}
+
 /// Synthetic readings quantised like a real sensor (1/16 °C as a DS18B20, 1/8 %RH), which
 /// also keeps them exact in half-precision floats.
 pub fn synthetic(t: f64, phase: f64) -> (f64, f64) {
@@ -75,8 +236,8 @@ pub fn synthetic(t: f64, phase: f64) -> (f64, f64) {
 
 /// Runs the device until `readings` have been published and settled, or `stop` turns true.
 /// `on_event` sees every device event (for progress bars).
-pub async fn run<S: DeviceStorage>(
-    mut device: Device<RustCrypto>,
+pub async fn run<S: DeviceStorage, M: Machine<S>>(
+    mut device: M,
     mut storage: S,
     run: SensorRun,
     mut stop: watch::Receiver<bool>,
@@ -137,8 +298,8 @@ pub async fn run<S: DeviceStorage>(
             published += 1;
             next_reading = now + run.interval;
         }
-        if transport.is_secure() && device.stats.retransmissions >= retx_seen + 2 {
-            retx_seen = device.stats.retransmissions;
+        if transport.is_secure() && device.retransmissions() >= retx_seen + 2 {
+            retx_seen = device.retransmissions();
             reconnect = true;
         }
         if reconnect && Instant::now() >= reconnect_after && !*stop.borrow() {
@@ -243,7 +404,7 @@ pub async fn run<S: DeviceStorage>(
             r = transport.recv() => {
                 match r {
                     Ok(m) => {
-                        retx_seen = device.stats.retransmissions;
+                        retx_seen = device.retransmissions();
                         let now = since(start);
                         device.handle_datagram(now, &mut storage, &m).map_err(|e| anyhow!("device: {e}"))?;
                     }
@@ -258,7 +419,7 @@ pub async fn run<S: DeviceStorage>(
         }
     }
     transport.close().await;
-    report.retransmissions = device.stats.retransmissions;
+    report.retransmissions = device.retransmissions();
     report.dtls_handshakes = transport.handshakes;
     report.dtls_resumed = transport.resumed;
     report.dtls_restored = transport.restored;

@@ -68,31 +68,45 @@ pub struct SensorArgs {
     /// key), plain coap:// `POST /authz-info` on the same port (crate::serve).
     #[arg(long)]
     pub serve: Option<std::net::SocketAddr>,
+    /// Run as a node with only a pre-shared key (no key pair; docs/security.md, "Nodes
+    /// without public-key crypto"): `mac` publishes COSE_Mac0 readings under the reading key
+    /// derived from the PSK, `session` plain SenML over its own DTLS session. Needs a
+    /// coaps:// server, `--dtls psk` (or ecdhe-psk), the PSK and `--node-identity`, as
+    /// `sigil provision psk-node` printed them.
+    #[arg(long, value_enum)]
+    pub psk_only: Option<PskOnly>,
+    /// The identity a PSK-only node was given at provisioning.
+    #[arg(long, requires = "psk_only")]
+    pub node_identity: Option<String>,
     #[command(flatten)]
     pub transmission: TransmissionArgs,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
 
+/// `--psk-only`: how a PSK-only node protects its readings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PskOnly {
+    /// COSE_Mac0 under the reading key (verifiable by the key's holders).
+    Mac,
+    /// Plain SenML over the node's DTLS session (transport-authenticated only).
+    Session,
+}
+
 pub async fn run(mut a: SensorArgs) -> Result<i32> {
     // Validate every argument before touching the device's state: a refused argument
     // creates no state directory, no key and no sequence reservation.
     let transmission = a.transmission.parameters()?;
+    if let Some(mode) = a.psk_only {
+        return run_psk_only(a, mode, transmission).await;
+    }
     if a.lsb_bits.is_some() && a.format == ReadingFormat::Jws {
         bail!("--lsb-bits works with --format cose only");
     }
     if a.lsb_bits.is_some_and(|k| !(1..=32).contains(&k)) {
         bail!("--lsb-bits must be between 1 and 32");
     }
-    if a.interval.is_zero() {
-        bail!("--interval must be above zero");
-    }
-    if a.lifetime < 60 {
-        bail!("--lifetime must be at least 60 seconds (RFC 9176)");
-    }
-    if a.count == Some(0) {
-        bail!("--count must be at least 1");
-    }
+    check_reading_args(&a)?;
     let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
     if a.serve.is_some() && (a.kit.is_some() || !a.other.is_empty()) {
         bail!("--serve needs the identity of the device key alone (clients pin it): no --kit or --other");
@@ -276,6 +290,127 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         let served = serving.await.context("serve task")??;
         eprintln!("served: {}", serde_json::to_string(&served)?);
     }
+    Ok(
+        if report.rejected.is_empty() && report.timed_out.is_empty() {
+            0
+        } else {
+            2
+        },
+    )
+}
+
+/// Checks the common reading arguments of both kinds of sensor.
+fn check_reading_args(a: &SensorArgs) -> Result<()> {
+    if a.interval.is_zero() {
+        bail!("--interval must be above zero");
+    }
+    if a.lifetime < 60 {
+        bail!("--lifetime must be at least 60 seconds (RFC 9176)");
+    }
+    if a.count == Some(0) {
+        bail!("--count must be at least 1");
+    }
+    Ok(())
+}
+
+/// `--psk-only`: the node has its identity and PSK from provisioning, no key pair; it
+/// registers and publishes over its own coaps:// PSK session (`sigil_device::PskNode`).
+async fn run_psk_only(
+    a: SensorArgs,
+    mode: PskOnly,
+    transmission: sigil_coap::TransmissionParameters,
+) -> Result<i32> {
+    check_reading_args(&a)?;
+    let refused = [
+        (a.serve.is_some(), "--serve"),
+        (a.pairing.is_some(), "--pairing"),
+        (a.kit.is_some(), "--kit"),
+        (!a.other.is_empty(), "--other"),
+        (a.print_identity, "--print-identity"),
+        (a.lsb_bits.is_some(), "--lsb-bits"),
+        (a.format != ReadingFormat::Cose, "--format"),
+    ];
+    if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
+        bail!("{flag} needs a key pair; a --psk-only node has none");
+    }
+    let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
+    if !uri.secure || !matches!(a.dtls.dtls, Some(DtlsMode::Psk | DtlsMode::EcdhePsk)) {
+        bail!("a --psk-only node registers over its own PSK session: give a coaps:// --server and --dtls psk (or ecdhe-psk)");
+    }
+    let id = a
+        .node_identity
+        .as_deref()
+        .context("--psk-only needs --node-identity (as `sigil provision psk-node` printed it)")
+        .and_then(|t| Identity::parse(t).map_err(|e| anyhow::anyhow!("--node-identity: {e}")))?;
+    if a.dtls
+        .psk_identity
+        .as_deref()
+        .is_some_and(|p| p != id.to_string())
+    {
+        bail!("--psk-identity must be the node identity's text ({id}) or left out");
+    }
+    let psk = a.dtls.psk_key()?;
+    a.dtls.check(uri.secure)?;
+    let dtls = a.dtls.timing.config()?;
+    // The PSK identity is the node identity's text, as the server looks it up.
+    let security = sigil_client::transport::Security::Psk {
+        identity: id.to_string().into_bytes(),
+        key: psk.clone(),
+        ecdhe: a.dtls.dtls == Some(DtlsMode::EcdhePsk),
+    };
+    let mut storage = FileStorage::open(&a.state)?;
+    if a.factory_reset {
+        storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let config = sigil_device::PskConfig {
+        mode: match mode {
+            PskOnly::Mac => sigil_device::PskMode::Mac,
+            PskOnly::Session => sigil_device::PskMode::Session,
+        },
+        lifetime: Duration::from_secs(u64::from(a.lifetime)),
+        confirm_every: a.confirm_every,
+        transmission,
+        ..Default::default()
+    };
+    let node = sigil_device::PskNode::boot(RustCrypto, config, id, &psk, &mut storage, &mut OsRng)
+        .map_err(|e| anyhow::anyhow!("boot: {e}"))?;
+    eprintln!(
+        "PSK-only node {} ({}) starting",
+        id.label(),
+        match mode {
+            PskOnly::Mac => "MACed readings",
+            PskOnly::Session => "readings protected by its DTLS session only",
+        }
+    );
+    // The kept association is MACed under a key only this node (holding the PSK) derives.
+    let association = Some((
+        a.state.join("dtls-association"),
+        RustCrypto.hmac_sha256(&psk, &[b"sigil psk node dtls association"]),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        let _ = stop_tx.send(true);
+    });
+    let run = sensor::SensorRun {
+        server: uri.addr,
+        interval: a.interval,
+        readings: a.count,
+        phase: f64::from(id.as_bytes()[0]) / 40.0,
+        security,
+        dtls: sigil_dtls::Config {
+            connection_id: true,
+            ..dtls
+        },
+        association,
+        carrier: a.dtls.dtls_carrier.into(),
+        tap: None,
+    };
+    let report = sensor::run(sensor::PskSensor::new(node), storage, run, stop_rx, |ev| {
+        tracing::info!(?ev, "node event")
+    })
+    .await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(
         if report.rejected.is_empty() && report.timed_out.is_empty() {
             0
