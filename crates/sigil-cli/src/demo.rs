@@ -406,6 +406,23 @@ pub fn print_summary(s: &DemoSummary) {
         },
         a.ticket_replayed
     );
+    println!(
+        "  [{}] PSK-only nodes published: {} MACed readings ({} B each), verified by the granted subscriber: {}; {} over the node's session only, taken on the broker's word: {}",
+        if a.psk_mac_acknowledged > 0
+            && a.psk_mac_verified == a.psk_mac_acknowledged
+            && a.psk_session_acknowledged > 0
+            && a.psk_session_unverifiable == a.psk_session_acknowledged
+        {
+            "ok"
+        } else {
+            "FAILED"
+        },
+        a.psk_mac_acknowledged,
+        a.mac_reading_bytes,
+        a.psk_mac_verified,
+        a.psk_session_acknowledged,
+        a.psk_session_unverifiable
+    );
     println!("\nrejected by the server, by reason:");
     for (k, v) in &s.server_counters {
         if k.contains("rejected")

@@ -1,7 +1,9 @@
 //! The access-control part of `sigil demo`, all over coaps://: a server that is also the
 //! access-control server (ACE, RFC 9200) and serves readings only to those allowed; a device
 //! paired from its label (RFC 8387 §4.1) that pins the server it was paired with; a
-//! subscriber refused without a ticket and served with one (RFC 9202).
+//! subscriber refused without a ticket and served with one (RFC 9202); and two nodes with
+//! only a pre-shared key, one MACing its readings and one relying on its DTLS session, with
+//! the subscriber's application telling their protection apart.
 
 use crate::sensor::{self, SensorRun};
 use crate::storage::FileStorage;
@@ -44,6 +46,16 @@ pub struct AccessSummary {
     /// Asked with it (expected 2.05), and whether the reading verified end to end.
     pub sensor_with_ticket: String,
     pub sensor_reading_verified: bool,
+    /// Readings the PSK-only node with MACed readings had acknowledged over coaps://.
+    pub psk_mac_acknowledged: usize,
+    /// Readings the PSK-only node relying on its session had acknowledged.
+    pub psk_session_acknowledged: usize,
+    /// The MAC node's readings the subscriber verified under the disclosed reading key.
+    pub psk_mac_verified: usize,
+    /// The session node's readings the subscriber could only take on the broker's word.
+    pub psk_session_unverifiable: usize,
+    /// Bytes of one MACed reading on the wire.
+    pub mac_reading_bytes: usize,
 }
 
 impl AccessSummary {
@@ -57,6 +69,10 @@ impl AccessSummary {
             && self.sensor_without_ticket == "4.01"
             && self.sensor_with_ticket == "2.05"
             && self.sensor_reading_verified
+            && self.psk_mac_acknowledged > 0
+            && self.psk_session_acknowledged > 0
+            && self.psk_mac_verified == self.psk_mac_acknowledged
+            && self.psk_session_unverifiable == self.psk_session_acknowledged
     }
 }
 
@@ -334,5 +350,89 @@ async fn steps(
     ));
     let _ = stop_tx.send(true);
     let _ = serving.await;
+    psk_only_nodes(dtls.addr, &store, dir, &reader, &psk, out, say).await
+}
+
+/// Two nodes with only a pre-shared key (no key pair): provisioned with a random identity and
+/// a PSK, they register and publish over their own PSK sessions, one MACing its readings;
+/// the subscriber, granted both, verifies the MACed ones under the reading key the server
+/// discloses to it and sees the others as taken on the broker's word.
+async fn psk_only_nodes(
+    server: std::net::SocketAddr,
+    store: &Store,
+    dir: &Path,
+    reader: &Identity,
+    reader_psk: &[u8],
+    out: &mut AccessSummary,
+    say: &dyn Fn(&str),
+) -> Result<()> {
+    let now = sigil_client::os::unix_now().as_secs();
+    let mut nodes = Vec::new();
+    for (mode, label) in [
+        (sigil_device::PskMode::Mac, "mac"),
+        (sigil_device::PskMode::Session, "session"),
+    ] {
+        let mut key = [0u8; 16];
+        sigil_crypto::Rng::fill(&mut OsRng, &mut key).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let id = sigil_server::provision::add_psk_node(
+            store,
+            &format!("PSK-only node ({label})"),
+            &key,
+            now,
+            &mut OsRng,
+        )?;
+        store.grant_read(reader, &id, now)?;
+        let mut storage = FileStorage::open(&dir.join(format!("psk-node-{label}")))?;
+        let config = sigil_device::PskConfig {
+            mode,
+            ..Default::default()
+        };
+        let node =
+            sigil_device::PskNode::boot(RustCrypto, config, id, &key, &mut storage, &mut OsRng)
+                .map_err(|e| anyhow::anyhow!("PSK-only node: {e}"))?;
+        let run = SensorRun {
+            server,
+            interval: Duration::from_millis(200),
+            readings: Some(3),
+            phase: 0.7,
+            security: own_security(&id, &key),
+            dtls: Default::default(),
+            association: None,
+            carrier: Default::default(),
+            tap: None,
+        };
+        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+        let report =
+            sensor::run(sensor::PskSensor::new(node), storage, run, stop_rx, |_| {}).await?;
+        nodes.push((id, report.acknowledged.len()));
+    }
+    out.psk_mac_acknowledged = nodes[0].1;
+    out.psk_session_acknowledged = nodes[1].1;
+    say(&format!(
+        "  PSK-only nodes (no key pair): {} published {} MACed readings, {} published {} over its DTLS session only",
+        nodes[0].0.short_label(),
+        out.psk_mac_acknowledged,
+        nodes[1].0.short_label(),
+        out.psk_session_acknowledged
+    ));
+    let t = Transport::open(
+        server,
+        own_security(reader, reader_psk),
+        sigil_dtls::Config::default(),
+    )
+    .await?;
+    let app = sigil_client::app::run(t, None, None).await?;
+    let view = |id: &Identity| app.sensors.iter().find(|s| s.ep == id.to_string());
+    let mac = view(&nodes[0].0).context("the MAC node is not in the directory")?;
+    let session = view(&nodes[1].0).context("the session node is not in the directory")?;
+    out.psk_mac_verified = mac.verified;
+    out.psk_session_unverifiable = session.unverifiable;
+    out.mac_reading_bytes = store
+        .shared_transaction(|b| b.latest_reading(&nodes[0].0))?
+        .map_or(0, |r| r.raw.len());
+    say(&format!(
+        "  the subscriber's application: {} MACed readings verified under the reading key the server disclosed to it ({} B each); {} session readings taken on the broker's word",
+        out.psk_mac_verified, out.mac_reading_bytes, out.psk_session_unverifiable
+    ));
     Ok(())
 }

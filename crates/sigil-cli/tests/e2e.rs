@@ -292,6 +292,13 @@ fn demo_refuses_every_attack_and_loses_nothing() {
     assert_eq!(a["sensor_without_ticket"], "4.01", "{a}");
     assert_eq!(a["sensor_with_ticket"], "2.05", "{a}");
     assert_eq!(a["sensor_reading_verified"], true, "{a}");
+    // Nodes without public-key crypto: three MACed readings verified by the granted
+    // subscriber, three over the node's session reported as such.
+    assert_eq!(a["psk_mac_acknowledged"], 3, "{a}");
+    assert_eq!(a["psk_mac_verified"], 3, "{a}");
+    assert_eq!(a["psk_session_acknowledged"], 3, "{a}");
+    assert_eq!(a["psk_session_unverifiable"], 3, "{a}");
+    assert!(a["mac_reading_bytes"].as_u64().unwrap() < 100, "{a}");
 }
 
 #[test]
