@@ -16,7 +16,7 @@ use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_identity::{Binding, Identity, KeyAnnouncement};
 use sigil_objects::cbor::Decoder;
 use sigil_objects::cose::SeqField;
-use sigil_objects::mac::{MacedReading, ReadingKey, ALG_HMAC_256_64, MAC_KEY_LEN};
+use sigil_objects::mac::{MacedReading, ReadingKey};
 use sigil_objects::senml::{self, OwnedValue};
 use sigil_objects::{ReadingFormat, SignedReading};
 use std::collections::HashSet;
@@ -313,36 +313,7 @@ pub async fn reading_key(client: &mut CoapClient, ep: &Identity) -> Result<Readi
             String::from_utf8_lossy(&resp.payload)
         );
     }
-    parse_reading_key(&resp.payload, ep)
-}
-
-/// Parses the COSE_Key of a reading key (RFC 9052 §7): kty 4 (Symmetric), kid the node's
-/// identity, alg HMAC 256/64, k 32 bytes; any other label is refused.
-pub fn parse_reading_key(bytes: &[u8], ep: &Identity) -> Result<ReadingKey> {
-    let bad = |what: &str| anyhow::anyhow!("reading key: {what}");
-    let mut d = Decoder::new(bytes);
-    let n = d.map().map_err(|_| bad("not a CBOR map"))?;
-    let (mut kty, mut kid, mut alg, mut k) = (None, None, None, None);
-    for _ in 0..n {
-        match d.i64().map_err(|_| bad("label"))? {
-            1 => kty = Some(d.i64().map_err(|_| bad("kty"))?),
-            2 => kid = Some(d.bytes().map_err(|_| bad("kid"))?),
-            3 => alg = Some(d.i64().map_err(|_| bad("alg"))?),
-            -1 => k = Some(d.bytes().map_err(|_| bad("k"))?),
-            other => return Err(bad(&format!("unexpected label {other}"))),
-        }
-    }
-    d.finish().map_err(|_| bad("trailing bytes"))?;
-    if kty != Some(4) || alg != Some(ALG_HMAC_256_64) {
-        return Err(bad("not a symmetric HMAC 256/64 key"));
-    }
-    if kid != Some(&ep.as_bytes()[..]) {
-        return Err(bad("kid is not the node's identity"));
-    }
-    let k: [u8; MAC_KEY_LEN] = k
-        .and_then(|k| k.try_into().ok())
-        .ok_or_else(|| bad("k is not 32 bytes"))?;
-    Ok(ReadingKey::from_bytes(k))
+    sigil_objects::mac::parse_reading_key(&resp.payload, ep).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Fetches every stored reading of a topic, oldest first, page by page.

@@ -114,6 +114,85 @@ impl core::fmt::Debug for ReadingKey {
     }
 }
 
+/// COSE key type Symmetric (RFC 9053 §6.1).
+pub const KTY_SYMMETRIC: i64 = 4;
+/// Length of a reading key as a COSE_Key with a 16-byte kid (see [`encode_reading_key`]).
+pub const READING_KEY_COSE_LEN: usize = 1 + 2 + 18 + 2 + 35;
+
+/// Why a COSE_Key is not a node's reading key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadingKeyError {
+    /// Not a CBOR map of integer labels, a label twice, an unknown label, or trailing bytes.
+    Malformed,
+    /// Not a symmetric HMAC 256/64 key of 32 bytes.
+    WrongKind,
+    /// The kid is not the node's identity.
+    WrongKid,
+}
+
+impl core::fmt::Display for ReadingKeyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Self::Malformed => "the reading key is not a well-formed COSE_Key",
+            Self::WrongKind => "the COSE_Key is not a 32-byte HMAC 256/64 key",
+            Self::WrongKid => "the reading key's kid is not the node's identity",
+        })
+    }
+}
+
+/// A node's reading key as a COSE_Key (RFC 9052 §7): `{1: 4 (Symmetric), 2: kid (the node's
+/// identity), 3: 4 (HMAC 256/64), -1: k}`, as the server discloses it to an authorized reader
+/// (`GET /keys/<identity>`, docs/wire-formats.md). Returns the length written.
+pub fn encode_reading_key(
+    key: &ReadingKey,
+    node: &Identity,
+    out: &mut [u8],
+) -> Result<usize, crate::cbor::CborError> {
+    let mut e = Encoder::new(out);
+    e.map(4)?
+        .i64(1)?
+        .i64(KTY_SYMMETRIC)?
+        .i64(2)?
+        .bytes(node.as_bytes())?
+        .i64(3)?
+        .i64(ALG_HMAC_256_64)?
+        .i64(-1)?
+        .bytes(key.as_bytes())?;
+    Ok(e.finish())
+}
+
+/// Parses a reading key's COSE_Key and checks it is `node`'s; any label other than the four
+/// above is refused (nothing unknown is silently ignored in key material).
+pub fn parse_reading_key(bytes: &[u8], node: &Identity) -> Result<ReadingKey, ReadingKeyError> {
+    let m = ReadingKeyError::Malformed;
+    let mut d = crate::cbor::Decoder::new(bytes);
+    let n = d.map().map_err(|_| m)?;
+    let (mut kty, mut kid, mut alg, mut k) = (None, None, None, None);
+    for _ in 0..n {
+        let slot_taken = match d.i64().map_err(|_| m)? {
+            1 => kty.replace(d.i64().map_err(|_| m)?).is_some(),
+            2 => kid.replace(d.bytes().map_err(|_| m)?).is_some(),
+            3 => alg.replace(d.i64().map_err(|_| m)?).is_some(),
+            -1 => k.replace(d.bytes().map_err(|_| m)?).is_some(),
+            _ => return Err(m),
+        };
+        if slot_taken {
+            return Err(m);
+        }
+    }
+    d.finish().map_err(|_| m)?;
+    if kty != Some(KTY_SYMMETRIC) || alg != Some(ALG_HMAC_256_64) {
+        return Err(ReadingKeyError::WrongKind);
+    }
+    let k: [u8; MAC_KEY_LEN] = k
+        .and_then(|k| k.try_into().ok())
+        .ok_or(ReadingKeyError::WrongKind)?;
+    if kid != Some(&node.as_bytes()[..]) {
+        return Err(ReadingKeyError::WrongKid);
+    }
+    Ok(ReadingKey::from_bytes(k))
+}
+
 /// A parsed, not yet verified, MACed reading borrowing the received bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MacedReading<'a> {
@@ -233,4 +312,56 @@ pub fn mac_reading<C: CryptoProvider + ?Sized>(
         senml,
     )?;
     Ok(cose::encode_mac0(&protected[..pn], senml, &tag, out)?)
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn a_reading_key_round_trips_as_a_cose_key_and_nothing_else_passes() {
+        let node = Identity::from_bytes([3; 16]);
+        let key = ReadingKey::from_bytes([9; 32]);
+        let mut out = [0u8; 96];
+        let n = encode_reading_key(&key, &node, &mut out).unwrap();
+        assert_eq!(n, READING_KEY_COSE_LEN);
+        let back = parse_reading_key(&out[..n], &node).unwrap();
+        assert_eq!(back.as_bytes(), key.as_bytes());
+        assert_eq!(
+            parse_reading_key(&out[..n], &Identity::from_bytes([4; 16])).unwrap_err(),
+            ReadingKeyError::WrongKid
+        );
+        assert_eq!(
+            parse_reading_key(&out[..n - 1], &node).unwrap_err(),
+            ReadingKeyError::Malformed
+        );
+        let mut extra = out;
+        extra[n] = 0;
+        assert_eq!(
+            parse_reading_key(&extra[..n + 1], &node).unwrap_err(),
+            ReadingKeyError::Malformed
+        );
+        // Another kind of key: alg ES256 (-7) instead of HMAC 256/64.
+        let mut e = Encoder::new(&mut out);
+        e.map(4)
+            .unwrap()
+            .i64(1)
+            .unwrap()
+            .i64(4)
+            .unwrap()
+            .i64(2)
+            .unwrap();
+        e.bytes(node.as_bytes())
+            .unwrap()
+            .i64(3)
+            .unwrap()
+            .i64(-7)
+            .unwrap();
+        e.i64(-1).unwrap().bytes(&[9; 32]).unwrap();
+        let n = e.finish();
+        assert_eq!(
+            parse_reading_key(&out[..n], &node).unwrap_err(),
+            ReadingKeyError::WrongKind
+        );
+    }
 }

@@ -555,9 +555,6 @@ use crate::context::{Ctx, Rejection, Reply, Request, Response};
 use sigil_ace::{TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR, PROFILE_COAP_DTLS};
 use sigil_coap::{Code, ContentFormat};
 
-/// COSE key type Symmetric (RFC 9053 §6.1).
-const COSE_KTY_SYMMETRIC: u64 = 4;
-
 /// An `application/ace+cbor` error answer (RFC 9200 §5.8.3).
 fn ace_error(code: Code, err: AceErrorCode, description: &str) -> Reply {
     let mut buf = [0u8; 128];
@@ -934,24 +931,10 @@ impl Ctx<'_> {
         let Some(key) = self.svc.reading_keys.get(&ep) else {
             return self.reject(Rejection::NotFound, req);
         };
-        let mut buf = [0u8; 96];
-        let mut e = sigil_objects::cbor::Encoder::new(&mut buf);
-        let encoded = (|| {
-            e.map(4)?
-                .u64(1)?
-                .u64(COSE_KTY_SYMMETRIC)?
-                .u64(2)?
-                .bytes(ep.as_bytes())?
-                .u64(3)?
-                .i64(sigil_objects::mac::ALG_HMAC_256_64)?
-                .i64(-1)?
-                .bytes(key.as_bytes())?;
-            Ok::<_, sigil_objects::cbor::CborError>(())
-        })();
-        if encoded.is_err() {
+        let mut buf = [0u8; sigil_objects::mac::READING_KEY_COSE_LEN];
+        let Ok(n) = sigil_objects::mac::encode_reading_key(key, &ep, &mut buf) else {
             return crate::context::respond(Code::INTERNAL_SERVER_ERROR);
-        }
-        let n = e.finish();
+        };
         self.count("keys.disclosed");
         crate::context::content(ContentFormat::COSE_KEY, buf[..n].to_vec())
     }
