@@ -608,6 +608,7 @@ def write(results, out_path):
     w("scripts/bench-device --section table-one  # the DTLS client images alone; rewrites their section")
     w("scripts/bench-device --section handshakes  # whole DTLS handshakes per suite and optimisation; rewrites that part")
     w("scripts/bench-device --section rsa         # RSA-2048 beside P-256 (the `rsa` bench images); rewrites that section")
+    w("scripts/bench-device --section psk         # the sensor with only a pre-shared key beside the signing sensor; rewrites that section")
     w("```")
     w("")
     w(f"Last generated {datetime.date.today().isoformat()}.")

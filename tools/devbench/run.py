@@ -8,6 +8,9 @@
                                     # only the DTLS client images (record layer against the
                                     # handshake as a CoAP resource): rewrites that section of
                                     # docs/device-costs.md in place
+    scripts/bench-device --section psk
+                                    # only the sensor with a pre-shared key (no public-key
+                                    # code) beside the signing sensor: rewrites that section
     scripts/bench-device --section handshakes
                                     # only the whole DTLS handshakes per suite and optimisation
                                     # (the `ecc` bench images): rewrites that part of the
@@ -56,8 +59,8 @@ BENCH_VARIANTS = [
 ]
 SENSOR_VARIANTS = [
     ("m4-rustcrypto", "thumbv7em-none-eabihf", [], "cortex-m4", ""),
-    ("m4-ed25519-only", "thumbv7em-none-eabihf", ["-p256"], "cortex-m4", ""),
-    ("m4-ed25519-compact", "thumbv7em-none-eabihf", ["-p256", "compact"], "cortex-m4", "--cfg aes_compact"),
+    ("m4-ed25519-only", "thumbv7em-none-eabihf", ["-p256", "ed25519"], "cortex-m4", ""),
+    ("m4-ed25519-compact", "thumbv7em-none-eabihf", ["-p256", "ed25519", "compact"], "cortex-m4", "--cfg aes_compact"),
     ("m4-fast", "thumbv7em-none-eabihf", ["fast"], "cortex-m4", ""),
     ("m4-compact", "thumbv7em-none-eabihf", ["compact"], "cortex-m4", "--cfg aes_compact"),
     ("m0plus-rustcrypto", "thumbv6m-none-eabi", [], "cortex-m0plus", ""),
@@ -313,6 +316,27 @@ def section_rsa(args):
         log(f"== section rewritten in {os.path.relpath(args.report, ROOT)}")
 
 
+def section_psk(args):
+    """`--section psk`: builds the PSK sensor images and the signing sensor images they are
+    compared with, runs and checks them, and rewrites their section of the report (with
+    --quick: the PSK images and their checks only, no report)."""
+    import psk_section
+    log("== the sensor with only a pre-shared key (psk_sensor) beside the signing sensor")
+    res, failures = psk_section.measure(build, run_sensor, SENSOR_VARIANTS, log, args.quick)
+    out = os.path.join(os.path.dirname(args.json), "psk.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    json.dump(res, open(out, "w"), indent=1, default=list)
+    log(f"== results in {os.path.relpath(out, ROOT)}")
+    if failures:
+        log("FAILED:")
+        for f in failures:
+            log("  " + f)
+        sys.exit(1)
+    if not args.quick:
+        psk_section.splice(args.report, res)
+        log(f"== section rewritten in {os.path.relpath(args.report, ROOT)}")
+
+
 def coap_answer(datagram):
     """The emulated server: 2.01 with Location-Path rd/7 for the registration, 2.04 for a
     reading, piggybacked in an ACK (RFC 7252 §5.2.1)."""
@@ -414,18 +438,20 @@ def main():
                     help="known answers and sizes only (no cycle model, no report)")
     ap.add_argument("--json", default=os.path.join(ROOT, "target", "devbench", "results.json"))
     ap.add_argument("--report", default=os.path.join(ROOT, "docs", "device-costs.md"))
-    ap.add_argument("--section", choices=["table-one", "handshakes", "rsa"],
+    ap.add_argument("--section", choices=["table-one", "handshakes", "rsa", "psk"],
                     help="measure one section only and rewrite it in the existing report")
     args = ap.parse_args()
     count = not args.quick
     results = {"bench": {}, "sensor": {}, "c_sensor": {}, "calibration": None, "avr": None, "ecc": {},
-               "dtls_carriers": {}, "handshakes": {}, "rsa": {}}
+               "dtls_carriers": {}, "handshakes": {}, "rsa": {}, "psk": {}}
     failures = []
 
     if args.section == "handshakes":
         return section_handshakes(args)
     if args.section == "rsa":
         return section_rsa(args)
+    if args.section == "psk":
+        return section_psk(args)
 
     import dtls_carriers
     if args.section == "table-one":
@@ -471,6 +497,12 @@ def main():
             failures.append(f"sensor {variant}: halted with {r['halt_code']}, {r['acked']}/3 readings acknowledged")
         log(f"  {variant:18} flash {r['flash']:6} B, RAM {r['static_ram']} B static + {r['stack']} B stack,"
             f" {r['acked']}/3 readings acknowledged, {r['instructions']:,} instructions")
+
+    import psk_section
+    log("== the sensor with only a pre-shared key (psk_sensor): no public-key code")
+    results["psk"], fails = psk_section.measure(build, run_sensor, SENSOR_VARIANTS, log, args.quick,
+                                                signing=results["sensor"])
+    failures += fails
 
     log("== the C sensor image (libsigil.a, arm-none-eabi-gcc)")
     results["c_sensor"] = c_sensors(failures)
@@ -523,6 +555,7 @@ def main():
         import report
         report.write(results, args.report)
         rsa_section.splice(args.report, results["rsa"])
+        psk_section.splice(args.report, results["psk"])
         log(f"== report in {os.path.relpath(args.report, ROOT)}")
     log("all known answers match on every target and backend")
 
