@@ -293,7 +293,7 @@ pub async fn reconcile(
         Default::default(),
     )
     .await?;
-    let app = sigil_client::app::run(transport, Some(trust), None).await?;
+    let app = sigil_client::app::run(transport, Some(trust), &Default::default(), None).await?;
     let verified: HashSet<(String, u64)> = app
         .sensors
         .iter()

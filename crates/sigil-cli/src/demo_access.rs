@@ -281,7 +281,7 @@ async fn steps(
             .await?;
     out.ticket_bytes = ticket.token.len();
     let trust: std::collections::HashSet<Identity> = [sensor_id].into_iter().collect();
-    let app = sigil_client::app::run(t, Some(&trust), None).await?;
+    let app = sigil_client::app::run(t, Some(&trust), &Default::default(), None).await?;
     out.verified_with_ticket = app.verified();
     say(&format!(
         "  granted: the AC gave a ticket of {} B (symmetric PoP key); over the ticket's session {} readings verified end to end",
@@ -421,7 +421,10 @@ async fn psk_only_nodes(
         sigil_dtls::Config::default(),
     )
     .await?;
-    let app = sigil_client::app::run(t, None, None).await?;
+    // The subscriber's own list names both as PSK-only nodes: only then are their unsigned
+    // readings taken.
+    let listed: std::collections::HashSet<Identity> = nodes.iter().map(|n| n.0).collect();
+    let app = sigil_client::app::run(t, Some(&listed), &listed, None).await?;
     let view = |id: &Identity| app.sensors.iter().find(|s| s.ep == id.to_string());
     let mac = view(&nodes[0].0).context("the MAC node is not in the directory")?;
     let session = view(&nodes[1].0).context("the session node is not in the directory")?;

@@ -90,12 +90,22 @@ fn psk_only_nodes_publish_and_the_application_shows_their_protection() {
     assert_eq!(keys, [None, None], "PSK-only nodes register no key");
     // The application over the reader's session: without a grant the MACed readings cannot
     // be checked (no reading key), so they fail; the session readings are reported as such.
+    // The application's own list: the two nodes as PSK-only nodes.
+    let trust = dir.path().join("trust.txt");
+    std::fs::write(
+        &trust,
+        format!("{mac_id} psk-node mac node\n{ses_id} psk-node session node\n"),
+    )
+    .unwrap();
+    let trust_arg = trust.to_str().unwrap().to_string();
     let app = || {
         let out = sigil(&[
             "app",
             "--server",
             &server,
             "--json",
+            "--trust",
+            &trust_arg,
             "--dtls",
             "psk",
             "--psk",
@@ -158,6 +168,26 @@ fn psk_only_nodes_publish_and_the_application_shows_their_protection() {
     );
     assert_eq!(m["readings"][2]["protection"], "mac");
     assert!(m["readings"][0]["values"][0][1].as_f64().is_some());
+    // Listed as a plain device instead, the same identity's unsigned readings are not taken:
+    // only the application's own list says a node has no key, not the directory.
+    std::fs::write(&trust, format!("{mac_id} device\n{ses_id}\n")).unwrap();
+    let (code, report) = app();
+    assert_eq!(code, Some(2));
+    for ep in [&mac_id, &ses_id] {
+        let s = sensor(&report, ep);
+        assert_eq!(
+            (s["verified"].as_u64(), s["failed"].as_u64()),
+            (Some(0), Some(3)),
+            "{s}"
+        );
+        assert!(
+            s["readings"][0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("psk-node"),
+            "{s}"
+        );
+    }
     // A node cannot start without its identity, or over plain CoAP.
     let out = sigil(&[
         "sensor",

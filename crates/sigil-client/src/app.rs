@@ -7,7 +7,9 @@
 //! publishes MACed readings, checked under the reading key the server discloses to this
 //! application's session (`GET /keys/<identity>`), or plain SenML over its own DTLS session,
 //! which nobody can verify afterwards: those are reported as `session`, neither verified nor
-//! failed.
+//! failed. Such readings are taken only from identities the application's own list names as
+//! `psk-node`: the directory's `ct` alone cannot turn a signing sensor into one whose
+//! readings need no signature.
 
 use crate::coap::CoapClient;
 use anyhow::{Context, Result};
@@ -148,11 +150,24 @@ pub fn parse_lookup(text: &str) -> Result<Vec<Announced>> {
     Ok(out)
 }
 
-/// The trust list: identities (device or group) the application accepts.
+/// The trust list: identities (device, group or PSK-only node) the application accepts.
 pub fn load_trust(text: &str) -> Result<HashSet<Identity>> {
     sigil_identity::list::entries(text)
         .map(|e| e.map(|e| e.identity).map_err(|e| anyhow::anyhow!("{e}")))
         .collect()
+}
+
+/// The identities a trust list names as PSK-only nodes (`<identity> psk-node [label]`): the
+/// only ones whose MACed or session readings the application takes.
+pub fn load_psk_nodes(text: &str) -> Result<HashSet<Identity>> {
+    let mut out = HashSet::new();
+    for e in sigil_identity::list::entries(text) {
+        let e = e.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if e.kind == sigil_identity::list::ListedKind::PskNode {
+            out.insert(e.identity);
+        }
+    }
+    Ok(out)
 }
 
 /// Checks one announced sensor's key against its identity and the trust list
@@ -207,8 +222,11 @@ pub fn verify_readings(
             let result = (|| -> Result<(), String> {
                 let bytes = match protection {
                     Protection::Session => {
-                        // The broker numbers these readings one after another.
+                        // No number of its own: the position in what the broker sent.
                         out.seq = i as u64 + 1;
+                        if !key_ok {
+                            return Err("not a listed psk-node".into());
+                        }
                         raw.clone()
                     }
                     Protection::Mac => {
@@ -316,6 +334,41 @@ pub async fn reading_key(client: &mut CoapClient, ep: &Identity) -> Result<Readi
     sigil_objects::mac::parse_reading_key(&resp.payload, ep).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// Fetches the newest `n` stored readings of a topic, oldest first.
+pub async fn fetch_recent(client: &mut CoapClient, href: &str, n: u32) -> Result<Vec<Vec<u8>>> {
+    let resp = client
+        .request(
+            Code::GET,
+            &crate::coap::RequestSpec {
+                path: href,
+                query: vec![format!("n={n}")],
+                accept: Some(ContentFormat::CBOR.0),
+                ..Default::default()
+            },
+        )
+        .await?;
+    if resp.code != Code::CONTENT {
+        anyhow::bail!(
+            "broker answered {} for {href}: {}",
+            resp.code,
+            String::from_utf8_lossy(&resp.payload)
+        );
+    }
+    let mut d = Decoder::new(&resp.payload);
+    let count = d
+        .array()
+        .map_err(|e| anyhow::anyhow!("broker history is not a CBOR array: {e}"))?;
+    let mut out = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        out.push(
+            d.bytes()
+                .map_err(|e| anyhow::anyhow!("broker history item: {e}"))?
+                .to_vec(),
+        );
+    }
+    Ok(out)
+}
+
 /// Fetches every stored reading of a topic, oldest first, page by page.
 pub async fn fetch_history(
     client: &mut CoapClient,
@@ -367,8 +420,8 @@ pub async fn fetch_history(
                     .ok()
                     .and_then(|r| r.full_seq()),
                 Protection::Mac => MacedReading::parse(last).ok().and_then(|r| r.full_seq()),
-                // Numbered by the broker one after another.
-                Protection::Session => Some(after + got as u64),
+                // Nothing to page by ([`fetch_recent`] takes the newest page instead).
+                Protection::Session => None,
             };
             match seq {
                 Some(s) if s > after => after = s,
@@ -417,10 +470,12 @@ pub async fn look_up(
     Ok(eps)
 }
 
-/// Looks sensors up, fetches and verifies their readings.
+/// Looks sensors up, fetches and verifies their readings. `psk_nodes`: the identities whose
+/// MACed or session readings are taken ([`load_psk_nodes`]); anyone else's are failures.
 pub async fn run(
     transport: crate::transport::Transport,
     trust: Option<&HashSet<Identity>>,
+    psk_nodes: &HashSet<Identity>,
     history: Option<u32>,
 ) -> Result<AppReport> {
     let mut client = CoapClient::over(transport, TransmissionParameters::default());
@@ -442,15 +497,22 @@ pub async fn run(
     for a in announced {
         let protection = Protection::of_content_format(a.content_format);
         let (ep, mut key_ok, mut trusted) = bind_key(&a, trust);
-        if protection != Protection::Signed && a.key.is_none() {
-            // A PSK-only node has no key to bind: its identity is only a name the trust list
-            // may hold.
-            trusted = ep.and_then(|ep| trust.map(|t| t.contains(&ep)));
-            key_ok = trusted != Some(false);
-        }
         let mut key_error = None;
+        if protection != Protection::Signed {
+            // A PSK-only node has no key to bind: only this application's own list can say
+            // the identity is one (the directory's `ct` and missing key prove nothing).
+            let listed = ep.is_some_and(|ep| psk_nodes.contains(&ep));
+            trusted = trust.map(|_| listed);
+            key_ok = listed && a.key.is_none();
+            if !key_ok {
+                key_error = Some(format!(
+                    "{} is not on this application's list as a psk-node: its unsigned readings are not taken",
+                    a.ep
+                ));
+            }
+        }
         let reading_key = match (protection, ep) {
-            (Protection::Mac, Some(ep)) => match reading_key(&mut client, &ep).await {
+            (Protection::Mac, Some(ep)) if key_ok => match reading_key(&mut client, &ep).await {
                 Ok(k) => Some(k),
                 Err(e) => {
                     key_error = Some(e.to_string());
@@ -460,34 +522,13 @@ pub async fn run(
             _ => None,
         };
         let raws = match history {
-            None => fetch_history(&mut client, &a.href, protection, 100).await?,
-            Some(n) => {
-                let resp = client
-                    .request(
-                        Code::GET,
-                        &crate::coap::RequestSpec {
-                            path: &a.href,
-                            query: vec![format!("n={n}")],
-                            accept: Some(ContentFormat::CBOR.0),
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-                if resp.code != Code::CONTENT {
-                    // e.g. 4.00 for n over the broker's limit (docs/wire-formats.md).
-                    anyhow::bail!(
-                        "broker answered {} for {}: {}",
-                        resp.code,
-                        a.href,
-                        String::from_utf8_lossy(&resp.payload)
-                    );
-                }
-                let mut d = Decoder::new(&resp.payload);
-                let count = d.array().unwrap_or(0);
-                (0..count)
-                    .filter_map(|_| d.bytes().ok().map(<[u8]>::to_vec))
-                    .collect()
+            // Session readings carry no number to page by: the newest page of them.
+            None if protection == Protection::Session => {
+                fetch_recent(&mut client, &a.href, 100).await?
             }
+            None => fetch_history(&mut client, &a.href, protection, 100).await?,
+            // e.g. 4.00 for n over the broker's limit (docs/wire-formats.md).
+            Some(n) => fetch_recent(&mut client, &a.href, n).await?,
         };
         // Readings from an identity the application does not trust are not verified as good.
         let mut readings = verify_readings(
@@ -497,7 +538,8 @@ pub async fn run(
             reading_key.as_ref(),
         );
         if let Some(why) = &key_error {
-            for r in readings.iter_mut().filter(|r| !r.verified) {
+            for r in readings.iter_mut() {
+                r.verified = false;
                 r.error = Some(why.clone());
             }
         }

@@ -2,7 +2,8 @@
 //! and an application to `sigil app --trust`, as scanned from device labels or a kit's box.
 //!
 //! One identity per line in any label form (32 hex digits; `-`, `:`, `_` and spaces between
-//! them are ignored), optionally followed by `device` or `group` and a free-text label. `#`
+//! them are ignored), optionally followed by `device`, `group` or `psk-node` and a free-text
+//! label. `#`
 //! starts a comment. Refused, with the line number: the short last-digits form (not unique
 //! enough to authorize anything), more than 32 digits, and anything but a space between the
 //! identity and the rest. A label whose first word could be more digits needs `device` or
@@ -18,6 +19,9 @@ pub enum ListedKind {
     Device,
     /// A kit's `Igrp` (§4.1): admits every member that proves membership.
     Group,
+    /// A node with only a pre-shared key: its identity was assigned, not derived from a key,
+    /// so only a list that says so lets an application take its MACed or session readings.
+    PskNode,
 }
 
 /// One line of an identity list.
@@ -131,6 +135,7 @@ fn parse_line(line: usize, text: &str) -> Result<ListEntry<'_>, ListError<'_>> {
     let (kind, label) = match first {
         "group" => (ListedKind::Group, rest["group".len()..].trim_start()),
         "device" => (ListedKind::Device, rest["device".len()..].trim_start()),
+        "psk-node" => (ListedKind::PskNode, rest["psk-node".len()..].trim_start()),
         _ => (ListedKind::Device, rest),
     };
     Ok(ListEntry {

@@ -284,11 +284,13 @@ fn binding_of_a_kit_member() {
 fn list_forms_kinds_labels_and_comments() {
     let text = "# kit from box 7\n06AF-0505-3D7D-EAAC-9AEF-246D-4B18-8825 kitchen  sensor\n\n\
                 314cc7bdf939c64edad617b8947d70e0 group kit 7 # scanned\n\
-                06AF 0505 3D7D EAAC 9AEF 246D 4B18 8825\tdevice cafe\n";
+                06AF 0505 3D7D EAAC 9AEF 246D 4B18 8825\tdevice cafe\n\
+                5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a psk-node shed\n";
     let v: Vec<_> = sigil_identity::list::entries(text)
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(v.len(), 3);
+    assert_eq!(v.len(), 4);
+    assert_eq!((v[3].kind, v[3].label), (ListedKind::PskNode, "shed"));
     assert_eq!(v[0].identity.to_string(), TEST1_ID);
     assert_eq!(
         (v[0].line, v[0].kind, v[0].label),

@@ -60,4 +60,7 @@ pub struct Credentials {
     pub token_psks: HashMap<Vec<u8>, (Vec<u8>, Identity)>,
     /// The identities of the raw public keys tokens bind.
     pub token_keys: HashSet<Identity>,
+    /// The PSK-only nodes: their sessions are never kept across a restart, since their
+    /// session readings have no number of their own (docs/security.md).
+    pub psk_nodes: HashSet<Identity>,
 }

@@ -876,12 +876,15 @@ impl Ctx<'_> {
         };
         if !matches!(auth, PeerAuth::Token { .. }) {
             let reader = auth.identity();
+            // A session opened before its identity was revoked reads nothing more by its
+            // grants (a key a token binds is on no list: the token decides, below).
+            let active = self.svc.authorized.contains_key(reader);
             let granted = self
                 .svc
                 .read_grants
                 .get(reader)
                 .is_some_and(|objects| objects.contains(ep) || objects.contains(kit));
-            if reader == ep || granted {
+            if active && (reader == ep || granted) {
                 return Ok(());
             }
         }
@@ -911,12 +914,17 @@ impl Ctx<'_> {
     /// lets its holder make readings too (docs/security.md, "Nodes without public-key crypto").
     pub fn reading_key(&mut self, req: &Request) -> Reply {
         self.count("request.keys");
-        let Some(ep) = req
+        // The session first: without one nothing is said, not even whether the node exists.
+        if req.auth.is_none() {
+            return self.reject(Rejection::ReadWithoutSession, req);
+        }
+        let node = req
             .path
             .get(1)
             .and_then(|t| Identity::parse(t).ok())
-            .filter(|id| self.svc.authorized.contains_key(id))
-        else {
+            .and_then(|id| Some((id, self.svc.reading_keys.get(&id)?)));
+        let Some((ep, key)) = node else {
+            // Not a PSK-only node (a signing device has no reading key to give).
             return self.reject(Rejection::NotFound, req);
         };
         let kit = self
@@ -928,9 +936,6 @@ impl Ctx<'_> {
         if let Err(why) = self.may_read_sensor(req, &ep, &kit) {
             return self.reject(why, req);
         }
-        let Some(key) = self.svc.reading_keys.get(&ep) else {
-            return self.reject(Rejection::NotFound, req);
-        };
         let mut buf = [0u8; sigil_objects::mac::READING_KEY_COSE_LEN];
         let Ok(n) = sigil_objects::mac::encode_reading_key(key, &ep, &mut buf) else {
             return crate::context::respond(Code::INTERNAL_SERVER_ERROR);

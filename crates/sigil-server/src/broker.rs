@@ -10,7 +10,7 @@
 //! PSK-only node derives from its pre-shared key), or not at all but sent over the node's own
 //! DTLS session (plain SenML; the broker numbers such readings itself).
 
-use crate::auth::mismatched;
+use crate::auth::{mismatched, PeerAuth};
 use crate::context::{
     content, diagnostic, respond, Ctx, Operation, Rejection, Reply, Request, Response,
 };
@@ -91,6 +91,17 @@ impl State {
 
     /// Everything about a publication that does not depend on other requests in the batch.
     fn check_one(&self, req: &Request, now: UnixTime) -> Result<Checked, Rejection> {
+        self.check_at(req, now, None)
+    }
+
+    /// [`State::check_one`], with low-bits numbers reconstructed from `highest` (this batch's
+    /// high-water mark) instead of the committed one.
+    pub(crate) fn check_at(
+        &self,
+        req: &Request,
+        now: UnixTime,
+        highest: Option<u64>,
+    ) -> Result<Checked, Rejection> {
         let (entry, href) = self
             .topic(req)
             .filter(|(e, _)| e.is_live(now.as_secs()))
@@ -100,11 +111,26 @@ impl State {
         if entry.content_format(href).is_some_and(|t| t != cf) {
             return Err(unsupported);
         }
-        if cf == CONTENT_FORMAT_MAC0 {
-            return self.check_maced(req, entry, now);
-        }
-        if cf == ContentFormat::SENML_CBOR.0 || cf == ContentFormat::SENML_JSON.0 {
-            return Self::check_unprotected(req, entry, cf);
+        let highest =
+            highest.unwrap_or_else(|| self.highest.get(&entry.reg.ep).copied().unwrap_or(0));
+        let psk_only = cf == CONTENT_FORMAT_MAC0
+            || cf == ContentFormat::SENML_CBOR.0
+            || cf == ContentFormat::SENML_JSON.0;
+        if psk_only {
+            // Only a PSK-only node's (keyless) entry takes these, and only over the node's own
+            // session: a signing device's entry never does, and a holder of the reading key (a
+            // granted reader) cannot publish as the node.
+            if entry.reg.key.is_some() {
+                return Err(unsupported);
+            }
+            if !matches!(&req.auth, Some(PeerAuth::Psk(id)) if *id == entry.reg.ep) {
+                return Err(Rejection::NodeSessionRequired);
+            }
+            return if cf == CONTENT_FORMAT_MAC0 {
+                self.check_maced(req, entry, highest)
+            } else {
+                Self::check_unprotected(req, entry, cf)
+            };
         }
         let format = ReadingFormat::from_content_format(cf).ok_or(unsupported)?;
         // A PSK-only node registered no key: nothing to verify a signature with.
@@ -113,7 +139,6 @@ impl State {
         if reading.kid != entry.reg.ep {
             return Err(Rejection::KidMismatch);
         }
-        let highest = self.highest.get(&entry.reg.ep).copied().unwrap_or(0);
         let (seq, lsb) = match reading.seq {
             SeqField::Full(s) => (s, None),
             SeqField::LowBits { k, bits } => (
@@ -144,7 +169,7 @@ impl State {
         &self,
         req: &Request,
         entry: &Entry,
-        _now: UnixTime,
+        highest: u64,
     ) -> Result<Checked, Rejection> {
         let reading = MacedReading::parse(&req.payload)?;
         if reading.kid != entry.reg.ep {
@@ -154,7 +179,6 @@ impl State {
             .reading_keys
             .get(&entry.reg.ep)
             .ok_or(Rejection::NoReadingKey)?;
-        let highest = self.highest.get(&entry.reg.ep).copied().unwrap_or(0);
         let (seq, lsb) = match reading.seq {
             SeqField::Full(s) => (s, None),
             SeqField::LowBits { k, bits } => (
@@ -177,16 +201,9 @@ impl State {
         })
     }
 
-    /// A plain SenML reading: only over a DTLS session that speaks for the node (its
-    /// integrity and freshness are the session's). Numbered when stored ([`Ctx::publish`]).
+    /// A plain SenML reading (its integrity and freshness are the node's session's, checked
+    /// by the caller). Numbered when stored ([`Ctx::publish`]).
     fn check_unprotected(req: &Request, entry: &Entry, cf: u16) -> Result<Checked, Rejection> {
-        if !req
-            .auth
-            .as_ref()
-            .is_some_and(|a| a.speaks_for(&entry.reg.ep, entry.reg.key.as_ref()))
-        {
-            return Err(Rejection::UnprotectedWithoutSession);
-        }
         let format = if cf == ContentFormat::SENML_CBOR.0 {
             ReadingFormat::Cose
         } else {
@@ -340,7 +357,10 @@ impl Ctx<'_> {
                     return Ok(respond(Code::CHANGED));
                 }
             }
-            checked.seq = highest.saturating_add(1);
+            let Some(next) = highest.checked_add(1) else {
+                return Ok(self.reject(Rejection::OutOfWindow, req));
+            };
+            checked.seq = next;
         }
         if let Some((k, bits)) = checked.lsb {
             // Another reading of this device earlier in the batch may have moved the mark.
@@ -348,7 +368,7 @@ impl Ctx<'_> {
             if seq != checked.seq {
                 let Some(c) = self
                     .svc
-                    .check_one(req, self.now)
+                    .check_at(req, self.now, Some(highest))
                     .ok()
                     .filter(|c| c.seq == seq)
                 else {

@@ -269,9 +269,8 @@ pub enum Rejection {
     BadTag,
     /// A MACed reading from a node with no pre-shared key (so no reading key).
     NoReadingKey,
-    /// An unprotected (plain SenML) reading that did not come over a DTLS session speaking
-    /// for the node.
-    UnprotectedWithoutSession,
+    /// A MACed or plain SenML reading that did not come over the PSK-only node's own session.
+    NodeSessionRequired,
 
     // Reading (with `authorize_reads`).
     /// A read without a coaps:// session.
@@ -316,7 +315,7 @@ impl Rejection {
             NotOwner(Ownership::Session) => Code::FORBIDDEN,
             NotOwner(_) => Code::UNAUTHORIZED,
             BadSignature | AlgorithmMismatch | SequenceMismatch | BadTag => Code::UNAUTHORIZED,
-            UnprotectedWithoutSession => Code::UNAUTHORIZED,
+            NodeSessionRequired => Code::UNAUTHORIZED,
             NoReadingKey => Code::FORBIDDEN,
             ReadWithoutSession | ReadToken(_) | LookupWithoutSession => Code::UNAUTHORIZED,
             ReadNotGranted | LookupNotGranted => Code::FORBIDDEN,
@@ -375,7 +374,7 @@ impl Rejection {
             MalformedReading => "publish.rejected.malformed_reading",
             BadTag => "publish.rejected.bad_tag",
             NoReadingKey => "publish.rejected.no_reading_key",
-            UnprotectedWithoutSession => "publish.rejected.no_session",
+            NodeSessionRequired => "publish.rejected.no_session",
             ReadWithoutSession => "read.rejected.no_session",
             ReadNotGranted => "read.rejected.not_granted",
             ReadToken(crate::authz::TokenCheck::None) => "read.rejected.no_token",
@@ -416,20 +415,11 @@ impl Rejection {
             | StaleRemoval | StaleStatement | NotOwner(_) | UnknownRegistration => {
                 Some(Operation::Register)
             }
-            UnknownTopic
-            | KidMismatch
-            | BadSignature
-            | AlgorithmMismatch
-            | SequenceMismatch
-            | Replay
-            | OutOfWindow
-            | MalformedSenml
-            | MalformedCose
-            | MalformedJws
-            | MalformedReading
-            | BadTag
-            | NoReadingKey
-            | UnprotectedWithoutSession => Some(Operation::Publish),
+            UnknownTopic | KidMismatch | BadSignature | AlgorithmMismatch | SequenceMismatch
+            | Replay | OutOfWindow | MalformedSenml | MalformedCose | MalformedJws
+            | MalformedReading | BadTag | NoReadingKey | NodeSessionRequired => {
+                Some(Operation::Publish)
+            }
         }
     }
 

@@ -67,6 +67,7 @@ pub fn add_psk_node(
     };
     store.add_identity(&id, IdentityKind::Device, label, now)?;
     store.set_psk(&id, key, now)?;
+    store.mark_psk_only(&id)?;
     Ok(id)
 }
 
@@ -100,6 +101,16 @@ pub fn parse_list(text: &str) -> Result<Vec<Entry>, ImportError> {
                 kind: match e.kind {
                     ListedKind::Device => IdentityKind::Device,
                     ListedKind::Group => IdentityKind::Group,
+                    // Its PSK comes with it: `sigil provision psk-node` makes both.
+                    ListedKind::PskNode => {
+                        return Err(ImportError::Line {
+                            line: e.line,
+                            msg: format!(
+                                "line {}: a psk-node is made with `sigil provision psk-node`, not imported",
+                                e.line
+                            ),
+                        })
+                    }
                 },
                 label: e.label.to_string(),
             })
@@ -195,7 +206,20 @@ mod tests {
         let psks = store.psks().unwrap();
         assert_eq!(psks.get(&a), Some(&vec![1u8; 16]));
         assert_eq!(psks.get(&b), Some(&vec![2u8; 32]));
+        // Both are marked PSK-only; an identity given a PSK with `psk` is not.
+        let other = Identity::from_bytes([0xee; 16]);
+        store
+            .add_identity(&other, IdentityKind::Device, "", 1)
+            .unwrap();
+        set_psk(&store, &other, &[4; 16], 1).unwrap();
+        let nodes = store.psk_nodes().unwrap();
+        assert!(nodes.contains_key(&a) && nodes.contains_key(&b) && !nodes.contains_key(&other));
+        // A new PSK keeps the mark; revoking drops the node.
+        set_psk(&store, &a, &[5; 16], 2).unwrap();
+        assert_eq!(store.psk_nodes().unwrap().get(&a), Some(&vec![5u8; 16]));
+        store.revoke_identity(&a, 3).unwrap();
+        assert!(!store.psk_nodes().unwrap().contains_key(&a));
         assert!(add_psk_node(&store, "c", &[3; 8], 1, &mut rng).is_err());
-        assert_eq!(store.list_identities().unwrap().len(), 2);
+        assert_eq!(store.list_identities().unwrap().len(), 3);
     }
 }

@@ -270,9 +270,13 @@ impl Ctx<'_> {
         };
         let announced = match announced_key(text) {
             Ok(a) => a,
-            // A node with only a pre-shared key announces no key: its own PSK session is
-            // the proof (docs/security.md, "Nodes without public-key crypto").
-            Err(Rejection::MissingKey) if req.auth == Some(PeerAuth::Psk(ep)) => {
+            // A node with only a pre-shared key (provisioned as one) announces no key: its own
+            // PSK session is the proof (docs/security.md, "Nodes without public-key crypto").
+            // Any other identity must announce the key its identity is bound to.
+            Err(Rejection::MissingKey)
+                if req.auth == Some(PeerAuth::Psk(ep))
+                    && self.svc.reading_keys.contains_key(&ep) =>
+            {
                 return self.register_keyless(b, req, ep, lifetime, text);
             }
             Err(why) => return self.refuse(why, req),
@@ -351,9 +355,10 @@ impl Ctx<'_> {
         self.store_registration(b, req, reg)
     }
 
-    /// Registration of a node with only a pre-shared key, over its own PSK session: no key,
-    /// no statement, no group; the identity itself must be on the authorized list (it was
-    /// assigned with the PSK, not derived from a key). Owned by the session from then on.
+    /// Registration of a node with only a pre-shared key (provisioned as one), over its own PSK
+    /// session: no key, no statement, no group; the identity itself must be on the authorized
+    /// list (it was assigned with the PSK, not derived from a key). Owned by the session from
+    /// then on.
     fn register_keyless(
         &mut self,
         b: &Batch<'_>,

@@ -171,6 +171,14 @@ impl SharedTrust {
         }
     }
 
+    /// Whether `auth` is the session of a PSK-only node, which is never kept across a restart.
+    fn is_psk_node(&self, auth: Option<&PeerAuth>) -> bool {
+        match auth {
+            Some(PeerAuth::Psk(id)) => self.0.read().is_ok_and(|g| g.psk_nodes.contains(id)),
+            _ => false,
+        }
+    }
+
     /// The client a token's PoP key speaks for.
     fn token_subject(&self, kid: &[u8]) -> Option<Identity> {
         self.0.read().ok()?.token_psks.get(kid).map(|(_, s)| *s)
@@ -656,6 +664,9 @@ impl SecureLayer {
         }
         let traffic = Traffic::restore(RustCrypto, saved);
         let auth = auth_of(&traffic, &self.trust);
+        if self.trust.is_psk_node(auth.as_ref()) {
+            return Err("a PSK-only node's session is not kept");
+        }
         let mut p = Peer {
             conn: Box::new(traffic),
             host,
@@ -691,6 +702,13 @@ impl SecureLayer {
         let Some(store) = &self.saved else {
             return true;
         };
+        // A PSK-only node's session readings carry no number of their own: only the session's
+        // replay window keeps them fresh, and a window restored from a row saved some records
+        // ago would take those records again. Its session is never stored (so never restored,
+        // so never sealing under a reused nonce either): after a restart it handshakes anew.
+        if self.trust.is_psk_node(p.auth.as_ref()) {
+            return true;
+        }
         let Ok(saved) = p.conn.save(SESSION_RESERVE_AHEAD) else {
             return false;
         };

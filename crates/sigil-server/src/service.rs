@@ -102,8 +102,9 @@ pub(crate) struct State {
     /// Read grants: reader identity to the devices and groups it may read.
     pub read_grants: HashMap<Identity, HashSet<Identity>>,
     pub highest: HashMap<Identity, u64>,
-    /// The reading keys of the identities with a pre-shared key, for MACed readings
-    /// (`sigil_objects::mac`): derived from the PSK, never the PSK itself.
+    /// The active PSK-only nodes (`sigil provision psk-node`) and their reading keys, for
+    /// MACed readings (`sigil_objects::mac`): derived from the PSK, never the PSK itself. Only
+    /// these identities may register without a key and publish MACed or session readings.
     pub reading_keys: HashMap<Identity, ReadingKey>,
     /// Signature verification threads (none when `verify_workers` is 1).
     pub pool: Option<rayon::ThreadPool>,
@@ -135,7 +136,7 @@ impl Service {
             authorized: store.authorized()?,
             read_grants: grants_by_reader(store.read_grants()?),
             highest: store.freshness()?,
-            reading_keys: reading_keys(&store.psks()?),
+            reading_keys: reading_keys(&store.psk_nodes()?),
             pool: None,
         };
         if state.config.verify_workers > 1 {
@@ -181,7 +182,7 @@ impl Service {
                 if let (Ok(a), Ok(g), Ok(p)) = (
                     self.store.authorized(),
                     self.store.read_grants(),
-                    self.store.psks(),
+                    self.store.psk_nodes(),
                 ) {
                     self.state.authorized = a;
                     self.state.read_grants = grants_by_reader(g);
@@ -217,6 +218,7 @@ impl Service {
                 .tokens
                 .keys(|id| self.state.authorized.contains_key(id)),
             authorized: self.state.authorized.keys().copied().collect(),
+            psk_nodes: self.state.reading_keys.keys().copied().collect(),
             psks: psks
                 .into_iter()
                 .filter(|(id, _)| self.state.authorized.contains_key(id))

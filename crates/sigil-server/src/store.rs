@@ -192,7 +192,9 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE registrations;
     ALTER TABLE registrations_v6 RENAME TO registrations;
     ALTER TABLE readings ADD COLUMN protection TEXT NOT NULL DEFAULT 'signed'
-        CHECK (protection IN ('signed', 'mac', 'session'));",
+        CHECK (protection IN ('signed', 'mac', 'session'));
+    ALTER TABLE dtls_psk ADD COLUMN psk_only INTEGER NOT NULL DEFAULT 0
+        CHECK (psk_only IN (0, 1));",
 ];
 
 /// A stored coaps:// session ([`Store::dtls_sessions`]).
@@ -576,12 +578,34 @@ impl Store {
         Ok(())
     }
 
+    /// Marks `id`'s PSK as that of a node with only a pre-shared key (`sigil provision
+    /// psk-node`): only such an identity may register without a key, publish MACed or
+    /// session-protected readings, and have its reading key disclosed. Replacing the PSK later
+    /// (`set_psk`) keeps the mark.
+    pub fn mark_psk_only(&self, id: &Identity) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "UPDATE dtls_psk SET psk_only = 1 WHERE identity = ?1",
+            params![id.to_string()],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The active identities marked as PSK-only nodes, with their PSKs.
+    pub fn psk_nodes(&self) -> Result<HashMap<Identity, Vec<u8>>, StoreError> {
+        self.psks_where("p.psk_only = 1")
+    }
+
     /// Pre-shared keys of active identities only: revoking an identity revokes its PSK.
     pub fn psks(&self) -> Result<HashMap<Identity, Vec<u8>>, StoreError> {
-        let mut st = self.conn.prepare(
+        self.psks_where("1")
+    }
+
+    /// The PSKs of active identities whose `dtls_psk` row meets `condition`.
+    fn psks_where(&self, condition: &str) -> Result<HashMap<Identity, Vec<u8>>, StoreError> {
+        let mut st = self.conn.prepare(&format!(
             "SELECT p.identity, p.psk FROM dtls_psk p JOIN identities i ON i.identity = p.identity
-             WHERE i.revoked_at IS NULL",
-        )?;
+             WHERE i.revoked_at IS NULL AND ({condition})"
+        ))?;
         let rows = st.query_map([], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
         })?;

@@ -1778,6 +1778,7 @@ fn psk_only_node(
     now: &mut u64,
 ) -> (Client, String) {
     s.provision(&id, Some(psk));
+    assert!(Store::open(&s.db).unwrap().mark_psk_only(&id).unwrap());
     let mut c = psk_client(40, &id.to_string(), psk, 40, *now);
     run(s, &mut [&mut c], now, 2_000);
     assert!(c.is_established());
@@ -1882,13 +1883,22 @@ fn a_psk_only_node_registers_over_its_session_and_publishes_maced_readings() {
         MessageType::Reset
     );
     assert_eq!(s.count("publish.rejected.replay"), 1);
-    // A MACed reading verifies without a session too: it carries its own proof.
+    // A valid MACed reading without the node's session is refused: a holder of the reading
+    // key (every granted reader) must not publish as the node, nor push its number ahead.
     let plain = s.d.handle_at(
         vec![(addr(41), put(&mac(3), 6))],
         ms(now),
         UnixTime::from_secs(NOW + (now / 1000) as i64),
     );
-    assert_eq!(Message::parse(&plain[0].1).unwrap().code, Code::CHANGED);
+    assert_eq!(
+        Message::parse(&plain[0].1).unwrap().code,
+        Code::UNAUTHORIZED
+    );
+    assert_eq!(s.count("publish.rejected.no_session"), 1);
+    assert_eq!(
+        exchange(&mut s, &mut c, &put(&mac(3), 7), &mut now).0,
+        Code::CHANGED
+    );
     assert_eq!(stored_protection(&s, &id).len(), 3);
     // A keyless registration over plain CoAP, or over another identity's session, is refused.
     let ep = format!("ep={id}");
@@ -1916,34 +1926,28 @@ fn a_psk_only_node_registers_over_its_session_and_publishes_maced_readings() {
         Code::BAD_REQUEST,
         "another identity's session announces no key for it"
     );
-    // The other identity cannot MAC as the node (its key derives from another PSK), and even
-    // the node's own valid reading is not taken over a session that speaks for someone else.
-    let theirs = ReadingKey::derive(&RustCrypto, &[0x44; 16], &id);
-    let mut out = [0u8; 256];
-    let fresh = sigil_objects::Freshness {
-        seq: 9,
-        timestamp: None,
-        lsb_bits: None,
-    };
-    let n = mac_reading(
-        &RustCrypto,
-        &theirs,
-        &id,
-        &fresh,
-        &senml_pack(1.0),
-        &mut out,
-    )
-    .unwrap();
-    let (code, _) = exchange(&mut s, &mut o, &put(&out[..n], 9), &mut now);
-    assert_eq!(code, Code::UNAUTHORIZED);
-    assert_eq!(s.count("publish.rejected.bad_tag"), 2);
+    // Even the node's own valid reading is not taken over a session that speaks for someone
+    // else.
     let (code, _) = exchange(&mut s, &mut o, &put(&mac(4), 10), &mut now);
     assert_eq!(
         code,
-        Code::FORBIDDEN,
+        Code::UNAUTHORIZED,
         "its session does not speak for the node"
     );
+    assert_eq!(s.count("publish.rejected.no_session"), 2);
     assert_eq!(stored_protection(&s, &id).len(), 3);
+    // An identity with a PSK that was not provisioned as a PSK-only node (a signing device's
+    // or a reader's) cannot register without a key, even over its own session: it must
+    // announce the key its identity is bound to.
+    let other_ep = format!("ep={other}");
+    let (code, _) = exchange(
+        &mut s,
+        &mut o,
+        &coap_request(Code::POST, "rd", &[&other_ep], Some(40), b"</m>;ct=17", 11),
+        &mut now,
+    );
+    assert_eq!(code, Code::BAD_REQUEST);
+    assert!(s.count("register.rejected.missing_key") >= 1);
 }
 
 /// A PSK-only node that sends plain SenML over its own DTLS session: the broker numbers and
@@ -1985,6 +1989,17 @@ fn unprotected_readings_are_taken_only_over_the_nodes_own_session() {
         Code::UNAUTHORIZED
     );
     assert_eq!(s.count("publish.rejected.no_session"), 1);
+    assert_eq!(stored_protection(&s, &id).len(), 2);
+    // The node's session is never stored (its readings have no number of their own, so a
+    // window restored from an older row would take recorded records again): a restarted
+    // server has nothing to restore, and the node handshakes anew.
+    assert_eq!(s.stored_sessions(), 0);
+    drop(c);
+    let (mut s, restored) = s.restart();
+    assert_eq!(restored, 0);
+    let mut c2 = psk_client(43, &id.to_string(), &[0x21; 16], 43, now);
+    run(&mut s, &mut [&mut c2], &mut now, 2_000);
+    assert!(c2.is_established(), "a new handshake");
     assert_eq!(stored_protection(&s, &id).len(), 2);
 }
 
@@ -2029,14 +2044,35 @@ fn the_reading_key_is_disclosed_only_to_granted_readers_over_coaps() {
     let (code, body) = exchange(&mut s, &mut x, &coap_get(&path, 2), &mut now);
     assert_eq!(code, Code::FORBIDDEN);
     assert!(body.len() < 32);
-    let plain = s.d.handle_at(
-        vec![(addr(41), coap_get(&path, 3))],
-        ms(now),
-        UnixTime::from_secs(NOW + (now / 1000) as i64),
+    // Without a session, nothing is said, not even whether the node exists.
+    for p in [
+        path.clone(),
+        format!("keys/{}", Identity::from_bytes([0x99; 16])),
+    ] {
+        let plain = s.d.handle_at(
+            vec![(addr(41), coap_get(&p, 3))],
+            ms(now),
+            UnixTime::from_secs(NOW + (now / 1000) as i64),
+        );
+        assert_eq!(
+            Message::parse(&plain[0].1).unwrap().code,
+            Code::UNAUTHORIZED
+        );
+    }
+    // An identity that is no PSK-only node (here a reader with a PSK) has no reading key.
+    let (code, _) = exchange(
+        &mut s,
+        &mut g,
+        &coap_get(&format!("keys/{stranger}"), 4),
+        &mut now,
     );
-    assert_eq!(
-        Message::parse(&plain[0].1).unwrap().code,
-        Code::UNAUTHORIZED
-    );
+    assert_eq!(code, Code::NOT_FOUND);
+    // Revoked, the granted reader gets nothing more over the session it still has.
+    Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(&granted, NOW)
+        .unwrap();
+    let (code, _) = exchange(&mut s, &mut g, &coap_get(&path, 5), &mut now);
+    assert_eq!(code, Code::FORBIDDEN);
     assert_eq!(s.count("keys.disclosed"), 1);
 }

@@ -126,7 +126,9 @@ fn unknown_schema_versions_are_refused_and_left_untouched() {
         let before = snapshot(&db);
         assert_eq!(
             open_err(&db),
-            format!("database schema version {v} is not one this server knows (it knows 0 to {known})")
+            format!(
+                "database schema version {v} is not one this server knows (it knows 0 to {known})"
+            )
         );
         assert_untouched(&db, &before, "delete");
     }

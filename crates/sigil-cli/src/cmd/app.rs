@@ -12,7 +12,9 @@ use std::path::PathBuf;
 pub struct AppArgs {
     #[arg(long, default_value = "coap://127.0.0.1:5683")]
     pub server: String,
-    /// The application's own list of trusted identities (same format as `provision import`).
+    /// The application's own list of trusted identities (same format as `provision import`);
+    /// `<identity> psk-node` names a node with only a pre-shared key, whose MACed or
+    /// session readings are taken only when listed so.
     #[arg(long)]
     pub trust: Option<PathBuf>,
     /// Fetch only the newest N readings per sensor (default: all). N is at most the broker's
@@ -33,15 +35,15 @@ pub struct AppArgs {
 pub async fn run(a: AppArgs) -> Result<i32> {
     // Every argument is checked before the first datagram.
     let uri = parse_uri(&a.server)?;
-    let trust = match &a.trust {
-        Some(p) => Some(
-            app::load_trust(
-                &std::fs::read_to_string(p)
-                    .with_context(|| format!("cannot read {}", p.display()))?,
-            )
-            .with_context(|| format!("--trust {}", p.display()))?,
-        ),
-        None => None,
+    let (trust, psk_nodes) = match &a.trust {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            let trust =
+                app::load_trust(&text).with_context(|| format!("--trust {}", p.display()))?;
+            (Some(trust), app::load_psk_nodes(&text)?)
+        }
+        None => (None, Default::default()),
     };
     a.dtls.check(uri.secure)?;
     let security = a.dtls.security(uri.secure, None)?;
@@ -67,7 +69,7 @@ pub async fn run(a: AppArgs) -> Result<i32> {
     } else {
         Transport::open_over(uri.addr, security, config, carrier).await?
     };
-    let report = app::run(t, trust.as_ref(), a.history).await?;
+    let report = app::run(t, trust.as_ref(), &psk_nodes, a.history).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -134,7 +134,7 @@ impl Batch<'_> {
     pub fn insert_reading(&self, r: &NewReading<'_>) -> Result<(), StoreError> {
         let mut st = self.tx.prepare_cached(
             "INSERT INTO readings (registration, ep, topic, seq, timestamp, content_format, raw, decoded, verified, received_at, peer, message_id, protection)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1, ?9, ?10, ?11, ?12)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?13, ?9, ?10, ?11, ?12)",
         )?;
         st.execute(params![
             r.registration,
@@ -148,7 +148,9 @@ impl Batch<'_> {
             r.received_at,
             r.peer,
             r.message_id,
-            r.protection.as_str()
+            r.protection.as_str(),
+            // A session reading was checked by nobody but the session: not verified.
+            r.protection != super::Protection::Session
         ])?;
         Ok(())
     }
