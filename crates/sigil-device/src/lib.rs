@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ac;
+mod exchange;
 mod machine;
 pub mod pairing;
 pub mod psk;

@@ -1,5 +1,6 @@
 //! The device state machine. See the crate documentation for the protocol it speaks.
 
+use crate::exchange::Queue;
 use crate::pairing::{PairingRefusal, PairingStorage};
 use crate::storage::{DeviceStorage, Reservation};
 use base64::Engine;
@@ -185,19 +186,7 @@ enum Exchange {
     },
 }
 
-struct Outstanding {
-    exchange: Exchange,
-    mid: u16,
-    token: [u8; 4],
-    buf: [u8; MAX_DATAGRAM],
-    len: usize,
-    /// `None` for Non-confirmable messages and after an Empty ACK.
-    retransmission: Option<Retransmission>,
-    /// Give up waiting for a (separate) response after this time.
-    deadline: Instant,
-    send_now: bool,
-    confirmable: bool,
-}
+type Outstanding = crate::exchange::Outstanding<Exchange>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -230,8 +219,8 @@ pub struct Device<C> {
     location: [u8; MAX_LOCATION],
     location_len: usize,
     outstanding: Option<Outstanding>,
-    empties: [Option<[u8; 4]>; EMPTY_QUEUE],
-    events: [Option<Event>; EVENT_QUEUE],
+    empties: Queue<[u8; 4], EMPTY_QUEUE>,
+    events: Queue<Event, EVENT_QUEUE>,
     next_mid: u16,
     token_seed: [u8; 16],
     token_counter: u32,
@@ -313,8 +302,8 @@ impl<C: CryptoProvider> Device<C> {
             location: [0; MAX_LOCATION],
             location_len: 0,
             outstanding: None,
-            empties: [None; EMPTY_QUEUE],
-            events: [None; EVENT_QUEUE],
+            empties: Queue::new(),
+            events: Queue::new(),
             next_mid: u16::from_be_bytes([seed[16], seed[17]]),
             token_seed,
             token_counter: 0,
@@ -439,13 +428,7 @@ impl<C: CryptoProvider> Device<C> {
 
     fn next_token(&mut self) -> ([u8; 4], u32) {
         self.token_counter = self.token_counter.wrapping_add(1);
-        let h = self
-            .crypto
-            .sha256(&[&self.token_seed, &self.token_counter.to_be_bytes()]);
-        (
-            [h[0], h[1], h[2], h[3]],
-            u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
-        )
+        crate::exchange::token(&self.crypto, &self.token_seed, self.token_counter)
     }
 
     fn next_mid(&mut self) -> u16 {
@@ -454,58 +437,26 @@ impl<C: CryptoProvider> Device<C> {
     }
 
     fn push_event(&mut self, e: Event) {
-        if let Some(slot) = self.events.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(e);
-        } else {
-            // Queue full: drop the oldest so the newest state is visible.
-            self.events.rotate_left(1);
-            self.events[EVENT_QUEUE - 1] = Some(e);
-        }
+        self.events.push_newest(e);
     }
 
     fn push_empty(&mut self, datagram: [u8; 4]) {
-        if let Some(slot) = self.empties.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(datagram);
-        }
+        self.empties.push_if_room(datagram);
     }
 
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
-        let e = self.events[0].take();
-        if e.is_some() {
-            self.events.rotate_left(1);
-        }
-        e
+        self.events.pop()
     }
 
     /// Copies the next datagram to send into `buf` and returns its length.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
-        if let Some(slot) = self.empties.iter_mut().find(|s| s.is_some()) {
-            let d = slot.take()?;
-            buf.get_mut(..4)?.copy_from_slice(&d);
-            return Some(4);
-        }
-        let o = self.outstanding.as_mut()?;
-        if !o.send_now {
-            return None;
-        }
-        o.send_now = false;
-        let out = buf.get_mut(..o.len)?;
-        out.copy_from_slice(&o.buf[..o.len]);
-        let n = o.len;
-        if !o.confirmable {
-            // Non-confirmable: fire and forget.
-            self.outstanding = None;
-        }
-        Some(n)
+        crate::exchange::transmit(&mut self.empties, &mut self.outstanding, buf)
     }
 
     /// When [`Device::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let exchange = self.outstanding.as_ref().map(|o| match &o.retransmission {
-            Some(r) => r.deadline(),
-            None => o.deadline,
-        });
+        let exchange = self.outstanding.as_ref().map(Outstanding::wake_at);
         let state = match (self.state, &self.outstanding) {
             (_, Some(_)) => None,
             (State::Unregistered { retry_at }, None) => Some(retry_at),

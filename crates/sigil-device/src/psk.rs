@@ -26,6 +26,7 @@
 //! Nothing here calls a signing, key-generation or key-agreement function of the provider,
 //! so an image built around a `PskNode` links no public-key code (firmware `psk_sensor`).
 
+use crate::exchange::Queue;
 use crate::machine::{fmt_into, DeviceError, DeviceStats, PublishOutcome, Resource, MAX_DATAGRAM};
 use crate::storage::{DeviceStorage, Reservation};
 use core::time::Duration;
@@ -137,19 +138,7 @@ enum Exchange {
     Publish { seq: Option<u64> },
 }
 
-struct Outstanding {
-    exchange: Exchange,
-    mid: u16,
-    token: [u8; 4],
-    buf: [u8; MAX_DATAGRAM],
-    len: usize,
-    /// `None` for Non-confirmable messages and after an Empty ACK.
-    retransmission: Option<Retransmission>,
-    /// Give up waiting for a (separate) response after this time.
-    deadline: Instant,
-    send_now: bool,
-    confirmable: bool,
-}
+type Outstanding = crate::exchange::Outstanding<Exchange>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -170,8 +159,8 @@ pub struct PskNode<C> {
     location: [u8; MAX_LOCATION],
     location_len: usize,
     outstanding: Option<Outstanding>,
-    empties: [Option<[u8; 4]>; EMPTY_QUEUE],
-    events: [Option<PskEvent>; EVENT_QUEUE],
+    empties: Queue<[u8; 4], EMPTY_QUEUE>,
+    events: Queue<PskEvent, EVENT_QUEUE>,
     next_mid: u16,
     token_seed: [u8; 16],
     token_counter: u32,
@@ -234,8 +223,8 @@ impl<C: CryptoProvider> PskNode<C> {
             location: [0; MAX_LOCATION],
             location_len: 0,
             outstanding: None,
-            empties: [None; EMPTY_QUEUE],
-            events: [None; EVENT_QUEUE],
+            empties: Queue::new(),
+            events: Queue::new(),
             next_mid: u16::from_be_bytes([seed[16], seed[17]]),
             token_seed,
             token_counter: 0,
@@ -297,13 +286,7 @@ impl<C: CryptoProvider> PskNode<C> {
 
     fn next_token(&mut self) -> ([u8; 4], u32) {
         self.token_counter = self.token_counter.wrapping_add(1);
-        let h = self
-            .crypto
-            .sha256(&[&self.token_seed, &self.token_counter.to_be_bytes()]);
-        (
-            [h[0], h[1], h[2], h[3]],
-            u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
-        )
+        crate::exchange::token(&self.crypto, &self.token_seed, self.token_counter)
     }
 
     fn next_mid(&mut self) -> u16 {
@@ -312,57 +295,26 @@ impl<C: CryptoProvider> PskNode<C> {
     }
 
     fn push_event(&mut self, e: PskEvent) {
-        if let Some(slot) = self.events.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(e);
-        } else {
-            // Queue full: drop the oldest so the newest state is visible.
-            self.events.rotate_left(1);
-            self.events[EVENT_QUEUE - 1] = Some(e);
-        }
+        self.events.push_newest(e);
     }
 
     fn push_empty(&mut self, datagram: [u8; 4]) {
-        if let Some(slot) = self.empties.iter_mut().find(|s| s.is_none()) {
-            *slot = Some(datagram);
-        }
+        self.empties.push_if_room(datagram);
     }
 
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<PskEvent> {
-        let e = self.events[0].take();
-        if e.is_some() {
-            self.events.rotate_left(1);
-        }
-        e
+        self.events.pop()
     }
 
     /// Copies the next datagram to send into `buf` and returns its length.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
-        if let Some(slot) = self.empties.iter_mut().find(|s| s.is_some()) {
-            let d = slot.take()?;
-            buf.get_mut(..4)?.copy_from_slice(&d);
-            return Some(4);
-        }
-        let o = self.outstanding.as_mut()?;
-        if !o.send_now {
-            return None;
-        }
-        o.send_now = false;
-        let out = buf.get_mut(..o.len)?;
-        out.copy_from_slice(&o.buf[..o.len]);
-        let n = o.len;
-        if !o.confirmable {
-            self.outstanding = None;
-        }
-        Some(n)
+        crate::exchange::transmit(&mut self.empties, &mut self.outstanding, buf)
     }
 
     /// When [`PskNode::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let exchange = self.outstanding.as_ref().map(|o| match &o.retransmission {
-            Some(r) => r.deadline(),
-            None => o.deadline,
-        });
+        let exchange = self.outstanding.as_ref().map(Outstanding::wake_at);
         let state = match (self.state, &self.outstanding) {
             (_, Some(_)) => None,
             (State::Unregistered { retry_at }, None) => Some(retry_at),

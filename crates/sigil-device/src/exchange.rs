@@ -1,0 +1,130 @@
+//! What the signing device ([`crate::Device`]) and the PSK-only node ([`crate::PskNode`]) share
+//! of a CoAP client endpoint: the one outstanding request with its retransmission state, the
+//! bounded queues of Empty messages and events, and the tokens (RFC 7252 §5.3.1).
+
+use crate::machine::MAX_DATAGRAM;
+use sigil_coap::Retransmission;
+use sigil_crypto::CryptoProvider;
+use sigil_time::Instant;
+
+/// The request in flight; `X` says what it was for.
+pub(crate) struct Outstanding<X> {
+    pub exchange: X,
+    pub mid: u16,
+    pub token: [u8; 4],
+    pub buf: [u8; MAX_DATAGRAM],
+    pub len: usize,
+    /// `None` for Non-confirmable messages and after an Empty ACK.
+    pub retransmission: Option<Retransmission>,
+    /// Give up waiting for a (separate) response after this time.
+    pub deadline: Instant,
+    pub send_now: bool,
+    pub confirmable: bool,
+}
+
+impl<X> Outstanding<X> {
+    /// When its timer fires: the next retransmission, or the end of the wait for a response.
+    pub fn wake_at(&self) -> Instant {
+        match &self.retransmission {
+            Some(r) => r.deadline(),
+            None => self.deadline,
+        }
+    }
+}
+
+/// At most `N` items, oldest first, without allocation.
+pub(crate) struct Queue<T: Copy, const N: usize>([Option<T>; N]);
+
+impl<T: Copy, const N: usize> Queue<T, N> {
+    pub const fn new() -> Self {
+        Self([None; N])
+    }
+
+    /// Adds `item`; when full, the oldest is dropped so the newest state stays visible.
+    pub fn push_newest(&mut self, item: T) {
+        if let Some(slot) = self.0.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(item);
+        } else if N > 0 {
+            self.0.rotate_left(1);
+            self.0[N - 1] = Some(item);
+        }
+    }
+
+    /// Adds `item` if there is room; when full it is dropped.
+    pub fn push_if_room(&mut self, item: T) {
+        if let Some(slot) = self.0.iter_mut().find(|s| s.is_none()) {
+            *slot = Some(item);
+        }
+    }
+
+    /// Takes the oldest item.
+    pub fn pop(&mut self) -> Option<T> {
+        let first = self.0.first_mut()?.take();
+        if first.is_some() {
+            self.0.rotate_left(1);
+        }
+        first
+    }
+}
+
+/// The token and the jitter value of request number `counter`: a keyed hash of the boot-time
+/// random `seed` (32 bits of token, 32 bits for the caller's retransmission jitter).
+pub(crate) fn token<C: CryptoProvider>(
+    crypto: &C,
+    seed: &[u8; 16],
+    counter: u32,
+) -> ([u8; 4], u32) {
+    let h = crypto.sha256(&[seed, &counter.to_be_bytes()]);
+    (
+        [h[0], h[1], h[2], h[3]],
+        u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+    )
+}
+
+/// The next datagram to send into `buf`: a queued Empty message first, then the outstanding
+/// request when it is due (a Non-confirmable one is forgotten once sent).
+pub(crate) fn transmit<X, const N: usize>(
+    empties: &mut Queue<[u8; 4], N>,
+    outstanding: &mut Option<Outstanding<X>>,
+    buf: &mut [u8],
+) -> Option<usize> {
+    if let Some(d) = empties.pop() {
+        buf.get_mut(..4)?.copy_from_slice(&d);
+        return Some(4);
+    }
+    let o = outstanding.as_mut()?;
+    if !o.send_now {
+        return None;
+    }
+    o.send_now = false;
+    let out = buf.get_mut(..o.len)?;
+    out.copy_from_slice(&o.buf[..o.len]);
+    let n = o.len;
+    if !o.confirmable {
+        // Non-confirmable: fire and forget.
+        *outstanding = None;
+    }
+    Some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queues_keep_order_and_their_bound() {
+        let mut q: Queue<u8, 3> = Queue::new();
+        for i in 0..5 {
+            q.push_newest(i);
+        }
+        assert_eq!(
+            (q.pop(), q.pop(), q.pop(), q.pop()),
+            (Some(2), Some(3), Some(4), None)
+        );
+        let mut e: Queue<u8, 2> = Queue::new();
+        for i in 0..5 {
+            e.push_if_room(i);
+        }
+        assert_eq!((e.pop(), e.pop(), e.pop()), (Some(0), Some(1), None));
+    }
+}
