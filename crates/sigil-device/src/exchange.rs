@@ -3,7 +3,7 @@
 //! bounded queues of Empty messages and events, and the tokens (RFC 7252 §5.3.1).
 
 use crate::machine::MAX_DATAGRAM;
-use sigil_coap::Retransmission;
+use sigil_coap::{Retransmission, TransmissionParameters};
 use sigil_crypto::CryptoProvider;
 use sigil_time::Instant;
 
@@ -23,6 +23,37 @@ pub(crate) struct Outstanding<X> {
 }
 
 impl<X> Outstanding<X> {
+    /// A new request for `exchange`: `build` writes it (given the message ID and token) into
+    /// the buffer; a Confirmable one starts its retransmission timer with the token's jitter
+    /// value `random`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start<E>(
+        now: Instant,
+        exchange: X,
+        confirmable: bool,
+        mid: u16,
+        (token, random): ([u8; 4], u32),
+        transmission: &TransmissionParameters,
+        build: impl FnOnce(&mut [u8; MAX_DATAGRAM], u16, &[u8; 4]) -> Result<usize, E>,
+    ) -> Result<Self, E> {
+        let mut o = Self {
+            exchange,
+            mid,
+            token,
+            buf: [0; MAX_DATAGRAM],
+            len: 0,
+            retransmission: None,
+            deadline: now + transmission.max_transmit_wait(),
+            send_now: true,
+            confirmable,
+        };
+        o.len = build(&mut o.buf, mid, &token)?;
+        if confirmable {
+            o.retransmission = Some(Retransmission::start(now, transmission, random));
+        }
+        Ok(o)
+    }
+
     /// When its timer fires: the next retransmission, or the end of the wait for a response.
     pub fn wake_at(&self) -> Instant {
         match &self.retransmission {

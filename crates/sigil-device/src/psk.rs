@@ -32,7 +32,7 @@ use crate::storage::{DeviceStorage, Reservation};
 use core::time::Duration;
 use sigil_coap::message::{empty, option};
 use sigil_coap::{
-    Code, ContentFormat, Message, MessageBuilder, MessageType, Retransmission, RetransmitDecision,
+    Code, ContentFormat, Message, MessageBuilder, MessageType, RetransmitDecision,
     TransmissionParameters,
 };
 use sigil_crypto::{CryptoProvider, Rng};
@@ -372,27 +372,16 @@ impl<C: CryptoProvider> PskNode<C> {
         build: impl FnOnce(&mut [u8; MAX_DATAGRAM], u16, &[u8; 4]) -> Result<usize, DeviceError>,
     ) -> Result<(), DeviceError> {
         let mid = self.next_mid();
-        let (token, random) = self.next_token();
-        let mut o = Outstanding {
+        let token = self.next_token();
+        self.outstanding = Some(Outstanding::start(
+            now,
             exchange,
+            confirmable,
             mid,
             token,
-            buf: [0; MAX_DATAGRAM],
-            len: 0,
-            retransmission: None,
-            deadline: now + self.config.transmission.max_transmit_wait(),
-            send_now: true,
-            confirmable,
-        };
-        o.len = build(&mut o.buf, mid, &token)?;
-        if confirmable {
-            o.retransmission = Some(Retransmission::start(
-                now,
-                &self.config.transmission,
-                random,
-            ));
-        }
-        self.outstanding = Some(o);
+            &self.config.transmission,
+            build,
+        )?);
         Ok(())
     }
 
