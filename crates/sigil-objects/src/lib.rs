@@ -13,6 +13,7 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod answer;
 pub mod cbor;
 pub mod cose;
 pub mod json;
