@@ -14,6 +14,7 @@ use sigil_coap::{
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm};
 use sigil_freshness::{SequenceCounter, SequenceError};
 use sigil_identity::{Identity, KeyAnnouncement};
+use sigil_objects::answer::{self, Answer, AnswerError, RequestDigest};
 use sigil_objects::json::SliceWriter;
 use sigil_objects::resync::{self, OperationKind};
 use sigil_objects::senml::{self, Record};
@@ -63,6 +64,14 @@ pub struct DeviceConfig {
     /// Block1 size exponent for registrations longer than one block (RFC 7959).
     pub block_szx: u8,
     pub resource: Resource,
+    /// On plain coap:// (no DTLS session authenticating the server), ask for signed answers
+    /// (`sigil_objects::answer`) and act on a registration's 2.01, an update's 2.04 and a
+    /// publication's resynchronisation only if they are signed by the trusted server's key
+    /// (the pairing's, or [`Device::trust_server_key`]). Anything else (an unsigned or badly
+    /// signed answer, a bare Reset) is counted in [`DeviceStats`] and treated as no answer:
+    /// the retransmissions go on and the exchange fails as one that got no answer. A
+    /// publication's 2.04 is taken unsigned (it changes nothing). Off by default.
+    pub require_signed_answers: bool,
 }
 
 impl DeviceConfig {
@@ -89,6 +98,7 @@ impl Default for DeviceConfig {
                 href: "m",
                 rt: "sigil.env",
             },
+            require_signed_answers: false,
         }
     }
 }
@@ -202,6 +212,13 @@ pub struct DeviceStats {
     pub unexpected: u32,
     /// Pairing messages refused, for any reason ([`PairingRefusal`]).
     pub pairings_refused: u32,
+    /// Answers that needed a signature and had none (with signed answers required).
+    pub unsigned_answers: u32,
+    /// Answers whose signature did not verify under the trusted server key, or with no
+    /// trusted server key to check it (with signed answers required).
+    pub bad_answer_signatures: u32,
+    /// Resets not acted on (with signed answers required).
+    pub resets_refused: u32,
 }
 
 /// The sensor. `C` is the crypto provider.
@@ -240,6 +257,8 @@ pub struct Device<C> {
     recent_con: [Option<u16>; 4],
     /// The server, group and default subscriber this device was paired with (§4.1).
     pairing: Option<sigil_ace::Pairing>,
+    /// The trusted server's key given by the integrator (else the pairing's is used).
+    server_key: Option<PublicKey>,
     pub stats: DeviceStats,
 }
 
@@ -317,6 +336,7 @@ impl<C: CryptoProvider> Device<C> {
             refusals: 0,
             recent_con: [None; 4],
             pairing: None,
+            server_key: None,
             stats: DeviceStats::default(),
         })
     }
@@ -393,6 +413,19 @@ impl<C: CryptoProvider> Device<C> {
 
     pub fn public_key(&self) -> &PublicKey {
         &self.public
+    }
+
+    /// Trusts `key` as the server's (RFC 8387 §4.1) for signed answers, instead of the key
+    /// of the pairing (e.g. the key `trusted_ac_key` found for a provisioned identity).
+    pub fn trust_server_key(&mut self, key: PublicKey) {
+        self.server_key = Some(key);
+    }
+
+    /// The key signed answers are checked with: the one given to
+    /// [`Device::trust_server_key`], else the paired server's. `None`: no answer verifies.
+    pub fn answer_key(&self) -> Option<PublicKey> {
+        self.server_key
+            .or_else(|| self.pairing.as_ref().map(|p| p.server_key))
     }
 
     pub fn is_registered(&self) -> bool {
@@ -605,6 +638,7 @@ impl<C: CryptoProvider> Device<C> {
         let szx = self.config.block_szx.min(6);
         let bsize = 1usize << (szx + 4);
         let format_ct = ContentFormat::LINK_FORMAT.0;
+        let signed = self.config.require_signed_answers;
         self.begin(
             now,
             Exchange::Register { block },
@@ -634,10 +668,12 @@ impl<C: CryptoProvider> Device<C> {
                         .map_err(|_| DeviceError::TooLarge)?;
                     b.uint_option(option::SIZE1, plen as u32)
                         .map_err(|_| DeviceError::TooLarge)?;
+                    require_option(&mut b, signed)?;
                     let (part, _) = blk.slice(&payload[..plen]).ok_or(DeviceError::TooLarge)?;
                     b.finish_with_payload(part)
                         .map_err(|_| DeviceError::TooLarge)
                 } else {
+                    require_option(&mut b, signed)?;
                     b.finish_with_payload(&payload[..plen])
                         .map_err(|_| DeviceError::TooLarge)
                 }
@@ -665,6 +701,7 @@ impl<C: CryptoProvider> Device<C> {
         let mut loc = [0u8; MAX_LOCATION];
         let ll = self.location_len;
         loc[..ll].copy_from_slice(&self.location[..ll]);
+        let signed = self.config.require_signed_answers;
         self.begin(now, Exchange::Update, true, |buf, mid, token| {
             let mut b = MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
                 .map_err(|_| DeviceError::TooLarge)?;
@@ -673,6 +710,7 @@ impl<C: CryptoProvider> Device<C> {
                     .map_err(|_| DeviceError::TooLarge)?;
             }
             statement_options(&mut b, seq, &sig)?;
+            require_option(&mut b, signed)?;
             Ok(b.finish())
         })
     }
@@ -754,8 +792,8 @@ impl<C: CryptoProvider> Device<C> {
             lsb_bits: self.config.lsb_bits,
             timestamp: self.last_timestamp,
         };
-        let mut signed = [0u8; MAX_DATAGRAM];
-        let sn = self.sign_reading(&fresh, &mut signed)?;
+        let mut reading = [0u8; MAX_DATAGRAM];
+        let sn = self.sign_reading(&fresh, &mut reading)?;
         self.publishes = self.publishes.wrapping_add(1);
         let confirmable = confirm
             || (self.config.confirm_every != 0 && self.publishes % self.config.confirm_every == 0);
@@ -764,6 +802,7 @@ impl<C: CryptoProvider> Device<C> {
         loc[..ll].copy_from_slice(&self.location[..ll]);
         let href = self.config.resource.href;
         let cf = self.config.format.content_format();
+        let signed = self.config.require_signed_answers;
         let mtype = if confirmable {
             MessageType::Confirmable
         } else {
@@ -787,7 +826,8 @@ impl<C: CryptoProvider> Device<C> {
                     .map_err(|_| DeviceError::TooLarge)?;
                 b.uint_option(option::CONTENT_FORMAT, u32::from(cf))
                     .map_err(|_| DeviceError::TooLarge)?;
-                b.finish_with_payload(&signed[..sn])
+                require_option(&mut b, signed)?;
+                b.finish_with_payload(&reading[..sn])
                     .map_err(|_| DeviceError::TooLarge)
             },
         )?;
@@ -874,6 +914,11 @@ impl<C: CryptoProvider> Device<C> {
                     return Ok(());
                 }
                 if msg.mtype == MessageType::Reset {
+                    if self.config.require_signed_answers {
+                        // Anyone can send a Reset: only a signed answer resynchronises.
+                        self.stats.resets_refused = self.stats.resets_refused.saturating_add(1);
+                        return Ok(());
+                    }
                     return self.on_reset(now);
                 }
                 if msg.code == Code::EMPTY {
@@ -922,24 +967,55 @@ impl<C: CryptoProvider> Device<C> {
             return Ok(());
         };
         match o.exchange {
-            Exchange::Publish { seq } => {
-                // §8.2: the broker finds our number out of window. Re-register with the current
-                // number, then publish the same reading again under a new number.
-                self.push_event(Event::Published {
-                    seq,
-                    outcome: PublishOutcome::Reset,
-                });
-                self.push_event(Event::Resynchronising);
-                self.republish = true;
-                self.republish_at = now;
-                self.state = State::Unregistered { retry_at: now };
-            }
+            Exchange::Publish { seq } => self.resynchronise(now, seq),
             _ => {
                 self.outstanding = Some(o);
                 self.exchange_failed(now, None);
             }
         }
         Ok(())
+    }
+
+    /// §8.2: the broker finds our number out of window. Re-register with the current number,
+    /// then publish the same reading again under a new number.
+    fn resynchronise(&mut self, now: Instant, seq: u64) {
+        self.push_event(Event::Published {
+            seq,
+            outcome: PublishOutcome::Reset,
+        });
+        self.push_event(Event::Resynchronising);
+        self.republish = true;
+        self.republish_at = now;
+        self.state = State::Unregistered { retry_at: now };
+    }
+
+    /// Checks the signature of `msg`, an answer to `o`, under the trusted server key.
+    #[inline(never)]
+    fn check_answer(&self, o: &Outstanding, msg: &Message<'_>) -> Result<(), AnswerError> {
+        let key = self.answer_key().ok_or(AnswerError::BadSignature)?;
+        let sent = Message::parse(&o.buf[..o.len]).map_err(|_| AnswerError::BadSignature)?;
+        let options = sent.options().map(|x| (x.number, x.value));
+        let request = if sent.block1().is_some() {
+            // The answer to the last block binds the whole body.
+            let mut payload = [0u8; MAX_REG_PAYLOAD];
+            let n = self
+                .registration_payload(&mut payload)
+                .map_err(|_| AnswerError::TooLong)?;
+            RequestDigest::of(&self.crypto, sent.code.0, options, &payload[..n])
+        } else {
+            RequestDigest::of(&self.crypto, sent.code.0, options, sent.payload)
+        };
+        Answer {
+            device: &self.identity,
+            token: &o.token,
+            code: msg.code.0,
+            request: &request,
+        }
+        .verify(
+            &self.crypto,
+            &key,
+            msg.options().map(|x| (x.number, x.value)),
+        )
     }
 
     fn on_response<S: DeviceStorage>(
@@ -956,6 +1032,20 @@ impl<C: CryptoProvider> Device<C> {
             return Ok(());
         }
         let exchange = o.exchange;
+        if self.config.require_signed_answers && needs_signature(exchange, msg.code) {
+            match self.check_answer(o, msg) {
+                Ok(()) => {}
+                Err(AnswerError::Unsigned) => {
+                    self.stats.unsigned_answers = self.stats.unsigned_answers.saturating_add(1);
+                    return Ok(());
+                }
+                Err(_) => {
+                    self.stats.bad_answer_signatures =
+                        self.stats.bad_answer_signatures.saturating_add(1);
+                    return Ok(());
+                }
+            }
+        }
         match exchange {
             Exchange::Register { block } if msg.code == Code::CONTINUE => {
                 // 2.31 is only valid for a block we sent with the "more" flag (RFC 7959 §2.3).
@@ -1019,6 +1109,14 @@ impl<C: CryptoProvider> Device<C> {
                 });
                 Ok(())
             }
+            Exchange::Publish { seq }
+                if self.config.require_signed_answers && msg.code.0 == answer::RESYNC_CODE =>
+            {
+                // The signed form of the §8.2 Reset (checked above).
+                self.outstanding = None;
+                self.resynchronise(now, seq);
+                Ok(())
+            }
             Exchange::Publish { seq } if msg.code == Code::SERVICE_UNAVAILABLE => {
                 self.outstanding = None;
                 // Max-Age (§5.10.5), default 60 s; at most an hour, so a hostile answer
@@ -1063,6 +1161,26 @@ fn statement_options(
     b.option(option::URI_QUERY, &q[..3 + sn])
         .map_err(|_| DeviceError::TooLarge)?;
     Ok(())
+}
+
+/// Adds the "signed answers required" option (`sigil_objects::answer`) when `on`.
+fn require_option(b: &mut MessageBuilder<'_>, on: bool) -> Result<(), DeviceError> {
+    if on {
+        b.option(answer::REQUIRE_OPTION, &[])
+            .map_err(|_| DeviceError::TooLarge)?;
+    }
+    Ok(())
+}
+
+/// Whether the answer `code` to `exchange` must be signed before the device acts on it, when
+/// signed answers are required: all but a publication's acknowledgement (which changes
+/// nothing) and 2.31 Continue (the final block's answer binds the whole body).
+fn needs_signature(exchange: Exchange, code: Code) -> bool {
+    !matches!(
+        (exchange, code),
+        (Exchange::Publish { .. }, Code::CHANGED | Code::CREATED)
+            | (Exchange::Register { .. }, Code::CONTINUE)
+    )
 }
 
 pub(crate) fn fmt_into(buf: &mut [u8], args: fmt::Arguments<'_>) -> Result<usize, DeviceError> {

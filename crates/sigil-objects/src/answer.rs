@@ -29,6 +29,10 @@ pub const REQUIRE_OPTION: u16 = 65000;
 /// The signature on an answer: elective (even), from the experimental range. The value is the
 /// 64-byte signature (EdDSA, or ES256 as `r || s`).
 pub const SIGNATURE_OPTION: u16 = 65002;
+/// The code of the signed "resynchronise" answer to a Confirmable publication whose sequence
+/// number the broker finds replayed or out of window (RFC 8387 §8.2), in place of the bare
+/// Reset a device that does not require signed answers gets: 4.09 Conflict, piggybacked.
+pub const RESYNC_CODE: u8 = (4 << 5) | 9;
 /// The statement's domain separation prefix.
 pub const ANSWER_CONTEXT: &[u8; 15] = b"sigil-answer-v1";
 /// The request digest's domain separation prefix.
@@ -277,9 +281,7 @@ mod tests {
                 code: 0x41,
                 request: &request,
             };
-            let sig = answer
-                .sign(&RustCrypto, &key, [&b"rd"[..], b"7"])
-                .unwrap();
+            let sig = answer.sign(&RustCrypto, &key, [&b"rd"[..], b"7"]).unwrap();
             let opts = [
                 (8u16, &b"rd"[..]),
                 (8, b"7"),
@@ -287,7 +289,11 @@ mod tests {
             ];
             assert_eq!(answer.verify(&RustCrypto, &public, opts), Ok(()));
             // Another location, token, code, device or request: refused.
-            let moved = [(8u16, &b"rd"[..]), (8, b"8"), (SIGNATURE_OPTION, &sig.0[..])];
+            let moved = [
+                (8u16, &b"rd"[..]),
+                (8, b"8"),
+                (SIGNATURE_OPTION, &sig.0[..]),
+            ];
             assert_eq!(
                 answer.verify(&RustCrypto, &public, moved),
                 Err(AnswerError::BadSignature)
@@ -325,7 +331,10 @@ mod tests {
                 answer.verify(
                     &RustCrypto,
                     &public,
-                    [(SIGNATURE_OPTION, &sig.0[..]), (SIGNATURE_OPTION, &sig.0[..])]
+                    [
+                        (SIGNATURE_OPTION, &sig.0[..]),
+                        (SIGNATURE_OPTION, &sig.0[..])
+                    ]
                 ),
                 Err(AnswerError::Duplicate)
             );
