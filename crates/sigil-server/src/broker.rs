@@ -400,7 +400,8 @@ impl Ctx<'_> {
                     Verdict::TooFarAhead { .. } => Rejection::OutOfWindow,
                     _ => Rejection::Replay,
                 };
-                return Ok(self.reject(why, req));
+                let reply = self.reject(why, req);
+                return Ok(crate::answers::resync(reply, req, checked.ep));
             }
         }
         let latest = b.latest_reading(&checked.ep)?.map(|r| etag(r.seq));

@@ -12,6 +12,7 @@
 //! verified by Echo. Every answer leaves through [`Dispatcher::send`], which keeps coap://
 //! answers to unverified addresses within three times the request ([`crate::echo`]).
 
+use crate::answers::{AnswerSigner, Unsigned};
 use crate::budget::{shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, ENTRY_OVERHEAD};
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
 use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
@@ -21,7 +22,8 @@ use crate::socket::ServerConfig;
 use crate::stats::Stats;
 use sigil_coap::message::{empty, option};
 use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::Rng;
+use sigil_crypto::{Rng, RustCrypto, SecretKey};
+use sigil_objects::answer::{self, Answer, RequestDigest, SIGNATURE_OPTION_OVERHEAD};
 use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -100,6 +102,8 @@ struct Pending {
     /// Block1 of the final block, echoed in the response (RFC 7959 §2.3).
     block1: Option<BlockOption>,
     allowance: Allowance,
+    /// The digest of a plain coap:// request asking for signed answers ([`crate::answers`]).
+    answer_digest: Option<[u8; 32]>,
     request: Request,
 }
 
@@ -118,6 +122,8 @@ pub struct Dispatcher {
     verified: Verified,
     /// Log lines peers cause here ([`crate::log`]).
     log: crate::log::LogLimiter,
+    /// The key and budget of signed answers ([`crate::answers`]).
+    answers: AnswerSigner,
 }
 
 impl Dispatcher {
@@ -131,6 +137,7 @@ impl Dispatcher {
         echo_secret: [u8; 32],
     ) -> Self {
         Self {
+            answers: AnswerSigner::new(config.answer_rates),
             dedup_budget: ByteBudget::new("dedup", config.dedup_caps),
             block1_budget: ByteBudget::new("block1", config.block1_caps),
             verified: Verified::new(config.verified_caps),
@@ -143,6 +150,12 @@ impl Dispatcher {
             assemblies: HashMap::new(),
             log: crate::log::LogLimiter::default(),
         }
+    }
+
+    /// Signs the answers plain coap:// devices ask to have signed with `key`, the server's
+    /// long-term key ([`crate::answers`]). Without one they go out unsigned.
+    pub fn set_answer_key(&mut self, key: SecretKey) {
+        self.answers.set_key(key);
     }
 
     /// The coaps:// path for a batch of datagrams at `now` (the DTLS clock too) and `wall`
@@ -234,6 +247,7 @@ impl Dispatcher {
             .set("mem.dedup.slots", self.dedup.capacity() as u64);
         self.block1_budget.publish(&self.stats);
         self.verified.publish(&self.stats);
+        self.answers.publish(&self.stats);
     }
 
     fn count(&self, key: &str) {
@@ -287,7 +301,12 @@ impl Dispatcher {
         let replies = self.service.handle_batch(&requests, wall);
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
-                Reply::Response(r) => encode_response(&p, r, self.szx_for(p.from), &self.stats),
+                Reply::Response(mut r) => {
+                    if let (Some(device), Some(digest)) = (r.answer_for, p.answer_digest) {
+                        self.sign_answer(&p, &mut r, &device, &digest, now);
+                    }
+                    encode_response(&p, r, self.szx_for(p.from), &self.stats)
+                }
                 Reply::Reset => Some(empty(MessageType::Reset, p.mid).to_vec()),
                 Reply::Nothing => None,
             };
@@ -298,6 +317,50 @@ impl Dispatcher {
         }
         self.handle_timeout(now);
         out
+    }
+
+    /// Signs `r`, the answer to `p` for `device`, within the signature budget and the
+    /// amplification limit; over either it stays unsigned, counted by why.
+    fn sign_answer(
+        &mut self,
+        p: &Pending,
+        r: &mut Response,
+        device: &sigil_identity::Identity,
+        digest: &[u8; 32],
+        now: Instant,
+    ) {
+        let result = (|| {
+            if !self.answers.has_key() {
+                return Err(Unsigned::NoKey);
+            }
+            let unsigned = encode_response(p, r.clone(), self.szx_for(p.from), &self.stats)
+                .ok_or(Unsigned::Unrepresentable)?;
+            if !p
+                .allowance
+                .permits(unsigned.len() + SIGNATURE_OPTION_OVERHEAD)
+            {
+                return Err(Unsigned::TooLarge);
+            }
+            self.answers.take(Host::of(p.from.addr), now)?;
+            let a = Answer {
+                device,
+                token: &p.token,
+                code: r.code.0,
+                request: digest,
+            };
+            self.answers.sign(&a, &r.location_path)
+        })();
+        match result {
+            Ok(sig) => {
+                r.signature = Some(sig);
+                self.count("answer.signed");
+            }
+            Err(why) => {
+                self.count(why.counter());
+                let secs = (now.as_millis() / 1000) as i64;
+                crate::limited!(self.log, secs, why.counter(), debug, peer = %p.from.addr, reason = why.counter(), "answer sent unsigned");
+            }
+        }
     }
 
     /// Block2 size for an endpoint: over DTLS at most 512-byte blocks, so a response fits in
@@ -501,6 +564,17 @@ impl Dispatcher {
             }
             None => {}
         }
+        // A plain request asking for signed answers: the digest its answer is bound to (over
+        // coaps://, the session authenticates answers already).
+        let signed_answer = !d.from.secure && msg.option(answer::REQUIRE_OPTION).is_some();
+        let answer_digest = signed_answer.then(|| {
+            RequestDigest::of(
+                &RustCrypto,
+                msg.code.0,
+                msg.options().map(|o| (o.number, o.value)),
+                &payload,
+            )
+        });
         Some(Pending {
             from: d.from,
             mtype: msg.mtype,
@@ -509,6 +583,7 @@ impl Dispatcher {
             block2,
             block1: block1_echo,
             allowance,
+            answer_digest,
             request: Request {
                 peer: d.from.addr,
                 message_id: (msg.mtype == MessageType::Confirmable).then_some(msg.message_id),
@@ -527,6 +602,7 @@ impl Dispatcher {
                 },
                 origin: self.origin(d, &msg),
                 auth: d.auth.clone(),
+                signed_answer,
             },
         })
     }
@@ -646,6 +722,7 @@ impl Dispatcher {
             block2: None,
             block1,
             allowance,
+            answer_digest: None,
             request: Request::new(peer.addr, Code::EMPTY),
         };
         if let Some(b) = encode_response(&p, response, self.szx_for(peer), &self.stats) {
@@ -774,6 +851,7 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
                     block2: None,
                     block1: None,
                     allowance: p.allowance,
+                    answer_digest: None,
                     request: Request::new(p.from.addr, Code::EMPTY),
                 };
                 let why = Rejection::BlockOutOfRange;
@@ -814,6 +892,10 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
     }
     if block2.is_some_and(|b| b.num == 0) {
         b.uint_option(option::SIZE2, r.payload.len() as u32).ok()?;
+    }
+    if let Some(sig) = &r.signature {
+        // The highest option number of any answer: always last.
+        b.option(answer::SIGNATURE_OPTION, &sig.0).ok()?;
     }
     let n = b.finish_with_payload(&body).ok()?;
     buf.truncate(n);

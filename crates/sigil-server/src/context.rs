@@ -34,6 +34,8 @@ pub struct Request {
     pub origin: String,
     /// The peer the transport authenticated (coaps://), `None` over plain CoAP.
     pub auth: Option<PeerAuth>,
+    /// A plain coap:// request asking for signed answers ([`crate::answers`]).
+    pub signed_answer: bool,
 }
 
 impl Request {
@@ -51,6 +53,7 @@ impl Request {
             conditions: Preconditions::default(),
             origin: String::new(),
             auth: None,
+            signed_answer: false,
         }
     }
 
@@ -134,6 +137,11 @@ pub struct Response {
     pub etag: Option<Vec<u8>>,
     /// Max-Age (RFC 7252 §5.10.5): on a 5.03, when to try again (§5.9.3.4).
     pub max_age: Option<u32>,
+    /// The device this answer is signed for if its request asks for signed answers
+    /// ([`crate::answers`]): set by a handler that authenticated the device.
+    pub answer_for: Option<Identity>,
+    /// The signature the message layer put on the answer.
+    pub signature: Option<sigil_crypto::Signature>,
 }
 
 /// What to answer.

@@ -15,10 +15,13 @@
 //!   publication, latest reading and history.
 //! - [`context`]: [`Request`], [`Reply`], the per-batch context, and [`Rejection`], each
 //!   refusal's CoAP code and counter.
+//! - [`answers`]: signed answers on coap:// for devices that require them, and their
+//!   signature budget.
 //! - [`budget`]: byte budgets per source host and in total for every table a peer can
 //!   fill; [`log`]: rate-limited logging of what peers cause.
 //! - [`store`]: the database. [`stats`]: counters by reason. [`provision`]: identity lists.
 
+pub mod answers;
 pub mod auth;
 pub mod authz;
 pub mod broker;

@@ -417,6 +417,7 @@ impl Ctx<'_> {
         Ok(Reply::Response(Response {
             code: Code::CREATED,
             location_path: vec!["rd".into(), id.to_string()],
+            answer_for: Some(ep),
             ..Default::default()
         }))
     }
@@ -493,9 +494,14 @@ impl Ctx<'_> {
         if let Some(base) = base {
             e.reg.base = Some(base.to_string());
         }
+        let ep = e.reg.ep;
         self.new_entries.push(e);
         self.count("register.updated");
-        Ok(respond(Code::CHANGED))
+        Ok(Reply::Response(Response {
+            code: Code::CHANGED,
+            answer_for: Some(ep),
+            ..Default::default()
+        }))
     }
 
     /// `DELETE /rd/N`: removal (RFC 9176 §5.3.2) needs a registration statement (`sq`, `ss`)

@@ -59,6 +59,8 @@ pub struct ServerConfig {
     pub receive_buffer: usize,
     /// CoAP over DTLS (coaps://) on a second socket, if set.
     pub dtls: Option<DtlsConfig>,
+    /// Signature budget of signed answers on coap:// ([`crate::answers`]).
+    pub answer_rates: crate::answers::AnswerRates,
 }
 
 impl ServerConfig {
@@ -88,6 +90,7 @@ impl ServerConfig {
             block2_szx: 6,
             receive_buffer: 8 << 20,
             dtls: None,
+            answer_rates: Default::default(),
         }
     }
 }
@@ -200,6 +203,8 @@ impl Server {
             Some(_) => Some((server_key(&store)?, token_key(&store)?)),
             None => None,
         };
+        // Signed answers on coap:// are signed with the same key ([`crate::answers`]).
+        let answer_key = server_key(&store)?;
         let mut service = Service::new(store, config.service.clone(), stats.clone())?;
         let mut secure = secure;
         if let Some((ac_key, rs_key)) = ac_keys {
@@ -264,6 +269,7 @@ impl Server {
             .spawn(move || {
                 let batch_max = config.batch_max;
                 let mut core = Dispatcher::new(config, service, thread_stats.clone(), echo_secret);
+                core.set_answer_key(answer_key);
                 run(
                     &mut core,
                     batch_max,

@@ -1,0 +1,311 @@
+//! Signed answers on plain coap:// (`sigil_server::answers`): the real device state machine,
+//! requiring signed answers under the server's key, against the real dispatcher in memory.
+//! The server signs the registration's 2.01, the update's 2.04 and the resynchronisation
+//! (4.09 instead of Reset) within its signature budget and the amplification limit; over the
+//! budget, answers go out unsigned and the device does not act on them.
+
+use sigil_coap::{Code, Message, MessageType};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_objects::answer::{self, RESYNC_CODE};
+use sigil_objects::senml::{Record, Value};
+use sigil_server::answers::AnswerRates;
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::{Instant, UnixTime};
+use std::net::SocketAddr;
+use std::path::Path;
+
+const NOW: i64 = 1_700_000_000;
+
+fn ms(t: u64) -> Instant {
+    Instant::from_millis(t)
+}
+
+fn wall(ms: u64) -> UnixTime {
+    UnixTime::from_secs(NOW + (ms / 1000) as i64)
+}
+
+fn server_key() -> (SecretKey, PublicKey) {
+    let k = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &[0x5e; 32]).unwrap();
+    let p = RustCrypto.public_key(&k).unwrap();
+    (k, p)
+}
+
+fn dispatcher(db: &Path, rates: AnswerRates, key: Option<SecretKey>) -> (Dispatcher, Stats) {
+    let stats = Stats::default();
+    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
+    config.service.freshness.max_ahead = 5;
+    config.service.verify_workers = 1;
+    config.answer_rates = rates;
+    let store = Store::open(db).unwrap();
+    let svc = sigil_server::Service::new(store, config.service.clone(), stats.clone()).unwrap();
+    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
+    if let Some(k) = key {
+        d.set_answer_key(k);
+    }
+    (d, stats)
+}
+
+struct Sensor {
+    device: Device<RustCrypto>,
+    storage: MemoryStorage,
+    addr: SocketAddr,
+    events: Vec<Event>,
+    /// Every (request, answer) pair, in order.
+    exchanges: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Sensor {
+    fn new(db: &Path, trusted: PublicKey) -> Self {
+        let mut storage = MemoryStorage::default();
+        let config = DeviceConfig {
+            require_signed_answers: true,
+            ..Default::default()
+        };
+        let mut device =
+            Device::boot(RustCrypto, config, &mut storage, &mut Seeded(31), &[], &[]).unwrap();
+        device.trust_server_key(trusted);
+        Store::open(db)
+            .unwrap()
+            .add_identity(device.identity(), IdentityKind::Device, "", NOW)
+            .unwrap();
+        Self {
+            device,
+            storage,
+            addr: SocketAddr::from(([127, 0, 0, 1], 40031)),
+            events: vec![],
+            exchanges: vec![],
+        }
+    }
+
+    fn step(&mut self, d: &mut Dispatcher, now: &mut u64, for_ms: u64) {
+        let until = *now + for_ms;
+        loop {
+            self.device
+                .handle_timeout(ms(*now), &mut self.storage)
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            let mut out = vec![];
+            while let Some(n) = self.device.poll_transmit(&mut buf) {
+                out.push(buf[..n].to_vec());
+            }
+            while let Some(e) = self.device.poll_event() {
+                self.events.push(e);
+            }
+            if !out.is_empty() {
+                for req in out {
+                    let replies = d.handle_at(vec![(self.addr, req.clone())], ms(*now), wall(*now));
+                    for (_, reply) in replies {
+                        self.exchanges.push((req.clone(), reply.clone()));
+                        self.device
+                            .handle_datagram(ms(*now), &mut self.storage, &reply)
+                            .unwrap();
+                    }
+                }
+                continue;
+            }
+            match self.device.poll_timeout() {
+                Some(t) if t <= ms(until) => *now = (*now).max(t.as_millis()),
+                _ => {
+                    *now = until;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, d: &mut Dispatcher, now: &mut u64, v: f64) -> u64 {
+        let r = [Record {
+            name: Some("t"),
+            unit: Some("Cel"),
+            value: Some(Value::Number(v)),
+            ..Default::default()
+        }];
+        let seq = self
+            .device
+            .publish(ms(*now), &mut self.storage, &r, None)
+            .unwrap();
+        self.step(d, now, 1);
+        seq
+    }
+
+    /// The last answer with `code` and the request it answered.
+    fn last(&self, code: Code) -> (Vec<u8>, Vec<u8>) {
+        self.exchanges
+            .iter()
+            .rev()
+            .find(|(_, a)| Message::parse(a).unwrap().code == code)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {code} answer"))
+    }
+}
+
+fn signed(answer: &[u8]) -> bool {
+    Message::parse(answer)
+        .unwrap()
+        .option(answer::SIGNATURE_OPTION)
+        .is_some_and(|s| s.len() == 64)
+}
+
+/// Within three times its request, as every answer to an unverified coap:// address.
+fn small(request: &[u8], answer: &[u8]) -> bool {
+    answer.len() <= 3 * request.len()
+}
+
+#[test]
+fn registration_update_and_resync_are_signed_and_acted_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let backup = dir.path().join("backup.db");
+    let (key, public) = server_key();
+    let mut s = Sensor::new(&db, public);
+    let mut now = 0;
+    {
+        let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key.clone()));
+        s.step(&mut d, &mut now, 10);
+        assert!(s.device.is_registered(), "{:?}", s.events);
+        let (req, created) = s.last(Code::CREATED);
+        assert!(signed(&created));
+        assert!(small(&req, &created), "{} for {}", created.len(), req.len());
+        eprintln!(
+            "signed 2.01: {} bytes for a {}-byte registration",
+            created.len(),
+            req.len()
+        );
+        assert_eq!(stats.get("answer.signed"), 1);
+        s.publish(&mut d, &mut now, 1.0);
+        let (_, ack) = s.last(Code::CHANGED);
+        assert!(!signed(&ack), "a publication's 2.04 is not signed");
+        // The refresh (at 4/5 of the 300 s lifetime) is answered with a signed 2.04.
+        s.step(&mut d, &mut now, 241_000);
+        assert!(
+            s.events.contains(&Event::RegistrationRefreshed),
+            "{:?}",
+            s.events
+        );
+        let (req, changed) = s.last(Code::CHANGED);
+        assert!(signed(&changed) && small(&req, &changed));
+        eprintln!(
+            "signed 2.04: {} bytes for a {}-byte update",
+            changed.len(),
+            req.len()
+        );
+        assert_eq!(stats.get("answer.signed"), 2);
+    }
+    std::fs::copy(&db, &backup).unwrap();
+    {
+        let (mut d, _) = dispatcher(&db, AnswerRates::default(), Some(key.clone()));
+        for i in 0..10 {
+            s.publish(&mut d, &mut now, f64::from(i));
+        }
+    }
+    // The broker restored from a backup: the device is far ahead of its mark, and gets a
+    // signed 4.09 in place of Reset.
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", db.display()));
+    }
+    std::fs::copy(&backup, &db).unwrap();
+    let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key));
+    let before = s.events.len();
+    let seq = s.publish(&mut d, &mut now, 42.0);
+    s.step(&mut d, &mut now, 10);
+    let (req, resync) = s.last(Code(RESYNC_CODE));
+    let m = Message::parse(&resync).unwrap();
+    assert_eq!(m.mtype, MessageType::Acknowledgement);
+    assert!(signed(&resync) && small(&req, &resync));
+    eprintln!(
+        "signed resync 4.09: {} bytes for a {}-byte publication",
+        resync.len(),
+        req.len()
+    );
+    let events = &s.events[before..];
+    assert!(
+        events.contains(&Event::Published {
+            seq,
+            outcome: PublishOutcome::Reset
+        }),
+        "{events:?}"
+    );
+    assert!(events.contains(&Event::Resynchronising));
+    assert_eq!(stats.get("publish.rejected.out_of_window"), 1);
+    // Registered again (signed 2.01) and the reading published again under a new number.
+    assert!(s.device.is_registered());
+    assert!(events.iter().any(|e| matches!(e,
+        Event::Published { seq: q, outcome: PublishOutcome::Acknowledged } if *q > seq)));
+    assert_eq!(stats.get("answer.signed"), 2);
+    assert_eq!(s.device.stats.unsigned_answers, 0);
+    assert_eq!(s.device.stats.bad_answer_signatures, 0);
+}
+
+#[test]
+fn over_budget_or_without_a_key_answers_go_unsigned_and_are_not_acted_on() {
+    for (rates, key, counter) in [
+        (
+            AnswerRates {
+                host_burst: 0.0,
+                ..Default::default()
+            },
+            Some(server_key().0),
+            "answer.unsigned.host_budget",
+        ),
+        (
+            AnswerRates {
+                total_burst: 0.0,
+                ..Default::default()
+            },
+            Some(server_key().0),
+            "answer.unsigned.total_budget",
+        ),
+        (AnswerRates::default(), None, "answer.unsigned.no_key"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let mut s = Sensor::new(&db, server_key().1);
+        let (mut d, stats) = dispatcher(&db, rates, key);
+        let mut now = 0;
+        s.step(&mut d, &mut now, 10);
+        assert!(!s.device.is_registered(), "{counter}");
+        // Every retransmission got the unsigned answer again (from the dedup cache); then the
+        // exchange failed as one without an answer, and the next attempt fared no better.
+        s.step(&mut d, &mut now, 100_000);
+        assert!(!s.device.is_registered(), "{counter}");
+        assert!(stats.get(counter) >= 1, "{counter}");
+        assert!(s.device.stats.unsigned_answers >= 2, "{counter}");
+        assert_eq!(stats.get("answer.signed"), 0);
+    }
+}
+
+#[test]
+fn a_device_that_does_not_ask_gets_unsigned_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let mut storage = MemoryStorage::default();
+    let mut device = Device::boot(
+        RustCrypto,
+        DeviceConfig::default(),
+        &mut storage,
+        &mut Seeded(32),
+        &[],
+        &[],
+    )
+    .unwrap();
+    Store::open(&db)
+        .unwrap()
+        .add_identity(device.identity(), IdentityKind::Device, "", NOW)
+        .unwrap();
+    let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(server_key().0));
+    device.handle_timeout(ms(0), &mut storage).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = device.poll_transmit(&mut buf).unwrap();
+    let replies = d.handle_at(
+        vec![(SocketAddr::from(([127, 0, 0, 1], 40032)), buf[..n].to_vec())],
+        ms(0),
+        wall(0),
+    );
+    let m = Message::parse(&replies[0].1).unwrap();
+    assert_eq!(m.code, Code::CREATED);
+    assert!(!signed(&replies[0].1));
+    assert_eq!(stats.get("answer.signed"), 0);
+}
