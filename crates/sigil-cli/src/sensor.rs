@@ -34,6 +34,11 @@ pub struct SensorReport {
     pub registrations: u64,
     pub registration_failures: Vec<String>,
     pub retransmissions: u32,
+    /// Whether the sensor required signed answers (coap:// with a trusted server).
+    pub signed_answers: bool,
+    /// Answers not acted on for want of a valid signature from the trusted server (unsigned,
+    /// badly signed, bare Resets), with signed answers required.
+    pub answers_refused: u32,
     /// DTLS handshakes completed (coaps:// only): 1, plus one per reconnect.
     pub dtls_handshakes: u32,
     /// Of those, abbreviated handshakes that resumed the previous session.
@@ -96,6 +101,10 @@ pub trait Machine<S: DeviceStorage> {
         datagram: &[u8],
     ) -> Result<(), DeviceError>;
     fn retransmissions(&self) -> u32;
+    /// Whether signed answers are required, and how many answers were refused for it.
+    fn signed_answers(&self) -> (bool, u32) {
+        (false, 0)
+    }
 }
 
 impl<S: DeviceStorage> Machine<S> for Device<RustCrypto> {
@@ -146,6 +155,15 @@ impl<S: DeviceStorage> Machine<S> for Device<RustCrypto> {
     }
     fn retransmissions(&self) -> u32 {
         self.stats.retransmissions
+    }
+    fn signed_answers(&self) -> (bool, u32) {
+        let s = &self.stats;
+        (
+            self.requires_signed_answers(),
+            s.unsigned_answers
+                .saturating_add(s.bad_answer_signatures)
+                .saturating_add(s.resets_refused),
+        )
     }
 }
 
@@ -420,6 +438,7 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
     }
     transport.close().await;
     report.retransmissions = device.retransmissions();
+    (report.signed_answers, report.answers_refused) = device.signed_answers();
     report.dtls_handshakes = transport.handshakes;
     report.dtls_resumed = transport.resumed;
     report.dtls_restored = transport.restored;

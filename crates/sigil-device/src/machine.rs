@@ -421,6 +421,17 @@ impl<C: CryptoProvider> Device<C> {
         self.server_key = Some(key);
     }
 
+    /// Turns [`DeviceConfig::require_signed_answers`] on or off (e.g. once the pairing is
+    /// known); it applies from the next request.
+    pub fn set_require_signed_answers(&mut self, on: bool) {
+        self.config.require_signed_answers = on;
+    }
+
+    /// Whether signed answers are required ([`DeviceConfig::require_signed_answers`]).
+    pub fn requires_signed_answers(&self) -> bool {
+        self.config.require_signed_answers
+    }
+
     /// The key signed answers are checked with: the one given to
     /// [`Device::trust_server_key`], else the paired server's. `None`: no answer verifies.
     pub fn answer_key(&self) -> Option<PublicKey> {

@@ -75,6 +75,16 @@ pub struct SensorArgs {
     /// `sigil provision psk-node` printed them.
     #[arg(long, value_enum)]
     pub psk_only: Option<PskOnly>,
+    /// The trusted server's public key (`alg:hex`, as `sigil server` prints it) when the
+    /// sensor is not paired: on coap:// the sensor then requires answers signed with it (a
+    /// paired sensor uses the key of its pairing). With --server-identity, the key must hash
+    /// to it.
+    #[arg(long, value_parser = parse_key)]
+    pub server_key: Option<PublicKey>,
+    /// On coap://, act on unsigned answers even with a trusted server (paired, or
+    /// --server-key): registration answers and Resets are then taken on anyone's word.
+    #[arg(long)]
+    pub unsigned_answers: bool,
     /// The identity a PSK-only node was given at provisioning.
     #[arg(long, requires = "psk_only")]
     pub node_identity: Option<String>,
@@ -140,6 +150,13 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         }
     }
     a.dtls.check(uri.secure)?;
+    if let (Some(key), Some(server)) = (&a.server_key, &a.dtls.server_identity) {
+        let given =
+            Identity::parse(server).map_err(|e| anyhow::anyhow!("--server-identity: {e}"))?;
+        if Identity::of_key(&RustCrypto, key, b"").ok() != Some(given) {
+            bail!("--server-key does not hash to --server-identity {server}");
+        }
+    }
     let dtls = a.dtls.timing.config()?;
     if let (Some(DtlsMode::Cert), Some(cert), None, false) = (
         a.dtls.dtls,
@@ -208,6 +225,21 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
     } else if let Some(p) = device.pairing() {
         eprintln!("paired with server {} (pairing {})", p.server, p.serial);
     }
+    let trusted = match (a.server_key, device.pairing()) {
+        (Some(k), Some(p)) if k != p.server_key => {
+            bail!(
+                "--server-key is not the key of the paired server {}",
+                p.server
+            )
+        }
+        (Some(k), _) => Some(k),
+        (None, p) => p.map(|p| p.server_key),
+    };
+    if let (Some(key), false, false) = (trusted, uri.secure, a.unsigned_answers) {
+        // RFC 8387 §4.1 on coap://: only the trusted server's signed answers change state.
+        device.trust_server_key(key);
+        device.set_require_signed_answers(true);
+    }
     if a.print_identity {
         let public = device.public_key();
         println!(
@@ -220,9 +252,14 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         return Ok(0);
     }
     eprintln!(
-        "sensor {} ({}) starting",
+        "sensor {} ({}) starting{}",
         id.label(),
-        device.public_key().algorithm().name()
+        device.public_key().algorithm().name(),
+        if device.requires_signed_answers() {
+            "; answers must be signed by the trusted server"
+        } else {
+            ""
+        }
     );
     let device_key = storage_key(&mut storage)?;
     // The kept DTLS association's MAC key: only this device (holding its key) can have
