@@ -143,7 +143,7 @@ fn a_sensor_trusting_another_key_does_not_act_on_the_servers_answers() {
     wait_ready(port);
     // Some other P-256 key (the generator point): not the server's.
     let other = "p256:046b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c2964fe342e2fe1a7f9b8ee7eb4a7c0f9e162bce33576b315ececbb6406837bf51f5";
-    let mut child = std::process::Command::new(common::SIGIL)
+    let child = std::process::Command::new(common::SIGIL)
         .args([
             "sensor",
             "--server",
