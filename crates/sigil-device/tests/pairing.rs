@@ -298,3 +298,24 @@ fn the_stored_record_round_trips() {
     bad[0] = 9;
     assert_eq!(decode_record(&bad), None);
 }
+
+/// Signed answers on coap:// are checked with the paired server's key (RFC 8387 §4.1), also
+/// after a reboot; a key given by the integrator takes its place.
+#[test]
+fn signed_answers_are_checked_with_the_paired_servers_key() {
+    let mut st = MemoryStorage::default();
+    let mut d = boot(&mut st, 1);
+    assert_eq!(d.answer_key(), None);
+    let server = server(9);
+    let server_key = RustCrypto.public_key(&server.key).unwrap();
+    d.apply_pairing(&mut st, &message(&d, &server, 1), None)
+        .unwrap();
+    assert_eq!(d.answer_key(), Some(server_key));
+    let mut d = boot(&mut st, 1);
+    assert_eq!(d.answer_key(), None);
+    d.restore_pairing(&mut st).unwrap();
+    assert_eq!(d.answer_key(), Some(server_key));
+    let other = RustCrypto.public_key(&self::server(10).key).unwrap();
+    d.trust_server_key(other);
+    assert_eq!(d.answer_key(), Some(other));
+}
