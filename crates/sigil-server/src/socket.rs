@@ -108,6 +108,9 @@ pub struct DtlsEndpoint {
 pub struct ServerHandle {
     pub local_addr: SocketAddr,
     pub dtls: Option<DtlsEndpoint>,
+    /// The server's long-term public key: signed answers on coap:// ([`crate::answers`]),
+    /// pairing messages and tokens are signed with it.
+    pub answer_key: PublicKey,
     pub stats: Stats,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -205,6 +208,9 @@ impl Server {
         };
         // Signed answers on coap:// are signed with the same key ([`crate::answers`]).
         let answer_key = server_key(&store)?;
+        let answer_public = RustCrypto
+            .public_key(&answer_key)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         let mut service = Service::new(store, config.service.clone(), stats.clone())?;
         let mut secure = secure;
         if let Some((ac_key, rs_key)) = ac_keys {
@@ -283,6 +289,7 @@ impl Server {
         Ok(ServerHandle {
             local_addr,
             dtls,
+            answer_key: answer_public,
             stats,
             stop,
             thread: Some(thread),

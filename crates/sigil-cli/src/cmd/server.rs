@@ -127,6 +127,12 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
         Err(e) => return Err(e.into()),
     };
     println!("sigil server listening on coap://{}", server.local_addr);
+    let key = server.answer_key;
+    println!(
+        "sigil server key {}:{} (signs pairing messages, tokens and the answers sensors ask to have signed on coap://)",
+        key.algorithm().name(),
+        hex::encode(key.as_bytes())
+    );
     if let Some(d) = &server.dtls {
         println!(
             "sigil server listening on coaps://{} (DTLS server identity {})",
