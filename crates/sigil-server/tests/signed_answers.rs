@@ -309,3 +309,35 @@ fn a_device_that_does_not_ask_gets_unsigned_answers() {
     assert!(!signed(&replies[0].1));
     assert_eq!(stats.get("answer.signed"), 0);
 }
+
+/// Over coaps:// the session authenticates every answer: the option changes nothing.
+#[test]
+fn over_coaps_nothing_is_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (key, public) = server_key();
+    let mut s = Sensor::new(&db, public);
+    let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key));
+    s.device.handle_timeout(ms(0), &mut s.storage).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = s.device.poll_transmit(&mut buf).unwrap();
+    assert!(Message::parse(&buf[..n])
+        .unwrap()
+        .option(answer::REQUIRE_OPTION)
+        .is_some());
+    let inbound = sigil_server::Inbound {
+        from: sigil_server::Endpoint {
+            addr: s.addr,
+            secure: true,
+        },
+        to: None,
+        auth: Some(sigil_server::PeerAuth::Psk(*s.device.identity())),
+        bytes: buf[..n].to_vec(),
+    };
+    let replies = d.handle_inbound_at(vec![inbound], ms(0), wall(0));
+    let m = Message::parse(&replies[0].1).unwrap();
+    assert_eq!(m.code, Code::CREATED);
+    assert!(!signed(&replies[0].1));
+    assert_eq!(stats.get("answer.signed"), 0);
+    assert_eq!(stats.get("answer.unsigned.no_key"), 0);
+}
