@@ -59,10 +59,14 @@ struct Sensor {
 
 impl Sensor {
     fn new(db: &Path, trusted: PublicKey) -> Self {
+        Self::with(db, trusted, DeviceConfig::default())
+    }
+
+    fn with(db: &Path, trusted: PublicKey, config: DeviceConfig) -> Self {
         let mut storage = MemoryStorage::default();
         let config = DeviceConfig {
             require_signed_answers: true,
-            ..Default::default()
+            ..config
         };
         let mut device =
             Device::boot(RustCrypto, config, &mut storage, &mut Seeded(31), &[], &[]).unwrap();
@@ -340,4 +344,32 @@ fn over_coaps_nothing_is_signed() {
     assert!(!signed(&replies[0].1));
     assert_eq!(stats.get("answer.signed"), 0);
     assert_eq!(stats.get("answer.unsigned.no_key"), 0);
+}
+
+/// A registration in several Block1 blocks: the signed 2.01 answers the last one and binds the
+/// whole body, as the device checks it.
+#[test]
+fn a_blockwise_registration_gets_a_signed_created_for_the_whole_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (key, public) = server_key();
+    let config = DeviceConfig {
+        block_szx: 2,
+        ..Default::default()
+    };
+    let mut s = Sensor::with(&db, public, config);
+    let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key));
+    let mut now = 0;
+    s.step(&mut d, &mut now, 10);
+    assert!(s.device.is_registered(), "{:?}", s.events);
+    assert!(
+        stats.get("coap.block1_continue") >= 1,
+        "{:?}",
+        stats.snapshot()
+    );
+    let (req, created) = s.last(Code::CREATED);
+    assert!(Message::parse(&req).unwrap().block1().is_some());
+    assert!(signed(&created));
+    assert_eq!(stats.get("answer.signed"), 1);
+    assert_eq!(s.device.stats.bad_answer_signatures, 0);
 }
