@@ -3,7 +3,8 @@
 //! bounded queues of Empty messages and events, and the tokens (RFC 7252 §5.3.1).
 
 use crate::machine::MAX_DATAGRAM;
-use sigil_coap::{Retransmission, TransmissionParameters};
+use sigil_coap::message::empty;
+use sigil_coap::{Code, Message, MessageType, Retransmission, TransmissionParameters};
 use sigil_crypto::CryptoProvider;
 use sigil_time::Instant;
 
@@ -110,6 +111,77 @@ pub(crate) fn token<C: CryptoProvider>(
         [h[0], h[1], h[2], h[3]],
         u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
     )
+}
+
+/// What a received message leaves for the machine to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Incoming {
+    /// Nothing more: the message layer dealt with it (or it was unexpected and counted).
+    Handled,
+    /// A Reset to the outstanding Confirmable request.
+    Reset,
+    /// A response to the outstanding request (piggy-backed or separate).
+    Response,
+}
+
+/// The message layer (RFC 7252 §4) of a client with one request outstanding: an ACK or Reset
+/// must match its message ID; an Empty ACK stops retransmission and keeps waiting for the
+/// separate response (§5.2.2); a Confirmable response is acknowledged (again, if it is a
+/// duplicate of one already handled, §4.5); a request to the endpoint or a response nobody
+/// waits for is counted in `unexpected` and, if Confirmable, rejected with Reset (§4.2, §4.3).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn receive<X, const N: usize>(
+    msg: &Message<'_>,
+    now: Instant,
+    outstanding: &mut Option<Outstanding<X>>,
+    recent_con: &mut [Option<u16>; 4],
+    empties: &mut Queue<[u8; 4], N>,
+    transmission: &TransmissionParameters,
+    unexpected: &mut u32,
+) -> Incoming {
+    match msg.mtype {
+        MessageType::Reset | MessageType::Acknowledgement => {
+            let matches = outstanding
+                .as_ref()
+                .is_some_and(|o| o.mid == msg.message_id && o.confirmable);
+            if !matches {
+                *unexpected += 1;
+                return Incoming::Handled;
+            }
+            if msg.mtype == MessageType::Reset {
+                return Incoming::Reset;
+            }
+            if msg.code == Code::EMPTY {
+                if let Some(o) = outstanding.as_mut() {
+                    o.retransmission = None;
+                    o.deadline = now + transmission.exchange_lifetime();
+                }
+                return Incoming::Handled;
+            }
+            Incoming::Response
+        }
+        MessageType::Confirmable | MessageType::NonConfirmable => {
+            let confirmable = msg.mtype == MessageType::Confirmable;
+            if confirmable && recent_con.contains(&Some(msg.message_id)) {
+                empties.push_if_room(empty(MessageType::Acknowledgement, msg.message_id));
+                return Incoming::Handled;
+            }
+            if msg.code.is_response() && outstanding.as_ref().is_some_and(|o| o.token == msg.token)
+            {
+                if confirmable {
+                    empties.push_if_room(empty(MessageType::Acknowledgement, msg.message_id));
+                    recent_con.rotate_right(1);
+                    recent_con[0] = Some(msg.message_id);
+                }
+                return Incoming::Response;
+            }
+            *unexpected += 1;
+            if confirmable {
+                empties.push_if_room(empty(MessageType::Reset, msg.message_id));
+            }
+            Incoming::Handled
+        }
+    }
 }
 
 /// The next datagram to send into `buf`: a queued Empty message first, then the outstanding

@@ -1,12 +1,12 @@
 //! The device state machine. See the crate documentation for the protocol it speaks.
 
-use crate::exchange::Queue;
+use crate::exchange::{Incoming, Queue};
 use crate::pairing::{PairingRefusal, PairingStorage};
 use crate::storage::{DeviceStorage, Reservation};
 use base64::Engine;
 use core::fmt::{self, Write};
 use core::time::Duration;
-use sigil_coap::message::{empty, option};
+use sigil_coap::message::option;
 use sigil_coap::{
     BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType, RetransmitDecision,
     TransmissionParameters,
@@ -484,10 +484,6 @@ impl<C: CryptoProvider> Device<C> {
         self.events.push_newest(e);
     }
 
-    fn push_empty(&mut self, datagram: [u8; 4]) {
-        self.empties.push_if_room(datagram);
-    }
-
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop()
@@ -914,62 +910,25 @@ impl<C: CryptoProvider> Device<C> {
             self.stats.malformed += 1;
             return Ok(());
         };
-        match msg.mtype {
-            MessageType::Reset | MessageType::Acknowledgement => {
-                let matches = self
-                    .outstanding
-                    .as_ref()
-                    .is_some_and(|o| o.mid == msg.message_id && o.confirmable);
-                if !matches {
-                    self.stats.unexpected += 1;
+        match crate::exchange::receive(
+            &msg,
+            now,
+            &mut self.outstanding,
+            &mut self.recent_con,
+            &mut self.empties,
+            &self.config.transmission,
+            &mut self.stats.unexpected,
+        ) {
+            Incoming::Handled => Ok(()),
+            Incoming::Reset => {
+                if self.config.require_signed_answers {
+                    // Anyone can send a Reset: only a signed answer resynchronises.
+                    self.stats.resets_refused = self.stats.resets_refused.saturating_add(1);
                     return Ok(());
                 }
-                if msg.mtype == MessageType::Reset {
-                    if self.config.require_signed_answers {
-                        // Anyone can send a Reset: only a signed answer resynchronises.
-                        self.stats.resets_refused = self.stats.resets_refused.saturating_add(1);
-                        return Ok(());
-                    }
-                    return self.on_reset(now);
-                }
-                if msg.code == Code::EMPTY {
-                    // Separate response follows (§5.2.2): stop retransmitting, keep waiting.
-                    if let Some(o) = self.outstanding.as_mut() {
-                        o.retransmission = None;
-                        o.deadline = now + self.config.transmission.exchange_lifetime();
-                    }
-                    return Ok(());
-                }
-                self.on_response(now, storage, &msg)
+                self.on_reset(now)
             }
-            MessageType::Confirmable | MessageType::NonConfirmable => {
-                if msg.mtype == MessageType::Confirmable
-                    && self.recent_con.contains(&Some(msg.message_id))
-                {
-                    // A duplicate of a separate response already handled: acknowledge again.
-                    self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
-                    return Ok(());
-                }
-                if msg.code.is_response()
-                    && self
-                        .outstanding
-                        .as_ref()
-                        .is_some_and(|o| o.token == msg.token)
-                {
-                    if msg.mtype == MessageType::Confirmable {
-                        self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
-                        self.recent_con.rotate_right(1);
-                        self.recent_con[0] = Some(msg.message_id);
-                    }
-                    return self.on_response(now, storage, &msg);
-                }
-                // A request to the device, or a response nobody waits for: reject (§4.2, §4.3).
-                self.stats.unexpected += 1;
-                if msg.mtype == MessageType::Confirmable {
-                    self.push_empty(empty(MessageType::Reset, msg.message_id));
-                }
-                Ok(())
-            }
+            Incoming::Response => self.on_response(now, storage, &msg),
         }
     }
 

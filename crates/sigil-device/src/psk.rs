@@ -26,11 +26,11 @@
 //! Nothing here calls a signing, key-generation or key-agreement function of the provider,
 //! so an image built around a `PskNode` links no public-key code (firmware `psk_sensor`).
 
-use crate::exchange::Queue;
+use crate::exchange::{Incoming, Queue};
 use crate::machine::{fmt_into, DeviceError, DeviceStats, PublishOutcome, Resource, MAX_DATAGRAM};
 use crate::storage::{DeviceStorage, Reservation};
 use core::time::Duration;
-use sigil_coap::message::{empty, option};
+use sigil_coap::message::option;
 use sigil_coap::{
     Code, ContentFormat, Message, MessageBuilder, MessageType, RetransmitDecision,
     TransmissionParameters,
@@ -296,10 +296,6 @@ impl<C: CryptoProvider> PskNode<C> {
 
     fn push_event(&mut self, e: PskEvent) {
         self.events.push_newest(e);
-    }
-
-    fn push_empty(&mut self, datagram: [u8; 4]) {
-        self.empties.push_if_room(datagram);
     }
 
     /// The next event, oldest first.
@@ -650,58 +646,21 @@ impl<C: CryptoProvider> PskNode<C> {
             self.stats.malformed += 1;
             return Ok(());
         };
-        match msg.mtype {
-            MessageType::Reset | MessageType::Acknowledgement => {
-                let matches = self
-                    .outstanding
-                    .as_ref()
-                    .is_some_and(|o| o.mid == msg.message_id && o.confirmable);
-                if !matches {
-                    self.stats.unexpected += 1;
-                    return Ok(());
-                }
-                if msg.mtype == MessageType::Reset {
-                    self.on_reset(now);
-                    return Ok(());
-                }
-                if msg.code == Code::EMPTY {
-                    // Separate response follows (RFC 7252 §5.2.2): stop retransmitting.
-                    if let Some(o) = self.outstanding.as_mut() {
-                        o.retransmission = None;
-                        o.deadline = now + self.config.transmission.exchange_lifetime();
-                    }
-                    return Ok(());
-                }
-                self.on_response(now, storage, &msg)
-            }
-            MessageType::Confirmable | MessageType::NonConfirmable => {
-                if msg.mtype == MessageType::Confirmable
-                    && self.recent_con.contains(&Some(msg.message_id))
-                {
-                    // A duplicate of a separate response already handled: acknowledge again.
-                    self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
-                    return Ok(());
-                }
-                if msg.code.is_response()
-                    && self
-                        .outstanding
-                        .as_ref()
-                        .is_some_and(|o| o.token == msg.token)
-                {
-                    if msg.mtype == MessageType::Confirmable {
-                        self.push_empty(empty(MessageType::Acknowledgement, msg.message_id));
-                        self.recent_con.rotate_right(1);
-                        self.recent_con[0] = Some(msg.message_id);
-                    }
-                    return self.on_response(now, storage, &msg);
-                }
-                // A request to the node, or a response nobody waits for: reject.
-                self.stats.unexpected += 1;
-                if msg.mtype == MessageType::Confirmable {
-                    self.push_empty(empty(MessageType::Reset, msg.message_id));
-                }
+        match crate::exchange::receive(
+            &msg,
+            now,
+            &mut self.outstanding,
+            &mut self.recent_con,
+            &mut self.empties,
+            &self.config.transmission,
+            &mut self.stats.unexpected,
+        ) {
+            Incoming::Handled => Ok(()),
+            Incoming::Reset => {
+                self.on_reset(now);
                 Ok(())
             }
+            Incoming::Response => self.on_response(now, storage, &msg),
         }
     }
 
