@@ -297,12 +297,41 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         }
         _ => None,
     };
+    stop_on_ctrl_c(stop_tx);
+    let run = sensor_run(&a, uri.addr, &id, security, dtls, association, tap);
+    let report = sensor::run(device, storage, run, stop_rx, |ev| {
+        tracing::info!(?ev, "device event")
+    })
+    .await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if let Some(serving) = serving {
+        // The readings stay served after the last one was published, until stopped.
+        let served = serving.await.context("serve task")??;
+        eprintln!("served: {}", serde_json::to_string(&served)?);
+    }
+    Ok(exit_code(&report))
+}
+
+/// Ctrl-C stops the sensor (it settles what is in flight first).
+fn stop_on_ctrl_c(stop_tx: tokio::sync::watch::Sender<bool>) {
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
         let _ = stop_tx.send(true);
     });
-    let run = sensor::SensorRun {
-        server: uri.addr,
+}
+
+/// The loop's settings from the arguments.
+fn sensor_run(
+    a: &SensorArgs,
+    server: std::net::SocketAddr,
+    id: &Identity,
+    security: sigil_client::transport::Security,
+    dtls: sigil_dtls::Config,
+    association: Option<(PathBuf, [u8; 32])>,
+    tap: Option<crate::serve::Tap>,
+) -> sensor::SensorRun {
+    sensor::SensorRun {
+        server,
         interval: a.interval,
         readings: a.count,
         phase: f64::from(id.as_bytes()[0]) / 40.0,
@@ -316,24 +345,16 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         association,
         carrier: a.dtls.dtls_carrier.into(),
         tap,
-    };
-    let report = sensor::run(device, storage, run, stop_rx, |ev| {
-        tracing::info!(?ev, "device event")
-    })
-    .await?;
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    if let Some(serving) = serving {
-        // The readings stay served after the last one was published, until stopped.
-        let served = serving.await.context("serve task")??;
-        eprintln!("served: {}", serde_json::to_string(&served)?);
     }
-    Ok(
-        if report.rejected.is_empty() && report.timed_out.is_empty() {
-            0
-        } else {
-            2
-        },
-    )
+}
+
+/// 0 when every reading settled as acknowledged or sent, 2 otherwise.
+fn exit_code(report: &sensor::SensorReport) -> i32 {
+    if report.rejected.is_empty() && report.timed_out.is_empty() {
+        0
+    } else {
+        2
+    }
 }
 
 /// Checks the common reading arguments of both kinds of sensor.
@@ -425,36 +446,14 @@ async fn run_psk_only(
         RustCrypto.hmac_sha256(&psk, &[b"sigil psk node dtls association"]),
     ));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        let _ = stop_tx.send(true);
-    });
-    let run = sensor::SensorRun {
-        server: uri.addr,
-        interval: a.interval,
-        readings: a.count,
-        phase: f64::from(id.as_bytes()[0]) / 40.0,
-        security,
-        dtls: sigil_dtls::Config {
-            connection_id: true,
-            ..dtls
-        },
-        association,
-        carrier: a.dtls.dtls_carrier.into(),
-        tap: None,
-    };
+    stop_on_ctrl_c(stop_tx);
+    let run = sensor_run(&a, uri.addr, &id, security, dtls, association, None);
     let report = sensor::run(sensor::PskSensor::new(node), storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "node event")
     })
     .await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(
-        if report.rejected.is_empty() && report.timed_out.is_empty() {
-            0
-        } else {
-            2
-        },
-    )
+    Ok(exit_code(&report))
 }
 
 /// The server a sensor is paired with, read without changing its state: the stored pairing,
