@@ -90,12 +90,14 @@ class Server:
         self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}",
                                       "--dtls-listen", f"127.0.0.1:{self.dport}", "--db", self.db, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        # "sigil server listening on coaps://ADDR (DTLS server identity ID)"
+        # Its start-up lines (coap:// address, its key, then
+        # "sigil server listening on coaps://ADDR (DTLS server identity ID)").
         self.identity = None
-        for _ in range(2):
+        for _ in range(3):
             line = self.proc.stdout.readline()
             if "DTLS server identity" in line:
                 self.identity = line.rsplit(" ", 1)[1].strip(" )\n")
+                break
         wait_ready(self.port)
 
     def provision(self, identity: str, group=False):
