@@ -4,7 +4,9 @@
 
 use crate::machine::MAX_DATAGRAM;
 use sigil_coap::message::empty;
-use sigil_coap::{Code, Message, MessageType, Retransmission, TransmissionParameters};
+use sigil_coap::{
+    Code, Message, MessageType, Retransmission, RetransmitDecision, TransmissionParameters,
+};
 use sigil_crypto::CryptoProvider;
 use sigil_time::Instant;
 
@@ -111,6 +113,31 @@ pub(crate) fn token<C: CryptoProvider>(
         [h[0], h[1], h[2], h[3]],
         u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
     )
+}
+
+/// Runs the outstanding request's timer at `now`: marks it for sending again when its
+/// retransmission is due (counted in `retransmissions`). True when the exchange has failed:
+/// retransmissions exhausted, or the wait for a separate response over.
+pub(crate) fn on_timer<X>(
+    outstanding: &mut Option<Outstanding<X>>,
+    now: Instant,
+    retransmissions: &mut u32,
+) -> bool {
+    let Some(o) = outstanding.as_mut() else {
+        return false;
+    };
+    match o.retransmission.as_mut() {
+        Some(r) => match r.on_timer(now) {
+            RetransmitDecision::Wait => false,
+            RetransmitDecision::Resend => {
+                o.send_now = true;
+                *retransmissions += 1;
+                false
+            }
+            RetransmitDecision::GiveUp => true,
+        },
+        None => now >= o.deadline,
+    }
 }
 
 /// What a received message leaves for the machine to do.

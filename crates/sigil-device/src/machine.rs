@@ -8,8 +8,7 @@ use core::fmt::{self, Write};
 use core::time::Duration;
 use sigil_coap::message::option;
 use sigil_coap::{
-    BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType, RetransmitDecision,
-    TransmissionParameters,
+    BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType, TransmissionParameters,
 };
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, Signature, SignatureAlgorithm};
 use sigil_freshness::{SequenceCounter, SequenceError};
@@ -514,19 +513,8 @@ impl<C: CryptoProvider> Device<C> {
         now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
-        if let Some(o) = self.outstanding.as_mut() {
-            match o.retransmission.as_mut() {
-                Some(r) => match r.on_timer(now) {
-                    RetransmitDecision::Wait => {}
-                    RetransmitDecision::Resend => {
-                        o.send_now = true;
-                        self.stats.retransmissions += 1;
-                    }
-                    RetransmitDecision::GiveUp => self.exchange_failed(now, None),
-                },
-                None if now >= o.deadline => self.exchange_failed(now, None),
-                None => {}
-            }
+        if crate::exchange::on_timer(&mut self.outstanding, now, &mut self.stats.retransmissions) {
+            self.exchange_failed(now, None);
         }
         if self.outstanding.is_none() {
             match self.state {

@@ -32,8 +32,7 @@ use crate::storage::{DeviceStorage, Reservation};
 use core::time::Duration;
 use sigil_coap::message::option;
 use sigil_coap::{
-    Code, ContentFormat, Message, MessageBuilder, MessageType, RetransmitDecision,
-    TransmissionParameters,
+    Code, ContentFormat, Message, MessageBuilder, MessageType, TransmissionParameters,
 };
 use sigil_crypto::{CryptoProvider, Rng};
 use sigil_freshness::SequenceCounter;
@@ -331,19 +330,8 @@ impl<C: CryptoProvider> PskNode<C> {
         now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
-        if let Some(o) = self.outstanding.as_mut() {
-            match o.retransmission.as_mut() {
-                Some(r) => match r.on_timer(now) {
-                    RetransmitDecision::Wait => {}
-                    RetransmitDecision::Resend => {
-                        o.send_now = true;
-                        self.stats.retransmissions += 1;
-                    }
-                    RetransmitDecision::GiveUp => self.exchange_failed(now, None),
-                },
-                None if now >= o.deadline => self.exchange_failed(now, None),
-                None => {}
-            }
+        if crate::exchange::on_timer(&mut self.outstanding, now, &mut self.stats.retransmissions) {
+            self.exchange_failed(now, None);
         }
         if self.outstanding.is_none() {
             match self.state {
