@@ -9,7 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{first_line, free_port, secure_server_with, sigil, wait_ready, SIGIL};
+use common::{
+    first_line, free_port, pair, provisioned_p256_sensor, secure_server_with, server_identity,
+    sigil, wait_ready, SIGIL,
+};
 
 fn server(db: &Path, port: u16) -> Child {
     secure_server(db, port, 0)
@@ -412,21 +415,8 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
 
     let mut srv = secure_server(&db, port, dport);
     wait_ready(port);
-    let server_id = {
-        // The server's identity is stable across restarts (its key lives in the database).
-        let store = sigil_server::Store::open(&db).unwrap();
-        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
-        let sk = sigil_crypto::SecretKey::from_bytes(
-            sigil_crypto::SignatureAlgorithm::EcdsaP256,
-            &secret,
-        )
-        .unwrap();
-        use sigil_crypto::CryptoProvider;
-        let pk = sigil_crypto::RustCrypto.public_key(&sk).unwrap();
-        sigil_identity::Identity::of_key(&sigil_crypto::RustCrypto, &pk, b"")
-            .unwrap()
-            .to_string()
-    };
+    // The server's identity is stable across restarts (its key lives in the database).
+    let server_id = server_identity(&db);
     let out = sigil(&[
         "app",
         "--server",
@@ -1237,64 +1227,17 @@ fn a_sensor_whose_association_the_server_lost_handshakes_again() {
 fn a_paired_sensor_pins_its_server_over_coaps() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
-    let dbs = db.to_str().unwrap();
     let (port, dport) = (free_port(), free_port());
     let coaps = format!("coaps://127.0.0.1:{dport}");
     let state = dir.path().join("sensor");
     let states = state.to_str().unwrap();
-    let out = sigil(&[
-        "sensor",
-        "--state",
-        states,
-        "--alg",
-        "p256",
-        "--print-identity",
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let (identity, key) = (lines[0], lines[3]);
-    assert!(sigil(&["provision", "--db", dbs, "add", identity])
-        .status
-        .success());
+    let (identity, key) = provisioned_p256_sensor(&db, &state);
     let mut srv = secure_server(&db, port, dport);
     wait_ready(port);
 
     let message = dir.path().join("pairing.cose");
-    let out = sigil(&[
-        "provision",
-        "--db",
-        dbs,
-        "pair",
-        identity,
-        "--device-key",
-        key,
-        "--group",
-        &"0a".repeat(16),
-        "--subscriber",
-        &"0b".repeat(16),
-        "--out",
-        message.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let server_id = {
-        let store = sigil_server::Store::open(&db).unwrap();
-        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
-        let sk = sigil_crypto::SecretKey::from_bytes(
-            sigil_crypto::SignatureAlgorithm::EcdsaP256,
-            &secret,
-        )
-        .unwrap();
-        use sigil_crypto::CryptoProvider;
-        let pk = sigil_crypto::RustCrypto.public_key(&sk).unwrap();
-        sigil_identity::Identity::of_key(&sigil_crypto::RustCrypto, &pk, b"")
-            .unwrap()
-            .to_string()
-    };
+    pair(&db, &identity, &key, &message);
+    let server_id = server_identity(&db);
     let sensor = |extra: &[&str]| {
         let mut args = vec![
             "sensor",

@@ -11,7 +11,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{free_port, secure_server_with, sigil, wait_ready, Kill, SIGIL};
+use common::{
+    free_port, pair, provisioned_p256_sensor, secure_server_with, server_identity, server_key,
+    sigil, wait_ready, Kill, SIGIL,
+};
 
 fn now() -> i64 {
     std::time::SystemTime::now()
@@ -69,21 +72,7 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     let (port, dport, sport) = (free_port(), free_port(), free_port());
     let state = dir.path().join("sensor");
     let states = state.to_str().unwrap();
-    let out = sigil(&[
-        "sensor",
-        "--state",
-        states,
-        "--alg",
-        "p256",
-        "--print-identity",
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let (sensor_id, sensor_key) = (lines[0].to_string(), lines[3].to_string());
-    assert!(sigil(&["provision", "--db", dbs, "add", &sensor_id])
-        .status
-        .success());
+    let (sensor_id, sensor_key) = provisioned_p256_sensor(&db, &state);
     // A reader that will ask the running server's AC for its token.
     let (reader_key, reader_pub) = client_key(dir.path(), "reader.key");
     let reader_id = Identity::of_key(&RustCrypto, &reader_pub, b"")
@@ -95,35 +84,10 @@ fn a_sensor_serves_its_readings_only_to_holders_of_a_valid_token() {
     let _server = Kill(secure_server_with(&db, port, dport, &[]));
     wait_ready(port);
     let message = dir.path().join("pairing.cose");
-    let out = sigil(&[
-        "provision",
-        "--db",
-        dbs,
-        "pair",
-        &sensor_id,
-        "--device-key",
-        &sensor_key,
-        "--group",
-        &"0a".repeat(16),
-        "--subscriber",
-        &"0b".repeat(16),
-        "--out",
-        message.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pair(&db, &sensor_id, &sensor_key, &message);
     // The AC's key: the server's persistent DTLS key, the one that signed the pairing.
-    let (ac, ac_id) = {
-        let store = sigil_server::Store::open(&db).unwrap();
-        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
-        let sk = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &secret).unwrap();
-        let pk = RustCrypto.public_key(&sk).unwrap();
-        let id = Identity::of_key(&RustCrypto, &pk, b"").unwrap().to_string();
-        (sk, id)
-    };
+    let (ac, _) = server_key(&db);
+    let ac_id = server_identity(&db);
 
     let log = dir.path().join("sensor.log");
     let _sensor = Kill(
@@ -444,16 +408,8 @@ fn an_unpaired_sensor_trusts_the_key_its_server_identity_names_and_keeps_it() {
         .success());
     let _server = Kill(secure_server_with(&db, port, dport, &[]));
     wait_ready(port);
-    let (ac, ac_pub) = {
-        let store = sigil_server::Store::open(&db).unwrap();
-        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
-        let sk = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &secret).unwrap();
-        let pk = RustCrypto.public_key(&sk).unwrap();
-        (sk, pk)
-    };
-    let ac_id = Identity::of_key(&RustCrypto, &ac_pub, b"")
-        .unwrap()
-        .to_string();
+    let (ac, ac_pub) = server_key(&db);
+    let ac_id = server_identity(&db);
     let log = dir.path().join("sensor.log");
     let _sensor = Kill(
         Command::new(SIGIL)

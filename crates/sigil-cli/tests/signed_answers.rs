@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::{free_port, secure_server_with, sigil, wait_ready, Kill};
+use common::{
+    free_port, pair, provisioned_p256_sensor, secure_server_with, server_key, sigil, wait_ready,
+    Kill,
+};
 
 fn report(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
@@ -21,61 +24,16 @@ fn report(out: &std::process::Output) -> serde_json::Value {
 fn a_paired_sensor_acts_only_on_signed_answers_over_coap() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
-    let dbs = db.to_str().unwrap();
     let port = free_port();
     let coap = format!("coap://127.0.0.1:{port}");
     let state = dir.path().join("sensor");
     let states = state.to_str().unwrap();
-    let out = sigil(&[
-        "sensor",
-        "--state",
-        states,
-        "--alg",
-        "p256",
-        "--print-identity",
-    ]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let (identity, key) = (lines[0], lines[3]);
-    assert!(sigil(&["provision", "--db", dbs, "add", identity])
-        .status
-        .success());
+    let (identity, key) = provisioned_p256_sensor(&db, &state);
     let _srv = Kill(secure_server_with(&db, port, 0, &[]));
     wait_ready(port);
     let message = dir.path().join("pairing.cose");
-    let out = sigil(&[
-        "provision",
-        "--db",
-        dbs,
-        "pair",
-        identity,
-        "--device-key",
-        key,
-        "--group",
-        &"0a".repeat(16),
-        "--subscriber",
-        &"0b".repeat(16),
-        "--out",
-        message.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let server_key = {
-        let store = sigil_server::Store::open(&db).unwrap();
-        let (_, secret) = store.server_key("dtls").unwrap().unwrap();
-        let sk = sigil_crypto::SecretKey::from_bytes(
-            sigil_crypto::SignatureAlgorithm::EcdsaP256,
-            &secret,
-        )
-        .unwrap();
-        use sigil_crypto::CryptoProvider;
-        let pk = sigil_crypto::RustCrypto.public_key(&sk).unwrap();
-        format!("p256:{}", hex::encode(pk.as_bytes()))
-    };
+    pair(&db, &identity, &key, &message);
+    let server_key = format!("p256:{}", hex::encode(server_key(&db).1.as_bytes()));
     let sensor = |extra: &[&str]| {
         let mut args = vec![
             "sensor",

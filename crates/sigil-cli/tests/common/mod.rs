@@ -82,3 +82,71 @@ impl Drop for Kill {
         let _ = self.0.wait();
     }
 }
+
+/// The server's long-term key in `db` (made at its first start, kept in `server_key` as
+/// "dtls"): it signs pairing messages, tokens and signed answers.
+pub fn server_key(db: &Path) -> (sigil_crypto::SecretKey, sigil_crypto::PublicKey) {
+    use sigil_crypto::CryptoProvider;
+    let store = sigil_server::Store::open(db).unwrap();
+    let (alg, secret) = store.server_key("dtls").unwrap().unwrap();
+    let alg = sigil_crypto::SignatureAlgorithm::from_cose(alg).unwrap();
+    let sk = sigil_crypto::SecretKey::from_bytes(alg, &secret).unwrap();
+    let pk = sigil_crypto::RustCrypto.public_key(&sk).unwrap();
+    (sk, pk)
+}
+
+/// The identity `h(P)` of the server's key in `db`, as text.
+pub fn server_identity(db: &Path) -> String {
+    let (_, pk) = server_key(db);
+    sigil_identity::Identity::of_key(&sigil_crypto::RustCrypto, &pk, b"")
+        .unwrap()
+        .to_string()
+}
+
+/// A P-256 sensor's first boot in `state` (`--print-identity`), put on the list in `db`: its
+/// identity and its public key (`p256:hex`).
+pub fn provisioned_p256_sensor(db: &Path, state: &Path) -> (String, String) {
+    let out = sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--alg",
+        "p256",
+        "--print-identity",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (identity, key) = (lines[0].to_string(), lines[3].to_string());
+    assert!(
+        sigil(&["provision", "--db", db.to_str().unwrap(), "add", &identity])
+            .status
+            .success()
+    );
+    (identity, key)
+}
+
+/// `sigil provision pair` for the sensor `identity` with `key` (group 0a…, subscriber 0b…),
+/// written to `out`.
+pub fn pair(db: &Path, identity: &str, key: &str, out: &Path) {
+    let result = sigil(&[
+        "provision",
+        "--db",
+        db.to_str().unwrap(),
+        "pair",
+        identity,
+        "--device-key",
+        key,
+        "--group",
+        &"0a".repeat(16),
+        "--subscriber",
+        &"0b".repeat(16),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+}
