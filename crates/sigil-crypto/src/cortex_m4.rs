@@ -109,6 +109,14 @@ impl CryptoProvider for CortexM4 {
         RustCrypto.hmac_sha256(key, parts)
     }
 
+    fn x25519_secret_of_ed25519(&self, key: &SecretKey) -> Result<AgreementSecret, CryptoError> {
+        RustCrypto.x25519_secret_of_ed25519(key)
+    }
+
+    fn x25519_public_of_ed25519(&self, key: &PublicKey) -> Result<AgreementPublicKey, CryptoError> {
+        RustCrypto.x25519_public_of_ed25519(key)
+    }
+
     fn generate(
         &self,
         alg: SignatureAlgorithm,

@@ -326,6 +326,27 @@ pub trait CryptoProvider {
     /// refused). Callers must feed it through a KDF; it is never a key by itself.
     fn agree(&self, secret: &AgreementSecret, peer_public: &[u8]) -> Result<[u8; 32], CryptoError>;
 
+    /// The X25519 secret of an Ed25519 signing key (RFC 8032 §5.1.5 with the birational map of
+    /// RFC 7748 §4.1): the first half of SHA-512 of the seed, which X25519 clamps as Ed25519
+    /// does, so its public value is [`Self::x25519_public_of_ed25519`] of the signing key's
+    /// public key. The same secret as libsodium's `crypto_sign_ed25519_sk_to_curve25519`.
+    /// Another kind of key is refused with [`CryptoError::InvalidKey`]; providers without
+    /// it answer [`CryptoError::Unsupported`].
+    fn x25519_secret_of_ed25519(&self, key: &SecretKey) -> Result<AgreementSecret, CryptoError> {
+        let _ = key;
+        Err(CryptoError::Unsupported)
+    }
+
+    /// The X25519 public value of an Ed25519 public key: the Montgomery u-coordinate
+    /// `(1 + y) / (1 - y)` of its point (RFC 7748 §4.1), as libsodium's
+    /// `crypto_sign_ed25519_pk_to_curve25519`. A key that is not a point, or of small order, is
+    /// refused ([`CryptoError::InvalidKey`]); providers without it answer
+    /// [`CryptoError::Unsupported`].
+    fn x25519_public_of_ed25519(&self, key: &PublicKey) -> Result<AgreementPublicKey, CryptoError> {
+        let _ = key;
+        Err(CryptoError::Unsupported)
+    }
+
     /// AES-128-CCM with an 8-byte tag (RFC 3610, RFC 6655): encrypts `buf` in place and
     /// returns the tag.
     fn aes128_ccm8_seal(
@@ -569,6 +590,12 @@ impl<T: CryptoProvider + ?Sized> CryptoProvider for &T {
     }
     fn agree(&self, secret: &AgreementSecret, peer_public: &[u8]) -> Result<[u8; 32], CryptoError> {
         (**self).agree(secret, peer_public)
+    }
+    fn x25519_secret_of_ed25519(&self, key: &SecretKey) -> Result<AgreementSecret, CryptoError> {
+        (**self).x25519_secret_of_ed25519(key)
+    }
+    fn x25519_public_of_ed25519(&self, key: &PublicKey) -> Result<AgreementPublicKey, CryptoError> {
+        (**self).x25519_public_of_ed25519(key)
     }
     fn aes128_ccm8_seal(
         &self,

@@ -295,6 +295,44 @@ impl CryptoProvider for RustCrypto {
         }
     }
 
+    fn x25519_secret_of_ed25519(&self, key: &SecretKey) -> Result<AgreementSecret, CryptoError> {
+        match key.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
+            SignatureAlgorithm::Ed25519 => {
+                let sk = ed25519_dalek::SigningKey::from_bytes(&key.to_bytes());
+                let scalar = zeroize::Zeroizing::new(sk.to_scalar_bytes());
+                AgreementSecret::from_bytes(AgreementAlgorithm::X25519, &scalar[..])
+            }
+            SignatureAlgorithm::EcdsaP256 => Err(CryptoError::InvalidKey),
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
+        }
+    }
+
+    fn x25519_public_of_ed25519(&self, key: &PublicKey) -> Result<AgreementPublicKey, CryptoError> {
+        match key.algorithm() {
+            #[cfg(feature = "rustcrypto-ed25519")]
+            SignatureAlgorithm::Ed25519 => {
+                let bytes: &[u8; 32] = key
+                    .as_bytes()
+                    .try_into()
+                    .map_err(|_| CryptoError::KeyLength)?;
+                let vk = ed25519_dalek::VerifyingKey::from_bytes(bytes)
+                    .map_err(|_| CryptoError::InvalidKey)?;
+                if vk.is_weak() {
+                    return Err(CryptoError::InvalidKey);
+                }
+                AgreementPublicKey::from_bytes(
+                    AgreementAlgorithm::X25519,
+                    &vk.to_montgomery().to_bytes(),
+                )
+            }
+            SignatureAlgorithm::EcdsaP256 => Err(CryptoError::InvalidKey),
+            #[allow(unreachable_patterns)]
+            _ => Err(CryptoError::Unsupported),
+        }
+    }
+
     fn aes128_ccm8_seal(
         &self,
         key: &[u8; 16],

@@ -254,3 +254,69 @@ fn hmac_sha256_rfc4231_test_cases_2_and_6() {
         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
     );
 }
+
+/// X25519 from an Ed25519 key (RFC 7748 §4.1 map): the secret and public value libsodium's
+/// `crypto_sign_ed25519_{sk,pk}_to_curve25519` give for the seed of its `ed25519_convert` test,
+/// and the two sides agree; other keys are refused.
+#[test]
+fn x25519_of_an_ed25519_key_matches_libsodium_and_agrees() {
+    use sigil_crypto::AgreementAlgorithm;
+    let seed =
+        hex::decode("421151a459faeade3d247115f94aedae42318124095afabe4d1451a559faedee").unwrap();
+    let sk = SecretKey::from_bytes(SignatureAlgorithm::Ed25519, &seed).unwrap();
+    let pk = RustCrypto.public_key(&sk).unwrap();
+    assert_eq!(
+        hex::encode(pk.as_bytes()),
+        "b5076a8474a832daee4dd5b4040983b6623b5f344aca57d4d6ee4baf3f259e6e"
+    );
+    let x_public = RustCrypto.x25519_public_of_ed25519(&pk).unwrap();
+    assert_eq!(x_public.algorithm(), AgreementAlgorithm::X25519);
+    assert_eq!(
+        hex::encode(x_public.as_bytes()),
+        "f1814f0e8ff1043d8a44d25babff3cedcae6c22c3edaa48f857ae70de2baae50"
+    );
+    let x_secret = RustCrypto.x25519_secret_of_ed25519(&sk).unwrap();
+    // libsodium returns the clamped scalar; X25519 clamps the unclamped one the same way.
+    let mut clamped = x_secret.to_bytes();
+    clamped[0] &= 248;
+    clamped[31] &= 127;
+    clamped[31] |= 64;
+    assert_eq!(
+        hex::encode(clamped),
+        "8052030376d47112be7f73ed7a019293dd12ad910b654455798b4667d73de166"
+    );
+    assert_eq!(
+        RustCrypto.agreement_public_key(&x_secret).unwrap(),
+        x_public
+    );
+    // An ephemeral X25519 key and the converted key agree from both sides.
+    let e = RustCrypto
+        .generate_agreement(AgreementAlgorithm::X25519, &mut Counter::new(5, 3))
+        .unwrap();
+    let e_public = RustCrypto.agreement_public_key(&e).unwrap();
+    assert_eq!(
+        RustCrypto.agree(&e, x_public.as_bytes()).unwrap(),
+        RustCrypto.agree(&x_secret, e_public.as_bytes()).unwrap()
+    );
+    // A P-256 key has no such map; an Ed25519 key of small order (the identity point) or one
+    // that is not a point is refused.
+    let p256 = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Counter::new(1, 1))
+        .unwrap();
+    assert_eq!(
+        RustCrypto.x25519_secret_of_ed25519(&p256).map(|_| ()),
+        Err(CryptoError::InvalidKey)
+    );
+    let p256_public = RustCrypto.public_key(&p256).unwrap();
+    assert_eq!(
+        RustCrypto.x25519_public_of_ed25519(&p256_public),
+        Err(CryptoError::InvalidKey)
+    );
+    let mut identity_point = [0u8; 32];
+    identity_point[0] = 1;
+    let weak = PublicKey::from_bytes(SignatureAlgorithm::Ed25519, &identity_point).unwrap();
+    assert_eq!(
+        RustCrypto.x25519_public_of_ed25519(&weak),
+        Err(CryptoError::InvalidKey)
+    );
+}
