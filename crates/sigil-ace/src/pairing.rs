@@ -10,23 +10,28 @@
 //!
 //! - a tagged `COSE_Encrypt` (RFC 9052 §5.1, tag 96) under AES-CCM-16-64-128 (alg 10) with one
 //!   recipient doing direct key agreement, ECDH-ES + HKDF-256 (alg -25, RFC 9053 §6.3.1): the
-//!   recipient's unprotected bucket holds the ephemeral P-256 key (-1) and, as `kid` (4), the
-//!   identity of the device it is for. The content key is HKDF-SHA-256 of the ECDH secret with
+//!   recipient's unprotected bucket holds the ephemeral key (-1) and, as `kid` (4), the
+//!   identity of the device it is for. The ephemeral key is on the device key's curve: an EC2
+//!   P-256 key for a P-256 device, an OKP X25519 key (crv 4, RFC 9053 §7.2) for an Ed25519
+//!   device. The content key is HKDF-SHA-256 of the ECDH secret with
 //!   the `COSE_KDF_Context` of RFC 9053 §5.2 as info, and the device identity is the external
 //!   AAD of the `Enc_structure`, so a message for another device never decrypts;
 //! - the plaintext: a tagged `COSE_Sign1` (tag 18) under the server's key (EdDSA or ES256);
 //! - its payload: a CBOR map with integer labels, see [`PairingContent`].
 //!
 //! Every structure is standard COSE, so a generic COSE library (pycose) builds and opens it.
-//! The device key must be P-256: ECDH is done with the device's own signing scalar, as in
-//! static ECDH. An Ed25519 device is refused with [`PairingError::UnsupportedDeviceKey`].
+//! The key agreement uses the device's own signing key, so a label's one public key is all
+//! the server needs: a P-256 device's scalar, as in static ECDH; an Ed25519 device's key
+//! mapped to X25519 (RFC 7748 §4.1: the secret is the first half of SHA-512 of the seed, the
+//! public value the Montgomery form of the Edwards point; `CryptoProvider::
+//! x25519_secret_of_ed25519`), as libsodium's `crypto_sign_ed25519_*_to_curve25519` do.
 //! Replays and second pairings are the device's to refuse, from its persisted state
 //! (`sigil-device`). Layout and sizes: `docs/wire-formats.md`, "Pairing message".
 
 use core::fmt;
 use sigil_crypto::{
-    AgreementAlgorithm, AgreementSecret, CryptoError, CryptoProvider, PublicKey, Rng, SecretKey,
-    SignatureAlgorithm, CCM16_NONCE_LEN, CCM8_TAG_LEN, SIGNATURE_LEN,
+    AgreementAlgorithm, AgreementPublicKey, AgreementSecret, CryptoError, CryptoProvider,
+    PublicKey, Rng, SecretKey, SignatureAlgorithm, CCM16_NONCE_LEN, CCM8_TAG_LEN, SIGNATURE_LEN,
 };
 use sigil_identity::{Identity, IDENTITY_LEN};
 use sigil_objects::cbor::{CborError, Decoder, Encoder, Item};
@@ -58,8 +63,10 @@ const KEY_KTY: i64 = 1;
 const KEY_CRV: i64 = -1;
 const KEY_X: i64 = -2;
 const KEY_Y: i64 = -3;
+const KTY_OKP: u64 = 1;
 const KTY_EC2: u64 = 2;
 const CRV_P256: u64 = 1;
+const CRV_X25519: u64 = 4;
 
 /// Labels of the pairing content map.
 const P_DEVICE: u64 = 1;
@@ -169,7 +176,8 @@ pub enum PairingError {
     Cbor(CborError),
     /// A COSE algorithm other than AES-CCM-16-64-128, ECDH-ES + HKDF-256, EdDSA or ES256.
     UnsupportedAlgorithm(i64),
-    /// The device's key is not P-256, so no ECDH is done with it.
+    /// The device's key does no key agreement with this crypto provider (it lacks the curve,
+    /// or the Ed25519-to-X25519 map).
     UnsupportedDeviceKey,
     /// The message names another device (its recipient `kid`, or the content).
     NotForThisDevice,
@@ -207,7 +215,7 @@ impl fmt::Display for PairingError {
             Self::Cbor(e) => write!(f, "malformed pairing message: {e}"),
             Self::UnsupportedAlgorithm(a) => write!(f, "unsupported COSE algorithm {a}"),
             Self::UnsupportedDeviceKey => {
-                f.write_str("pairing needs a P-256 device key (ECDH); this device's key is not")
+                f.write_str("this crypto provider does no key agreement with the device's key")
             }
             Self::NotForThisDevice => f.write_str("pairing message is for another device"),
             Self::BadTag => f.write_str(
@@ -239,7 +247,7 @@ fn oversized(len: usize, max: usize) -> PairingError {
     PairingError::Oversized { len, max }
 }
 
-/// Makes a pairing message for the device whose P-256 public key is `device_key`, signed with
+/// Makes a pairing message for the device whose public key (P-256 or Ed25519) is `device_key`, signed with
 /// `server_key`. `content.device` must be that key's identity with the other information the
 /// device uses; `content.server` must be `h(server public key | content.server_other)`, or the
 /// message is refused here ([`PairingError::ServerIdentityMismatch`]) as the device would.
@@ -395,18 +403,34 @@ fn encrypt_to_device<P: CryptoProvider + ?Sized>(
     rng: &mut dyn Rng,
     out: &mut [u8],
 ) -> Result<usize, PairingError> {
-    if device_key.algorithm() != SignatureAlgorithm::EcdsaP256 {
-        return Err(PairingError::UnsupportedDeviceKey);
-    }
-    let ephemeral = provider
-        .generate_agreement(AgreementAlgorithm::P256, rng)
-        .map_err(PairingError::Crypto)?;
+    let unsupported = |e| match e {
+        CryptoError::Unsupported => PairingError::UnsupportedDeviceKey,
+        CryptoError::InvalidKey | CryptoError::KeyLength | CryptoError::WeakSharedSecret => {
+            PairingError::Malformed("device key is not a usable public key")
+        }
+        e => PairingError::Crypto(e),
+    };
+    // The device's key-agreement public value: its P-256 point, or its Ed25519 key's X25519 form.
+    let (alg, device_public) = match device_key.algorithm() {
+        SignatureAlgorithm::EcdsaP256 => (
+            AgreementAlgorithm::P256,
+            AgreementPublicKey::from_bytes(AgreementAlgorithm::P256, device_key.as_bytes())
+                .map_err(unsupported)?,
+        ),
+        SignatureAlgorithm::Ed25519 => (
+            AgreementAlgorithm::X25519,
+            provider
+                .x25519_public_of_ed25519(device_key)
+                .map_err(unsupported)?,
+        ),
+    };
+    let ephemeral = provider.generate_agreement(alg, rng).map_err(unsupported)?;
     let ephemeral_public = provider
         .agreement_public_key(&ephemeral)
         .map_err(PairingError::Crypto)?;
     let shared = provider
-        .agree(&ephemeral, device_key.as_bytes())
-        .map_err(PairingError::Crypto)?;
+        .agree(&ephemeral, device_public.as_bytes())
+        .map_err(unsupported)?;
     let key = content_key(provider, &shared, &RECIPIENT_PROTECTED_BYTES)?;
     let mut iv = [0u8; CCM16_NONCE_LEN];
     rng.fill(&mut iv).map_err(PairingError::Crypto)?;
@@ -429,11 +453,21 @@ fn encrypt_to_device<P: CryptoProvider + ?Sized>(
     e.bytes(&body[..plen + CCM8_TAG_LEN])?;
     e.array(1)?.array(3)?.bytes(&RECIPIENT_PROTECTED_BYTES)?;
     e.map(2)?;
-    e.i64(H_EPHEMERAL_KEY)?.map(4)?;
-    e.i64(KEY_KTY)?.u64(KTY_EC2)?;
-    e.i64(KEY_CRV)?.u64(CRV_P256)?;
-    e.i64(KEY_X)?.bytes(&point[1..33])?;
-    e.i64(KEY_Y)?.bytes(&point[33..65])?;
+    match alg {
+        AgreementAlgorithm::P256 => {
+            e.i64(H_EPHEMERAL_KEY)?.map(4)?;
+            e.i64(KEY_KTY)?.u64(KTY_EC2)?;
+            e.i64(KEY_CRV)?.u64(CRV_P256)?;
+            e.i64(KEY_X)?.bytes(&point[1..33])?;
+            e.i64(KEY_Y)?.bytes(&point[33..65])?;
+        }
+        AgreementAlgorithm::X25519 => {
+            e.i64(H_EPHEMERAL_KEY)?.map(3)?;
+            e.i64(KEY_KTY)?.u64(KTY_OKP)?;
+            e.i64(KEY_CRV)?.u64(CRV_X25519)?;
+            e.i64(KEY_X)?.bytes(point)?;
+        }
+    }
     e.i64(H_KID)?.bytes(device.as_bytes())?;
     e.bytes(&[])?;
     let n = e.finish();
@@ -453,8 +487,8 @@ pub struct SealedPairing<'a> {
     pub ciphertext: &'a [u8],
     /// The recipient's protected bucket, as it arrived (part of the KDF context).
     pub recipient_protected: &'a [u8],
-    /// The ephemeral P-256 public key, as an uncompressed SEC 1 point.
-    pub ephemeral: [u8; 65],
+    /// The ephemeral public key: an uncompressed SEC 1 P-256 point, or an X25519 u-coordinate.
+    pub ephemeral: AgreementPublicKey,
     /// The identity of the device the message is for (recipient `kid`).
     pub device: Identity,
 }
@@ -465,7 +499,7 @@ struct Headers<'a> {
     alg: Option<i64>,
     iv: Option<&'a [u8]>,
     kid: Option<&'a [u8]>,
-    ephemeral: Option<[u8; 65]>,
+    ephemeral: Option<AgreementPublicKey>,
 }
 
 /// Reads one header bucket into `h`: `alg` only from a protected one, `crit` refused, a
@@ -507,7 +541,7 @@ fn read_bucket<'a>(
                 }
             }
             H_EPHEMERAL_KEY => {
-                let key = read_ec2_key(d)?;
+                let key = read_ephemeral_key(d)?;
                 if h.ephemeral.replace(key).is_some() {
                     return Err(PairingError::Malformed("ephemeral key repeated"));
                 }
@@ -518,8 +552,9 @@ fn read_bucket<'a>(
     Ok(())
 }
 
-/// A COSE_Key of type EC2 on P-256 with both coordinates (RFC 9053 §7.1.1).
-fn read_ec2_key(d: &mut Decoder<'_>) -> Result<[u8; 65], PairingError> {
+/// A COSE_Key of type EC2 on P-256 with both coordinates (RFC 9053 §7.1.1), or of type OKP
+/// on X25519 with its `x` (RFC 9053 §7.2).
+fn read_ephemeral_key(d: &mut Decoder<'_>) -> Result<AgreementPublicKey, PairingError> {
     let n = d.map().map_err(malformed("ephemeral key is not a map"))?;
     if n > MAX_HEADER_ENTRIES + 2 {
         return Err(PairingError::Malformed(
@@ -553,19 +588,32 @@ fn read_ec2_key(d: &mut Decoder<'_>) -> Result<[u8; 65], PairingError> {
             return Err(PairingError::Malformed("ephemeral key parameter repeated"));
         }
     }
-    if kty != Some(KTY_EC2) || crv != Some(CRV_P256) {
-        return Err(PairingError::Malformed(
-            "ephemeral key is not an EC2 P-256 key",
-        ));
+    match (kty, crv, x, y) {
+        (Some(KTY_EC2), Some(CRV_P256), Some(x), Some(y)) => {
+            let mut point = [0u8; 65];
+            point[0] = 0x04;
+            point[1..33].copy_from_slice(&x);
+            point[33..].copy_from_slice(&y);
+            AgreementPublicKey::from_bytes(AgreementAlgorithm::P256, &point)
+                .map_err(|_| PairingError::Malformed("ephemeral key is not a P-256 point"))
+        }
+        (Some(KTY_EC2), Some(CRV_P256), _, _) => {
+            Err(PairingError::Malformed("ephemeral key lacks a coordinate"))
+        }
+        (Some(KTY_OKP), Some(CRV_X25519), Some(x), None) => {
+            AgreementPublicKey::from_bytes(AgreementAlgorithm::X25519, &x)
+                .map_err(|_| PairingError::Malformed("ephemeral key is not an X25519 key"))
+        }
+        (Some(KTY_OKP), Some(CRV_X25519), None, _) => {
+            Err(PairingError::Malformed("ephemeral key lacks its x"))
+        }
+        (Some(KTY_OKP), Some(CRV_X25519), Some(_), Some(_)) => {
+            Err(PairingError::Malformed("an X25519 ephemeral key has no y"))
+        }
+        _ => Err(PairingError::Malformed(
+            "ephemeral key is neither EC2 P-256 nor OKP X25519",
+        )),
     }
-    let (Some(x), Some(y)) = (x, y) else {
-        return Err(PairingError::Malformed("ephemeral key lacks a coordinate"));
-    };
-    let mut point = [0u8; 65];
-    point[0] = 0x04;
-    point[1..33].copy_from_slice(&x);
-    point[33..].copy_from_slice(&y);
-    Ok(point)
 }
 
 /// Reads the outer layers of a pairing message (no crypto): the COSE_Encrypt with its one
@@ -734,7 +782,8 @@ fn parse_content(payload: &[u8]) -> Result<Content<'_>, PairingError> {
 }
 
 /// Opens a pairing message on the device: checks it is for `device` (the device's identity,
-/// the one its key was labelled with), decrypts it with the device's P-256 key, checks the
+/// the one its key was labelled with), decrypts it with the device's key (P-256, or Ed25519
+/// mapped to X25519), checks the
 /// server's signature and that the signer is the server the content names, and, when
 /// `trusted_server` is given, that this is the server the device already trusts.
 ///
@@ -751,14 +800,26 @@ pub fn open_pairing<P: CryptoProvider + ?Sized>(
     if sealed.device != *device {
         return Err(PairingError::NotForThisDevice);
     }
-    let secret = AgreementSecret::from_p256_signing_key(device_key)
-        .map_err(|_| PairingError::UnsupportedDeviceKey)?;
+    let secret = match device_key.algorithm() {
+        SignatureAlgorithm::EcdsaP256 => AgreementSecret::from_p256_signing_key(device_key),
+        SignatureAlgorithm::Ed25519 => provider.x25519_secret_of_ed25519(device_key),
+    }
+    .map_err(|e| match e {
+        CryptoError::Unsupported => PairingError::UnsupportedDeviceKey,
+        e => PairingError::Crypto(e),
+    })?;
+    if sealed.ephemeral.algorithm() != secret.algorithm() {
+        return Err(PairingError::Malformed(
+            "ephemeral key is not on the device key's curve",
+        ));
+    }
     let shared = provider
-        .agree(&secret, &sealed.ephemeral)
+        .agree(&secret, sealed.ephemeral.as_bytes())
         .map_err(|e| match e {
             CryptoError::InvalidKey | CryptoError::KeyLength | CryptoError::WeakSharedSecret => {
-                PairingError::Malformed("ephemeral key is not a P-256 point")
+                PairingError::Malformed("ephemeral key is not a usable point")
             }
+            CryptoError::Unsupported => PairingError::UnsupportedDeviceKey,
             e => PairingError::Crypto(e),
         })?;
     let key = content_key(provider, &shared, sealed.recipient_protected)?;
@@ -930,10 +991,13 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_with_either_server_key() {
-        let device = party(SignatureAlgorithm::EcdsaP256, 1);
-        for alg in SignatureAlgorithm::ALL {
-            let server = party(alg, 2);
+    fn round_trip_with_either_server_key_to_either_device_key() {
+        for (device_alg, server_alg) in SignatureAlgorithm::ALL
+            .into_iter()
+            .flat_map(|d| SignatureAlgorithm::ALL.map(|s| (d, s)))
+        {
+            let device = party(device_alg, 1);
+            let server = party(server_alg, 2);
             let (msg, n) = seal(&content(&device, &server), &device, &server);
             let p = open(&msg[..n], &device, None).unwrap();
             assert_eq!(p.serial, 7);
@@ -1027,7 +1091,7 @@ mod tests {
         let sealed = parse_pairing(&msg[..n]).unwrap();
         let ct_at = find(&msg[..n], sealed.ciphertext);
         let iv_at = find(&msg[..n], sealed.iv);
-        let x_at = find(&msg[..n], &sealed.ephemeral[1..33]);
+        let x_at = find(&msg[..n], &sealed.ephemeral.as_bytes()[1..33]);
         for at in [ct_at, ct_at + sealed.ciphertext.len() - 1, iv_at, x_at + 31] {
             let mut t = msg;
             t[at] ^= 0x01;
@@ -1160,28 +1224,59 @@ mod tests {
         }
     }
 
+    /// An Ed25519 device gets an OKP X25519 ephemeral key (crv 4, `x` only); every byte of
+    /// its message is checked as a P-256 device's is; a P-256 key cannot open it, nor can an
+    /// Ed25519 key open a P-256 device's message (the curves differ).
     #[test]
-    fn an_ed25519_device_cannot_be_paired() {
+    fn an_ed25519_device_is_paired_over_x25519() {
         let device = party(SignatureAlgorithm::Ed25519, 1);
         let server = party(SignatureAlgorithm::Ed25519, 2);
-        let c = content(&device, &server);
+        let (msg, n) = seal(&content(&device, &server), &device, &server);
+        let sealed = parse_pairing(&msg[..n]).unwrap();
+        assert_eq!(sealed.ephemeral.algorithm(), AgreementAlgorithm::X25519);
+        // {1: 1, -1: 4, -2: x}: kty OKP, crv X25519.
+        let x = sealed.ephemeral.as_bytes();
+        let at = find(&msg[..n], x);
         assert_eq!(
+            &msg[at - 8..at],
+            &[0xa3, 0x01, 0x01, 0x20, 0x04, 0x21, 0x58, 0x20]
+        );
+        let p = open(&msg[..n], &device, Some(&server.identity)).unwrap();
+        assert_eq!(p.server, server.identity);
+        for at in 0..n {
+            let mut t = msg;
+            t[at] ^= 0x01;
+            assert!(open(&t[..n], &device, None).is_err(), "byte {at}");
+        }
+        let p256 = party(SignatureAlgorithm::EcdsaP256, 1);
+        assert_eq!(
+            open_pairing(&msg[..n], &p256.key, &device.identity, None, &RustCrypto),
+            Err(PairingError::Malformed(
+                "ephemeral key is not on the device key's curve"
+            ))
+        );
+        let (other, on) = seal(&content(&p256, &server), &p256, &server);
+        assert_eq!(
+            open_pairing(&other[..on], &device.key, &p256.identity, None, &RustCrypto),
+            Err(PairingError::Malformed(
+                "ephemeral key is not on the device key's curve"
+            ))
+        );
+        // A device key of small order (the identity point) is refused, not encrypted to.
+        let mut identity_point = [0u8; 32];
+        identity_point[0] = 1;
+        let weak = PublicKey::from_bytes(SignatureAlgorithm::Ed25519, &identity_point).unwrap();
+        assert!(matches!(
             seal_pairing(
-                &c,
-                &device.public,
+                &content(&device, &server),
+                &weak,
                 &server.key,
                 &RustCrypto,
                 &mut Counter(1),
                 &mut [0; 512]
             ),
-            Err(PairingError::UnsupportedDeviceKey)
-        );
-        let p256 = party(SignatureAlgorithm::EcdsaP256, 1);
-        let (msg, n) = seal(&content(&p256, &server), &p256, &server);
-        assert_eq!(
-            open_pairing(&msg[..n], &device.key, &p256.identity, None, &RustCrypto),
-            Err(PairingError::UnsupportedDeviceKey)
-        );
+            Err(PairingError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -1194,5 +1289,10 @@ mod tests {
         assert_eq!(seal(&c, &device, &ed).1, 321);
         c.server = p256.identity;
         assert_eq!(seal(&c, &device, &p256).1, 354);
+        // To an Ed25519 device: the X25519 ephemeral key is 35 bytes shorter (no y, no prefix).
+        let ed_device = party(SignatureAlgorithm::Ed25519, 1);
+        let mut c = content(&ed_device, &ed);
+        c.server_uri = None;
+        assert_eq!(seal(&c, &ed_device, &ed).1, 286);
     }
 }

@@ -137,8 +137,10 @@ fn refused_for_another_device_tampered_or_a_configured_server_mismatch() {
         .is_ok());
 }
 
+/// An Ed25519 device (the default algorithm) is paired over X25519 from its own key, once,
+/// and a message sealed to a P-256 key under its identity is refused.
 #[test]
-fn an_ed25519_device_says_it_cannot_be_paired() {
+fn an_ed25519_device_is_paired_with_its_own_key() {
     let mut st = MemoryStorage::default();
     let mut d = Device::boot(
         RustCrypto,
@@ -149,14 +151,23 @@ fn an_ed25519_device_says_it_cannot_be_paired() {
         &[],
     )
     .unwrap();
+    assert_eq!(d.public_key().algorithm(), SignatureAlgorithm::Ed25519);
+    let server = server(9);
     let p256 = RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut Fixed(3))
         .unwrap();
     let p256 = RustCrypto.public_key(&p256).unwrap();
-    let msg = message_to(&p256, *d.identity(), &server(9), 1);
+    assert!(matches!(
+        d.apply_pairing(&mut st, &message_to(&p256, *d.identity(), &server, 1), None),
+        Err(PairingRefusal::Invalid(PairingError::Malformed(_)))
+    ));
+    let msg = message(&d, &server, 2);
+    let p = d.apply_pairing(&mut st, &msg, None).unwrap();
+    assert_eq!(p.server, server.identity);
+    assert_eq!(p.server_uri(), Some("coaps://server.example"));
     assert_eq!(
         d.apply_pairing(&mut st, &msg, None),
-        Err(PairingRefusal::Invalid(PairingError::UnsupportedDeviceKey))
+        Err(PairingRefusal::Replayed { serial: 2 })
     );
 }
 
