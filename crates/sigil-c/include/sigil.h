@@ -380,8 +380,8 @@ typedef enum {
    */
   SIGIL_EVENT_REPUBLISHING = 8,
   /*
-   The broker could not store reading `seq` now; it is published again after
-   `retry_after_secs`.
+   The broker could not store reading `seq` now (`code` 5.03, or another server error
+   such as 5.00); it is published again after `retry_after_secs`.
    */
   SIGIL_EVENT_DEFERRED = 9,
   /*

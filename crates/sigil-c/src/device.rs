@@ -126,8 +126,8 @@ pub enum sigil_event_kind {
     /// The broker refused reading `seq` with `code` (4.04 or 4.15); the device registers
     /// again and publishes it again.
     SIGIL_EVENT_REPUBLISHING = 8,
-    /// The broker could not store reading `seq` now; it is published again after
-    /// `retry_after_secs`.
+    /// The broker could not store reading `seq` now (`code` 5.03, or another server error
+    /// such as 5.00); it is published again after `retry_after_secs`.
     SIGIL_EVENT_DEFERRED = 9,
     /// Reading `seq` got no answer after every retransmission.
     SIGIL_EVENT_TIMED_OUT = 10,
@@ -544,7 +544,11 @@ pub unsafe extern "C" fn sigil_device_poll_event(
                         e.code = code.0;
                         SIGIL_EVENT_REPUBLISHING
                     }
-                    PublishOutcome::Deferred { retry_after_secs } => {
+                    PublishOutcome::Deferred {
+                        code,
+                        retry_after_secs,
+                    } => {
+                        e.code = code.0;
                         e.retry_after_secs = retry_after_secs;
                         SIGIL_EVENT_DEFERRED
                     }

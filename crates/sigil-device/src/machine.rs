@@ -133,10 +133,13 @@ pub enum PublishOutcome {
     /// broker's high-water mark past this one, RFC 8387 §8.2; a refused reading was not
     /// stored, so it is not stored twice).
     Republishing(Code),
-    /// The broker could not store it for now (5.03, e.g. its disk is full): the device keeps
-    /// the reading and publishes it again, under a new number, once the answer's Max-Age has
-    /// passed (RFC 7252 §5.9.3.4; 60 s without one), still registered.
-    Deferred { retry_after_secs: u32 },
+    /// The broker could not store it for now (`code` is 5.03, e.g. its disk is full, or
+    /// another server error such as 5.00, e.g. its database was busy): the device keeps the
+    /// reading and publishes it again, under a new number, still registered: after a 5.03
+    /// once the answer's Max-Age has passed (RFC 7252 §5.9.3.4; 60 s without one, at most an
+    /// hour), after any other 5.xx with a back-off of 1 s doubling to 64 s
+    /// ([`crate::exchange::server_error_delay`]).
+    Deferred { code: Code, retry_after_secs: u32 },
     /// No answer after MAX_RETRANSMIT retransmissions.
     TimedOut,
 }
@@ -252,6 +255,8 @@ pub struct Device<C> {
     /// Publications refused with 4.04 or 4.15 since the last acknowledged one: after the
     /// first, the re-registration backs off as a failed registration does.
     refusals: u32,
+    /// Server errors (5.xx other than 5.03) in a row for readings, for their back-off.
+    server_errors: u32,
     /// Message IDs of recent Confirmable responses, re-acknowledged if they come again (§4.5).
     recent_con: [Option<u16>; 4],
     /// The server, group and default subscriber this device was paired with (§4.1).
@@ -333,6 +338,7 @@ impl<C: CryptoProvider> Device<C> {
             republish: false,
             republish_at: Instant::ZERO,
             refusals: 0,
+            server_errors: 0,
             recent_con: [None; 4],
             pairing: None,
             server_key: None,
@@ -499,6 +505,10 @@ impl<C: CryptoProvider> Device<C> {
         let state = match (self.state, &self.outstanding) {
             (_, Some(_)) => None,
             (State::Unregistered { retry_at }, None) => Some(retry_at),
+            // A deferred reading goes out again at its time, not at the next refresh.
+            (State::Registered { refresh_at }, None) if self.republish => {
+                Some(refresh_at.min(self.republish_at))
+            }
             (State::Registered { refresh_at }, None) => Some(refresh_at),
         };
         match (exchange, state) {
@@ -1061,6 +1071,7 @@ impl<C: CryptoProvider> Device<C> {
             Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
                 self.outstanding = None;
                 self.refusals = 0;
+                self.server_errors = 0;
                 self.push_event(Event::Published {
                     seq,
                     outcome: PublishOutcome::Acknowledged,
@@ -1075,14 +1086,15 @@ impl<C: CryptoProvider> Device<C> {
                 self.resynchronise(now, seq);
                 Ok(())
             }
-            Exchange::Publish { seq } if msg.code == Code::SERVICE_UNAVAILABLE => {
+            Exchange::Publish { seq } if msg.code.class() == 5 => {
+                // The broker stored nothing (a failed batch commits nothing): keep the
+                // reading and send it again later, still registered.
                 self.outstanding = None;
-                // Max-Age (§5.10.5), default 60 s; at most an hour, so a hostile answer
-                // cannot park the reading for days.
-                let secs = msg.uint_option(option::MAX_AGE).unwrap_or(60).min(3600);
+                let secs = crate::exchange::retry_delay(msg, &mut self.server_errors);
                 self.push_event(Event::Published {
                     seq,
                     outcome: PublishOutcome::Deferred {
+                        code: msg.code,
                         retry_after_secs: secs,
                     },
                 });

@@ -175,6 +175,8 @@ pub struct PskNode<C> {
     /// Readings refused (or Reset) since the last acknowledged one: after the first, the
     /// re-registration backs off as a failed registration does.
     refusals: u32,
+    /// Server errors (5.xx other than 5.03) in a row for readings, for their back-off.
+    server_errors: u32,
     /// Message IDs of recent Confirmable responses, re-acknowledged if they come again.
     recent_con: [Option<u16>; 4],
     pub stats: DeviceStats,
@@ -235,6 +237,7 @@ impl<C: CryptoProvider> PskNode<C> {
             republish: false,
             republish_at: Instant::ZERO,
             refusals: 0,
+            server_errors: 0,
             recent_con: [None; 4],
             stats: DeviceStats::default(),
         })
@@ -733,19 +736,21 @@ impl<C: CryptoProvider> PskNode<C> {
             Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
                 self.outstanding = None;
                 self.refusals = 0;
+                self.server_errors = 0;
                 self.push_event(PskEvent::Published {
                     seq,
                     outcome: PublishOutcome::Acknowledged,
                 });
                 Ok(())
             }
-            Exchange::Publish { seq } if msg.code == Code::SERVICE_UNAVAILABLE => {
+            Exchange::Publish { seq } if msg.code.class() == 5 => {
+                // The broker stored nothing: keep the reading and send it again later.
                 self.outstanding = None;
-                // Max-Age (RFC 7252 §5.10.5), default 60 s; at most an hour.
-                let secs = msg.uint_option(option::MAX_AGE).unwrap_or(60).min(3600);
+                let secs = crate::exchange::retry_delay(msg, &mut self.server_errors);
                 self.push_event(PskEvent::Published {
                     seq,
                     outcome: PublishOutcome::Deferred {
+                        code: msg.code,
                         retry_after_secs: secs,
                     },
                 });

@@ -371,3 +371,115 @@ fn the_refresh_is_signed_with_a_fresh_number() {
     assert!(m.query_param("ss").is_some());
     assert_eq!(d.next_sequence(), before + 1);
 }
+
+/// A reading the broker answers with 5.03 (Max-Age 30) is kept, and the device asks to be
+/// woken when Max-Age has passed, not at its registration refresh (which with the default
+/// lifetime is minutes away); it goes out again then, Confirmable, the same reading.
+#[test]
+fn a_deferred_reading_wakes_the_device_at_max_age() {
+    let (mut d, mut st) = registered();
+    let refresh = d.poll_timeout().unwrap();
+    let r = [Record {
+        name: Some("t"),
+        value: Some(Value::Number(5.0)),
+        ..Default::default()
+    }];
+    let seq = d.publish(at(100), &mut st, &r, None).unwrap();
+    let put = sent(&mut d).pop().unwrap();
+    let reading = senml_of(&put);
+    let m = Message::parse(&put).unwrap();
+    let mut buf = [0u8; 64];
+    let mut b = MessageBuilder::new(
+        &mut buf,
+        MessageType::Acknowledgement,
+        Code::SERVICE_UNAVAILABLE,
+        m.message_id,
+        m.token,
+    )
+    .unwrap();
+    b.uint_option(option::MAX_AGE, 30).unwrap();
+    let n = b.finish();
+    d.handle_datagram(at(101), &mut st, &buf[..n]).unwrap();
+    assert_eq!(
+        d.poll_event(),
+        Some(Event::Published {
+            seq,
+            outcome: PublishOutcome::Deferred {
+                code: Code::SERVICE_UNAVAILABLE,
+                retry_after_secs: 30
+            }
+        })
+    );
+    assert!(refresh > at(101 + 30_000), "{refresh:?}");
+    assert_eq!(d.poll_timeout(), Some(at(101 + 30_000)));
+    d.handle_timeout(at(101 + 29_999), &mut st).unwrap();
+    assert!(sent(&mut d).is_empty(), "not before Max-Age");
+    d.handle_timeout(at(101 + 30_000), &mut st).unwrap();
+    let again = sent(&mut d).pop().expect("sent again at Max-Age");
+    let m = Message::parse(&again).unwrap();
+    assert_eq!(m.mtype, MessageType::Confirmable);
+    assert_eq!(senml_of(&again), reading);
+}
+
+/// A reading answered 5.00 (the broker's batch failed: nothing was stored) is kept and sent
+/// again after a back-off of 1 s, then 2 s, 4 s ...; an acknowledgement resets the back-off.
+#[test]
+fn a_reading_answered_with_a_server_error_is_kept_and_sent_again_with_back_off() {
+    let (mut d, mut st) = registered();
+    let r = [Record {
+        name: Some("t"),
+        value: Some(Value::Number(6.0)),
+        ..Default::default()
+    }];
+    let seq = d.publish(at(100), &mut st, &r, None).unwrap();
+    let mut put = sent(&mut d).pop().unwrap();
+    let reading = senml_of(&put);
+    let mut now = 100;
+    for (i, secs) in [1u32, 2, 4, 8].into_iter().enumerate() {
+        now += 1;
+        let m = Message::parse(&put).unwrap();
+        d.handle_datagram(at(now), &mut st, &ack(&m, Code::INTERNAL_SERVER_ERROR, &[]))
+            .unwrap();
+        match d.poll_event() {
+            Some(Event::Published {
+                seq: s,
+                outcome:
+                    PublishOutcome::Deferred {
+                        code: Code::INTERNAL_SERVER_ERROR,
+                        retry_after_secs,
+                    },
+            }) => {
+                assert_eq!(retry_after_secs, secs, "failure {i}");
+                assert!(i > 0 || s == seq);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(d.is_registered() && !d.can_publish() && d.has_pending_republication());
+        let wake = at(now + u64::from(secs) * 1000);
+        assert_eq!(d.poll_timeout(), Some(wake));
+        d.handle_timeout(wake, &mut st).unwrap();
+        put = sent(&mut d).pop().expect("sent again after the back-off");
+        assert_eq!(senml_of(&put), reading, "the same reading");
+        now = wake.as_millis();
+    }
+    let m = Message::parse(&put).unwrap();
+    d.handle_datagram(at(now + 1), &mut st, &ack(&m, Code::CHANGED, &[]))
+        .unwrap();
+    assert!(matches!(
+        d.poll_event(),
+        Some(Event::Published {
+            outcome: PublishOutcome::Acknowledged,
+            ..
+        })
+    ));
+    // The next failure starts the back-off from 1 s again.
+    d.publish(at(now + 2), &mut st, &r, None).unwrap();
+    let put = sent(&mut d).pop().unwrap();
+    d.handle_datagram(
+        at(now + 3),
+        &mut st,
+        &ack(&Message::parse(&put).unwrap(), Code::INTERNAL_SERVER_ERROR, &[]),
+    )
+    .unwrap();
+    assert_eq!(d.poll_timeout(), Some(at(now + 3 + 1000)));
+}

@@ -526,6 +526,7 @@ fn service_unavailable_defers_the_reading_for_max_age() {
         [PskEvent::Published {
             seq: Some(1),
             outcome: PublishOutcome::Deferred {
+                code: Code::SERVICE_UNAVAILABLE,
                 retry_after_secs: 30
             }
         }]
