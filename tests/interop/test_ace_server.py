@@ -88,7 +88,9 @@ def test_pycose_decrypts_the_token_sigil_issues_to_a_psk_reader(setup, tmp_path)
     assert sorted(claims[SCOPE]) == sorted([[sensor, 1], ["rd", 1]])
     assert len(claims[CTI]) == 8
     cose_key = claims[CNF][1]
-    assert cose_key[1] == 4 and len(cose_key[-1]) == 16 and cose_key[2][0] == 0xAC
+    assert cose_key[1] == 4 and len(cose_key[-1]) == 16
+    # The kid: "~" and 16 hex digits, a printable C string (docs/wire-formats.md).
+    assert cose_key[2][:1] == b"~" and len(cose_key[2]) == 17 and cose_key[2].isascii()
 
 
 def test_python_cwt_verifies_the_signed_token_bound_to_a_raw_public_key(setup, tmp_path):

@@ -31,12 +31,14 @@ use sigil_identity::Identity;
 use sigil_time::UnixTime;
 use std::collections::HashMap;
 
-/// The first byte of every kid this AC makes for a symmetric PoP key. It is not valid UTF-8, so
-/// a PSK identity that starts with it can never be confused with a provisioned identity's
-/// text form.
-pub const KID_PREFIX: u8 = 0xac;
-/// Bytes of a kid: the prefix and 8 random bytes.
-pub const KID_LEN: usize = 9;
+/// The first byte of every kid this AC makes for a symmetric PoP key: `~`, which no identity's
+/// text form holds (hex digits and the separators `-`, `:`, `_`, space), so a PSK identity
+/// that starts with it is never taken for a provisioned identity.
+pub const KID_PREFIX: u8 = b'~';
+/// Bytes of a kid: the prefix and 8 random bytes as 16 lower-case hex digits. Every byte is
+/// printable ASCII and none is zero, so C stacks that take the PSK identity as a C string
+/// (OpenSSL, GnuTLS, libcoap's `coap-client -u`) use it as it is (RFC 9202 §3.3).
+pub const KID_LEN: usize = 17;
 /// Bytes of a symmetric PoP key (the DTLS PSK the token names).
 pub const POP_KEY_LEN: usize = 16;
 /// Bytes of a token's `cti`.
@@ -153,8 +155,7 @@ impl Authority {
         let cnf = match binding {
             Binding::PublicKey(key) => Confirmation::PublicKey { kid: None, key },
             Binding::Symmetric => {
-                kid[0] = KID_PREFIX;
-                self.rng.fill(&mut kid[1..]).map_err(TokenError::Crypto)?;
+                kid = token_kid(&mut *self.rng).map_err(TokenError::Crypto)?;
                 self.rng.fill(&mut psk).map_err(TokenError::Crypto)?;
                 Confirmation::Symmetric {
                     kid: &kid,
@@ -201,6 +202,20 @@ impl Authority {
             expires_in: self.lifetime,
         })
     }
+}
+
+/// A fresh kid for a symmetric PoP key: [`KID_PREFIX`], then 8 random bytes in lower-case
+/// hex (docs/wire-formats.md, "Access tokens").
+pub fn token_kid(rng: &mut dyn Rng) -> Result<[u8; KID_LEN], sigil_crypto::CryptoError> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut random = [0u8; (KID_LEN - 1) / 2];
+    rng.fill(&mut random)?;
+    let mut kid = [KID_PREFIX; KID_LEN];
+    for (i, b) in random.iter().enumerate() {
+        kid[1 + 2 * i] = DIGITS[usize::from(b >> 4)];
+        kid[2 + 2 * i] = DIGITS[usize::from(b & 0x0f)];
+    }
+    Ok(kid)
 }
 
 /// How a held token binds its holder's session.
@@ -1024,6 +1039,34 @@ mod tests {
             .unwrap()
     }
 
+    /// Every kid is printable ASCII with no zero byte (a C string as it is), starts with the
+    /// prefix, never parses as an identity, and carries its 64 random bits: over many
+    /// kids from a real RNG none repeats.
+    #[test]
+    fn token_kids_are_printable_c_strings_never_identities() {
+        let mut rng = crate::OsRng;
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..20_000 {
+            let kid = token_kid(&mut rng).unwrap();
+            assert_eq!(kid[0], KID_PREFIX);
+            assert!(kid.iter().all(|b| b.is_ascii_graphic()), "{kid:?}");
+            assert!(!kid.contains(&0));
+            let text = std::str::from_utf8(&kid).unwrap();
+            assert!(Identity::parse(text).is_err(), "{text}");
+            assert!(seen.insert(kid), "{text} repeated");
+        }
+        // All-zero and all-one random bytes, the ones that made a zero byte before.
+        struct Fixed(u8);
+        impl Rng for Fixed {
+            fn fill(&mut self, buf: &mut [u8]) -> Result<(), sigil_crypto::CryptoError> {
+                buf.fill(self.0);
+                Ok(())
+            }
+        }
+        assert_eq!(&token_kid(&mut Fixed(0)).unwrap(), b"~0000000000000000");
+        assert_eq!(&token_kid(&mut Fixed(0xff)).unwrap(), b"~ffffffffffffffff");
+    }
+
     #[test]
     fn a_symmetric_token_is_kept_once_and_its_key_reaches_dtls() {
         let mut a = authority(1);
@@ -1302,7 +1345,7 @@ mod sizes {
             enc.token.len(),
             signed.token.len()
         );
-        assert_eq!(enc.token.len(), 192);
+        assert_eq!(enc.token.len(), 200);
         assert_eq!(signed.token.len(), 284);
     }
 }

@@ -134,7 +134,7 @@ impl Service {
             entries: HashMap::new(),
             by_ep: HashMap::new(),
             authorized: store.authorized()?,
-            read_grants: grants_by_reader(store.read_grants()?),
+            read_grants: grants_by_reader(store.effective_read_grants()?),
             highest: store.freshness()?,
             reading_keys: reading_keys(&store.psk_nodes()?),
             pool: None,
@@ -181,7 +181,7 @@ impl Service {
             if v != self.data_version {
                 if let (Ok(a), Ok(g), Ok(p)) = (
                     self.store.authorized(),
-                    self.store.read_grants(),
+                    self.store.effective_read_grants(),
                     self.store.psk_nodes(),
                 ) {
                     self.state.authorized = a;

@@ -12,6 +12,8 @@ use std::path::Path;
 
 mod batch;
 mod check;
+mod pairings;
+pub use pairings::PairingRow;
 mod wal;
 pub use batch::Batch;
 use wal::WAL_AUTOCHECKPOINT_PAGES;
@@ -195,6 +197,16 @@ const MIGRATIONS: &[&str] = &[
         CHECK (protection IN ('signed', 'mac', 'session'));
     ALTER TABLE dtls_psk ADD COLUMN psk_only INTEGER NOT NULL DEFAULT 0
         CHECK (psk_only IN (0, 1));",
+    // 7: the pairing messages this server issued (`sigil provision pair`; docs/security.md,
+    // "Pairing"): the latest per device, whose group makes the device a member for read grants.
+    "CREATE TABLE pairings (
+        device     TEXT PRIMARY KEY CHECK (length(device) = 32),
+        serial     INTEGER NOT NULL,
+        grp        TEXT NOT NULL CHECK (length(grp) = 32),
+        subscriber TEXT NOT NULL CHECK (length(subscriber) = 32),
+        server_uri TEXT,
+        paired_at  INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// A stored coaps:// session ([`Store::dtls_sessions`]).
@@ -939,7 +951,7 @@ mod tests {
         )
         .unwrap();
         let mut store = Store::init(conn).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 6);
+        assert_eq!(store.schema_version().unwrap(), 7);
         let regs = store.registrations().unwrap();
         assert_eq!(regs.len(), 1);
         assert_eq!(regs[0].id, 1);
