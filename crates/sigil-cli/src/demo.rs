@@ -157,11 +157,13 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
     std::fs::write(&labels_path, &labels)?;
     {
         let store = sigil_server::Store::open(&db)?;
-        let (added, _) = sigil_server::provision::import(
+        let added = sigil_server::provision::import(
             &store,
             &labels,
             sigil_client::os::unix_now().as_secs(),
-        )?;
+            false,
+        )?
+        .added;
         say(&format!("installer provisioned {added} identities from {} ({} sensors, {} in a kit by its group identity)", labels_path.display(), opts.sensors, kit));
     }
     let trust = sigil_client::app::load_trust(&labels)?;

@@ -139,6 +139,7 @@ async fn steps(
         &store,
         &format!("{} device paired sensor\n", sensor_id.label()),
         now,
+        false,
     )?;
 
     // The subscriber: an identity with a pre-shared key, on the list but granted nothing yet.
@@ -156,6 +157,7 @@ async fn steps(
         &store,
         &format!("{} device subscriber\n", reader.label()),
         now,
+        false,
     )?;
     sigil_server::provision::set_psk(&store, &reader, &psk, now)?;
 

@@ -63,4 +63,7 @@ pub struct Credentials {
     /// The PSK-only nodes: their sessions are never kept across a restart, since their
     /// session readings have no number of their own (docs/security.md).
     pub psk_nodes: HashSet<Identity>,
+    /// The revoked identities: live sessions speaking for one of them end
+    /// ([`crate::secure::SecureLayer`]).
+    pub revoked: HashSet<Identity>,
 }

@@ -3,7 +3,8 @@
 //!
 //! A topic `/ps/N/<href>` is a resource the registration `/rd/N` announced. Publication needs
 //! a live registration; the stored readings stay readable after the registration's lifetime
-//! has run out (each carries its own proof), until the registration is removed.
+//! has run out (each carries its own proof), until the registration is removed or its device
+//! (or kit) is revoked.
 //!
 //! A reading is protected one of three ways ([`Protection`], docs/security.md): signed
 //! (COSE_Sign1 or JWS, the RFC 8387 default), MACed (COSE_Mac0 under the reading key a
@@ -329,6 +330,9 @@ impl Ctx<'_> {
         else {
             return Ok(self.reject(Rejection::UnknownTopic, req));
         };
+        if let Some(r) = self.entry_revoked(&entry) {
+            return Ok(self.reject_revoked(Rejection::Revoked(Operation::Publish), r, req));
+        }
         if !self.is_authorized(&entry.reg.authorized_by) {
             return Ok(self.reject(Rejection::NotAuthorized(Operation::Publish), req));
         }
@@ -448,6 +452,11 @@ impl Ctx<'_> {
         let ep = entry.reg.ep;
         if let Err(why) = self.may_read(req, &entry) {
             return Ok(self.reject(why, req));
+        }
+        // A revoked device's readings are no longer served, latest or history: whoever holds
+        // its key could have made the last ones (docs/security.md, "Revocation").
+        if let Some(r) = self.entry_revoked(&entry) {
+            return Ok(self.reject_revoked(Rejection::SensorRevoked, r, req));
         }
         let history = req.query("n").is_some() || req.query("after").is_some();
         if !history {

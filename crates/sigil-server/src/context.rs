@@ -238,6 +238,9 @@ pub enum Rejection {
     KeyMismatch,
     /// The identity (or its kit) is not on the authorized list.
     NotAuthorized(Operation),
+    /// The identity (or the kit that authorized it) was revoked (docs/security.md,
+    /// "Revocation").
+    Revoked(Operation),
     /// The DTLS session does not speak for the entry.
     PeerMismatch(Operation),
     /// `sq`/`ss` that do not parse.
@@ -288,6 +291,8 @@ pub enum Rejection {
     /// A read over a token's session whose token is gone, expired, or whose subject was
     /// revoked (RFC 9200 §5.10.1.1: 4.01).
     ReadToken(crate::authz::TokenCheck),
+    /// A read of a revoked sensor's readings: they are no longer served as current.
+    SensorRevoked,
     /// A lookup (`/rd-lookup`, `/ps`) without a session.
     LookupWithoutSession,
     /// A lookup by a token's session whose scope lacks `rd`.
@@ -316,6 +321,7 @@ impl Rejection {
             | MalformedResync => Code::BAD_REQUEST,
             MalformedSenml | MalformedCose | MalformedJws | MalformedReading => Code::BAD_REQUEST,
             KeyMismatch | NotAuthorized(_) | PeerMismatch(_) | KidMismatch => Code::FORBIDDEN,
+            Revoked(_) | SensorRevoked => Code::FORBIDDEN,
             Replay | OutOfWindow => Code::FORBIDDEN,
             BadResyncSignature | UnsignedRemoval | StaleRemoval | StaleStatement => {
                 Code::UNAUTHORIZED
@@ -361,6 +367,9 @@ impl Rejection {
             KeyMismatch => "register.rejected.identity_mismatch",
             NotAuthorized(Register) => "register.rejected.unauthorized_identity",
             NotAuthorized(Publish) => "publish.rejected.unauthorized_identity",
+            Revoked(Register) => "register.rejected.revoked",
+            Revoked(Publish) => "publish.rejected.revoked",
+            SensorRevoked => "read.rejected.revoked",
             PeerMismatch(Register) => "register.rejected.dtls_identity_mismatch",
             PeerMismatch(Publish) => "publish.rejected.dtls_identity_mismatch",
             MalformedResync | BadResyncSignature => "register.rejected.bad_resync_signature",
@@ -415,9 +424,10 @@ impl Rejection {
             | ReadWithoutSession
             | ReadNotGranted
             | ReadToken(_)
+            | SensorRevoked
             | LookupWithoutSession
             | LookupNotGranted => None,
-            UnsupportedFormat(op) | NotAuthorized(op) | PeerMismatch(op) => Some(*op),
+            UnsupportedFormat(op) | NotAuthorized(op) | Revoked(op) | PeerMismatch(op) => Some(*op),
             MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
             | KeyMismatch | MalformedResync | BadResyncSignature | UnsignedRemoval
             | StaleRemoval | StaleStatement | NotOwner(_) | UnknownRegistration => {

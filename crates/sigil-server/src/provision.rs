@@ -19,6 +19,8 @@ pub enum PskError {
     Length(usize),
     #[error("{0} is not an active identity: add it first")]
     NotActive(Identity),
+    #[error("{0} is revoked: `sigil provision add {0} --reinstate` re-activates it first")]
+    Revoked(Identity),
     #[error("no randomness for a new identity")]
     NoRandomness,
     #[error(transparent)]
@@ -38,6 +40,9 @@ pub fn check_psk(key: &[u8]) -> Result<(), PskError> {
 pub fn set_psk(store: &Store, id: &Identity, key: &[u8], now: i64) -> Result<(), PskError> {
     check_psk(key)?;
     if !store.authorized()?.contains_key(id) {
+        if store.revoked_at(id)?.is_some() {
+            return Err(PskError::Revoked(*id));
+        }
         return Err(PskError::NotActive(*id));
     }
     store.set_psk(id, key, now)?;
@@ -118,16 +123,66 @@ pub fn parse_list(text: &str) -> Result<Vec<Entry>, ImportError> {
         .collect()
 }
 
-/// Imports a list into the store; returns (added, already present).
-pub fn import(store: &Store, text: &str, now: i64) -> Result<(usize, usize), ImportError> {
+/// What adding one identity did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// It is on the list now.
+    New,
+    /// It was on the list and active already.
+    Present,
+    /// It is revoked (since this Unix time) and stays so: re-activating needs `reinstate`.
+    Revoked { at: i64 },
+    /// It was revoked and is active again (`reinstate`).
+    Reinstated,
+}
+
+/// Adds one identity. A revoked identity is never re-activated by being added again, as a
+/// re-imported label file would (a stolen device would come back): only with `reinstate`.
+pub fn add(store: &Store, e: &Entry, now: i64, reinstate: bool) -> Result<Added, StoreError> {
+    if let Some(at) = store.revoked_at(&e.identity)? {
+        if !reinstate {
+            return Ok(Added::Revoked { at });
+        }
+        store.reinstate_identity(&e.identity, e.kind, &e.label, now)?;
+        return Ok(Added::Reinstated);
+    }
+    Ok(if store.add_identity(&e.identity, e.kind, &e.label, now)? {
+        Added::New
+    } else {
+        Added::Present
+    })
+}
+
+/// What an import did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Imported {
+    pub added: usize,
+    /// Already active.
+    pub present: usize,
+    /// Revoked identities the list names, left revoked (no `reinstate`).
+    pub skipped_revoked: Vec<Identity>,
+    /// Revoked identities re-activated (`reinstate`).
+    pub reinstated: Vec<Identity>,
+}
+
+/// Imports a list into the store (see [`add`] for revoked identities).
+pub fn import(
+    store: &Store,
+    text: &str,
+    now: i64,
+    reinstate: bool,
+) -> Result<Imported, ImportError> {
     let entries = parse_list(text)?;
-    let mut added = 0;
+    let mut out = Imported::default();
     for e in &entries {
-        if store.add_identity(&e.identity, e.kind, &e.label, now)? {
-            added += 1;
+        match add(store, e, now, reinstate)? {
+            Added::New => out.added += 1,
+            Added::Present => out.present += 1,
+            Added::Revoked { .. } => out.skipped_revoked.push(e.identity),
+            Added::Reinstated => out.reinstated.push(e.identity),
         }
     }
-    Ok((added, entries.len() - added))
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -160,13 +215,9 @@ mod tests {
     #[test]
     fn import_add_revoke_readd() {
         let store = Store::open_in_memory().unwrap();
-        let (a, d) = import(
-            &store,
-            "06af05053d7deaac9aef246d4b188825\n06af05053d7deaac9aef246d4b188825\n",
-            1,
-        )
-        .unwrap();
-        assert_eq!((a, d), (1, 1));
+        let list = "06af05053d7deaac9aef246d4b188825\n06af05053d7deaac9aef246d4b188825\n";
+        let r = import(&store, list, 1, false).unwrap();
+        assert_eq!((r.added, r.present), (1, 1));
         let id = Identity::parse("06af05053d7deaac9aef246d4b188825").unwrap();
         assert!(store.authorized().unwrap().contains_key(&id));
         store.set_psk(&id, &[7; 16], 1).unwrap();
@@ -178,11 +229,25 @@ mod tests {
         );
         assert!(!store.revoke_identity(&id, 3).unwrap());
         assert!(!store.authorized().unwrap().contains_key(&id));
-        assert!(store
+        // Added or imported again, it stays revoked and is reported as such.
+        assert!(!store
             .add_identity(&id, IdentityKind::Device, "", 4)
             .unwrap());
+        let r = import(&store, list, 4, false).unwrap();
+        assert_eq!(r.skipped_revoked, vec![id, id]);
+        assert_eq!((r.added, r.present), (0, 0));
+        assert!(!store.authorized().unwrap().contains_key(&id));
+        assert_eq!(store.revoked_at(&id).unwrap(), Some(2));
+        assert!(matches!(
+            set_psk(&store, &id, &[7; 16], 4),
+            Err(PskError::Revoked(_))
+        ));
+        // Only reinstating re-activates it, once.
+        let r = import(&store, list, 5, true).unwrap();
+        assert_eq!((r.reinstated, r.present), (vec![id], 1));
         assert!(store.authorized().unwrap().contains_key(&id));
-        assert_eq!(store.schema_version().unwrap(), 6);
+        assert_eq!(store.revoked_at(&id).unwrap(), None);
+        assert!(store.schema_version().unwrap() >= 6);
     }
 
     #[test]

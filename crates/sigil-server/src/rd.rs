@@ -166,6 +166,33 @@ impl Ctx<'_> {
         Ok(self.reject(why, req))
     }
 
+    /// When `id` was revoked, if it is.
+    pub(crate) fn revoked_at(&self, id: &Identity) -> Option<i64> {
+        self.svc.revoked.get(id).copied()
+    }
+
+    /// The revoked identity behind a registration, with when it was revoked: the device
+    /// itself, or the kit (group) that authorized it (docs/security.md, "Revocation").
+    pub(crate) fn entry_revoked(&self, e: &Entry) -> Option<(Identity, i64)> {
+        [e.reg.ep, e.reg.authorized_by]
+            .into_iter()
+            .find_map(|id| Some((id, self.revoked_at(&id)?)))
+    }
+
+    /// Counts and logs a refusal because `revoked` (an identity, and when it was revoked) is
+    /// revoked, naming it, and makes the answer (4.03, diagnostic "revoked").
+    pub(crate) fn reject_revoked(
+        &mut self,
+        why: Rejection,
+        (id, at): (Identity, i64),
+        req: &Request,
+    ) -> Reply {
+        self.count(why.counter());
+        let now = self.secs();
+        crate::limited!(self.log, now, why.counter(), warn, identity = %id, revoked_at = at, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused: the identity is revoked");
+        why.reply(req.confirmable())
+    }
+
     /// Whether the request came over a DTLS session for `ep`/`key`; a session for anyone else
     /// is refused.
     fn session_for(
@@ -301,6 +328,16 @@ impl Ctx<'_> {
             return self.refuse(Rejection::PreconditionFailed, req);
         }
         let listed = binding.authorized_by(|i| self.is_authorized(i));
+        // A revoked device is refused even if its kit is still listed; a device listed only
+        // through a revoked kit too. Never added back by trust on first use.
+        let revoked = match (self.revoked_at(&ep), listed, binding.group) {
+            (Some(at), _, _) => Some((ep, at)),
+            (None, None, Some(g)) => self.revoked_at(&g).map(|at| (g, at)),
+            _ => None,
+        };
+        if let Some(r) = revoked {
+            return Ok(self.reject_revoked(Rejection::Revoked(Operation::Register), r, req));
+        }
         let first_use = listed.is_none()
             && self.svc.config.danger_trust_on_first_use
             && binding.group.is_none();
@@ -373,6 +410,10 @@ impl Ctx<'_> {
         if !req.conditions.hold(Some(None)) {
             return self.refuse(Rejection::PreconditionFailed, req);
         }
+        if let Some(at) = self.revoked_at(&ep) {
+            let why = Rejection::Revoked(Operation::Register);
+            return Ok(self.reject_revoked(why, (ep, at), req));
+        }
         if !self.is_authorized(&ep) {
             return self.refuse(Rejection::NotAuthorized(Operation::Register), req);
         }
@@ -422,10 +463,34 @@ impl Ctx<'_> {
         }))
     }
 
-    /// The registration `/rd/<id>` names, if its lifetime has not run out.
+    /// The registration `/rd/<id>` names, if its lifetime has not run out (revoked or not).
     fn live_entry(&self, id: &str) -> Option<Entry> {
         let e = self.entry(id.parse().ok()?)?;
         e.is_live(self.secs()).then(|| e.clone())
+    }
+
+    /// The registration `/rd/<id>` names for an update or removal: refused as revoked if its
+    /// device or kit is, as unknown if its lifetime has run out.
+    fn changeable_entry(&self, id: &str) -> Result<Entry, (Rejection, Option<(Identity, i64)>)> {
+        let e = self
+            .live_entry(id)
+            .ok_or((Rejection::UnknownRegistration, None))?;
+        match self.entry_revoked(&e) {
+            Some(r) => Err((Rejection::Revoked(Operation::Register), Some(r))),
+            None => Ok(e),
+        }
+    }
+
+    /// Answers a refusal of [`Ctx::changeable_entry`].
+    fn refuse_entry(
+        &mut self,
+        why: (Rejection, Option<(Identity, i64)>),
+        req: &Request,
+    ) -> Handled {
+        Ok(match why {
+            (why, Some(revoked)) => self.reject_revoked(why, revoked, req),
+            (why, None) => self.reject(why, req),
+        })
     }
 
     /// The live registration of `ep`, as this batch sees it.
@@ -445,8 +510,9 @@ impl Ctx<'_> {
 
     /// `POST /rd/N`: RFC 9176 §5.3.1 registration update, by whoever owns the entry.
     pub fn update(&mut self, b: &Batch<'_>, req: &Request, id: &str) -> Handled {
-        let Some(mut e) = self.live_entry(id) else {
-            return self.refuse(Rejection::UnknownRegistration, req);
+        let mut e = match self.changeable_entry(id) {
+            Ok(e) => e,
+            Err(why) => return self.refuse_entry(why, req),
         };
         if !self.is_authorized(&e.reg.authorized_by) {
             return self.refuse(Rejection::NotAuthorized(Operation::Register), req);
@@ -508,8 +574,9 @@ impl Ctx<'_> {
     /// so nobody else can remove a device, or a DTLS session authenticated as the device; an
     /// entry owned by a session only the session.
     pub fn remove(&mut self, b: &Batch<'_>, req: &Request, id: &str) -> Handled {
-        let Some(e) = self.live_entry(id) else {
-            return self.refuse(Rejection::UnknownRegistration, req);
+        let e = match self.changeable_entry(id) {
+            Ok(e) => e,
+            Err(why) => return self.refuse_entry(why, req),
         };
         let op = resync::Operation {
             kind: resync::OperationKind::Remove,
@@ -543,7 +610,8 @@ impl Ctx<'_> {
         Ok(respond(Code::DELETED))
     }
 
-    /// Registrations whose lifetime has not run out, in location order.
+    /// Registrations whose lifetime has not run out and whose device and kit are not revoked,
+    /// in location order: what lookups and topic discovery show.
     pub fn live_entries(&self) -> Vec<Entry> {
         let mut ids: Vec<i64> = self
             .svc
@@ -557,7 +625,7 @@ impl Ctx<'_> {
         let now = self.secs();
         ids.into_iter()
             .filter_map(|id| self.entry(id))
-            .filter(|e| e.is_live(now))
+            .filter(|e| e.is_live(now) && self.entry_revoked(e).is_none())
             .cloned()
             .collect()
     }

@@ -56,7 +56,7 @@ use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::mem::size_of;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -151,13 +151,37 @@ impl DtlsConfig {
 
 /// What DTLS trusts, shared by every connection and refreshed from the authorized list, with
 /// the time certificates are checked at (the caller's, set on every call into the layer).
+/// The last field counts [`SharedTrust::replace`]s, so the layer notices new credentials.
 #[derive(Clone, Default)]
-pub struct SharedTrust(Arc<RwLock<Credentials>>, Arc<Vec<Vec<u8>>>, Arc<AtomicI64>);
+pub struct SharedTrust(
+    Arc<RwLock<Credentials>>,
+    Arc<Vec<Vec<u8>>>,
+    Arc<AtomicI64>,
+    Arc<AtomicU64>,
+);
 
 impl SharedTrust {
     /// With trust anchors for client certificates.
     pub fn with_anchors(anchors: Vec<Vec<u8>>) -> Self {
-        Self(Arc::default(), Arc::new(anchors), Arc::default())
+        Self(
+            Arc::default(),
+            Arc::new(anchors),
+            Arc::default(),
+            Arc::default(),
+        )
+    }
+
+    /// How many times the credentials were replaced.
+    fn generation(&self) -> u64 {
+        self.3.load(Ordering::Acquire)
+    }
+
+    /// Whether `auth` speaks for a revoked identity: a PSK or raw public key of one, or a
+    /// token issued to one.
+    fn is_revoked(&self, auth: &PeerAuth) -> bool {
+        self.0
+            .read()
+            .is_ok_and(|g| g.revoked.contains(auth.identity()))
     }
 
     /// The time certificate chains are checked at from now on.
@@ -165,10 +189,13 @@ impl SharedTrust {
         self.2.store(now.as_secs(), Ordering::Relaxed);
     }
 
+    /// New credentials; the layer ends the sessions of identities they revoke at its next
+    /// call ([`SecureLayer::handle_datagram`], [`SecureLayer::handle_timeout`]).
     pub fn replace(&self, c: Credentials) {
         if let Ok(mut g) = self.0.write() {
             *g = c;
         }
+        self.3.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether `auth` is the session of a PSK-only node, which is never kept across a restart.
@@ -520,6 +547,8 @@ impl SecureLayer {
                 HANDSHAKE_BYTES,
             ),
         );
+    /// The trust's generation the sessions were last checked against for revocations.
+    trust_seen: u64,
         let session_bytes = ByteBudget::new(
             SESSION_TABLE,
             caps(
@@ -619,6 +648,7 @@ impl SecureLayer {
         self.saved = Some(store);
         let lifetime = i64::try_from(self.config.session_lifetime.as_secs()).unwrap_or(i64::MAX);
         let mut restored = 0;
+            trust_seen: 0,
         for row in rows {
             match self.restore_row(now, &row, lifetime) {
                 Ok(()) => {
@@ -887,6 +917,7 @@ impl SecureLayer {
         if let Some(mut p) = self.handshakes.remove(&peer) {
             let r = p
                 .conn
+        self.end_revoked_sessions(now, out);
                 .handle_datagram(now, datagram)
                 .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
             self.flush(now, peer, &mut p, out);
@@ -1118,6 +1149,7 @@ impl SecureLayer {
                 ep.rotate_cookie_secret();
             }
             self.count("dtls.cookie_rotations");
+        self.end_revoked_sessions(now, out);
         }
         for (kind, n) in self.log.flush(Self::secs(now)) {
             tracing::warn!(
@@ -1178,6 +1210,37 @@ impl SecureLayer {
 
     /// Drops resumable sessions older than `session_lifetime`.
     fn expire_resumable(&mut self, now: Instant) {
+    /// Once the credentials changed: ends every session that speaks for an identity they
+    /// revoke (its PSK, its raw public key, or a token issued to it), with a close_notify,
+    /// and deletes its stored row, so revocation reaches sessions already open
+    /// (docs/security.md, "Revocation"). New handshakes and resumptions of such a peer fail
+    /// on the trust itself.
+    fn end_revoked_sessions(&mut self, now: Instant, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+        let generation = self.trust.generation();
+        if generation == self.trust_seen {
+            return;
+        }
+        self.trust_seen = generation;
+        let revoked: Vec<SocketAddr> = self
+            .sessions
+            .iter()
+            .filter(|(_, p)| p.auth.as_ref().is_some_and(|a| self.trust.is_revoked(a)))
+            .map(|(a, _)| *a)
+            .collect();
+        for peer in revoked {
+            let Some(mut p) = self.sessions.remove(&peer) else {
+                continue;
+            };
+            if p.conn.close().is_ok() {
+                self.flush(now, peer, &mut p, out);
+            }
+            let identity = p.auth.as_ref().map(|a| a.identity().to_string());
+            self.release_session(p);
+            self.count("dtls.session_revoked");
+            crate::limited!(self.log, Self::secs(now), "dtls.session_revoked", warn, %peer, identity = identity.as_deref().unwrap_or(""), "DTLS session ended: its identity was revoked");
+        }
+    }
+
         let lifetime = self.config.session_lifetime;
         while let Some(id) = self.cache_order.front().copied() {
             match self.cache.get(&id) {

@@ -102,6 +102,8 @@ pub(crate) struct State {
     /// Read grants: reader identity to the devices and groups it may read.
     pub read_grants: HashMap<Identity, HashSet<Identity>>,
     pub highest: HashMap<Identity, u64>,
+    /// Revoked identities and when each was revoked (docs/security.md, "Revocation").
+    pub revoked: HashMap<Identity, i64>,
     /// The active PSK-only nodes (`sigil provision psk-node`) and their reading keys, for
     /// MACed readings (`sigil_objects::mac`): derived from the PSK, never the PSK itself. Only
     /// these identities may register without a key and publish MACed or session readings.
@@ -137,6 +139,7 @@ impl Service {
             read_grants: grants_by_reader(store.effective_read_grants()?),
             highest: store.freshness()?,
             reading_keys: reading_keys(&store.psk_nodes()?),
+            revoked: store.revoked()?,
             pool: None,
         };
         if state.config.verify_workers > 1 {
@@ -179,15 +182,17 @@ impl Service {
     fn refresh_authorized(&mut self) {
         if let Ok(v) = self.store.data_version() {
             if v != self.data_version {
-                if let (Ok(a), Ok(g), Ok(p)) = (
+                if let (Ok(a), Ok(g), Ok(p), Ok(r)) = (
                     self.store.authorized(),
                     self.store.effective_read_grants(),
                     self.store.psk_nodes(),
                 ) {
                     self.state.authorized = a;
                     self.state.read_grants = grants_by_reader(g);
+                    self.store.revoked(),
                     self.state.reading_keys = reading_keys(&p);
                     self.data_version = v;
+                    self.state.revoked = r;
                     self.generation += 1;
                 }
             }
@@ -222,6 +227,7 @@ impl Service {
             psks: psks
                 .into_iter()
                 .filter(|(id, _)| self.state.authorized.contains_key(id))
+            revoked: self.state.revoked.keys().copied().collect(),
                 .collect(),
         })
     }

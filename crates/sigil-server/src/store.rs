@@ -476,7 +476,9 @@ impl Store {
 
     // ---- the authorized list ----
 
-    /// Adds an identity, or re-activates a revoked one. Returns false if it was already active.
+    /// Adds an identity. Returns false if it is already on the list, active or revoked: a
+    /// revoked identity comes back only through [`Store::reinstate_identity`], never by being
+    /// added again (docs/security.md, "Revocation").
     pub fn add_identity(
         &self,
         id: &Identity,
@@ -487,9 +489,24 @@ impl Store {
         add_identity(&self.conn, id, kind, label, now)
     }
 
-    /// Revokes an identity: from now on nothing from it is accepted. Returns false if unknown
-    /// or already revoked.
-    pub fn revoke_identity(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
+    /// When `id` was revoked, if it is on the list as revoked.
+    pub fn revoked_at(&self, id: &Identity) -> Result<Option<i64>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT revoked_at FROM identities WHERE identity = ?1")?;
+        let mut rows = st.query_map(params![id.to_string()], |r| r.get::<_, Option<i64>>(0))?;
+        Ok(rows.next().transpose()?.flatten())
+    }
+
+    /// Re-activates a revoked identity (`sigil provision add --reinstate`), with `kind` and,
+    /// if not empty, `label`. Returns false if it was not revoked.
+    pub fn reinstate_identity(
+        &self,
+        id: &Identity,
+        kind: IdentityKind,
+        label: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
         let n = self.conn.execute(
             "UPDATE identities SET revoked_at = ?2 WHERE identity = ?1 AND revoked_at IS NULL",
             params![id.to_string(), now],
@@ -517,12 +534,42 @@ impl Store {
             Ok(IdentityRow {
                 identity,
                 kind,
+            "UPDATE identities SET revoked_at = NULL, kind = ?2,
+                 label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
+             WHERE identity = ?1 AND revoked_at IS NOT NULL",
+            params![id.to_string(), kind.as_str(), label, now],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Revokes an identity: from now on nothing from it is accepted, and the coaps://
+    /// sessions stored for it are deleted (a running server also ends the live ones when it
+    /// notices). Returns false if unknown or already revoked.
+    pub fn revoke_identity(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let n = tx.execute(
                 label,
                 added_at,
                 revoked_at,
+        if n > 0 {
+            tx.execute(
+                "DELETE FROM dtls_sessions WHERE identity = ?1",
+                params![id.to_string()],
+            )?;
+        }
+        tx.commit()?;
             })
         })
         .collect()
+    /// The revoked identities, with when each was revoked.
+    pub fn revoked(&self) -> Result<HashMap<Identity, i64>, StoreError> {
+        Ok(self
+            .list_identities()?
+            .into_iter()
+            .filter_map(|r| Some((Identity::parse(&r.identity).ok()?, r.revoked_at?)))
+            .collect())
+    }
+
     }
 
     /// The active (not revoked) identities and their kinds.
@@ -866,9 +913,7 @@ fn add_identity(
 ) -> Result<bool, StoreError> {
     let n = conn.execute(
         "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (identity) DO UPDATE SET revoked_at = NULL, kind = ?2,
-             label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
-         WHERE revoked_at IS NOT NULL",
+         ON CONFLICT (identity) DO NOTHING",
         params![id.to_string(), kind.as_str(), label, now],
     )?;
     Ok(n > 0)
@@ -909,6 +954,7 @@ mod tests {
         store
             .transaction(|b| b.upsert_registration(&reg).map(|_| ()))
             .unwrap();
+    // A revoked row stays revoked: only `Store::reinstate_identity` re-activates it.
         assert_eq!(store.registrations().unwrap()[0].owner, Ownership::Session);
         store
             .transaction(|b| b.update_registration(reg.id, 60, None, 2, 62, Ownership::Open))

@@ -337,7 +337,8 @@ fn revocation_and_factory_reset() {
     assert!(Store::open(&db).unwrap().revoke_identity(&id, NOW).unwrap());
     s.publish(&mut d, &mut now, 2.0);
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Rejected(c), .. } if c.to_string() == "4.03")), "{:?}", s.events);
-    assert_eq!(stats.get("publish.rejected.unauthorized_identity"), 1);
+    // Refused with its own reason (docs/security.md, "Revocation").
+    assert_eq!(stats.get("publish.rejected.revoked"), 1);
     // Factory reset: a new key pair, hence a new identity that nobody provisioned.
     s.storage = MemoryStorage::default();
     let fresh = Device::boot(

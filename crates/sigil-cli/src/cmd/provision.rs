@@ -23,24 +23,42 @@ pub struct ProvisionArgs {
 
 #[derive(Subcommand)]
 pub enum ProvisionAction {
-    /// Add one identity (any label form).
+    /// Add one identity (any label form). A revoked identity stays revoked unless
+    /// --reinstate is given.
     Add {
         identity: String,
         /// It is a group (kit) identity.
         #[arg(long)]
         group: bool,
         #[arg(long, default_value = "")]
+        /// A name for the operator, shown by `list`.
         label: String,
     },
-    /// Import identities from a text file as scanned from labels or a kit's box.
-    Import { file: PathBuf },
+        /// Re-activate the identity if it was revoked.
+        #[arg(long)]
+        reinstate: bool,
+    },
+    /// Import identities from a text file as scanned from labels or a kit's box. Revoked
+    /// identities it names are skipped (and listed) unless --reinstate is given.
+    Import {
+        /// The text file: one identity a line, optionally `device` or `group` and a label
+        /// after it; `#` starts a comment.
+        file: PathBuf,
+        /// Re-activate the revoked identities the file names.
+        #[arg(long)]
+        reinstate: bool,
     /// List the authorized identities.
     List {
         #[arg(long)]
         json: bool,
     },
-    /// Revoke an identity: nothing from it is accepted any more.
-    Revoke { identity: String },
+    /// Revoke an identity: nothing from it is accepted any more, a running server ends its
+    /// coaps:// sessions and no longer lists or serves its readings. `add` and `import` do not
+    /// re-activate it; `add --reinstate` does.
+    Revoke {
+        /// The identity to revoke, in any label form.
+        identity: String,
+    },
     /// Give an authorized identity a DTLS pre-shared key (coaps:// with --dtls psk); prints
     /// the key. The PSK identity is the identity's text.
     Psk {
@@ -110,6 +128,58 @@ pub struct PairArgs {
     /// Other information O of the device's identity I = h(P|O), as text.
     #[arg(long, default_value = "")]
     pub device_other: String,
+/// The one-line report of an import: how many were added, already there, and which revoked
+/// identities were skipped or reinstated.
+fn import_summary(r: &sigil_server::provision::Imported) -> String {
+    let ids = |v: &[Identity]| {
+        v.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut s = format!(
+        "imported {} identities ({} already authorized",
+        r.added, r.present
+    );
+    if !r.reinstated.is_empty() {
+        s += &format!(
+            "; {} reinstated: {}",
+            r.reinstated.len(),
+            ids(&r.reinstated)
+        );
+    }
+    if !r.skipped_revoked.is_empty() {
+        s += &format!(
+            "; {} revoked, skipped: use --reinstate to re-activate: {}",
+            r.skipped_revoked.len(),
+            ids(&r.skipped_revoked)
+        );
+    }
+    s + ")"
+}
+
+/// Unix seconds as an RFC 3339 UTC time.
+fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
     /// The server's secret key file (`alg:hex`, ed25519 or p256): it signs the message, and
     /// the device will trust the identity of its public key. Default: the server's own DTLS
     /// key from --db (made at its first start), so the paired device pins the identity
@@ -234,7 +304,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
             true
         }
-        ProvisionAction::Import { file } => {
+        ProvisionAction::Import { file, reinstate } => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             for e in sigil_identity::list::entries(&text) {
@@ -286,18 +356,27 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             } else {
                 sigil_server::store::IdentityKind::Device
             };
-            let added = store.add_identity(&id, kind, &label, now)?;
-            println!(
-                "{} {id} ({})",
-                if added { "added" } else { "already authorized" },
-                kind.as_str()
-            );
+            let entry = sigil_server::provision::Entry {
+                identity: id,
+                kind,
+                label,
+            };
+            let kind = kind.as_str();
+            match sigil_server::provision::add(&store, &entry, now, reinstate)? {
+                Added::New => println!("added {id} ({kind})"),
+                Added::Present => println!("already authorized {id} ({kind})"),
+                Added::Reinstated => println!("reinstated {id} ({kind}): it is active again"),
+                Added::Revoked { at } => bail!(
+                    "{id} was revoked at {} and stays revoked: use --reinstate to re-activate it",
+                    utc(at)
+                ),
+            }
         }
-        ProvisionAction::Import { file } => {
+        ProvisionAction::Import { file, .. } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            let (added, present) = sigil_server::provision::import(&store, &text, now)?;
-            println!("imported {added} identities ({present} already authorized)");
+            let r = sigil_server::provision::import(&store, &text, now, reinstate)?;
+            println!("{}", import_summary(&r));
         }
         ProvisionAction::List { json } => {
             let rows = store.list_identities()?;
@@ -310,14 +389,12 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
                         "{}  {:<6} {:<8} {}",
                         id.label(),
                         r.kind.as_str(),
-                        if r.revoked_at.is_some() {
-                            "revoked"
-                        } else {
-                            "active"
-                        },
+                        state,
                         r.label
                     );
+            reinstate,
                 }
+            use sigil_server::provision::Added;
             }
         }
         ProvisionAction::Psk { identity, key } => {
@@ -334,7 +411,10 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         ProvisionAction::Revoke { identity } => {
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
             if !store.revoke_identity(&id, now)? {
-                bail!("{id} is not an active identity");
+                if let Some(at) = store.revoked_at(&id)? {
+                    bail!("{id} was already revoked at {}", utc(at));
+                }
+                bail!("{id} is not on the list");
             }
             println!("revoked {id}");
         }
@@ -344,6 +424,10 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             for id in [&reader, &object] {
                 if !authorized.contains_key(id) {
                     bail!("{id} is not an active identity (`sigil provision add` it first)");
+                    let state = match r.revoked_at {
+                        Some(at) => format!("revoked {}", utc(at)),
+                        None => "active".to_string(),
+                    };
                 }
             }
             store.grant_read(&reader, &object, now)?;
@@ -364,4 +448,19 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         ProvisionAction::Pair(p) => return pair(&a.db, p),
     }
     Ok(0)
+}
+                    if store.revoked_at(id)?.is_some() {
+                        bail!("{id} is revoked: a grant would not take effect (`sigil provision add {id} --reinstate` re-activates it)");
+                    }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revocation_times_are_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(utc(951_825_600), "2000-02-29T12:00:00Z");
+    }
 }

@@ -1,0 +1,545 @@
+//! Revocation reaches everything (docs/security.md, "Revocation"), in memory: the real device
+//! state machine and real DTLS clients against the real dispatcher, service and DTLS layer,
+//! while another connection to the database (as `sigil provision` would) revokes.
+//!
+//! A revoked identity leaves the lookups and topic discovery, its readings are no longer
+//! served (4.03 "revoked"), its registration is no longer live (updates, re-registrations
+//! and publications get 4.03 "revoked", even with trust on first use), its live coaps://
+//! sessions end and their stored rows go; adding it again does not bring it back, only
+//! reinstating does.
+
+use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_identity::Identity;
+use sigil_objects::senml::{Record, Value};
+use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, Endpoint, Inbound, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::{Instant, UnixTime};
+use std::net::SocketAddr;
+
+const NOW: i64 = 1_700_000_000;
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A CoAP request as a plain client (an application, an attacker) sends it.
+fn request(code: Code, mid: u16, path: &str, query: &[&str], payload: &[u8]) -> Vec<u8> {
+    request_echoing(code, mid, path, query, payload, None)
+}
+
+/// [`request`] with the Echo option a 4.01 asked for (RFC 9175 §2.4).
+fn request_echoing(
+    code: Code,
+    mid: u16,
+    path: &str,
+    query: &[&str],
+    payload: &[u8],
+    echo: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut buf = [0u8; 2048];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, &[0x5a]).unwrap();
+    b.uri_path(path).unwrap();
+    if let Some(e) = echo {
+        b.option(sigil_coap::option::ECHO, e).unwrap();
+    }
+    for q in query {
+        b.option(sigil_coap::option::URI_QUERY, q.as_bytes())
+            .unwrap();
+    }
+    let n = b.finish_with_payload(payload).unwrap();
+    buf[..n].to_vec()
+}
+
+/// A server on a temporary database, with one device registered over coap:// that publishes
+/// through the real device state machine.
+struct Rig {
+    d: Dispatcher,
+    stats: Stats,
+    db: std::path::PathBuf,
+    device: Device<RustCrypto>,
+    storage: MemoryStorage,
+    now: u64,
+    mid: u16,
+    events: Vec<Event>,
+    /// The codes of the answers the device got, in order.
+    answers: Vec<(Code, Vec<u8>)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    fn new(trust_on_first_use: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        config.service.danger_trust_on_first_use = trust_on_first_use;
+        let mut storage = MemoryStorage::default();
+        let device = Device::boot(
+            RustCrypto,
+            DeviceConfig::default(),
+            &mut storage,
+            &mut Seeded(31),
+            &[],
+            &[],
+        )
+        .unwrap();
+        Store::open(&db)
+            .unwrap()
+            .add_identity(device.identity(), IdentityKind::Device, "kitchen", NOW)
+            .unwrap();
+        let svc = sigil_server::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let mut rig = Self {
+            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
+            stats,
+            db,
+            device,
+            storage,
+            now: 0,
+            mid: 0x6000,
+            events: vec![],
+            answers: vec![],
+            _dir: dir,
+        };
+        rig.step(10);
+        assert!(rig.device.is_registered(), "{:?}", rig.events);
+        rig
+    }
+
+    fn id(&self) -> Identity {
+        *self.device.identity()
+    }
+
+    /// Another connection to the database, as `sigil provision` has.
+    fn provision(&self) -> Store {
+        Store::open(&self.db).unwrap()
+    }
+
+    fn deliver(&mut self, from: SocketAddr, bytes: Vec<u8>) -> Vec<Vec<u8>> {
+        let inbound = Inbound {
+            from: Endpoint {
+                addr: from,
+                secure: false,
+            },
+            to: None,
+            auth: None,
+            bytes,
+        };
+        let now = Instant::from_millis(self.now);
+        let wall = UnixTime::from_secs(NOW + (self.now / 1000) as i64);
+        self.d
+            .handle_inbound_at(vec![inbound], now, wall)
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// Runs the device against the server for `for_ms`.
+    fn step(&mut self, for_ms: u64) {
+        let until = self.now + for_ms;
+        loop {
+            let t = Instant::from_millis(self.now);
+            self.device.handle_timeout(t, &mut self.storage).unwrap();
+            let mut out = vec![];
+            let mut buf = [0u8; 2048];
+            while let Some(n) = self.device.poll_transmit(&mut buf) {
+                out.push(buf[..n].to_vec());
+            }
+            while let Some(e) = self.device.poll_event() {
+                self.events.push(e);
+            }
+            if !out.is_empty() {
+                for datagram in out {
+                    for reply in self.deliver(addr(41100), datagram) {
+                        if let Ok(m) = Message::parse(&reply) {
+                            self.answers.push((m.code, m.payload.to_vec()));
+                        }
+                        self.device
+                            .handle_datagram(t, &mut self.storage, &reply)
+                            .unwrap();
+                    }
+                }
+                continue;
+            }
+            match self.device.poll_timeout() {
+                Some(w) if w <= Instant::from_millis(until) => {
+                    self.now = self.now.max(w.as_millis())
+                }
+                _ => {
+                    self.now = until;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Publishes one reading; whether the broker acknowledged it.
+    fn publish_acked(&mut self, v: f64) -> bool {
+        let r = [Record {
+            name: Some("t"),
+            unit: Some("Cel"),
+            value: Some(Value::Number(v)),
+            ..Default::default()
+        }];
+        let seq = self
+            .device
+            .publish(Instant::from_millis(self.now), &mut self.storage, &r, None)
+            .unwrap();
+        self.step(1);
+        self.events.iter().any(|e| {
+            matches!(e, Event::Published { seq: s, outcome: PublishOutcome::Acknowledged } if *s == seq)
+        })
+    }
+
+    /// A plain request from an application's address; the answer's code and payload. Like
+    /// any client of RFC 9175 §2.4, it repeats a request answered with 4.01 and an Echo.
+    fn get(&mut self, path: &str, query: &[&str]) -> (Code, String) {
+        let mut echo: Option<Vec<u8>> = None;
+        loop {
+            self.mid += 1;
+            let req = request_echoing(Code::GET, self.mid, path, query, &[], echo.as_deref());
+            let replies = self.deliver(addr(41300), req);
+            let m = Message::parse(&replies[0]).unwrap();
+            match m.option(sigil_coap::option::ECHO) {
+                Some(e) if m.code == Code::UNAUTHORIZED && echo.is_none() => {
+                    echo = Some(e.to_vec())
+                }
+                _ => return (m.code, String::from_utf8_lossy(m.payload).into_owned()),
+            }
+        }
+    }
+
+    /// The device's topic, `ps/N/<href>`.
+    fn topic(&self) -> String {
+        let regs = self.provision().registrations().unwrap();
+        let href = regs[0]
+            .links
+            .split('<')
+            .nth(1)
+            .and_then(|l| l.split('>').next())
+            .unwrap();
+        format!("ps/{}{}", regs[0].id, href)
+    }
+}
+
+#[test]
+fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served() {
+    let mut r = Rig::new(false);
+    assert!(r.publish_acked(21.0));
+    let (id, topic) = (r.id().to_string(), r.topic());
+    let location = r.device.location().unwrap().to_string();
+    for path in ["rd-lookup/ep", "rd-lookup/res", "ps"] {
+        let (code, body) = r.get(path, &[]);
+        assert_eq!(code, Code::CONTENT);
+        let shown = if path == "ps" { &topic } else { &id };
+        assert!(body.contains(shown.as_str()), "{path}: {body}");
+    }
+    assert_eq!(r.get(&topic, &[]).0, Code::CONTENT);
+    assert_eq!(r.get(&topic, &["n=5"]).0, Code::CONTENT);
+
+    assert!(r.provision().revoke_identity(&r.id(), NOW + 5).unwrap());
+
+    // Gone from every lookup, whatever its lifetime says.
+    for path in ["rd-lookup/ep", "rd-lookup/res", "ps"] {
+        let (code, body) = r.get(path, &[]);
+        assert_eq!(code, Code::CONTENT);
+        assert!(
+            !body.contains(&id) && !body.contains(&topic),
+            "{path}: {body}"
+        );
+    }
+    let (code, body) = r.get("rd-lookup/res", &[&format!("ep={id}")]);
+    assert_eq!((code, body.as_str()), (Code::CONTENT, ""));
+    // Its readings are refused with the reason, latest and history alike.
+    assert_eq!(r.get(&topic, &[]), (Code::FORBIDDEN, "revoked".to_string()));
+    assert_eq!(
+        r.get(&topic, &["n=5"]),
+        (Code::FORBIDDEN, "revoked".to_string())
+    );
+    assert_eq!(r.stats.get("read.rejected.revoked"), 2);
+
+    // Its own requests: a publication, an update and a new registration all get 4.03
+    // "revoked".
+    assert!(!r.publish_acked(22.0));
+    assert_eq!(
+        r.answers.last().unwrap(),
+        &(Code::FORBIDDEN, b"revoked".to_vec())
+    );
+    assert_eq!(r.stats.get("publish.rejected.revoked"), 1);
+    r.mid += 1;
+    let update = request(Code::POST, r.mid, &location, &["lt=600"], &[]);
+    let reply = r.deliver(addr(41100), update);
+    let m = Message::parse(&reply[0]).unwrap();
+    assert_eq!((m.code, m.payload), (Code::FORBIDDEN, &b"revoked"[..]));
+    assert_eq!(r.stats.get("register.rejected.revoked"), 1);
+    r.reboot();
+    assert!(!r.device.is_registered());
+    assert_eq!(
+        r.answers.last().unwrap(),
+        &(Code::FORBIDDEN, b"revoked".to_vec())
+    );
+    assert_eq!(r.stats.get("register.rejected.revoked"), 2);
+
+    // Added again (a re-imported label file): still revoked.
+    assert!(!r
+        .provision()
+        .add_identity(&r.id(), IdentityKind::Device, "", NOW + 9)
+        .unwrap());
+    r.reboot();
+    assert!(!r.device.is_registered());
+    assert_eq!(r.stats.get("register.rejected.revoked"), 3);
+
+    // Reinstated: it registers, publishes and is listed again.
+    assert!(r
+        .provision()
+        .reinstate_identity(&r.id(), IdentityKind::Device, "", NOW + 10)
+        .unwrap());
+    r.reboot();
+    assert!(r.device.is_registered(), "{:?}", r.answers);
+    assert!(r.publish_acked(23.0));
+    assert!(r.get("rd-lookup/ep", &[]).1.contains(&id));
+    assert_eq!(r.get(&r.topic(), &[]).0, Code::CONTENT);
+}
+
+impl Rig {
+    /// The device starts again from its storage (same key, same identity) and registers.
+    fn reboot(&mut self) {
+        self.device = Device::boot(
+            RustCrypto,
+            DeviceConfig::default(),
+            &mut self.storage,
+            &mut Seeded(self.now),
+            &[],
+            &[],
+        )
+        .unwrap();
+        self.step(10);
+    }
+}
+
+/// Trust on first use adds an unknown identity that registers; a revoked one is not unknown:
+/// it stays out.
+#[test]
+fn trust_on_first_use_does_not_bring_a_revoked_identity_back() {
+    let mut r = Rig::new(true);
+    assert!(r.provision().revoke_identity(&r.id(), NOW + 1).unwrap());
+    r.reboot();
+    assert!(!r.device.is_registered());
+    assert_eq!(r.stats.get("register.rejected.revoked"), 1);
+    assert_eq!(r.stats.get("register.trust_on_first_use"), 0);
+    let store = r.provision();
+    assert!(!store.authorized().unwrap().contains_key(&r.id()));
+    assert_eq!(store.revoked_at(&r.id()).unwrap(), Some(NOW + 1));
+}
+
+// ---- coaps:// ----
+
+/// The server's side of coaps:// in memory, with virtual time.
+struct Secure {
+    d: Dispatcher,
+    layer: SecureLayer,
+    rng: Seeded,
+    stats: Stats,
+    db: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+struct AnyServer;
+impl Trust for AnyServer {
+    fn trusted_key(&self, _: &PublicKey) -> bool {
+        true
+    }
+}
+
+/// A PSK client at `addr`, with the CoAP answers it got.
+struct Client {
+    addr: SocketAddr,
+    conn: Connection<RustCrypto, AnyServer>,
+    inbox: Vec<Vec<u8>>,
+}
+
+impl Secure {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        let svc = sigil_server::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+            .unwrap();
+        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
+        let mut layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
+        // Sessions are kept in the database, as `sigil server` keeps them.
+        layer.restore_sessions(
+            Store::open(&db).unwrap(),
+            Instant::ZERO,
+            UnixTime::from_secs(NOW),
+        );
+        Self {
+            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
+            layer,
+            rng: Seeded(1234),
+            stats,
+            db,
+            _dir: dir,
+        }
+    }
+
+    fn provision(&self, id: &Identity, psk: &[u8]) {
+        let s = Store::open(&self.db).unwrap();
+        s.add_identity(id, IdentityKind::Device, "", NOW).unwrap();
+        s.set_psk(id, psk, NOW).unwrap();
+    }
+
+    fn stored_sessions(&self) -> Vec<String> {
+        Store::open(&self.db)
+            .unwrap()
+            .dtls_sessions()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.identity)
+            .collect()
+    }
+
+    /// Runs the clients and the server for `for_ms` of virtual time in 10 ms steps.
+    fn run(&mut self, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
+        let until = *now + for_ms;
+        while *now < until {
+            loop {
+                let mut sent = vec![];
+                let mut buf = [0u8; 1500];
+                for c in clients.iter_mut() {
+                    let _ = c.conn.handle_timeout(Instant::from_millis(*now));
+                    while let Some(n) = c.conn.poll_transmit(Instant::from_millis(*now), &mut buf) {
+                        sent.push((c.addr, buf[..n].to_vec()));
+                    }
+                }
+                let replies = self.d.handle_secure_at(
+                    &mut self.layer,
+                    sent.clone(),
+                    Instant::from_millis(*now),
+                    UnixTime::from_secs(NOW + (*now / 1000) as i64),
+                    &mut self.rng,
+                );
+                for (to, bytes) in &replies {
+                    if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
+                        let _ = c.conn.handle_datagram(Instant::from_millis(*now), bytes);
+                        let mut app = [0u8; 2048];
+                        while let Some(n) = c.conn.poll_app_data(&mut app) {
+                            c.inbox.push(app[..n].to_vec());
+                        }
+                    }
+                }
+                if sent.is_empty() && replies.is_empty() {
+                    break;
+                }
+            }
+            *now += 10;
+        }
+    }
+}
+
+impl Client {
+    fn psk(port: u16, id: &Identity, key: &[u8; 16], seed: u64, now: u64) -> Self {
+        let text = id.to_string();
+        let conn = Connection::connect(
+            RustCrypto,
+            AnyServer,
+            Config::default(),
+            &mut Seeded(seed),
+            Credentials::Psk {
+                identity: text.as_bytes(),
+                key,
+            },
+            Instant::from_millis(now),
+        )
+        .unwrap();
+        Self {
+            addr: addr(port),
+            conn,
+            inbox: vec![],
+        }
+    }
+
+    /// Asks for `/.well-known/core` in the session: whether an answer came.
+    fn discovery_answered(&mut self, s: &mut Secure, now: &mut u64, mid: u16) -> bool {
+        let before = self.inbox.len();
+        if self
+            .conn
+            .send(&request(Code::GET, mid, ".well-known/core", &[], &[]))
+            .is_err()
+        {
+            return false;
+        }
+        s.run(&mut [&mut *self], now, 300);
+        self.inbox.len() > before
+    }
+}
+
+fn identity(seed: u8) -> Identity {
+    Identity::from_bytes([seed; 16])
+}
+
+/// The session of a revoked identity ends as soon as the server notices the revocation (the
+/// next datagram or timer), with a close_notify, and its stored row is deleted; another
+/// identity's session carries on; the revoked one cannot open a new one.
+#[test]
+fn a_revoked_identitys_live_session_ends_and_its_stored_row_goes() {
+    let mut s = Secure::new();
+    let (revoked, kept) = (identity(0x51), identity(0x52));
+    s.provision(&revoked, &[0x51; 16]);
+    s.provision(&kept, &[0x52; 16]);
+    let mut now = 0;
+    let mut a = Client::psk(51, &revoked, &[0x51; 16], 51, now);
+    let mut b = Client::psk(52, &kept, &[0x52; 16], 52, now);
+    s.run(&mut [&mut a, &mut b], &mut now, 2_000);
+    assert!(a.conn.is_established() && b.conn.is_established());
+    assert!(a.discovery_answered(&mut s, &mut now, 1));
+    assert_eq!(s.layer.sessions(), 2);
+    let mut stored = s.stored_sessions();
+    stored.sort();
+    assert_eq!(stored, vec![revoked.to_string(), kept.to_string()]);
+
+    assert!(Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(&revoked, NOW + 1)
+        .unwrap());
+    // `sigil provision revoke` deleted the stored row; the server ends the live session at
+    // its next call, even with no datagram from that peer.
+    assert_eq!(s.stored_sessions(), vec![kept.to_string()]);
+    s.run(&mut [&mut a, &mut b], &mut now, 100);
+    assert_eq!(s.layer.sessions(), 1);
+    assert_eq!(s.stats.get("dtls.session_revoked"), 1);
+    assert!(
+        !a.conn.is_established() && a.conn.failure().is_some(),
+        "the client got a close_notify"
+    );
+    assert!(!s.layer.authenticated().contains(&revoked));
+    assert!(!a.discovery_answered(&mut s, &mut now, 2));
+    assert!(b.discovery_answered(&mut s, &mut now, 3));
+    assert_eq!(s.stored_sessions(), vec![kept.to_string()]);
+
+    // A new handshake with the same PSK gets no session.
+    let mut again = Client::psk(53, &revoked, &[0x51; 16], 53, now);
+    s.run(&mut [&mut again], &mut now, 2_000);
+    assert!(!again.conn.is_established());
+    assert_eq!(s.layer.sessions(), 1);
+}
