@@ -6,6 +6,7 @@ mod attacks;
 mod cmd;
 mod demo;
 mod demo_access;
+mod refusals;
 mod sensor;
 mod serve;
 mod soak;

@@ -271,6 +271,8 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
         identity: device.identity().to_string(),
         ..Default::default()
     };
+    // Refusals are printed at the default log level, with the reason and the fix.
+    let mut refusals = crate::refusals::Refusals::new(report.identity.clone(), run.server);
     if transport.is_secure() && !transport.restore() && !connect(&mut transport, &mut stop).await {
         // Stopped before the first session: nothing was published.
         return Ok(report);
@@ -281,7 +283,7 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
     // Failed reconnect handshakes in a row, and when the next may start (back-off).
     let mut reconnect_failures = 0u32;
     let mut reconnect_after = Instant::now();
-    let mut reconnect_logged: Option<Instant> = None;
+    let mut reconnect_logged: Option<String> = None;
     // Retransmissions since the server last said anything: over DTLS, two in a row mean the
     // session is probably gone (the server restarted), so the sensor handshakes again.
     let mut retx_seen = 0u32;
@@ -339,9 +341,11 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
                     reconnect_failures = reconnect_failures.saturating_add(1);
                     reconnect_after = Instant::now() + delay;
                     reconnect = true;
-                    if reconnect_logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-                        reconnect_logged = Some(Instant::now());
-                        tracing::warn!(error = %e, failures = reconnect_failures, retry_in = ?delay, "DTLS reconnect failed; retrying");
+                    if should_report(reconnect_failures, &e, &mut reconnect_logged) {
+                        eprintln!(
+                            "sensor: DTLS reconnect failed ({e:#}); {}",
+                            next_try(delay, reconnect_failures)
+                        );
                     }
                 }
                 None => {}
@@ -358,6 +362,7 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
         }
         while let Some(ev) = device.poll_event() {
             on_event(&ev);
+            refusals.on_event(&ev);
             match ev {
                 Event::Published { seq, outcome } => {
                     match outcome {
@@ -422,6 +427,7 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
             r = transport.recv() => {
                 match r {
                     Ok(m) => {
+                        refusals.saw_answer(&m);
                         retx_seen = device.retransmissions();
                         let now = since(start);
                         device.handle_datagram(now, &mut storage, &m).map_err(|e| anyhow!("device: {e}"))?;
@@ -456,8 +462,31 @@ fn tap_server_key(run: &SensorRun, transport: &Transport) {
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Longest delay between DTLS handshake attempts.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
-/// Failed handshakes are logged once, then at most this often.
-const LOG_EVERY: Duration = Duration::from_secs(60);
+/// Whether failure number `failures` (1-based) of a handshake is printed: a new error is,
+/// and the same one again at failures 2, 4, 8, … (once per back-off step while the delay
+/// grows, then ever more rarely), never every time identically.
+fn should_report(failures: u32, e: &anyhow::Error, last: &mut Option<String>) -> bool {
+    let text = format!("{e:#}");
+    if last.as_deref() != Some(text.as_str()) {
+        *last = Some(text);
+        return true;
+    }
+    failures.is_power_of_two()
+}
+
+/// "next try at 14:02:07 UTC (in 4.1 s; failure 3, the same failure is printed again at 4)".
+fn next_try(delay: Duration, failures: u32) -> String {
+    let at = std::time::SystemTime::now() + delay;
+    let secs = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    format!(
+        "next try at {h:02}:{m:02}:{s:02} UTC (in {:.1} s; failure {failures}, the same failure is printed again at failure {})",
+        delay.as_secs_f64(),
+        failures.saturating_add(1).next_power_of_two()
+    )
+}
 
 /// The delay before handshake attempt `attempt + 1` (0-based count of failures so far):
 /// `BACKOFF_FIRST * 2^attempt`, capped at [`BACKOFF_CAP`], then scaled by `jitter` (0.0 to
@@ -487,7 +516,7 @@ fn jitter() -> f64 {
 /// first one.
 async fn connect(transport: &mut Transport, stop: &mut watch::Receiver<bool>) -> bool {
     let mut failures = 0u32;
-    let mut last_log: Option<Instant> = None;
+    let mut last_log: Option<String> = None;
     loop {
         if *stop.borrow() {
             return false;
@@ -504,12 +533,10 @@ async fn connect(transport: &mut Transport, stop: &mut watch::Receiver<bool>) ->
         };
         let delay = backoff(failures, jitter());
         failures = failures.saturating_add(1);
-        if last_log.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-            last_log = Some(Instant::now());
-            tracing::warn!(error = %e, failures, retry_in = ?delay, "DTLS handshake failed; retrying");
+        if should_report(failures, &e, &mut last_log) {
             eprintln!(
-                "sensor: DTLS handshake failed ({e:#}); retrying in {:.1} s (failure {failures})",
-                delay.as_secs_f64()
+                "sensor: DTLS handshake failed ({e:#}); {}",
+                next_try(delay, failures)
             );
         }
         tokio::select! {

@@ -89,19 +89,71 @@ pub struct SensorView {
     pub key_matches_identity: bool,
     /// `ep` (or its group) is on the application's trust list; `None` without a list.
     pub trusted: Option<bool>,
+    /// Whether the broker let this application read the sensor's topic.
+    pub readable: bool,
+    /// Why not, with the fix (e.g. `not granted (4.03 no read grant): ask the operator for
+    /// ...`); `None` when readable.
+    pub refused: Option<String>,
     pub verified: usize,
     pub failed: usize,
     /// `session` readings: taken on the broker's word, neither verified nor failed.
     pub unverifiable: usize,
+    /// Why readings failed: each distinct reason once, with how many readings it failed.
+    pub problems: Vec<Problem>,
     pub readings: Vec<CheckedReading>,
 }
 
+/// One reason readings of a sensor failed, and how many.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub reason: String,
+    pub readings: usize,
+}
+
+/// Where the identities readings were verified against came from.
+pub const IDENTITIES_TRUST_LIST: &str = "trust list";
+/// Without a trust list: the identities the directory announced, which nobody checked
+/// against a list of this application's own (a reading "verified" under such an identity
+/// proves only that the directory's key signed it).
+pub const IDENTITIES_UNCHECKED: &str = "directory, unchecked";
+
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct AppReport {
+    /// [`IDENTITIES_TRUST_LIST`] or [`IDENTITIES_UNCHECKED`].
+    pub identities: &'static str,
     pub sensors: Vec<SensorView>,
 }
 
+/// `sigil app`'s exit status: every shown reading verified, every sensor readable.
+pub const EXIT_OK: i32 = 0;
+/// Nothing could be read: the server did not answer or refused the lookup (any error), or
+/// no (selected) sensor was readable.
+pub const EXIT_NOTHING_READ: i32 = 1;
+/// Some reading failed verification.
+pub const EXIT_FAILED: i32 = 2;
+/// Some sensors could not be read (refused, or not in the directory); all shown verified.
+pub const EXIT_SOME_UNREADABLE: i32 = 3;
+
 impl AppReport {
+    /// Sensors that could not be read.
+    pub fn unreadable(&self) -> usize {
+        self.sensors.iter().filter(|s| !s.readable).count()
+    }
+
+    /// The exit status: [`EXIT_FAILED`] before [`EXIT_NOTHING_READ`] before
+    /// [`EXIT_SOME_UNREADABLE`].
+    pub fn exit_code(&self) -> i32 {
+        if self.failed() > 0 {
+            EXIT_FAILED
+        } else if self.sensors.iter().all(|s| !s.readable) {
+            EXIT_NOTHING_READ
+        } else if self.unreadable() > 0 {
+            EXIT_SOME_UNREADABLE
+        } else {
+            EXIT_OK
+        }
+    }
+
     pub fn verified(&self) -> usize {
         self.sensors.iter().map(|s| s.verified).sum()
     }
@@ -334,6 +386,70 @@ pub async fn reading_key(client: &mut CoapClient, ep: &Identity) -> Result<Readi
     sigil_objects::mac::parse_reading_key(&resp.payload, ep).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// A CoAP error answer from the broker or directory for one path.
+#[derive(Clone, Debug)]
+pub struct Refused {
+    pub code: Code,
+    pub diagnostic: String,
+    pub path: String,
+}
+
+impl Refused {
+    fn new(code: Code, payload: &[u8], path: &str) -> Self {
+        let diagnostic: String = String::from_utf8_lossy(payload)
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(200)
+            .collect();
+        Self {
+            code,
+            diagnostic,
+            path: path.to_string(),
+        }
+    }
+
+    /// Why a sensor cannot be read, and what to do about it. `reader` is this application's
+    /// identity when known.
+    pub fn reason(&self, reader: Option<&str>, ep: &str) -> String {
+        let code = self.code;
+        let what = if self.diagnostic.is_empty() {
+            code.to_string()
+        } else {
+            format!("{code} {}", self.diagnostic)
+        };
+        let reader = reader.unwrap_or("<reader identity>");
+        if self.diagnostic.contains("revoked") {
+            format!("revoked ({what}): the operator revoked this identity; its readings are no longer served as current")
+        } else if code == Code::FORBIDDEN {
+            format!(
+                "not granted ({what}): ask the operator for `sigil provision grant {reader} {ep}`"
+            )
+        } else if code == Code::UNAUTHORIZED && self.diagnostic.contains("session") {
+            format!("refused ({what}): this server lets only coaps:// sessions read: use a coaps:// --server with --dtls")
+        } else if code == Code::UNAUTHORIZED && self.diagnostic.contains("token") {
+            format!("refused ({what}): the token expired or its holder was revoked: run again with --token")
+        } else if code == Code::NOT_FOUND {
+            format!(
+                "gone ({what}): the sensor's registration expired or was removed since the lookup"
+            )
+        } else {
+            format!("refused ({what})")
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "broker answered {} for {}", self.code, self.path)?;
+        if !self.diagnostic.is_empty() {
+            write!(f, ": {}", self.diagnostic)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Refused {}
+
 /// Fetches the newest `n` stored readings of a topic, oldest first.
 pub async fn fetch_recent(client: &mut CoapClient, href: &str, n: u32) -> Result<Vec<Vec<u8>>> {
     let resp = client
@@ -348,11 +464,7 @@ pub async fn fetch_recent(client: &mut CoapClient, href: &str, n: u32) -> Result
         )
         .await?;
     if resp.code != Code::CONTENT {
-        anyhow::bail!(
-            "broker answered {} for {href}: {}",
-            resp.code,
-            String::from_utf8_lossy(&resp.payload)
-        );
+        return Err(Refused::new(resp.code, &resp.payload, href).into());
     }
     let mut d = Decoder::new(&resp.payload);
     let count = d
@@ -392,7 +504,7 @@ pub async fn fetch_history(
             )
             .await?;
         if resp.code != Code::CONTENT {
-            anyhow::bail!("broker answered {} for {href}", resp.code);
+            return Err(Refused::new(resp.code, &resp.payload, href).into());
         }
         let mut d = Decoder::new(&resp.payload);
         let n = d
@@ -470,6 +582,20 @@ pub async fn look_up(
     Ok(eps)
 }
 
+/// What [`run_with`] reads beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Fetch only the newest N readings per sensor (default: all).
+    pub history: Option<u32>,
+    /// Only these sensors (default: every one the directory announces).
+    pub select: Option<Vec<Identity>>,
+    /// This application's identity, for the fix a refusal names.
+    pub reader: Option<String>,
+    /// Give up on the server after this long without an answer (default: CoAP's own
+    /// MAX_TRANSMIT_WAIT).
+    pub timeout: Option<std::time::Duration>,
+}
+
 /// Looks sensors up, fetches and verifies their readings. `psk_nodes`: the identities whose
 /// MACed or session readings are taken ([`load_psk_nodes`]); anyone else's are failures.
 pub async fn run(
@@ -478,13 +604,40 @@ pub async fn run(
     psk_nodes: &HashSet<Identity>,
     history: Option<u32>,
 ) -> Result<AppReport> {
+    let options = Options {
+        history,
+        ..Default::default()
+    };
+    run_with(transport, trust, psk_nodes, &options).await
+}
+
+/// [`run`] with [`Options`]. A sensor whose topic the broker refuses is reported as not
+/// readable, with the reason; the others are still read.
+pub async fn run_with(
+    transport: crate::transport::Transport,
+    trust: Option<&HashSet<Identity>>,
+    psk_nodes: &HashSet<Identity>,
+    options: &Options,
+) -> Result<AppReport> {
     let mut client = CoapClient::over(transport, TransmissionParameters::default());
+    client.timeout = options.timeout;
     let lookup = client
         .get("rd-lookup/res", &["rt=sigil.env"])
         .await
         .context("resource directory lookup")?;
     if lookup.code != Code::CONTENT {
-        anyhow::bail!("resource directory answered {}", lookup.code);
+        let refused = Refused::new(lookup.code, &lookup.payload, "/rd-lookup/res");
+        match lookup.code {
+            Code::FORBIDDEN => anyhow::bail!(
+                "the resource directory refused the lookup ({} {}): this reader may not look sensors up (a token needs the `rd` scope)",
+                refused.code, refused.diagnostic
+            ),
+            Code::UNAUTHORIZED => anyhow::bail!(
+                "the resource directory refused the lookup ({} {}): this server answers lookups only over coaps:// sessions: use a coaps:// --server with --dtls",
+                refused.code, refused.diagnostic
+            ),
+            _ => anyhow::bail!("resource directory answered {} {}", refused.code, refused.diagnostic),
+        }
     }
     if lookup.content_format != Some(ContentFormat::LINK_FORMAT.0) {
         anyhow::bail!(
@@ -492,11 +645,58 @@ pub async fn run(
             lookup.content_format
         );
     }
-    let announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
-    let mut report = AppReport::default();
+    let mut announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
+    let mut report = AppReport {
+        identities: if trust.is_some() {
+            IDENTITIES_TRUST_LIST
+        } else {
+            IDENTITIES_UNCHECKED
+        },
+        ..Default::default()
+    };
+    if let Some(select) = &options.select {
+        announced.retain(|a| Identity::parse(&a.ep).is_ok_and(|ep| select.contains(&ep)));
+        for id in select {
+            if !announced
+                .iter()
+                .any(|a| Identity::parse(&a.ep).ok() == Some(*id))
+            {
+                report.sensors.push(unreadable(
+                    &id.to_string(),
+                    Some(*id),
+                    "",
+                    "not in the directory: not registered, or its registration expired".into(),
+                ));
+            }
+        }
+    }
+    let reader = options.reader.as_deref();
     for a in announced {
         let protection = Protection::of_content_format(a.content_format);
         let (ep, mut key_ok, mut trusted) = bind_key(&a, trust);
+        // The topic first: a sensor this reader may not read is reported as such.
+        let fetched = match options.history {
+            // Session readings carry no number to page by: the newest page of them.
+            None if protection == Protection::Session => {
+                fetch_recent(&mut client, &a.href, 100).await
+            }
+            None => fetch_history(&mut client, &a.href, protection, 100).await,
+            // e.g. 4.00 for n over the broker's limit (docs/wire-formats.md).
+            Some(n) => fetch_recent(&mut client, &a.href, n).await,
+        };
+        let raws = match fetched {
+            Ok(r) => r,
+            Err(e) => match e.downcast_ref::<Refused>() {
+                Some(r) if r.code.class() == 4 => {
+                    let mut view = unreadable(&a.ep, ep, &a.href, r.reason(reader, &a.ep));
+                    view.protection = protection;
+                    view.algorithm = a.key.map(|k| k.algorithm().name().to_string());
+                    report.sensors.push(view);
+                    continue;
+                }
+                _ => return Err(e),
+            },
+        };
         let mut key_error = None;
         if protection != Protection::Signed {
             // A PSK-only node has no key to bind: only this application's own list can say
@@ -511,6 +711,12 @@ pub async fn run(
                 ));
             }
         }
+        if trusted == Some(false) && key_ok && key_error.is_none() {
+            key_error = Some(format!(
+                "{} is not on this application's trust list (--trust)",
+                a.ep
+            ));
+        }
         let reading_key = match (protection, ep) {
             (Protection::Mac, Some(ep)) if key_ok => match reading_key(&mut client, &ep).await {
                 Ok(k) => Some(k),
@@ -520,15 +726,6 @@ pub async fn run(
                 }
             },
             _ => None,
-        };
-        let raws = match history {
-            // Session readings carry no number to page by: the newest page of them.
-            None if protection == Protection::Session => {
-                fetch_recent(&mut client, &a.href, 100).await?
-            }
-            None => fetch_history(&mut client, &a.href, protection, 100).await?,
-            // e.g. 4.00 for n over the broker's limit (docs/wire-formats.md).
-            Some(n) => fetch_recent(&mut client, &a.href, n).await?,
         };
         // Readings from an identity the application does not trust are not verified as good.
         let mut readings = verify_readings(
@@ -556,14 +753,52 @@ pub async fn run(
             protection,
             key_matches_identity: key_ok && a.key.is_some(),
             trusted,
+            readable: true,
+            refused: None,
             verified,
             failed: readings.len() - verified - unverifiable,
             unverifiable,
+            problems: problems(&readings),
             readings,
         });
     }
     client.close().await;
     Ok(report)
+}
+
+/// A sensor that could not be read, and why.
+fn unreadable(ep: &str, id: Option<Identity>, topic: &str, why: String) -> SensorView {
+    SensorView {
+        ep: ep.to_string(),
+        label: id.map(|e| e.short_label().to_string()).unwrap_or_default(),
+        topic: topic.to_string(),
+        algorithm: None,
+        protection: Protection::Signed,
+        key_matches_identity: false,
+        trusted: None,
+        readable: false,
+        refused: Some(why),
+        verified: 0,
+        failed: 0,
+        unverifiable: 0,
+        problems: vec![],
+        readings: vec![],
+    }
+}
+
+/// The distinct reasons readings failed, in the order first seen, with their counts.
+fn problems(readings: &[CheckedReading]) -> Vec<Problem> {
+    let mut out: Vec<Problem> = Vec::new();
+    for e in readings.iter().filter_map(|r| r.error.as_deref()) {
+        match out.iter_mut().find(|p| p.reason == e) {
+            Some(p) => p.readings += 1,
+            None => out.push(Problem {
+                reason: e.to_string(),
+                readings: 1,
+            }),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub struct CoapClient {
     pub max_body: usize,
     /// The server's latest Echo value (RFC 9175), sent with every request.
     echo: Option<Vec<u8>>,
+    /// Give up on a request the server has not answered (not even with an empty ACK) within
+    /// this time, instead of after MAX_TRANSMIT_WAIT (93 s with the default parameters).
+    pub timeout: Option<Duration>,
 }
 
 /// One request's options.
@@ -65,6 +68,19 @@ impl CoapClient {
             szx,
             max_body: 4 << 20,
             echo: None,
+            timeout: None,
+        }
+    }
+
+    /// [`CoapClient::over`] giving up on an unanswered request after `timeout`.
+    pub fn with_timeout(
+        transport: Transport,
+        params: TransmissionParameters,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            timeout: Some(timeout),
+            ..Self::over(transport, params)
         }
     }
 
@@ -224,7 +240,11 @@ impl CoapClient {
             &self.params,
             crate::os::random_u32(),
         ));
-        let give_up_at = now() + self.params.max_transmit_wait() + self.params.exchange_lifetime();
+        let mut give_up_at =
+            now() + self.params.max_transmit_wait() + self.params.exchange_lifetime();
+        if let Some(t) = self.timeout {
+            give_up_at = give_up_at.min(now() + t);
+        }
         self.transport.send(&buf).await?;
         self.await_response(&buf, mid, token, &mut retx, give_up_at)
             .await
@@ -240,9 +260,26 @@ impl CoapClient {
     ) -> Result<(ClientResponse, Option<BlockOption>, Option<Vec<u8>>)> {
         let now = || crate::os::since(self.start);
         loop {
-            let deadline = retx.as_ref().map_or(give_up_at, |r| r.deadline());
+            let deadline = retx
+                .as_ref()
+                .map_or(give_up_at, |r| r.deadline().min(give_up_at));
             let wait = deadline.saturating_since(now());
             match tokio::time::timeout(wait, self.transport.recv()).await {
+                Err(_) if now() >= give_up_at && self.timeout.is_some() => {
+                    let t = self.timeout.unwrap_or_default();
+                    if retx.is_none() {
+                        bail!(
+                            "{} acknowledged the request but sent no response within {:?}",
+                            self.server,
+                            t
+                        );
+                    }
+                    return Err(crate::transport::no_answer(
+                        self.server,
+                        self.transport.is_secure(),
+                        t,
+                    ));
+                }
                 Err(_) => match retx.as_mut().map(|r| r.on_timer(now())) {
                     Some(RetransmitDecision::Resend) => {
                         self.transport.send(buf).await?;

@@ -61,11 +61,25 @@ pub enum Carrier {
 
 /// Trusts exactly the server's pinned identity (raw public keys), or chains to the anchors
 /// at the current time (X.509), whose certified key must hash to the pinned identity when
-/// there is one.
-struct PinnedServer(Option<Identity>, Vec<Vec<u8>>);
+/// there is one. The last key the server presented is kept, so a refused pin can say which
+/// identity the server showed.
+struct PinnedServer(
+    Option<Identity>,
+    Vec<Vec<u8>>,
+    std::sync::Arc<std::sync::Mutex<Option<PublicKey>>>,
+);
+
+impl PinnedServer {
+    fn presented(&self, key: &PublicKey) {
+        if let Ok(mut g) = self.2.lock() {
+            *g = Some(*key);
+        }
+    }
+}
 
 impl Trust for PinnedServer {
     fn trusted_key(&self, key: &PublicKey) -> bool {
+        self.presented(key);
         self.0
             .is_some_and(|id| Identity::of_key(&RustCrypto, key, b"").is_ok_and(|k| k == id))
     }
@@ -74,10 +88,133 @@ impl Trust for PinnedServer {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
         let key =
             sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::os::unix_now())?;
+        self.presented(&key);
         match self.0 {
             Some(_) if !self.trusted_key(&key) => Err(sigil_dtls::Error::UntrustedKey),
             _ => Ok(key),
         }
+    }
+}
+
+/// Why a handshake failed: what the DTLS layer says (explained for the user by
+/// [`explain`]), or anything else (the socket, the CoAP carrier).
+enum HandshakeFailure {
+    Dtls(sigil_dtls::Error),
+    Other(anyhow::Error),
+}
+
+impl From<sigil_dtls::Error> for HandshakeFailure {
+    fn from(e: sigil_dtls::Error) -> Self {
+        Self::Dtls(e)
+    }
+}
+
+impl From<anyhow::Error> for HandshakeFailure {
+    fn from(e: anyhow::Error) -> Self {
+        Self::Other(e)
+    }
+}
+
+impl From<std::io::Error> for HandshakeFailure {
+    fn from(e: std::io::Error) -> Self {
+        Self::Other(e.into())
+    }
+}
+
+/// What a DTLS alert from a Sigil server means for a client with these credentials, and the
+/// fix: the one table of alerts the tools explain (docs/security.md names the same). Empty
+/// for an error that is not an alert from the peer, or one with nothing to add.
+pub fn explain(e: &sigil_dtls::Error, security: &Security) -> String {
+    let sigil_dtls::Error::PeerAlert(d) = e else {
+        return match e {
+            sigil_dtls::Error::HandshakeTimeout => {
+                ": no answer to the handshake: is `sigil server --dtls-listen` running there?"
+                    .into()
+            }
+            _ => String::new(),
+        };
+    };
+    let who = own_identity(security);
+    let who = who.as_deref().unwrap_or("<identity>");
+    let psk = matches!(security, Security::Psk { .. });
+    let text = match sigil_dtls::wire::AlertDescription(*d) {
+        sigil_dtls::wire::AlertDescription::CERTIFICATE_UNKNOWN
+        | sigil_dtls::wire::AlertDescription::UNKNOWN_PSK_IDENTITY
+            if psk =>
+        {
+            format!("the server does not know this PSK identity (not provisioned, revoked, or no PSK): run `sigil provision psk {who}` on the server and use the PSK it prints")
+        }
+        sigil_dtls::wire::AlertDescription::CERTIFICATE_UNKNOWN
+        | sigil_dtls::wire::AlertDescription::UNKNOWN_PSK_IDENTITY => {
+            format!("the server does not know this identity (not provisioned, or revoked): run `sigil provision add {who}` on the server")
+        }
+        sigil_dtls::wire::AlertDescription::DECRYPT_ERROR if psk => {
+            "wrong PSK: the key does not match the one the server holds for this identity (`sigil provision psk` prints it)".into()
+        }
+        sigil_dtls::wire::AlertDescription::DECRYPT_ERROR => {
+            "a handshake signature or Finished did not verify (wrong key for this identity?)".into()
+        }
+        sigil_dtls::wire::AlertDescription::HANDSHAKE_FAILURE => {
+            "no cipher suite in common, or the server needs a client key: check --dtls (psk, ecdhe-psk, rpk, cert) and --key-file".into()
+        }
+        sigil_dtls::wire::AlertDescription::BAD_CERTIFICATE
+        | sigil_dtls::wire::AlertDescription::UNSUPPORTED_CERTIFICATE => {
+            "the server refused this certificate or key (malformed, or of a kind it does not take)".into()
+        }
+        sigil_dtls::wire::AlertDescription::CERTIFICATE_EXPIRED => {
+            "the server finds this certificate not valid now (expired or not yet valid; check both clocks)".into()
+        }
+        sigil_dtls::wire::AlertDescription::UNKNOWN_CA => {
+            "the server's trust anchors (--dtls-ca) do not reach this certificate's issuer".into()
+        }
+        sigil_dtls::wire::AlertDescription::CLOSE_NOTIFY => {
+            "the server ended the session (it stopped, or the identity was revoked)".into()
+        }
+        sigil_dtls::wire::AlertDescription::INTERNAL_ERROR => {
+            "the server failed (see its log)".into()
+        }
+        sigil_dtls::wire::AlertDescription::PROTOCOL_VERSION
+        | sigil_dtls::wire::AlertDescription::UNEXPECTED_MESSAGE
+        | sigil_dtls::wire::AlertDescription::DECODE_ERROR
+        | sigil_dtls::wire::AlertDescription::ILLEGAL_PARAMETER => {
+            "the server refused a handshake message (a protocol error between the two sides)".into()
+        }
+        _ => return String::new(),
+    };
+    format!(": {text}")
+}
+
+/// The identity a client authenticates as, as text, when its credentials name one.
+pub fn own_identity(security: &Security) -> Option<String> {
+    use sigil_crypto::CryptoProvider;
+    let key = match security {
+        Security::Psk { identity, .. } => return String::from_utf8(identity.clone()).ok(),
+        Security::RawPublicKey { own: Some(k), .. } => k,
+        Security::Certificate {
+            own: Some((_, k)), ..
+        } => k,
+        _ => return None,
+    };
+    let public = RustCrypto.public_key(key).ok()?;
+    Identity::of_key(&RustCrypto, &public, b"")
+        .ok()
+        .map(|i| i.to_string())
+}
+
+/// The error of a client that heard nothing from `server` within `wait`.
+pub fn no_answer(server: SocketAddr, secure: bool, wait: Duration) -> anyhow::Error {
+    let scheme = if secure { "coaps" } else { "coap" };
+    anyhow!(
+        "no answer from {scheme}://{server} within {}: is `sigil server` running there?",
+        humanize(wait)
+    )
+}
+
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
     }
 }
 
@@ -109,6 +246,11 @@ pub struct Transport {
     pub restored: u32,
     /// Writes of the kept association (each one file written, synced and renamed).
     pub association_writes: u64,
+    /// Give up on a handshake after this long ([`Transport::open_within`]).
+    handshake_limit: Option<Duration>,
+    /// Whether the server sent anything during the last handshake (a stalled handshake
+    /// after an answer is not an absent server).
+    heard: bool,
 }
 
 /// Records a kept association may seal per write of its file: the sequence reserved ahead.
@@ -134,6 +276,48 @@ impl Transport {
             t.handshake().await?;
         }
         Ok(t)
+    }
+
+    /// [`Transport::open_over`] giving up on the handshake after `limit` (the server silent,
+    /// or its handshake stalled), with an error that says which.
+    pub async fn open_within(
+        server: SocketAddr,
+        security: Security,
+        config: Config,
+        carrier: Carrier,
+        limit: Duration,
+    ) -> Result<Self> {
+        let mut t = Self::bind(server, security, config).await?;
+        t.set_carrier(carrier);
+        t.handshake_limit = Some(limit);
+        if t.security.is_secure() {
+            t.handshake().await?;
+        }
+        Ok(t)
+    }
+
+    /// The error of a handshake that did not complete (within `limit`, or before the DTLS
+    /// layer's own retransmissions ran out).
+    fn stalled(&self, limit: Option<Duration>) -> anyhow::Error {
+        let within = limit.map_or(String::new(), |l| format!(" within {}", humanize(l)));
+        match (self.heard, &self.security) {
+            (false, _) => match limit {
+                Some(l) => no_answer(self.server, true, l),
+                None => anyhow!(
+                    "no answer from coaps://{} to the DTLS handshake: is `sigil server --dtls-listen` running there?",
+                    self.server
+                ),
+            },
+            (true, Security::Psk { identity, .. }) => anyhow!(
+                "DTLS handshake with {} did not complete{within}: the server answered the hello but not the Finished, which with a PSK means the key is wrong (the server drops what it cannot authenticate): check --psk against what `sigil provision psk {}` printed",
+                self.server,
+                String::from_utf8_lossy(identity)
+            ),
+            (true, _) => anyhow!(
+                "DTLS handshake with {} did not complete{within}: the server answered, then fell silent",
+                self.server
+            ),
+        }
     }
 
     /// How later handshakes travel.
@@ -166,6 +350,8 @@ impl Transport {
             kept: None,
             restored: 0,
             association_writes: 0,
+            handshake_limit: None,
+            heard: false,
         })
     }
 
@@ -290,12 +476,36 @@ impl Transport {
             Security::Certificate { anchors, .. } => anchors.clone(),
             _ => Vec::new(),
         };
-        let trust = PinnedServer(pinned, anchors);
+        let presented = std::sync::Arc::default();
+        let trust = PinnedServer(pinned, anchors, std::sync::Arc::clone(&presented));
         self.inbox.clear();
-        let conn = match self.carrier {
-            Carrier::Records => self.handshake_records(trust, credentials).await?,
-            Carrier::Coap => self.handshake_coap(trust, credentials).await?,
+        self.heard = false;
+        let handshake = match self.carrier {
+            Carrier::Records => self.handshake_records(trust, credentials).await,
+            Carrier::Coap => self.handshake_coap(trust, credentials).await,
         };
+        let conn = handshake.map_err(|e| {
+            let shown = presented.lock().ok().and_then(|g| *g);
+            match (e, pinned, shown) {
+                (HandshakeFailure::Dtls(sigil_dtls::Error::UntrustedKey), Some(pinned), Some(key)) => {
+                    let id = Identity::of_key(&RustCrypto, &key, b"")
+                        .map_or_else(|e| format!("(none: {e})"), |i| i.to_string());
+                    anyhow!(
+                        "DTLS handshake with {}: the server presented identity {id} ({} key), not the pinned --server-identity {pinned}: check the pin (`sigil server` prints its identity at start) or the address",
+                        self.server,
+                        key.algorithm().name()
+                    )
+                }
+                (HandshakeFailure::Dtls(sigil_dtls::Error::HandshakeTimeout), _, _) => {
+                    self.stalled(None)
+                }
+                (HandshakeFailure::Dtls(e), _, _) => {
+                    let why = explain(&e, &security);
+                    anyhow!("DTLS handshake with {}: {e}{why}", self.server)
+                }
+                (HandshakeFailure::Other(e), _, _) => e,
+            }
+        })?;
         let mut conn = Box::new(conn);
         self.checkpoint(&mut conn)?;
         self.drain(&mut conn);
@@ -315,14 +525,15 @@ impl Transport {
         &mut self,
         trust: PinnedServer,
         credentials: Credentials<'_>,
-    ) -> Result<Session> {
+    ) -> Result<Session, HandshakeFailure> {
         let now = self.now();
         let rng = &mut crate::os::OsRng;
         let conn = match &self.resumable {
             Some(s) => Connection::resume(RustCrypto, trust, self.config, rng, credentials, s, now),
             None => Connection::connect(RustCrypto, trust, self.config, rng, credentials, now),
         };
-        let mut conn: Box<Handshake> = Box::new(conn.map_err(|e| anyhow!("DTLS: {e}"))?);
+        let mut conn: Box<Handshake> = Box::new(conn?);
+        let started = Instant::now();
         let mut out = [0u8; MAX_DATAGRAM];
         loop {
             while let Some(n) = conn.poll_transmit(self.now(), &mut out) {
@@ -332,27 +543,32 @@ impl Transport {
                 break;
             }
             if let Some(e) = conn.failure() {
-                bail!("DTLS handshake with {}: {e}", self.server);
+                return Err(e.into());
             }
             let now = self.now();
             let wake = conn.poll_timeout().unwrap_or(now + Duration::from_secs(1));
-            let wait = wake.saturating_since(now).max(Duration::from_millis(1));
+            let mut wait = wake.saturating_since(now).max(Duration::from_millis(1));
+            if let Some(limit) = self.handshake_limit {
+                let left = limit.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    return Err(self.stalled(Some(limit)).into());
+                }
+                wait = wait.min(left);
+            }
             match tokio::time::timeout(wait, self.socket.recv_from(&mut self.buf)).await {
-                Err(_) => conn
-                    .handle_timeout(self.now())
-                    .map_err(|e| anyhow!("DTLS handshake with {}: {e}", self.server))?,
+                Err(_) => conn.handle_timeout(self.now())?,
                 Ok(r) => {
                     let (n, from) = r.context("socket")?;
                     if from == self.server {
+                        self.heard = true;
                         let now = self.now();
-                        conn.handle_datagram(now, &self.buf[..n])
-                            .map_err(|e| anyhow!("DTLS handshake with {}: {e}", self.server))?;
+                        conn.handle_datagram(now, &self.buf[..n])?;
                     }
                 }
             }
         }
         conn.into_traffic()
-            .map_err(|_| anyhow!("DTLS handshake with {} incomplete", self.server))
+            .map_err(|_| anyhow!("DTLS handshake with {} incomplete", self.server).into())
     }
 
     /// A full handshake as a CoAP resource: `PUT /dtls`, then `POST /dtls/<id>`, each
@@ -361,14 +577,17 @@ impl Transport {
         &mut self,
         trust: PinnedServer,
         credentials: Credentials<'_>,
-    ) -> Result<Session> {
+    ) -> Result<Session, HandshakeFailure> {
         let config = sigil_dtls_coap::CarrierConfig {
             dtls: self.config,
             ..Default::default()
         };
         let rng = &mut crate::os::OsRng;
         let server = self.server;
-        let failed = |e| anyhow!("DTLS handshake over CoAP with {server}: {e:?}");
+        let failed = |e| match e {
+            sigil_dtls_coap::Error::Dtls(e) => HandshakeFailure::Dtls(e),
+            e => HandshakeFailure::Other(anyhow!("DTLS handshake over CoAP with {server}: {e:?}")),
+        };
         let mut hs = Box::new(
             sigil_dtls_coap::Client::connect(
                 RustCrypto,
@@ -381,6 +600,7 @@ impl Transport {
             .map_err(failed)?,
         );
         let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
+        let started = Instant::now();
         loop {
             while let Some(n) = hs.poll_transmit(self.now(), &mut out) {
                 self.socket.send_to(&out[..n], self.server).await?;
@@ -393,12 +613,20 @@ impl Transport {
             }
             let now = self.now();
             let wake = hs.poll_timeout().unwrap_or(now + Duration::from_secs(1));
-            let wait = wake.saturating_since(now).max(Duration::from_millis(1));
+            let mut wait = wake.saturating_since(now).max(Duration::from_millis(1));
+            if let Some(limit) = self.handshake_limit {
+                let left = limit.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    return Err(self.stalled(Some(limit)).into());
+                }
+                wait = wait.min(left);
+            }
             match tokio::time::timeout(wait, self.socket.recv_from(&mut self.buf)).await {
                 Err(_) => hs.handle_timeout(self.now()).map_err(failed)?,
                 Ok(r) => {
                     let (n, from) = r.context("socket")?;
                     if from == self.server {
+                        self.heard = true;
                         let now = self.now();
                         hs.handle_datagram(now, &self.buf[..n], rng)
                             .map_err(failed)?;
@@ -407,7 +635,7 @@ impl Transport {
             }
         }
         hs.into_traffic()
-            .map_err(|_| anyhow!("DTLS handshake over CoAP with {} incomplete", self.server))
+            .map_err(|_| anyhow!("DTLS handshake over CoAP with {} incomplete", self.server).into())
     }
 
     async fn flush(&mut self, conn: &mut Session) -> Result<()> {
@@ -480,7 +708,8 @@ impl Transport {
                 while let Some(n) = conn.poll_transmit(now, &mut out) {
                     let _ = self.socket.try_send_to(&out[..n], self.server);
                 }
-                bail!("DTLS session with {} ended: {e}", self.server);
+                let why = explain(&e, &self.security);
+                bail!("DTLS session with {} ended: {e}{why}", self.server);
             }
             let mut out = [0u8; MAX_DATAGRAM];
             while let Some(n) = conn.poll_transmit(now, &mut out) {
@@ -514,7 +743,12 @@ impl Transport {
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    // Readable by its owner only: it holds session keys.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    let mut f = o.open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);
@@ -589,19 +823,19 @@ mod tests {
         let anchors = vec![pki::ROOT.to_vec()];
         let chain = pki::server_chain();
         // Chained to the anchor, no identity pinned: the CA alone decides.
-        assert!(PinnedServer(None, anchors.clone())
+        assert!(PinnedServer(None, anchors.clone(), Default::default())
             .certificate_chain(&chain)
             .is_ok());
         // Pinned to the server's identity: accepted.
         let server = identity_of(pki::SERVER);
-        let key = PinnedServer(Some(server), anchors.clone())
+        let key = PinnedServer(Some(server), anchors.clone(), Default::default())
             .certificate_chain(&chain)
             .unwrap();
         assert_eq!(Identity::of_key(&RustCrypto, &key, b"").unwrap(), server);
         // A device certified by the same CA cannot stand in for the pinned server.
         let device_chain = pki::client_chain();
         assert_eq!(
-            PinnedServer(Some(server), anchors)
+            PinnedServer(Some(server), anchors, Default::default())
                 .certificate_chain(&device_chain)
                 .unwrap_err(),
             sigil_dtls::Error::UntrustedKey

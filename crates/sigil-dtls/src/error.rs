@@ -209,7 +209,10 @@ impl fmt::Display for Error {
             Self::UnexpectedHandshake(t) => write!(f, "unexpected handshake message type {t}"),
             Self::IllegalParameter(what) => write!(f, "illegal {what}"),
             Self::UnknownPskIdentity => f.write_str("unknown PSK identity"),
-            Self::PeerAlert(d) => write!(f, "peer sent alert {d}"),
+            Self::PeerAlert(d) => match AlertDescription(*d).name() {
+                Some(name) => write!(f, "peer sent alert {d} ({name})"),
+                None => write!(f, "peer sent alert {d}"),
+            },
             Self::HandshakeTimeout => f.write_str("handshake timed out"),
             Self::NotEstablished => f.write_str("connection not established"),
             Self::UnsupportedKey => {

@@ -103,6 +103,35 @@ registry! {
     }
 }
 
+impl AlertDescription {
+    /// The registry name (RFC 5246 §7.2, RFC 4279 §2, RFC 5746), or `None` for a value Sigil
+    /// does not know.
+    pub const fn name(self) -> Option<&'static str> {
+        Some(match self {
+            Self::CLOSE_NOTIFY => "close_notify",
+            Self::UNEXPECTED_MESSAGE => "unexpected_message",
+            Self::BAD_RECORD_MAC => "bad_record_mac",
+            Self::RECORD_OVERFLOW => "record_overflow",
+            Self::HANDSHAKE_FAILURE => "handshake_failure",
+            Self::BAD_CERTIFICATE => "bad_certificate",
+            Self::UNSUPPORTED_CERTIFICATE => "unsupported_certificate",
+            Self::CERTIFICATE_EXPIRED => "certificate_expired",
+            Self::CERTIFICATE_UNKNOWN => "certificate_unknown",
+            Self::ILLEGAL_PARAMETER => "illegal_parameter",
+            Self::UNKNOWN_CA => "unknown_ca",
+            Self::DECODE_ERROR => "decode_error",
+            Self::DECRYPT_ERROR => "decrypt_error",
+            Self::PROTOCOL_VERSION => "protocol_version",
+            Self::INSUFFICIENT_SECURITY => "insufficient_security",
+            Self::INTERNAL_ERROR => "internal_error",
+            Self::NO_RENEGOTIATION => "no_renegotiation",
+            Self::UNSUPPORTED_EXTENSION => "unsupported_extension",
+            Self::UNKNOWN_PSK_IDENTITY => "unknown_psk_identity",
+            _ => return None,
+        })
+    }
+}
+
 registry! {
     /// AlertLevel (RFC 5246 §7.2).
     AlertLevel(u8) {

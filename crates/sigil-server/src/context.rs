@@ -536,19 +536,56 @@ impl Ctx<'_> {
         *self.counts.entry(key).or_insert(0) += 1;
     }
 
-    /// Counts and logs a refusal and makes its answer.
+    /// Counts and logs a refusal and makes its answer. The line names the identity the
+    /// request claims ([`Ctx::claimed`]) beside the address.
     pub fn reject(&mut self, why: Rejection, req: &Request) -> Reply {
         self.count(why.counter());
         let now = self.secs();
         match why.operation() {
             Some(op) => {
-                crate::limited!(self.log, now, why.counter(), warn, ?op, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
+                crate::limited!(self.log, now, why.counter(), warn, ?op, reason = why.reason(), claimed = %self.claimed(req), peer = %req.peer, path = req.path.join("/"), "request refused")
             }
             None => {
-                crate::limited!(self.log, now, why.counter(), debug, reason = why.reason(), peer = %req.peer, path = req.path.join("/"), "request refused")
+                crate::limited!(self.log, now, why.counter(), debug, reason = why.reason(), claimed = %self.claimed(req), peer = %req.peer, path = req.path.join("/"), "request refused")
             }
         }
         why.reply(req.confirmable())
+    }
+
+    /// The identity a request claims, for the log (never for a decision): the one its DTLS
+    /// session authenticated, else the registration's `ep`, else the registration the
+    /// `/rd/N` path names, else a reading's kid (parsed, not verified), else `-`.
+    pub fn claimed(&self, req: &Request) -> String {
+        if let Some(auth) = &req.auth {
+            return format!("{} (session)", auth.identity());
+        }
+        if let Some(ep) = req.query("ep") {
+            let ep: String = ep.chars().filter(|c| !c.is_control()).take(80).collect();
+            return format!("{ep} (ep)");
+        }
+        let path: Vec<&str> = req.path.iter().map(String::as_str).collect();
+        if let ["rd", n, ..] = path.as_slice() {
+            if let Some(e) = n.parse().ok().and_then(|n| self.entry(n)) {
+                return format!("{} (registration {n})", e.reg.ep);
+            }
+        }
+        if path.first() == Some(&"ps") && !req.payload.is_empty() {
+            let format = req
+                .content_format
+                .and_then(sigil_objects::ReadingFormat::from_content_format);
+            let kid = match format {
+                Some(f) => sigil_objects::SignedReading::parse(f, &req.payload)
+                    .ok()
+                    .map(|r| r.kid),
+                None => sigil_objects::mac::MacedReading::parse(&req.payload)
+                    .ok()
+                    .map(|r| r.kid),
+            };
+            if let Some(kid) = kid {
+                return format!("{kid} (kid)");
+            }
+        }
+        "-".into()
     }
 
     /// The wall clock in the seconds the store keeps.

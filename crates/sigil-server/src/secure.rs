@@ -221,6 +221,13 @@ impl Trust for SharedTrust {
     /// An identity that starts with [`crate::authz::KID_PREFIX`] is the kid of a token's PoP
     /// key (RFC 9202 §3.3).
     fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
+        // The peer chose these bytes: no control characters into the log, at most 80.
+        let shown: String = String::from_utf8_lossy(identity)
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .take(80)
+            .collect();
+        refused_identity(format!("{shown} (PSK identity)"));
         let g = self.0.read().ok()?;
         let psk = if identity.first() == Some(&crate::authz::KID_PREFIX) {
             &g.token_psks.get(identity)?.0
@@ -237,6 +244,7 @@ impl Trust for SharedTrust {
         let Some(id) = Self::identity_of_key(key) else {
             return false;
         };
+        refused_identity(format!("{id} (key)"));
         self.0
             .read()
             .is_ok_and(|g| g.authorized.contains(&id) || g.token_keys.contains(&id))
@@ -254,6 +262,24 @@ impl Trust for SharedTrust {
         }
         Ok(key)
     }
+}
+
+std::thread_local! {
+    /// The identity the handshake being processed on this thread last claimed (its PSK
+    /// identity or its key's identity), for the log line if the handshake fails.
+    static CLAIMED: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+fn refused_identity(claimed: String) {
+    CLAIMED.with(|c| *c.borrow_mut() = Some(claimed));
+}
+
+/// The identity the failed handshake claimed, or `-` (taken: the next handshake starts
+/// afresh).
+fn claimed_identity() -> String {
+    CLAIMED
+        .with(|c| c.borrow_mut().take())
+        .unwrap_or_else(|| "-".into())
 }
 
 type Conn = Connection<RustCrypto, SharedTrust>;
@@ -925,10 +951,25 @@ impl SecureLayer {
                 Err(e) => {
                     self.release_handshake(p);
                     self.count("dtls.handshake_failed");
-                    crate::limited!(self.log, Self::secs(now), "dtls.handshake_failed", debug, %peer, error = %e, "DTLS handshake failed");
+                    let claimed = claimed_identity();
+                    if matches!(
+                        e,
+                        sigil_dtls::Error::UnknownPskIdentity
+                            | sigil_dtls::Error::UntrustedKey
+                            | sigil_dtls::Error::BadFinished
+                    ) {
+                        // A device not (or no longer) provisioned: the operator's to fix, so
+                        // at the default level.
+                        crate::limited!(self.log, Self::secs(now), "dtls.handshake_refused_identity", warn, %peer, claimed = %claimed, error = %e, "DTLS handshake refused (identity not provisioned, revoked or without a PSK)");
+                    } else {
+                        crate::limited!(self.log, Self::secs(now), "dtls.handshake_failed", debug, %peer, claimed = %claimed, error = %e, "DTLS handshake failed");
+                    }
                     return Vec::new();
                 }
-                Ok(()) if p.conn.is_established() => return self.established(now, peer, p, out),
+                Ok(()) if p.conn.is_established() => {
+                    claimed_identity();
+                    return self.established(now, peer, p, out);
+                }
                 Ok(()) => {
                     self.handshakes.insert(peer, p);
                     return Vec::new();

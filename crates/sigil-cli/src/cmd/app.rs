@@ -6,26 +6,48 @@ use clap::Args;
 use sigil_ace::Permissions;
 use sigil_client::app::{self, AppReport};
 use sigil_client::{parse_uri, Transport};
+use sigil_identity::Identity;
 use std::path::PathBuf;
 
 #[derive(Args)]
+#[command(
+    after_help = "Exit status: 0 every selected sensor was read and every reading verified \
+(session readings are reported, not verified); 1 nothing could be read (no answer from the server \
+within --timeout, the lookup refused, or no sensor readable); 2 some reading failed verification; \
+3 some sensors could not be read (not granted, or not in the directory) and everything shown \
+verified. Without --trust the identities are the directory's, unchecked: the table and the JSON \
+(`\"identities\": \"directory, unchecked\"`) say so."
+)]
 pub struct AppArgs {
+    /// The server: coap://host[:port] or coaps://host[:port] (with --dtls).
     #[arg(long, default_value = "coap://127.0.0.1:5683")]
     pub server: String,
     /// The application's own list of trusted identities (same format as `provision import`);
     /// `<identity> psk-node` names a node with only a pre-shared key, whose MACed or
-    /// session readings are taken only when listed so.
+    /// session readings are taken only when listed so. Without it, readings are verified
+    /// against the identities the directory announces, unchecked.
     #[arg(long)]
     pub trust: Option<PathBuf>,
     /// Fetch only the newest N readings per sensor (default: all). N is at most the broker's
     /// limit per request (100 for `sigil server`, docs/wire-formats.md).
     #[arg(long)]
     pub history: Option<u32>,
+    /// Only this sensor (its identity; repeatable). A selected sensor the directory does not
+    /// announce is reported as not readable.
+    #[arg(long = "sensor", value_name = "ID")]
+    pub sensors: Vec<String>,
+    /// Give up when the server has not answered for this long (the DTLS handshake, or any
+    /// one request), e.g. 10s, 500ms.
+    #[arg(long, default_value = "10s", value_parser = crate::args::parse_duration)]
+    pub timeout: std::time::Duration,
+    /// The report as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Read through an access token (coaps:// only): over a session with these credentials,
     /// look the sensors up, ask the server's `/token` for reading them and the RD, post the
     /// token to `/authz-info`, and read over a session keyed by the token's PoP key (RFC 9202).
+    /// The server grants the sensors this reader may read; the others are listed as not
+    /// readable.
     #[arg(long)]
     pub token: bool,
     #[command(flatten)]
@@ -45,47 +67,100 @@ pub async fn run(a: AppArgs) -> Result<i32> {
         }
         None => (None, Default::default()),
     };
+    let select = if a.sensors.is_empty() {
+        None
+    } else {
+        Some(
+            a.sensors
+                .iter()
+                .map(|s| Identity::parse(s).map_err(|e| anyhow::anyhow!("--sensor {s}: {e}")))
+                .collect::<Result<Vec<_>>>()?,
+        )
+    };
+    if a.timeout.is_zero() {
+        anyhow::bail!("--timeout must be above zero");
+    }
     a.dtls.check(uri.secure)?;
     let security = a.dtls.security(uri.secure, None)?;
     let config = a.dtls.timing.config()?;
     if a.token && !uri.secure {
         anyhow::bail!("--token needs a coaps:// server URI");
     }
+    let reader = sigil_client::transport::own_identity(&security);
     let carrier = a.dtls.dtls_carrier.into();
-    let t = if a.token {
-        let sensors = app::look_up(uri.addr, security.clone(), config, carrier).await?;
-        let mut scope = vec![(sigil_ace::RD_OBJECT.to_string(), Permissions::READ)];
-        scope.extend(sensors.into_iter().map(|ep| (ep, Permissions::READ)));
-        let (ticket, t) =
-            sigil_client::ace::open_with_token(uri.addr, security, config, carrier, &scope).await?;
-        eprintln!(
-            "access token: {} B (POST /token {} B, answer {} B), valid {} s",
-            ticket.token.len(),
-            ticket.request_bytes,
-            ticket.response_bytes,
-            ticket.expires_in.unwrap_or(0)
-        );
-        t
-    } else {
-        Transport::open_over(uri.addr, security, config, carrier).await?
+    let connect = async {
+        if a.token {
+            let sensors = app::look_up(uri.addr, security.clone(), config, carrier).await?;
+            let mut scope = vec![(sigil_ace::RD_OBJECT.to_string(), Permissions::READ)];
+            scope.extend(sensors.into_iter().map(|ep| (ep, Permissions::READ)));
+            let (ticket, t) =
+                sigil_client::ace::open_with_token(uri.addr, security, config, carrier, &scope)
+                    .await?;
+            eprintln!(
+                "access token: {} B (POST /token {} B, answer {} B), valid {} s",
+                ticket.token.len(),
+                ticket.request_bytes,
+                ticket.response_bytes,
+                ticket.expires_in.unwrap_or(0)
+            );
+            Ok(t)
+        } else {
+            Transport::open_within(uri.addr, security, config, carrier, a.timeout).await
+        }
     };
-    let report = app::run(t, trust.as_ref(), &psk_nodes, a.history).await?;
+    // The token's exchanges together get --timeout; a session of its own gives up inside
+    // its handshake after --timeout, saying whether the server was silent or stalled (so the
+    // outer limit, twice as long, is only a backstop there).
+    let limit = if a.token {
+        a.timeout
+    } else {
+        a.timeout.saturating_mul(2)
+    };
+    let t = tokio::time::timeout(limit, connect)
+        .await
+        .map_err(|_| sigil_client::transport::no_answer(uri.addr, uri.secure, a.timeout))??;
+    let options = app::Options {
+        history: a.history,
+        select,
+        reader,
+        timeout: Some(a.timeout),
+    };
+    let report = app::run_with(t, trust.as_ref(), &psk_nodes, &options).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&report);
     }
-    Ok(if report.failed() > 0 { 2 } else { 0 })
+    Ok(report.exit_code())
 }
 
-/// The human-readable table.
+/// The human-readable table, then why each sensor could not be read and why readings failed.
 pub fn print_table(report: &AppReport) {
     use sigil_client::app::Protection;
+    let unchecked = report.identities == app::IDENTITIES_UNCHECKED;
+    if unchecked {
+        println!("identities: from the directory, unchecked (no --trust list): \"verified\" means signed by the key the directory announced");
+    }
     println!(
         "{:<10} {:<10} {:<8} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}",
         "sensor", "topic", "alg", "proof", "verified", "failed", "last seq", "temp °C", "hum %RH"
     );
     for s in &report.sensors {
+        if !s.readable {
+            println!(
+                "{:<10} {:<10} {:<8} {:<8} {:>8} {:>6} {:>8} {:>10} {:>8}  NOT READABLE",
+                s.label,
+                if s.topic.is_empty() { "-" } else { &s.topic },
+                s.algorithm.as_deref().unwrap_or("-"),
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-"
+            );
+            continue;
+        }
         let last = s
             .readings
             .iter()
@@ -121,14 +196,46 @@ pub fn print_table(report: &AppReport) {
             }
         );
     }
+    for s in report.sensors.iter().filter(|s| !s.readable) {
+        println!(
+            "{} not readable: {}",
+            s.label,
+            s.refused.as_deref().unwrap_or("refused")
+        );
+    }
+    for s in &report.sensors {
+        for p in &s.problems {
+            println!(
+                "{} {} reading{} failed: {}",
+                s.label,
+                p.readings,
+                if p.readings == 1 { "" } else { "s" },
+                p.reason
+            );
+        }
+    }
     let unverifiable = report.unverifiable();
+    let unreadable = report.unreadable();
     println!(
-        "{} readings verified end to end, {} failed{}",
+        "{} readings verified end to end{}, {} failed{}{}",
         report.verified(),
+        if unchecked {
+            " (against identities from the directory, unchecked)"
+        } else {
+            ""
+        },
         report.failed(),
         if unverifiable > 0 {
             format!(
                 ", {unverifiable} taken on the broker's word (sent over the node's DTLS session)"
+            )
+        } else {
+            String::new()
+        },
+        if unreadable > 0 {
+            format!(
+                "; {unreadable} of {} sensors not readable",
+                report.sensors.len()
             )
         } else {
             String::new()

@@ -24,6 +24,10 @@ pub struct GetArgs {
     /// With --token-file: the sensor's identity (its key must hash to it).
     #[arg(long, requires = "token_file")]
     pub rs_identity: Option<String>,
+    /// Give up when the server has not answered for this long (the DTLS handshake, or the
+    /// request), e.g. 10s, 500ms.
+    #[arg(long, default_value = "10s", value_parser = crate::args::parse_duration)]
+    pub timeout: std::time::Duration,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
@@ -33,35 +37,66 @@ pub async fn run(a: GetArgs) -> Result<i32> {
         return super::get_rs::run(a, &token).await;
     }
     let uri = parse_uri(&a.uri)?;
+    if a.timeout.is_zero() {
+        anyhow::bail!("--timeout must be above zero");
+    }
     let security = a.dtls.security(uri.secure, None)?;
     let config = a.dtls.timing.config()?;
     let carrier = a.dtls.dtls_carrier.into();
-    let t = if a.token {
-        if !uri.secure {
-            anyhow::bail!("--token needs a coaps:// URI");
-        }
-        let objects = if a.scope.is_empty() {
-            vec![sigil_ace::RD_OBJECT.to_string()]
+    let connect = async {
+        if a.token {
+            if !uri.secure {
+                anyhow::bail!("--token needs a coaps:// URI");
+            }
+            let objects = if a.scope.is_empty() {
+                vec![sigil_ace::RD_OBJECT.to_string()]
+            } else {
+                a.scope.clone()
+            };
+            let scope: Vec<_> = objects
+                .into_iter()
+                .map(|o| (o, sigil_ace::Permissions::READ))
+                .collect();
+            let (ticket, t) =
+                sigil_client::ace::open_with_token(uri.addr, security, config, carrier, &scope)
+                    .await?;
+            eprintln!("access token: {} B", ticket.token.len());
+            Ok(t)
         } else {
-            a.scope.clone()
-        };
-        let scope: Vec<_> = objects
-            .into_iter()
-            .map(|o| (o, sigil_ace::Permissions::READ))
-            .collect();
-        let (ticket, t) =
-            sigil_client::ace::open_with_token(uri.addr, security, config, carrier, &scope).await?;
-        eprintln!("access token: {} B", ticket.token.len());
-        t
-    } else {
-        Transport::open_over(uri.addr, security, config, carrier).await?
+            Transport::open_within(uri.addr, security, config, carrier, a.timeout).await
+        }
     };
-    let mut c = CoapClient::over(t, sigil_coap::TransmissionParameters::default());
+    // The token's exchanges together get --timeout; a session of its own gives up inside
+    // its handshake after --timeout, saying whether the server was silent or stalled (so the
+    // outer limit, twice as long, is only a backstop there).
+    let limit = if a.token {
+        a.timeout
+    } else {
+        a.timeout.saturating_mul(2)
+    };
+    let t = tokio::time::timeout(limit, connect)
+        .await
+        .map_err(|_| sigil_client::transport::no_answer(uri.addr, uri.secure, a.timeout))??;
+    let mut c =
+        CoapClient::with_timeout(t, sigil_coap::TransmissionParameters::default(), a.timeout);
     let r = c.get(&uri.path, &[]).await?;
     c.close().await;
     eprintln!("{}", r.code);
-    use std::io::Write;
-    std::io::stdout().write_all(&r.payload)?;
-    println!();
+    write_payload(
+        &r.payload,
+        std::io::IsTerminal::is_terminal(&std::io::stdout()),
+    )?;
     Ok(if r.code.is_success() { 0 } else { 2 })
+}
+
+/// The payload as it came, so that `sigil get … > reading.cose` keeps the bytes; a newline
+/// after it only for UTF-8 text shown on a terminal.
+fn write_payload(payload: &[u8], terminal: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(payload)?;
+    if terminal && std::str::from_utf8(payload).is_ok() && !payload.ends_with(b"\n") {
+        out.write_all(b"\n")?;
+    }
+    out.flush()
 }

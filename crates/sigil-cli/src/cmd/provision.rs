@@ -87,8 +87,9 @@ pub enum ProvisionAction {
     Grants,
     /// Make a pairing message (RFC 8387 §4.1) for a freshly labelled device: its trusted
     /// server, group and default subscriber, signed with the server's key and encrypted to the
-    /// device's; `sigil sensor --pairing FILE` applies it once. Reads --db only for the
-    /// server's key, and never creates it.
+    /// device's (P-256 or Ed25519); `sigil sensor --pairing FILE` applies it once. Records
+    /// the pairing in --db, which must exist (it is never created here): the subscriber is
+    /// granted read of the device, and readers granted the group read the device.
     Pair(PairArgs),
 }
 
@@ -121,65 +122,14 @@ fn parse(text: &str) -> Result<Identity> {
 pub struct PairArgs {
     /// The device's identity from its label (any label form); checked against --device-key.
     pub identity: String,
-    /// The device's public key as `p256:hex` (`sigil sensor --print-identity` shows it).
-    /// Pairing needs a P-256 device key.
+    /// The device's public key as `p256:hex` or `ed25519:hex` (`sigil sensor
+    /// --print-identity` shows it). The message is encrypted to it: ECDH on P-256, or X25519
+    /// with an Ed25519 key's Montgomery form.
     #[arg(long)]
     pub device_key: String,
     /// Other information O of the device's identity I = h(P|O), as text.
     #[arg(long, default_value = "")]
     pub device_other: String,
-/// The one-line report of an import: how many were added, already there, and which revoked
-/// identities were skipped or reinstated.
-fn import_summary(r: &sigil_server::provision::Imported) -> String {
-    let ids = |v: &[Identity]| {
-        v.iter()
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let mut s = format!(
-        "imported {} identities ({} already authorized",
-        r.added, r.present
-    );
-    if !r.reinstated.is_empty() {
-        s += &format!(
-            "; {} reinstated: {}",
-            r.reinstated.len(),
-            ids(&r.reinstated)
-        );
-    }
-    if !r.skipped_revoked.is_empty() {
-        s += &format!(
-            "; {} revoked, skipped: use --reinstate to re-activate: {}",
-            r.skipped_revoked.len(),
-            ids(&r.skipped_revoked)
-        );
-    }
-    s + ")"
-}
-
-/// Unix seconds as an RFC 3339 UTC time.
-fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
     /// The server's secret key file (`alg:hex`, ed25519 or p256): it signs the message, and
     /// the device will trust the identity of its public key. Default: the server's own DTLS
     /// key from --db (made at its first start), so the paired device pins the identity
@@ -192,10 +142,12 @@ fn utc(secs: i64) -> String {
     /// The server's URI to give the device (at most 64 bytes).
     #[arg(long)]
     pub server_uri: Option<String>,
-    /// The group identity the device joins.
+    /// The group identity the device joins: readers granted the group (`grant READER GROUP`)
+    /// read this device, as they read a kit's members.
     #[arg(long)]
     pub group: String,
-    /// The identity of the device's default subscriber.
+    /// The identity of the device's default subscriber: granted read of the device in --db
+    /// now (as `grant SUBSCRIBER DEVICE`; `ungrant` withdraws it).
     #[arg(long)]
     pub subscriber: String,
     /// The pairing serial; default: the current Unix time in seconds.
@@ -209,9 +161,6 @@ fn utc(secs: i64) -> String {
 fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
     let identity = Identity::parse(&a.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device_key = parse_key(&a.device_key).context("--device-key")?;
-    if device_key.algorithm() != SignatureAlgorithm::EcdsaP256 {
-        bail!("--device-key: pairing needs a P-256 device key (ECDH); an ed25519 device cannot be paired");
-    }
     let computed = Identity::of_key(&RustCrypto, &device_key, a.device_other.as_bytes())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     if computed != identity {
@@ -223,6 +172,14 @@ fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
     let subscriber = Identity::parse(&a.subscriber)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("--subscriber")?;
+    // The pairing is recorded in the server's database: its subscriber's grant and its group
+    // take effect there. The database is never created here.
+    if !db.exists() {
+        bail!(
+            "no database at {} to record the pairing in (its subscriber is granted there, its group recorded): give the server's --db",
+            db.display()
+        );
+    }
     let server_key = match &a.server_key {
         Some(path) => read_key_file(path).context("--server-key")?,
         None => database_server_key(db)?,
@@ -256,6 +213,16 @@ fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
         &mut out,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let store = sigil_server::Store::open(db)
+        .with_context(|| format!("cannot open database {}", db.display()))?;
+    let new_grant = store.record_pairing(&sigil_server::store::PairingRow {
+        device: identity,
+        serial,
+        group,
+        subscriber,
+        server_uri: a.server_uri.clone(),
+        paired_at: sigil_client::os::unix_now().as_secs(),
+    })?;
     match &a.out {
         Some(path) => {
             std::fs::write(path, &out[..n])
@@ -267,6 +234,11 @@ fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
         }
         None => println!("{}", hex::encode(&out[..n])),
     }
+    eprintln!(
+        "recorded in {}: subscriber {subscriber} {} read {identity}; {identity} is in group {group} for read grants",
+        db.display(),
+        if new_grant { "may now" } else { "already could" }
+    );
     Ok(0)
 }
 

@@ -18,10 +18,13 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct SensorArgs {
-    /// The server, coap://host[:port] or coaps://host[:port] (with --dtls). Every argument
-    /// is checked before the state directory is created or the device boots.
-    #[arg(long, default_value = "coap://127.0.0.1:5683")]
-    pub server: String,
+    /// The server, coap://host[:port] or coaps://host[:port] (with --dtls). Default: the
+    /// server URI of the sensor's pairing (the one --pairing applies, or the stored one), else
+    /// coap://127.0.0.1:5683. Given beside a pairing that names another URI, it is used and a
+    /// warning says so (the pairing's server identity is still pinned). Every argument is
+    /// checked before the state directory is created or the device boots.
+    #[arg(long)]
+    pub server: Option<String>,
     /// Directory holding the device's key and sequence reservation.
     #[arg(long)]
     pub state: PathBuf,
@@ -59,8 +62,9 @@ pub struct SensorArgs {
     #[arg(long, default_value = "")]
     pub other: String,
     /// Apply this pairing message (RFC 8387 §4.1; binary, or hex as `sigil provision pair`
-    /// prints it) at start: the device then trusts the server it names. Applied once; given
-    /// again after that, the device says it was applied already and goes on.
+    /// prints it) at start: the device then trusts the server it names, and uses its server
+    /// URI when --server is not given (with `--dtls rpk` by default for a coaps:// URI). Applied
+    /// once; given again after that, the device says it was applied already and goes on.
     #[arg(long)]
     pub pairing: Option<PathBuf>,
     /// Also serve the readings as an ACE resource server on this UDP address: coaps://
@@ -117,7 +121,6 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         bail!("--lsb-bits must be between 1 and 32");
     }
     check_reading_args(&a)?;
-    let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
     if a.serve.is_some() && (a.kit.is_some() || !a.other.is_empty()) {
         bail!("--serve needs the identity of the device key alone (clients pin it): no --kit or --other");
     }
@@ -136,10 +139,20 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         Some(p) => Some(read_pairing(p)?),
         None => None,
     };
-    if matches!(a.dtls.dtls, Some(DtlsMode::Rpk)) && !a.factory_reset {
+    // The pairing this start will have (a factory reset forgets the stored one).
+    let paired = match a.factory_reset {
+        true => None,
+        false => paired_with(&a.state, pairing.as_deref(), &kit, a.other.as_bytes())?,
+    };
+    let server = server_uri(a.server.as_deref(), paired.as_ref())?;
+    let uri = parse_uri(&server).with_context(|| format!("--server {server}"))?;
+    if let (Some(_), true, None) = (&paired, uri.secure, a.dtls.dtls) {
+        // The pairing pinned the server's key: a raw-public-key session is the one it fits.
+        a.dtls.dtls = Some(DtlsMode::Rpk);
+    }
+    if matches!(a.dtls.dtls, Some(DtlsMode::Rpk)) {
         // A paired sensor pins the server it was paired with (RFC 8387 §4.1).
-        if let Some(server) = paired_server(&a.state, pairing.as_deref(), &kit, a.other.as_bytes())?
-        {
+        if let Some(server) = paired.as_ref().map(|p| p.server) {
             match &a.dtls.server_identity {
                 None => a.dtls.server_identity = Some(server.to_string()),
                 Some(given) if Identity::parse(given).ok() == Some(server) => {}
@@ -391,7 +404,8 @@ async fn run_psk_only(
     if let Some((_, flag)) = refused.iter().find(|(given, _)| *given) {
         bail!("{flag} needs a key pair; a --psk-only node has none");
     }
-    let uri = parse_uri(&a.server).with_context(|| format!("--server {}", a.server))?;
+    let server = a.server.as_deref().unwrap_or(DEFAULT_SERVER);
+    let uri = parse_uri(server).with_context(|| format!("--server {server}"))?;
     if !uri.secure || !matches!(a.dtls.dtls, Some(DtlsMode::Psk | DtlsMode::EcdhePsk)) {
         bail!("a --psk-only node registers over its own PSK session: give a coaps:// --server and --dtls psk (or ecdhe-psk)");
     }
@@ -456,16 +470,46 @@ async fn run_psk_only(
     Ok(exit_code(&report))
 }
 
-/// The server a sensor is paired with, read without changing its state: the stored pairing,
-/// or else the one `message` would apply (opened with the key already in `state`).
-fn paired_server(
+/// The server URI of a sensor without `--server`.
+const DEFAULT_SERVER: &str = "coap://127.0.0.1:5683";
+
+/// The server URI to use: `--server`, else the pairing's, else [`DEFAULT_SERVER`]. A
+/// `--server` that names another address than the pairing's is used, with a warning: the URI
+/// only locates the server, the pinned identity (or key) is what the sensor trusts.
+fn server_uri(given: Option<&str>, paired: Option<&sigil_ace::Pairing>) -> Result<String> {
+    let from_pairing = paired.and_then(|p| p.server_uri());
+    Ok(match (given, from_pairing) {
+        (Some(given), Some(paired_uri)) => {
+            let same = match (parse_uri(given), parse_uri(paired_uri)) {
+                (Ok(g), Ok(p)) => g.addr == p.addr && g.secure == p.secure,
+                _ => given == paired_uri,
+            };
+            if !same {
+                eprintln!(
+                    "warning: --server {given} overrides the server URI of this sensor's pairing ({paired_uri}); the paired server's identity is still the one trusted"
+                );
+            }
+            given.to_string()
+        }
+        (Some(given), None) => given.to_string(),
+        (None, Some(paired_uri)) => {
+            eprintln!("server {paired_uri} (from the pairing)");
+            paired_uri.to_string()
+        }
+        (None, None) => DEFAULT_SERVER.to_string(),
+    })
+}
+
+/// The pairing a sensor has, read without changing its state: the stored pairing, or else
+/// the one `message` would apply (opened with the key already in `state`).
+fn paired_with(
     state: &std::path::Path,
     message: Option<&[u8]>,
     kit: &[PublicKey],
     other: &[u8],
-) -> Result<Option<Identity>> {
+) -> Result<Option<sigil_ace::Pairing>> {
     if let Some(p) = FileStorage::existing_pairing(state)? {
-        return Ok(Some(p.server));
+        return Ok(Some(p));
     }
     let (Some(message), Some(key)) = (message, FileStorage::existing_key(state)?) else {
         return Ok(None);
@@ -481,7 +525,7 @@ fn paired_server(
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let pairing = sigil_ace::open_pairing(message, &key, &identity, None, &RustCrypto)
         .map_err(|e| anyhow::anyhow!("pairing message refused: {e}"))?;
-    Ok(Some(pairing.server))
+    Ok(Some(pairing))
 }
 
 /// A pairing message file: hex text (as `sigil provision pair` prints it) or the bytes.
