@@ -357,7 +357,8 @@ fn provision_validates_before_it_opens_and_only_add_or_import_create_a_database(
 /// `sigil provision pair` makes a pairing message from a device's label and key; `sigil
 /// sensor --pairing` applies it once (at start, before any network), says so when given it
 /// again, and refuses one made for another device or by another server once paired. Bad
-/// input to `pair` is refused by name, and `pair` creates no database.
+/// input to `pair` is refused by name, and `pair` creates no database: it records the
+/// pairing in an existing one.
 #[test]
 fn provision_pair_then_the_sensor_applies_it_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -382,6 +383,12 @@ fn provision_pair_then_the_sensor_applies_it_once() {
         (lines[1].clone(), lines[3].clone())
     };
     let (label, key) = identity_of(state_s);
+    let db = dir.path().join("sigil.db");
+    assert!(
+        sigil(&["provision", "--db", db.to_str().unwrap(), "add", &label])
+            .status
+            .success()
+    );
     let server_key = dir.path().join("server.key");
     std::fs::write(&server_key, format!("ed25519:{}\n", "42".repeat(32))).unwrap();
     let other_server = dir.path().join("other.key");
@@ -393,7 +400,7 @@ fn provision_pair_then_the_sensor_applies_it_once() {
         sigil(&[
             "provision",
             "--db",
-            dir.path().join("absent.db").to_str().unwrap(),
+            db.to_str().unwrap(),
             "pair",
             label,
             "--device-key",
@@ -417,10 +424,6 @@ fn provision_pair_then_the_sensor_applies_it_once() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !dir.path().join("absent.db").exists(),
-        "pair opens no database"
     );
     let len = std::fs::metadata(&message).unwrap().len();
     assert!((300..=400).contains(&len), "{len} bytes");
@@ -511,8 +514,8 @@ fn provision_pair_then_the_sensor_applies_it_once() {
     let ed = format!("ed25519:{}", "11".repeat(32));
     assert_refused(
         &pair(&label, &ed, &server_key, "6", &bad),
-        "needs a P-256 device key",
-        "ed25519 device",
+        "does not hash to",
+        "another device's ed25519 key",
     );
     assert_refused(
         &pair(&label, &key, &dir.path().join("missing.key"), "6", &bad),
@@ -532,7 +535,23 @@ fn provision_pair_then_the_sensor_applies_it_once() {
         "--subscriber",
         &subscriber,
     ]);
-    assert_refused(&out, "no database at", "no --server-key and no database");
+    assert_refused(&out, "no database at", "no database");
+    let out = sigil(&[
+        "provision",
+        "--db",
+        dir.path().join("absent.db").to_str().unwrap(),
+        "pair",
+        &label,
+        "--device-key",
+        &key,
+        "--server-key",
+        server_key.to_str().unwrap(),
+        "--group",
+        &group,
+        "--subscriber",
+        &subscriber,
+    ]);
+    assert_refused(&out, "to record the pairing in", "no database to record in");
     assert!(!dir.path().join("absent.db").exists());
     assert!(!bad.exists());
 }

@@ -26,14 +26,14 @@ pub enum ProvisionAction {
     /// Add one identity (any label form). A revoked identity stays revoked unless
     /// --reinstate is given.
     Add {
+        /// The identity, in any label form (hex, base32 label, short label).
         identity: String,
         /// It is a group (kit) identity.
         #[arg(long)]
         group: bool,
-        #[arg(long, default_value = "")]
         /// A name for the operator, shown by `list`.
+        #[arg(long, default_value = "")]
         label: String,
-    },
         /// Re-activate the identity if it was revoked.
         #[arg(long)]
         reinstate: bool,
@@ -47,14 +47,17 @@ pub enum ProvisionAction {
         /// Re-activate the revoked identities the file names.
         #[arg(long)]
         reinstate: bool,
+    },
     /// List the authorized identities.
     List {
+        /// As JSON (identity, kind, label, added and revoked times).
         #[arg(long)]
         json: bool,
     },
     /// Revoke an identity: nothing from it is accepted any more, a running server ends its
     /// coaps:// sessions and no longer lists or serves its readings. `add` and `import` do not
-    /// re-activate it; `add --reinstate` does.
+    /// re-activate it; `add --reinstate` does. An identity not on the list (a kit member) is
+    /// recorded as revoked, so its kit no longer vouches for it.
     Revoke {
         /// The identity to revoke, in any label form.
         identity: String,
@@ -62,6 +65,7 @@ pub enum ProvisionAction {
     /// Give an authorized identity a DTLS pre-shared key (coaps:// with --dtls psk); prints
     /// the key. The PSK identity is the identity's text.
     Psk {
+        /// The authorized identity that gets the key, in any label form.
         identity: String,
         /// The key in hex (16-64 bytes); default: 16 random bytes.
         #[arg(long)]
@@ -72,6 +76,7 @@ pub enum ProvisionAction {
     /// both to the node (`sigil sensor --psk-only`). It registers over its own coaps://
     /// session and publishes MACed or session-protected readings (docs/security.md).
     PskNode {
+        /// A name for the operator, shown by `list`.
         #[arg(long, default_value = "")]
         label: String,
         /// The key in hex (16-64 bytes); default: 16 random bytes.
@@ -80,9 +85,19 @@ pub enum ProvisionAction {
     },
     /// Let READER read the readings of OBJECT: a device, or every device of a group (kit).
     /// Enforced by a server started with --authorize-reads, for coaps:// sessions of READER.
-    Grant { reader: String, object: String },
+    Grant {
+        /// The reader's identity (its DTLS session's identity).
+        reader: String,
+        /// The device or group (kit) identity it may read.
+        object: String,
+    },
     /// Withdraw a grant.
-    Ungrant { reader: String, object: String },
+    Ungrant {
+        /// The reader's identity.
+        reader: String,
+        /// The device or group identity it may no longer read.
+        object: String,
+    },
     /// List the read grants (reader, then what it may read).
     Grants,
     /// Make a pairing message (RFC 8387 §4.1) for a freshly labelled device: its trusted
@@ -112,6 +127,58 @@ fn key_or_random(key: Option<&str>) -> Result<Vec<u8>> {
             k
         }
     })
+}
+
+/// The one-line report of an import: how many were added, already there, and which revoked
+/// identities were skipped or reinstated.
+fn import_summary(r: &sigil_server::provision::Imported) -> String {
+    let ids = |v: &[Identity]| {
+        v.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut s = format!(
+        "imported {} identities ({} already authorized",
+        r.added, r.present
+    );
+    if !r.reinstated.is_empty() {
+        s += &format!(
+            "; {} reinstated: {}",
+            r.reinstated.len(),
+            ids(&r.reinstated)
+        );
+    }
+    if !r.skipped_revoked.is_empty() {
+        s += &format!(
+            "; {} revoked, skipped: use --reinstate to re-activate: {}",
+            r.skipped_revoked.len(),
+            ids(&r.skipped_revoked)
+        );
+    }
+    s + ")"
+}
+
+/// Unix seconds as an RFC 3339 UTC time.
+fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn parse(text: &str) -> Result<Identity> {
@@ -276,7 +343,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             Identity::parse(identity).map_err(|e| anyhow::anyhow!("{e}"))?;
             true
         }
-        ProvisionAction::Import { file, reinstate } => {
+        ProvisionAction::Import { file, .. } => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             for e in sigil_identity::list::entries(&text) {
@@ -321,7 +388,9 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             identity,
             group,
             label,
+            reinstate,
         } => {
+            use sigil_server::provision::Added;
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
             let kind = if group {
                 sigil_server::store::IdentityKind::Group
@@ -344,7 +413,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
                 ),
             }
         }
-        ProvisionAction::Import { file, .. } => {
+        ProvisionAction::Import { file, reinstate } => {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let r = sigil_server::provision::import(&store, &text, now, reinstate)?;
@@ -357,6 +426,10 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             } else {
                 for r in rows {
                     let id = Identity::parse(&r.identity).map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let state = match r.revoked_at {
+                        Some(at) => format!("revoked {}", utc(at)),
+                        None => "active".to_string(),
+                    };
                     println!(
                         "{}  {:<6} {:<8} {}",
                         id.label(),
@@ -364,9 +437,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
                         state,
                         r.label
                     );
-            reinstate,
                 }
-            use sigil_server::provision::Added;
             }
         }
         ProvisionAction::Psk { identity, key } => {
@@ -382,24 +453,25 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         }
         ProvisionAction::Revoke { identity } => {
             let id = Identity::parse(&identity).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if !store.revoke_identity(&id, now)? {
-                if let Some(at) = store.revoked_at(&id)? {
-                    bail!("{id} was already revoked at {}", utc(at));
-                }
-                bail!("{id} is not on the list");
+            if store.revoke_identity(&id, now)? {
+                println!("revoked {id}");
+            } else if let Some(at) = store.revoked_at(&id)? {
+                bail!("{id} was already revoked at {}", utc(at));
+            } else if store.revoke_unlisted(&id, now)? {
+                println!("revoked {id} (it was not on the list: recorded as revoked, so it is refused even through a kit that lists it)");
+            } else {
+                bail!("{id} could not be revoked");
             }
-            println!("revoked {id}");
         }
         ProvisionAction::Grant { reader, object } => {
             let (reader, object) = (parse(&reader)?, parse(&object)?);
             let authorized = store.authorized()?;
             for id in [&reader, &object] {
                 if !authorized.contains_key(id) {
+                    if store.revoked_at(id)?.is_some() {
+                        bail!("{id} is revoked: a grant would not take effect (`sigil provision add {id} --reinstate` re-activates it)");
+                    }
                     bail!("{id} is not an active identity (`sigil provision add` it first)");
-                    let state = match r.revoked_at {
-                        Some(at) => format!("revoked {}", utc(at)),
-                        None => "active".to_string(),
-                    };
                 }
             }
             store.grant_read(&reader, &object, now)?;
@@ -421,9 +493,6 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
     }
     Ok(0)
 }
-                    if store.revoked_at(id)?.is_some() {
-                        bail!("{id} is revoked: a grant would not take effect (`sigil provision add {id} --reinstate` re-activates it)");
-                    }
 
 #[cfg(test)]
 mod tests {
