@@ -65,6 +65,28 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A retention window: a duration as [`parse_duration`] takes, or whole days (`30d`), above
+/// zero and at most 100 years.
+pub fn parse_retention(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let d = match t.strip_suffix('d') {
+        Some(days) => {
+            let days: u64 = days
+                .parse()
+                .map_err(|_| format!("bad retention '{s}' (e.g. 30d, 12h, 90m)"))?;
+            if days > 36_500 {
+                return Err(format!("retention out of range: '{s}' (at most 36500d)"));
+            }
+            Duration::from_secs(days * 86_400)
+        }
+        None => parse_duration(t)?,
+    };
+    if d.is_zero() {
+        return Err(format!("retention must be above zero: '{s}'"));
+    }
+    Ok(d)
+}
+
 pub fn parse_alg(s: &str) -> Result<SignatureAlgorithm, String> {
     SignatureAlgorithm::from_name(s)
         .ok_or_else(|| format!("unknown algorithm '{s}' (ed25519, p256)"))

@@ -4,16 +4,16 @@
 mod args;
 mod attacks;
 mod cmd;
+mod config;
 mod demo;
 mod demo_access;
-mod refusals;
 mod sensor;
 mod serve;
 mod soak;
 mod storage;
 mod util;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -36,6 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the Resource Directory and publish-subscribe broker.
+    #[command(args_override_self = true)]
     Server(cmd::server::ServerArgs),
     /// Run an emulated sensor.
     Sensor(cmd::sensor::SensorArgs),
@@ -59,11 +60,32 @@ enum Command {
     Get(cmd::get::GetArgs),
     /// Ask the server's access-control endpoint for an access token (RFC 9200).
     Token(cmd::token::TokenArgs),
+    /// Copy a server's database consistently, also while the server runs.
+    Backup(cmd::backup::BackupArgs),
+}
+
+/// The command line, with `server --config FILE`'s settings in front of the server's flags
+/// (crate::config), parsed.
+fn parse_command_line() -> Cli {
+    let command = Cli::command();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let args = match command.find_subcommand("server") {
+        Some(server) => match config::expand(args, server) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("sigil server: {e:#}");
+                std::process::exit(2);
+            }
+        },
+        None => args,
+    };
+    let matches = command.get_matches_from(args);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 fn main() {
     util::exit_quietly_on_closed_stdout();
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     let default_level = if matches!(cli.command, Command::Demo(_)) {
         "error"
     } else {
@@ -93,6 +115,7 @@ fn main() {
             Command::Identity(a) => cmd::identity::run(a),
             Command::Provision(a) => cmd::provision::run(a),
             Command::Verify(a) => cmd::verify::run(a),
+            Command::Backup(a) => cmd::backup::run(a),
         }
     });
     match result {
@@ -101,5 +124,45 @@ fn main() {
             eprintln!("sigil: {e:#}");
             std::process::exit(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command and subcommand says what it does, and every argument a user can see has
+    /// a help text.
+    #[test]
+    fn every_help_entry_has_text() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for sub in c.get_subcommands() {
+                let p = format!("{path} {}", sub.get_name());
+                if sub
+                    .get_about()
+                    .is_none_or(|a| a.to_string().trim().is_empty())
+                {
+                    missing.push(format!("{p}: no about"));
+                }
+                walk(sub, &p, missing);
+            }
+            for a in c.get_arguments() {
+                if a.is_hide_set() || matches!(a.get_id().as_str(), "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    missing.push(format!("{path} --{}: no help", a.get_id()));
+                }
+            }
+        }
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&cli, "sigil", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "help entries without text:\n{}",
+            missing.join("\n")
+        );
     }
 }

@@ -442,7 +442,14 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
             _ = stop.changed(), if !stopped => {}
         }
     }
-    transport.close().await;
+    if run.association.is_some() && transport.is_secure() {
+        // A clean stop keeps the association: its file already reserves every record sealed,
+        // and the server keeps the session, so the next start takes it up without a
+        // handshake. No close_notify, which would end it on the server.
+        tracing::info!("DTLS association kept for the next start");
+    } else {
+        transport.close().await;
+    }
     report.retransmissions = device.retransmissions();
     (report.signed_answers, report.answers_refused) = device.signed_answers();
     report.dtls_handshakes = transport.handshakes;

@@ -573,6 +573,11 @@ fn peak_rss_kib() -> u64 {
 }
 
 pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
+    // SIGINT or SIGTERM ends the attacks early; the sensors settle and the report follows.
+    let (interrupt_tx, interrupted) = watch::channel(false);
+    crate::util::StopSignals::new()
+        .context("cannot handle SIGINT and SIGTERM")?
+        .forward_to(interrupt_tx);
     LOG_COUNT_ONLY.store(!opts.show_log, Ordering::Relaxed);
     let log_start = LOG_BYTES.load(Ordering::Relaxed);
     let tmp = tempfile::Builder::new().prefix("sigil-soak-").tempdir()?;
@@ -622,7 +627,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         devices.push((d, storage));
     }
     let now = sigil_client::os::unix_now().as_secs();
-    sigil_server::provision::import(&store, &labels, now, false)?;
+    sigil_server::provision::import(&store, &labels, now)?;
     let mut security = Vec::new();
     for (i, (d, _)) in devices.iter().enumerate() {
         if i < opts.sensors {
@@ -679,7 +684,9 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         }));
     }
     let warmup = Instant::now();
-    while acked.load(Ordering::Relaxed) < total as u64 && warmup.elapsed() < Duration::from_secs(30)
+    while acked.load(Ordering::Relaxed) < total as u64
+        && warmup.elapsed() < Duration::from_secs(30)
+        && !*interrupted.borrow()
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -713,7 +720,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
     let bar = crate::demo::progress_bar(opts.quiet, opts.duration);
     let start = Instant::now();
     let mut next_progress = start + Duration::from_secs(60);
-    while start.elapsed() < opts.duration {
+    while start.elapsed() < opts.duration && !*interrupted.borrow() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         bar.set_position(start.elapsed().as_secs());
         let sent: u64 = loads
@@ -784,7 +791,8 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         .map(|r| r.acknowledged.len())
         .min()
         .unwrap_or(0);
-    let expected_each = (opts.duration.as_secs_f64() / opts.interval.as_secs_f64() / 2.0) as usize;
+    // Against the time the attacks actually ran (a stop signal may have cut it short).
+    let expected_each = (seconds / opts.interval.as_secs_f64() / 2.0) as usize;
     let reflect = attacks
         .iter()
         .filter(|a| {

@@ -16,8 +16,7 @@ pub struct FileStorage {
 
 impl FileStorage {
     pub fn open(dir: &Path) -> Result<Self> {
-        fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create state directory {}", dir.display()))?;
+        create_private_dir(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
         })
@@ -51,12 +50,7 @@ impl FileStorage {
     fn write_atomic(&self, name: &str, data: &[u8]) -> std::io::Result<()> {
         let tmp = self.dir.join(format!(".{name}.tmp"));
         {
-            let mut f = fs::File::create(&tmp)?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                f.set_permissions(fs::Permissions::from_mode(0o600))?;
-            }
+            let mut f = create_private_file(&tmp)?;
             f.write_all(data)?;
             f.sync_all()?;
         }
@@ -70,6 +64,83 @@ impl FileStorage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Creates `dir` (and its parents) if missing, the directory itself readable by its owner
+/// only (0700): it holds the device's private key.
+pub fn create_private_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+        .with_context(|| format!("cannot create state directory {}", dir.display()))
+}
+
+/// Creates (or truncates) `path` readable and writable by its owner only (0600).
+pub fn create_private_file(path: &Path) -> std::io::Result<fs::File> {
+    let mut o = fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    let f = o.open(path)?;
+    #[cfg(unix)]
+    {
+        // An older file keeps its mode through `open`: set it.
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(f)
+}
+
+/// The advisory lock on a state directory (`DIR/lock`, `flock`), held while this value
+/// lives: two processes on one directory would both write its sequence reservation and both
+/// seal records under its kept DTLS association, reusing nonces.
+pub struct StateLock {
+    _file: fs::File,
+}
+
+impl StateLock {
+    /// Takes the lock on `dir` (created 0700 if missing), or says which process holds it.
+    pub fn take(dir: &Path) -> Result<Self> {
+        use std::io::{Read, Seek};
+        create_private_dir(dir)?;
+        let path = dir.join("lock");
+        let mut o = fs::OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        let mut file = o
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a descriptor this function owns; no memory is passed.
+            let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if r != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::WouldBlock {
+                    let mut text = String::new();
+                    let _ = file.read_to_string(&mut text);
+                    let pid = text.trim();
+                    let pid = if pid.is_empty() { "unknown" } else { pid };
+                    anyhow::bail!(
+                        "state directory {} is in use by another process (pid {pid})",
+                        dir.display()
+                    );
+                }
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        file.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+        Ok(Self { _file: file })
     }
 }
 
@@ -196,5 +267,34 @@ mod tests {
         s2.erase().unwrap();
         assert!(s2.load_key().unwrap().is_none());
         assert!(s2.load_reservation().unwrap().is_none());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn state_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("state");
+        let mut s = FileStorage::open(&dir).unwrap();
+        s.store_reservation(1).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("sequence")), 0o600);
+    }
+
+    #[test]
+    fn a_second_lock_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = StateLock::take(dir.path()).unwrap();
+        // flock locks belong to the open file description: a second open is refused even
+        // within one process.
+        let e = StateLock::take(dir.path()).err().unwrap().to_string();
+        assert!(
+            e.contains("is in use by another process")
+                && e.contains(&format!("(pid {})", std::process::id())),
+            "{e}"
+        );
+        drop(held);
+        StateLock::take(dir.path()).unwrap();
     }
 }

@@ -61,7 +61,16 @@ pub struct ServerConfig {
     pub dtls: Option<DtlsConfig>,
     /// Signature budget of signed answers on coap:// ([`crate::answers`]).
     pub answer_rates: crate::answers::AnswerRates,
+    /// Readings received longer ago than this are deleted (never the latest of a device or a
+    /// topic): at start, then every [`PRUNE_EVERY`], at most [`PRUNE_BATCH`] per turn of the
+    /// datagram loop. `None`: kept for ever.
+    pub retain: Option<Duration>,
 }
+
+/// How often the server looks for readings past [`ServerConfig::retain`].
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Most readings deleted in one turn of the datagram loop (one short transaction).
+pub const PRUNE_BATCH: u32 = 500;
 
 impl ServerConfig {
     pub fn new(listen: SocketAddr, database: PathBuf) -> Self {
@@ -91,6 +100,7 @@ impl ServerConfig {
             receive_buffer: 8 << 20,
             dtls: None,
             answer_rates: Default::default(),
+            retain: None,
         }
     }
 }
@@ -177,14 +187,28 @@ impl Rng for OsRng {
 impl Server {
     /// Opens the database, binds the socket and starts serving.
     pub async fn start(mut config: ServerConfig, stats: Stats) -> Result<ServerHandle, StartError> {
+        // Both sockets first: a port in use is refused before a database file is created.
+        let socket =
+            bind_udp(config.listen, config.receive_buffer).map_err(|source| StartError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let dsock = match &config.dtls {
+            Some(dc) => Some(
+                bind_udp(dc.listen, config.receive_buffer).map_err(|source| StartError::Bind {
+                    addr: dc.listen,
+                    source,
+                })?,
+            ),
+            None => None,
+        };
         let store = Store::open(&config.database)?;
-        let secure = match &config.dtls {
-            Some(dc) => {
+        let secure = match (&config.dtls, dsock) {
+            (Some(dc), Some(dsock)) => {
                 let key = match &dc.certificate_key {
                     Some(k) => k.clone(),
                     None => server_key(&store)?,
                 };
-                let dsock = bind_udp(dc.listen, config.receive_buffer)?;
                 if dc.listen.ip().is_unspecified() {
                     if let Err(e) = report_destinations(&dsock) {
                         tracing::warn!(error = %e, "coaps:// lookup targets will name the wildcard address");
@@ -198,7 +222,7 @@ impl Server {
                 let layer = SecureLayer::new(dc.clone(), key, secret, trust, stats.clone());
                 Some((dsock, layer))
             }
-            None => None,
+            _ => None,
         };
         // The AC signs with the server's own key (the one pairing messages are signed with and
         // sensors pin), also when DTLS presents a certificate's key.
@@ -236,7 +260,6 @@ impl Server {
                 tracing::info!(sessions = n, "DTLS sessions restored from the database");
             }
         }
-        let socket = bind_udp(config.listen, config.receive_buffer)?;
         if config.listen.ip().is_unspecified() {
             if let Err(e) = report_destinations(&socket) {
                 tracing::warn!(error = %e, "lookup targets will name the wildcard address");
@@ -267,6 +290,19 @@ impl Server {
         OsRng
             .fill(&mut echo_secret)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        // Retention has its own connection, so its short deletes never sit inside a batch.
+        let mut pruner = match config.retain {
+            Some(retain) => Some(Pruner {
+                store: Store::open(&config.database)?,
+                retain,
+                next: std::time::Instant::now(),
+            }),
+            None => None,
+        };
+        if let Some(p) = &mut pruner {
+            // At start, before the first datagram (one bounded pass; the rest in the loop).
+            p.run_due(&stats);
+        }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let thread_stop = stop.clone();
         let thread_stats = stats.clone();
@@ -282,6 +318,7 @@ impl Server {
                     &thread_stats,
                     socket,
                     secure,
+                    pruner,
                     &thread_stop,
                 );
             })?;
@@ -301,8 +338,64 @@ impl Server {
 pub enum StartError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A socket could not be bound (e.g. another process has the port); no database file
+    /// was created.
+    #[error("cannot listen on {addr}: {}", bind_reason(.source))]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("socket: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The reason a bind failed, in words (the OS text carries an error number).
+fn bind_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => "address already in use".into(),
+        std::io::ErrorKind::AddrNotAvailable => "no such local address".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Deletes readings past the retention window, at most [`PRUNE_BATCH`] a call, through its
+/// own connection: between two batches of datagrams, never for long.
+struct Pruner {
+    store: Store,
+    retain: Duration,
+    next: std::time::Instant,
+}
+
+impl Pruner {
+    /// One bounded pass if one is due; the next is due at once while a backlog remains,
+    /// after [`PRUNE_EVERY`] otherwise.
+    fn run_due(&mut self, stats: &Stats) {
+        let now = std::time::Instant::now();
+        if now < self.next {
+            return;
+        }
+        let before =
+            unix_now().saturating_sub(i64::try_from(self.retain.as_secs()).unwrap_or(i64::MAX));
+        match self.store.prune_readings(before, PRUNE_BATCH) {
+            Ok(n) => {
+                if n > 0 {
+                    stats.add("store.readings_pruned", n);
+                    tracing::debug!(readings = n, "readings past the retention window deleted");
+                }
+                self.next = if n >= u64::from(PRUNE_BATCH) {
+                    now
+                } else {
+                    now + PRUNE_EVERY
+                };
+            }
+            Err(e) => {
+                stats.incr("store.prune_failed");
+                tracing::warn!(error = %e, "pruning old readings failed; tried again in a minute");
+                self.next = now + PRUNE_EVERY;
+            }
+        }
+    }
 }
 
 /// The datagram loop: wait until a socket is readable or a DTLS timer is due (waking
@@ -315,6 +408,7 @@ fn run(
     stats: &Stats,
     socket: std::net::UdpSocket,
     mut secure: Option<(std::net::UdpSocket, SecureLayer)>,
+    mut pruner: Option<Pruner>,
     stop: &std::sync::atomic::AtomicBool,
 ) {
     let clock = Clock::new();
@@ -326,6 +420,9 @@ fn run(
     loop {
         if stop.load(std::sync::atomic::Ordering::SeqCst) {
             return;
+        }
+        if let Some(p) = &mut pruner {
+            p.run_due(stats);
         }
         let mut wait = 200u64;
         if let Some(t) = secure.as_ref().and_then(|(_, l)| l.poll_timeout()) {

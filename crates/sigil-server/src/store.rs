@@ -12,10 +12,12 @@ use std::path::Path;
 
 mod batch;
 mod check;
+mod maintenance;
 mod pairings;
 pub use pairings::PairingRow;
 mod wal;
 pub use batch::Batch;
+pub use maintenance::BackupSummary;
 use wal::WAL_AUTOCHECKPOINT_PAGES;
 pub use wal::WAL_LIMIT_BYTES;
 
@@ -412,6 +414,9 @@ impl Store {
             .map(|m| m.len() > 0)
             .unwrap_or(false);
         let stamp = if exists { check::inspect(path)? } else { true };
+        if !exists {
+            maintenance::create_private(path)?;
+        }
         let conn = Connection::open(path)?;
         if stamp {
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
@@ -435,6 +440,7 @@ impl Store {
             commits: std::cell::Cell::new(0),
         };
         store.migrate()?;
+        store.conn.execute_batch(maintenance::INDEXES)?;
         // A WAL left large by an earlier run (e.g. one that ended while the disk was full)
         // is folded back and truncated now.
         store.checkpoint();

@@ -9,10 +9,13 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct DemoArgs {
+    /// Honest emulated sensors.
     #[arg(long, default_value_t = 20)]
     pub sensors: usize,
+    /// How long the sensors publish while the attacks run.
     #[arg(long, default_value = "20s", value_parser = parse_duration)]
     pub duration: Duration,
+    /// Time between two readings of one sensor.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Keep the database and sensor states here instead of a temporary directory.
@@ -21,8 +24,10 @@ pub struct DemoArgs {
     /// How many sensors form a kit provisioned by its group identity.
     #[arg(long, default_value_t = 3)]
     pub kit: usize,
+    /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// No progress bar or narration, only the summary.
     #[arg(long)]
     pub quiet: bool,
 }

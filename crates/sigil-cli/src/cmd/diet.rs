@@ -35,7 +35,7 @@ pub struct DietArgs {
     /// Print this node's identity (the hash of its signing key) and exit.
     #[arg(long)]
     pub print_identity: bool,
-    /// UDP address to listen on.
+    /// UDP address to listen on: an IP address or a host name, with the port.
     #[arg(long, default_value = "127.0.0.1:5700")]
     pub listen: String,
     /// A neighbour, `ADDR=IDENTITY` or `ADDR=p256:HEX` (its signing key); repeatable.
@@ -51,8 +51,8 @@ pub struct DietArgs {
     /// Time between messages to each established neighbour.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub interval: Duration,
-    /// Message text; `{n}` is replaced by the message number.
-    #[arg(long, default_value = "message {n}")]
+    /// Message text; each `%n` in it is replaced by the message number.
+    #[arg(long, default_value = "message %n")]
     pub message: String,
     /// Stop after this long (default: run until killed).
     #[arg(long, value_parser = parse_duration)]
@@ -75,10 +75,8 @@ fn parse_neighbour(spec: &str) -> Result<Neighbour> {
     let (addr, who) = spec
         .split_once('=')
         .with_context(|| format!("neighbour '{spec}': expected ADDR=IDENTITY or ADDR=p256:HEX"))?;
-    let addr: SocketAddr = addr
-        .trim()
-        .parse()
-        .with_context(|| format!("neighbour '{spec}': bad address"))?;
+    let addr = crate::util::resolve_addr(addr.trim(), "neighbour")
+        .with_context(|| format!("neighbour '{spec}'"))?;
     let who = who.trim();
     let identity = if who.contains(':') && who.starts_with(|c: char| c.is_ascii_alphabetic()) {
         let key = parse_key(who).with_context(|| format!("neighbour '{spec}'"))?;
@@ -104,10 +102,7 @@ struct Plan {
 }
 
 fn plan(a: &DietArgs) -> Result<Plan> {
-    let listen: SocketAddr = a
-        .listen
-        .parse()
-        .with_context(|| format!("--listen '{}': not an address", a.listen))?;
+    let listen = crate::util::resolve_addr(&a.listen, "--listen")?;
     let mut specs: Vec<String> = a.neighbours.clone();
     if let Some(p) = &a.neighbours_file {
         for line in read_text(p, "neighbour file")?.lines() {
@@ -183,7 +178,7 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 
 /// The node's keys from the state directory, made there on first use.
 fn load_or_make_keys(dir: &Path) -> Result<NodeKeys> {
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::storage::create_private_dir(dir)?;
     let path = dir.join(KEYS_FILE);
     if path.exists() {
         let text = read_text(&path, "key file")?;
@@ -260,6 +255,9 @@ fn reason(e: &DietError) -> &'static str {
 }
 
 pub async fn run(a: DietArgs) -> Result<i32> {
+    // Registered first: a stop at any time after this ends the node cleanly.
+    let mut signals =
+        crate::util::StopSignals::new().context("cannot handle SIGINT and SIGTERM")?;
     if a.print_identity {
         let me = identity_of(&load_or_make_keys(&a.state)?.signing_key());
         if a.json {
@@ -270,6 +268,8 @@ pub async fn run(a: DietArgs) -> Result<i32> {
         return Ok(0);
     }
     let plan = plan(&a)?;
+    // One process per state directory: two would run under one epoch.
+    let _lock = crate::storage::StateLock::take(&a.state)?;
     let keys = load_or_make_keys(&a.state)?;
     let me = identity_of(&keys.signing_key());
     let epoch = next_epoch(&a.state)?;
@@ -359,6 +359,10 @@ pub async fn run(a: DietArgs) -> Result<i32> {
                 }
             }
             _ = tokio::time::sleep_until(wake) => {}
+            name = signals.recv() => {
+                tracing::info!(signal = name, "stopping");
+                break;
+            }
         }
         let t = tokio::time::Instant::now();
         if deadline.is_some_and(|d| t >= d) {
@@ -373,7 +377,12 @@ pub async fn run(a: DietArgs) -> Result<i32> {
                 .collect();
             for to in peers {
                 sent += 1;
-                let text = a.message.replace("{n}", &sent.to_string());
+                // `%n`, or the older `{n}` (which clap's help cannot show: it reads it as a
+                // line break).
+                let text = a
+                    .message
+                    .replace("%n", &sent.to_string())
+                    .replace("{n}", &sent.to_string());
                 match node.seal(&to, text.as_bytes(), &mut out) {
                     Ok(n) => {
                         if let Err(e) = socket.send_to(&out[..n], to).await {

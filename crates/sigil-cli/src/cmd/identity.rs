@@ -24,6 +24,7 @@ pub struct IdentityArgs {
     /// Other information O, as text.
     #[arg(long, default_value = "")]
     pub other: String,
+    /// As JSON (what, identity, label, short label).
     #[arg(long)]
     pub json: bool,
 }

@@ -1,6 +1,7 @@
 //! One module per command: its arguments and a `run` that drives the library crates.
 
 pub mod app;
+pub mod backup;
 pub mod demo;
 pub mod diet;
 pub mod get;

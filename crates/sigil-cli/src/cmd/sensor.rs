@@ -4,7 +4,7 @@ use crate::args::{
     parse_alg, parse_duration, parse_format, parse_key, DtlsArgs, DtlsMode, TransmissionArgs,
 };
 use crate::sensor;
-use crate::storage::FileStorage;
+use crate::storage::{FileStorage, StateLock};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sigil_client::os::OsRng;
@@ -191,6 +191,9 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         };
         a.dtls.check_own_certificate(&key)?;
     }
+    // One process per state directory: two would share its sequence reservation and its
+    // kept DTLS association.
+    let _lock = StateLock::take(&a.state)?;
     let mut storage = FileStorage::open(&a.state)?;
     if a.factory_reset {
         storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -310,7 +313,7 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         }
         _ => None,
     };
-    stop_on_ctrl_c(stop_tx);
+    stop_on_signal(stop_tx)?;
     let run = sensor_run(&a, uri.addr, &id, security, dtls, association, tap);
     let report = sensor::run(device, storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "device event")
@@ -325,12 +328,13 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
     Ok(exit_code(&report))
 }
 
-/// Ctrl-C stops the sensor (it settles what is in flight first).
-fn stop_on_ctrl_c(stop_tx: tokio::sync::watch::Sender<bool>) {
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        let _ = stop_tx.send(true);
-    });
+/// SIGINT (Ctrl-C) or SIGTERM stops the sensor: it settles what is in flight first, prints
+/// its report, and keeps its DTLS association for the next start.
+fn stop_on_signal(stop_tx: tokio::sync::watch::Sender<bool>) -> Result<()> {
+    crate::util::StopSignals::new()
+        .context("cannot handle SIGINT and SIGTERM")?
+        .forward_to(stop_tx);
+    Ok(())
 }
 
 /// The loop's settings from the arguments.
@@ -430,6 +434,7 @@ async fn run_psk_only(
         key: psk.clone(),
         ecdhe: a.dtls.dtls == Some(DtlsMode::EcdhePsk),
     };
+    let _lock = StateLock::take(&a.state)?;
     let mut storage = FileStorage::open(&a.state)?;
     if a.factory_reset {
         storage.erase().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -460,7 +465,7 @@ async fn run_psk_only(
         RustCrypto.hmac_sha256(&psk, &[b"sigil psk node dtls association"]),
     ));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    stop_on_ctrl_c(stop_tx);
+    stop_on_signal(stop_tx)?;
     let run = sensor_run(&a, uri.addr, &id, security, dtls, association, None);
     let report = sensor::run(sensor::PskSensor::new(node), storage, run, stop_rx, |ev| {
         tracing::info!(?ev, "node event")

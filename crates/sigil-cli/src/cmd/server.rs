@@ -1,6 +1,9 @@
-//! `sigil server`: the Resource Directory and broker, coap:// and coaps://, until Ctrl-C.
+//! `sigil server`: the Resource Directory and broker, coap:// and coaps://, until SIGINT
+//! (Ctrl-C) or SIGTERM (a service manager's stop): then it finishes the batch in hand, closes
+//! the database (its WAL folded in) and prints its counters.
 
 use crate::args::{read_certs, read_key, DtlsTimingArgs, TransmissionArgs};
+use crate::util::resolve_addr;
 use anyhow::{bail, Result};
 use clap::Args;
 use sigil_crypto::{CryptoProvider, RustCrypto};
@@ -8,9 +11,14 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct ServerArgs {
+    /// A TOML file of settings: each key is a flag's long name (`listen = "localhost:5683"`,
+    /// `authorize-reads = true`); flags given on the command line override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The coap:// address to listen on: an IP address or a host name, with the port.
     #[arg(long, default_value = "127.0.0.1:5683")]
-    pub listen: std::net::SocketAddr,
-    /// SQLite database file (created on first start).
+    pub listen: String,
+    /// SQLite database file (created on first start, readable by its owner only).
     #[arg(long, default_value = "sigil.db")]
     pub db: PathBuf,
     /// Largest accepted jump above the highest sequence number seen (RFC 8387 §8.2 threshold).
@@ -30,9 +38,14 @@ pub struct ServerArgs {
     /// Seconds an access token from `/token` stays valid.
     #[arg(long, default_value_t = 3600)]
     pub token_lifetime: u32,
-    /// CoAP over DTLS (coaps://) socket.
+    /// The coaps:// (CoAP over DTLS) address to listen on: an IP address or a host name, with
+    /// the port.
     #[arg(long, default_value = "127.0.0.1:5684")]
-    pub dtls_listen: std::net::SocketAddr,
+    pub dtls_listen: String,
+    /// Delete readings received longer ago than this (e.g. `30d`, `12h`), except the latest of
+    /// each sensor and topic: at start and every minute. Default: keep every reading.
+    #[arg(long, value_parser = crate::args::parse_retention)]
+    pub retain: Option<std::time::Duration>,
     /// Serve plain coap:// only.
     #[arg(long)]
     pub no_dtls: bool,
@@ -78,14 +91,19 @@ pub struct ServerArgs {
 }
 
 pub async fn run(a: ServerArgs) -> Result<i32> {
-    let mut config = sigil_server::ServerConfig::new(a.listen, a.db);
+    // Registered before anything else: a stop that comes while the server starts is a
+    // clean stop too.
+    let mut signals = crate::util::StopSignals::new()?;
+    let listen = resolve_addr(&a.listen, "--listen")?;
+    let mut config = sigil_server::ServerConfig::new(listen, a.db);
+    config.retain = a.retain;
     config.service.freshness.max_ahead = a.max_ahead;
     config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
     config.service.authorize_reads = a.authorize_reads;
     config.service.token_lifetime = a.token_lifetime.max(1);
     config.transmission = a.transmission.parameters()?;
     if !a.no_dtls {
-        let mut d = sigil_server::DtlsConfig::new(a.dtls_listen);
+        let mut d = sigil_server::DtlsConfig::new(resolve_addr(&a.dtls_listen, "--dtls-listen")?);
         d.dtls = a.dtls_timing.config()?;
         d.require_client_auth = !a.dtls_anonymous_clients;
         d.max_handshakes = a.dtls_max_handshakes.max(1);
@@ -124,6 +142,7 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
         Err(sigil_server::StartError::Store(e)) => {
             anyhow::bail!("cannot open database {}: {e}", db.display())
         }
+        Err(e @ sigil_server::StartError::Bind { .. }) => anyhow::bail!("{e}"),
         Err(e) => return Err(e.into()),
     };
     println!("sigil server listening on coap://{}", server.local_addr);
@@ -139,8 +158,32 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
             d.addr, d.identity
         );
     }
-    tokio::signal::ctrl_c().await?;
+    warn_if_readable(&db);
+    let signal = signals.recv().await;
+    eprintln!("sigil server: {signal}: stopping (finishing the batch in hand)");
+    tracing::info!(signal, "stopping");
     server.shutdown().await;
     eprintln!("{}", serde_json::to_string_pretty(&stats.snapshot())?);
     Ok(0)
+}
+
+/// Warns when the database (the server's private keys, every PSK in clear) or its WAL can be
+/// read by group or others, naming the file and the fix.
+fn warn_if_readable(db: &std::path::Path) {
+    let mut names = vec![db.to_path_buf()];
+    for suffix in ["-wal", "-shm"] {
+        let mut n = db.as_os_str().to_owned();
+        n.push(suffix);
+        names.push(PathBuf::from(n));
+    }
+    for f in names {
+        if let Some(mode) = crate::util::readable_by_others(&f) {
+            eprintln!(
+                "warning: {} is readable by group or others (mode {mode:o}) and holds the server's private keys and every PSK: run `chmod 600 {}`",
+                f.display(),
+                f.display()
+            );
+            tracing::warn!(file = %f.display(), mode = format!("{mode:o}"), "database readable by others");
+        }
+    }
 }

@@ -18,6 +18,7 @@ pub struct SoakArgs {
     /// Honest coaps:// (DTLS-PSK) sensors.
     #[arg(long, default_value_t = 4)]
     pub dtls_sensors: usize,
+    /// Time between two readings of one sensor.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Print the report as JSON.

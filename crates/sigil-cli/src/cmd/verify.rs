@@ -12,6 +12,7 @@ use std::path::PathBuf;
 pub struct VerifyArgs {
     /// File with the signed reading.
     pub file: PathBuf,
+    /// The reading's format: cose (COSE_Sign1) or jws.
     #[arg(long, default_value = "cose", value_parser = parse_format)]
     pub format: ReadingFormat,
     /// The signer's public key, `alg:hex`.
