@@ -7,6 +7,7 @@ mod cmd;
 mod config;
 mod demo;
 mod demo_access;
+mod refusals;
 mod sensor;
 mod serve;
 mod soak;

@@ -627,7 +627,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
         devices.push((d, storage));
     }
     let now = sigil_client::os::unix_now().as_secs();
-    sigil_server::provision::import(&store, &labels, now)?;
+    sigil_server::provision::import(&store, &labels, now, false)?;
     let mut security = Vec::new();
     for (i, (d, _)) in devices.iter().enumerate() {
         if i < opts.sensors {
