@@ -84,6 +84,29 @@ impl Refusals {
         self.print(key, line);
     }
 
+    /// The last answer was not acted on because it was not signed by the trusted server
+    /// (signed answers required on coap://): an error answer among them is printed, since
+    /// the device itself sees no refusal.
+    pub fn not_acted_on(&mut self) {
+        let Some((code, diag)) = self.diagnostic.take() else {
+            return;
+        };
+        let what = code_and(code, &diag);
+        let hint =
+            if code == Code::FORBIDDEN && (diag.is_empty() || diag == "unauthorized_identity") {
+                format!(
+                ": if this identity is not provisioned, run `sigil provision add {}` on the server",
+                self.identity
+            )
+            } else {
+                String::new()
+            };
+        self.print(
+            format!("unsigned {what}"),
+            format!("the server answered {what} unsigned; not acted on, since this sensor acts only on answers its trusted server signed{hint}"),
+        );
+    }
+
     /// The diagnostic of the last error answer, if it had `code`.
     fn diagnostic_for(&mut self, code: Code) -> String {
         match self.diagnostic.take() {

@@ -430,7 +430,11 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
                         refusals.saw_answer(&m);
                         retx_seen = device.retransmissions();
                         let now = since(start);
+                        let unsigned_before = device.signed_answers().1;
                         device.handle_datagram(now, &mut storage, &m).map_err(|e| anyhow!("device: {e}"))?;
+                        if device.signed_answers().1 > unsigned_before {
+                            refusals.not_acted_on();
+                        }
                     }
                     Err(e) => {
                         tracing::debug!(error = %e, "receive failed");
