@@ -87,6 +87,12 @@ pub fn parse_retention(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A socket address: a literal, or a host name with a port resolved now
+/// ([`crate::util::resolve_addr`]).
+pub fn parse_socket_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    crate::util::resolve_addr(s, "address").map_err(|e| format!("{e:#}"))
+}
+
 pub fn parse_alg(s: &str) -> Result<SignatureAlgorithm, String> {
     SignatureAlgorithm::from_name(s)
         .ok_or_else(|| format!("unknown algorithm '{s}' (ed25519, p256)"))

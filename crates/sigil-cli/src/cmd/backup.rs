@@ -17,6 +17,9 @@ pub struct BackupArgs {
 }
 
 pub fn run(a: BackupArgs) -> Result<i32> {
+    if !a.db.is_file() {
+        anyhow::bail!("no database at {} (give the server's --db)", a.db.display());
+    }
     if a.out.exists() {
         anyhow::bail!(
             "--out {} exists already; a backup never overwrites a file",

@@ -69,8 +69,9 @@ pub struct SensorArgs {
     pub pairing: Option<PathBuf>,
     /// Also serve the readings as an ACE resource server on this UDP address: coaps://
     /// `/reading` and `/history` (raw public keys; a token from the AC bound to the client's
-    /// key), plain coap:// `POST /authz-info` on the same port (crate::serve).
-    #[arg(long)]
+    /// key), plain coap:// `POST /authz-info` on the same port (crate::serve). An IP address
+    /// or a host name, with the port.
+    #[arg(long, value_parser = crate::args::parse_socket_addr)]
     pub serve: Option<std::net::SocketAddr>,
     /// Run as a node with only a pre-shared key (no key pair; docs/security.md, "Nodes
     /// without public-key crypto"): `mac` publishes COSE_Mac0 readings under the reading key
