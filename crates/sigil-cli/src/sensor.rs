@@ -485,7 +485,7 @@ fn should_report(failures: u32, e: &anyhow::Error, last: &mut Option<String>) ->
     failures.is_power_of_two()
 }
 
-/// "next try at 14:02:07 UTC (in 4.1 s; failure 3, the same failure is printed again at 4)".
+/// "retrying at 14:02:07 UTC (in 4.1 s; failure 3, the same failure is printed again at 4)".
 fn next_try(delay: Duration, failures: u32) -> String {
     let at = std::time::SystemTime::now() + delay;
     let secs = at
@@ -493,7 +493,7 @@ fn next_try(delay: Duration, failures: u32) -> String {
         .map_or(0, |d| d.as_secs());
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     format!(
-        "next try at {h:02}:{m:02}:{s:02} UTC (in {:.1} s; failure {failures}, the same failure is printed again at failure {})",
+        "retrying at {h:02}:{m:02}:{s:02} UTC (in {:.1} s; failure {failures}, the same failure is printed again at failure {})",
         delay.as_secs_f64(),
         failures.saturating_add(1).next_power_of_two()
     )

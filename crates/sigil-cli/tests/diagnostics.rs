@@ -226,7 +226,7 @@ fn dtls_refusals_are_named_and_explained_and_a_wrong_pin_names_the_server() {
     assert!(
         line.contains("the server does not know this identity")
             && line.contains(&format!("run `sigil provision add {rpk}` on the server"))
-            && line.contains("next try at"),
+            && line.contains("retrying at"),
         "{line}"
     );
     // A wrong pin: the identity the server presented is named.
