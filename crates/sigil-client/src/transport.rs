@@ -142,7 +142,7 @@ pub fn explain(e: &sigil_dtls::Error, security: &Security) -> String {
         | sigil_dtls::wire::AlertDescription::UNKNOWN_PSK_IDENTITY
             if psk =>
         {
-            format!("the server does not know this PSK identity (not provisioned, revoked, or no PSK): run `sigil provision psk {who}` on the server and use the PSK it prints")
+            format!("the server does not know this PSK identity (not provisioned, revoked, or no PSK): run `sigil provision psk {who}` on the server (for a node with only a PSK, `sigil provision psk-node`) and use the PSK it prints")
         }
         sigil_dtls::wire::AlertDescription::CERTIFICATE_UNKNOWN
         | sigil_dtls::wire::AlertDescription::UNKNOWN_PSK_IDENTITY => {
