@@ -170,6 +170,8 @@ async fn steps(
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let uri = format!("coaps://{}", dtls.addr);
+    // Sealed here, not by `sigil provision pair`: the server keeps no record of it, so the
+    // subscriber it names gets no grant from it (the demo's reader reads through a ticket).
     let content = PairingContent {
         device: sensor_id,
         serial: u64::try_from(now).unwrap_or(0),

@@ -107,6 +107,15 @@ fn an_ed25519_sensor_paired_from_its_label_goes_to_its_server_and_its_readers_re
         )),
         "{err}"
     );
+    let pairings =
+        String::from_utf8(sigil(&["provision", "--db", dbs, "pairings"]).stdout).unwrap();
+    assert!(
+        pairings.lines().any(|l| l.starts_with(&sensor)
+            && l.contains(&format!("group {group}"))
+            && l.contains(&format!("subscriber {}", readers[0].0))
+            && l.ends_with(&coaps)),
+        "{pairings}"
+    );
     let grants = String::from_utf8(sigil(&["provision", "--db", dbs, "grants"]).stdout).unwrap();
     assert!(
         grants
@@ -258,6 +267,31 @@ fn an_ed25519_sensor_paired_from_its_label_goes_to_its_server_and_its_readers_re
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A revoked device is not paired: the grant would not take effect.
+    assert!(sigil(&["provision", "--db", dbs, "revoke", &moved])
+        .status
+        .success());
+    let out = sigil(&[
+        "provision",
+        "--db",
+        dbs,
+        "pair",
+        &moved,
+        "--device-key",
+        &moved_key,
+        "--group",
+        &group,
+        "--subscriber",
+        &readers[2].0,
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!("the device {moved} was revoked at")),
+        "{err}"
+    );
+    let grants = String::from_utf8(sigil(&["provision", "--db", dbs, "grants"]).stdout).unwrap();
+    assert!(!grants.contains(&readers[2].0), "{grants}");
     srv.kill().unwrap();
     srv.wait().unwrap();
 }

@@ -106,6 +106,9 @@ pub enum ProvisionAction {
     /// the pairing in --db, which must exist (it is never created here): the subscriber is
     /// granted read of the device, and readers granted the group read the device.
     Pair(PairArgs),
+    /// List the pairings made with `pair` (the latest per device): device, serial, group,
+    /// subscriber and server URI.
+    Pairings,
 }
 
 /// Checks a `--key` argument before any database is touched.
@@ -247,6 +250,13 @@ fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
             db.display()
         );
     }
+    let store = sigil_server::Store::open(db)
+        .with_context(|| format!("cannot open database {}", db.display()))?;
+    for (who, id) in [("device", &identity), ("subscriber", &subscriber)] {
+        if let Some(at) = store.revoked_at(id)? {
+            bail!("the {who} {id} was revoked at {}: a pairing would not take effect (`sigil provision add {id} --reinstate` re-activates it)", utc(at));
+        }
+    }
     let server_key = match &a.server_key {
         Some(path) => read_key_file(path).context("--server-key")?,
         None => database_server_key(db)?,
@@ -280,8 +290,6 @@ fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
         &mut out,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let store = sigil_server::Store::open(db)
-        .with_context(|| format!("cannot open database {}", db.display()))?;
     let new_grant = store.record_pairing(&sigil_server::store::PairingRow {
         device: identity,
         serial,
@@ -370,7 +378,7 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
             }
             false
         }
-        ProvisionAction::List { .. } | ProvisionAction::Grants => false,
+        ProvisionAction::List { .. } | ProvisionAction::Grants | ProvisionAction::Pairings => false,
         // Taken before any database is looked for (above).
         ProvisionAction::Pair(_) => false,
     };
@@ -487,6 +495,18 @@ pub fn run(a: ProvisionArgs) -> Result<i32> {
         ProvisionAction::Grants => {
             for (reader, object) in store.read_grants()? {
                 println!("{reader}  {object}");
+            }
+        }
+        ProvisionAction::Pairings => {
+            for p in store.pairings()? {
+                println!(
+                    "{}  serial {}  group {}  subscriber {}  {}",
+                    p.device,
+                    p.serial,
+                    p.group,
+                    p.subscriber,
+                    p.server_uri.as_deref().unwrap_or("-")
+                );
             }
         }
         ProvisionAction::Pair(p) => return pair(&a.db, p),
