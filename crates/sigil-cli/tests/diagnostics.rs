@@ -2,10 +2,11 @@
 //! over loopback: a sensor prints its refused registration with the fix at the default log
 //! level, the server's refusal lines name the identity claimed, DTLS alerts are named and
 //! explained, a wrong pin names the identity the server presented, `app` and `get` give up on
-//! a server that does not answer within `--timeout`, and `get` writes a payload as it came.
+//! a server that does not answer within `--timeout`, and `get` writes a payload as it came
+//! (and the server names the kid of a reading it refuses).
 
 mod common;
-use common::{first_line, free_port, server_identity, server_key, sigil, wait_ready, Kill, SIGIL};
+use common::{first_line, free_port, server_identity, server_key, sigil, wait_ready, SIGIL};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -321,15 +322,13 @@ fn get_writes_a_binary_reading_as_it_came_so_verify_takes_it() {
             .status
             .success()
     );
-    let _srv = Kill(
-        Command::new(SIGIL)
-            .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--db"])
-            .arg(&db)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let srv = Command::new(SIGIL)
+        .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--db"])
+        .arg(&db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     wait_ready(port);
     let uri = format!("coap://127.0.0.1:{port}");
     let out = sigil(&[
@@ -367,4 +366,25 @@ fn get_writes_a_binary_reading_as_it_came_so_verify_takes_it() {
         String::from_utf8_lossy(&out.stdout),
         stderr_of(&out)
     );
+    // The same reading published again by someone else: refused as a replay, and the
+    // server's line names the identity the reading claims (its kid) beside the address.
+    let reading = std::fs::read(&file).unwrap();
+    let mut buf = vec![0u8; reading.len() + 64];
+    let mut b = sigil_coap::MessageBuilder::new(
+        &mut buf,
+        sigil_coap::MessageType::Confirmable,
+        sigil_coap::Code::PUT,
+        0x4242,
+        &[9],
+    )
+    .unwrap();
+    b.uri_path(topic.trim_start_matches('/')).unwrap();
+    b.uint_option(sigil_coap::option::CONTENT_FORMAT, 18)
+        .unwrap();
+    let n = b.finish_with_payload(&reading).unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(&buf[..n], ("127.0.0.1", port)).unwrap();
+    let (line, all) = stderr_until(srv, &["request refused", "replay"]);
+    let line = line.unwrap_or_else(|| panic!("no refusal logged: {all}"));
+    assert!(line.contains(&format!("{id} (kid)")), "{line}");
 }
