@@ -2,9 +2,11 @@
 //! interop test (tests/interop/test_pairing.py) against pycose.
 //!
 //! ```text
-//! pairing_message seal <device-p256-point-hex> <ed25519|p256> <server-secret-hex> <serial>
-//! pairing_message open <device-p256-secret-hex>                     (message hex on stdin)
+//! pairing_message seal <device-public-hex> <ed25519|p256> <server-secret-hex> <serial>
+//! pairing_message open <device-secret-hex>                          (message hex on stdin)
 //! ```
+//!
+//! A device key is P-256 (an uncompressed point, a scalar) unless written `ed25519:<hex>`.
 //!
 //! Messages made here name group 33..33, subscriber 44..44 and server URI `coap://[::1]`. `open`
 //! prints `ok`, then `serial`, `server`, `group`, `subscriber` and `uri` lines; a refusal
@@ -38,12 +40,21 @@ fn hex(s: &str) -> Vec<u8> {
     hex::decode(s.trim()).unwrap_or_else(|e| fail(&format!("bad hex: {e}")))
 }
 
+/// The device key's algorithm and bytes: `ed25519:<hex>`, or P-256 hex.
+fn device_arg(arg: &str) -> (SignatureAlgorithm, Vec<u8>) {
+    match arg.strip_prefix("ed25519:") {
+        Some(h) => (SignatureAlgorithm::Ed25519, hex(h)),
+        None => (SignatureAlgorithm::EcdsaP256, hex(arg)),
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
         ["seal", device, alg, secret, serial] => {
-            let device = PublicKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex(device))
+            let (device_alg, device) = device_arg(device);
+            let device = PublicKey::from_bytes(device_alg, &device)
                 .unwrap_or_else(|e| fail(&format!("device key: {e}")));
             let alg = SignatureAlgorithm::from_name(alg)
                 .unwrap_or_else(|| fail("algorithm: ed25519 or p256"));
@@ -70,7 +81,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         ["open", secret] => {
-            let key = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &hex(secret))
+            let (device_alg, secret) = device_arg(secret);
+            let key = SecretKey::from_bytes(device_alg, &secret)
                 .unwrap_or_else(|e| fail(&format!("device key: {e}")));
             let public = RustCrypto
                 .public_key(&key)
