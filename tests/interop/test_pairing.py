@@ -8,27 +8,24 @@ device the same, over X25519 (an OKP ephemeral key), with the device's X25519 ke
 here from its Ed25519 seed as RFC 7748 §4.1 / libsodium do (SHA-512 of the seed, first half).
 
 The Rust side is the `pairing_message` example (hex on stdin and stdout)."""
+import hashlib
 import os
 import subprocess
 
 import cbor2
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESCCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from pycose.algorithms import AESCCM1664128, EcdhEsHKDF256, EdDSA
 from pycose.headers import IV, KID, Algorithm, EphemeralKey, StaticKey
 from pycose.keys import EC2Key, OKPKey
 from pycose.keys.curves import P256, Ed25519
 from pycose.messages import EncMessage, Sign1Message
 from pycose.messages.recipient import DirectKeyAgreement
-
-import hashlib
-
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers.aead import AESCCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from conftest import identity_of
 
