@@ -192,6 +192,18 @@ fn revocation_reaches_lookups_readings_and_sessions_and_add_does_not_undo_it() {
         "{list}"
     );
     assert!(!get(port, &topic).0, "still not served");
+    // A kit member that is not on the list by name is recorded as revoked.
+    let member = "ffeeddccbbaa99887766554433221100";
+    assert_eq!(
+        first_line(provision(&db, &["revoke", member])),
+        format!("revoked {member} (it was not on the list: recorded as revoked, so it is refused even through a kit that lists it)")
+    );
+    let out = provision(&db, &["revoke", member]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("was already revoked at 2"),
+        "{out:?}"
+    );
 
     // Reinstated on purpose: served again.
     assert_eq!(

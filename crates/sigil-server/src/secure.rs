@@ -547,6 +547,8 @@ pub struct SecureLayer {
     wall: UnixTime,
     /// The handshake as a CoAP resource: empty if disabled, else [`CARRIER_SHARDS`] tables.
     carrier: Vec<Box<Carrier>>,
+    /// The trust's generation the sessions were last checked against for revocations.
+    trust_seen: u64,
     /// Picks a host's table.
     shard_of: std::collections::hash_map::RandomState,
 }
@@ -573,8 +575,6 @@ impl SecureLayer {
                 HANDSHAKE_BYTES,
             ),
         );
-    /// The trust's generation the sessions were last checked against for revocations.
-    trust_seen: u64,
         let session_bytes = ByteBudget::new(
             SESSION_TABLE,
             caps(
@@ -648,6 +648,7 @@ impl SecureLayer {
             wall: UnixTime::from_secs(0),
             carrier,
             shard_of: Default::default(),
+            trust_seen: 0,
         };
         layer.storage_key = storage_key;
         layer.publish();
@@ -674,7 +675,6 @@ impl SecureLayer {
         self.saved = Some(store);
         let lifetime = i64::try_from(self.config.session_lifetime.as_secs()).unwrap_or(i64::MAX);
         let mut restored = 0;
-            trust_seen: 0,
         for row in rows {
             match self.restore_row(now, &row, lifetime) {
                 Ok(()) => {
@@ -917,6 +917,7 @@ impl SecureLayer {
         self.count("dtls.received");
         self.trust.set_time(unix);
         self.wall = unix;
+        self.end_revoked_sessions(now, out);
         if !self.carrier.is_empty() && !sigil_dtls_coap::is_dtls_record(datagram) {
             return self.carrier_datagram(now, rng, peer, datagram, out);
         }
@@ -943,7 +944,6 @@ impl SecureLayer {
         if let Some(mut p) = self.handshakes.remove(&peer) {
             let r = p
                 .conn
-        self.end_revoked_sessions(now, out);
                 .handle_datagram(now, datagram)
                 .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
             self.flush(now, peer, &mut p, out);
@@ -1149,6 +1149,7 @@ impl SecureLayer {
     ) {
         self.trust.set_time(unix);
         self.wall = unix;
+        self.end_revoked_sessions(now, out);
         let due: Vec<SocketAddr> = self
             .handshakes
             .iter()
@@ -1190,7 +1191,6 @@ impl SecureLayer {
                 ep.rotate_cookie_secret();
             }
             self.count("dtls.cookie_rotations");
-        self.end_revoked_sessions(now, out);
         }
         for (kind, n) in self.log.flush(Self::secs(now)) {
             tracing::warn!(
@@ -1208,6 +1208,37 @@ impl SecureLayer {
             .values()
             .filter_map(|p| p.conn.poll_timeout())
             .min()
+    }
+
+    /// Once the credentials changed: ends every session that speaks for an identity they
+    /// revoke (its PSK, its raw public key, or a token issued to it), with a close_notify,
+    /// and deletes its stored row, so revocation reaches sessions already open
+    /// (docs/security.md, "Revocation"). New handshakes and resumptions of such a peer fail
+    /// on the trust itself.
+    fn end_revoked_sessions(&mut self, now: Instant, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
+        let generation = self.trust.generation();
+        if generation == self.trust_seen {
+            return;
+        }
+        self.trust_seen = generation;
+        let revoked: Vec<SocketAddr> = self
+            .sessions
+            .iter()
+            .filter(|(_, p)| p.auth.as_ref().is_some_and(|a| self.trust.is_revoked(a)))
+            .map(|(a, _)| *a)
+            .collect();
+        for peer in revoked {
+            let Some(mut p) = self.sessions.remove(&peer) else {
+                continue;
+            };
+            if p.conn.close().is_ok() {
+                self.flush(now, peer, &mut p, out);
+            }
+            let identity = p.auth.as_ref().map(|a| a.identity().to_string());
+            self.release_session(p);
+            self.count("dtls.session_revoked");
+            crate::limited!(self.log, Self::secs(now), "dtls.session_revoked", warn, %peer, identity = identity.as_deref().unwrap_or(""), "DTLS session ended: its identity was revoked");
+        }
     }
 
     /// Drops handshakes older than `handshake_timeout`.
@@ -1251,37 +1282,6 @@ impl SecureLayer {
 
     /// Drops resumable sessions older than `session_lifetime`.
     fn expire_resumable(&mut self, now: Instant) {
-    /// Once the credentials changed: ends every session that speaks for an identity they
-    /// revoke (its PSK, its raw public key, or a token issued to it), with a close_notify,
-    /// and deletes its stored row, so revocation reaches sessions already open
-    /// (docs/security.md, "Revocation"). New handshakes and resumptions of such a peer fail
-    /// on the trust itself.
-    fn end_revoked_sessions(&mut self, now: Instant, out: &mut Vec<(SocketAddr, Vec<u8>)>) {
-        let generation = self.trust.generation();
-        if generation == self.trust_seen {
-            return;
-        }
-        self.trust_seen = generation;
-        let revoked: Vec<SocketAddr> = self
-            .sessions
-            .iter()
-            .filter(|(_, p)| p.auth.as_ref().is_some_and(|a| self.trust.is_revoked(a)))
-            .map(|(a, _)| *a)
-            .collect();
-        for peer in revoked {
-            let Some(mut p) = self.sessions.remove(&peer) else {
-                continue;
-            };
-            if p.conn.close().is_ok() {
-                self.flush(now, peer, &mut p, out);
-            }
-            let identity = p.auth.as_ref().map(|a| a.identity().to_string());
-            self.release_session(p);
-            self.count("dtls.session_revoked");
-            crate::limited!(self.log, Self::secs(now), "dtls.session_revoked", warn, %peer, identity = identity.as_deref().unwrap_or(""), "DTLS session ended: its identity was revoked");
-        }
-    }
-
         let lifetime = self.config.session_lifetime;
         while let Some(id) = self.cache_order.front().copied() {
             match self.cache.get(&id) {

@@ -99,11 +99,11 @@ pub(crate) struct State {
     pub entries: HashMap<i64, Entry>,
     pub by_ep: HashMap<Identity, i64>,
     pub authorized: HashMap<Identity, IdentityKind>,
+    /// Revoked identities and when each was revoked (docs/security.md, "Revocation").
+    pub revoked: HashMap<Identity, i64>,
     /// Read grants: reader identity to the devices and groups it may read.
     pub read_grants: HashMap<Identity, HashSet<Identity>>,
     pub highest: HashMap<Identity, u64>,
-    /// Revoked identities and when each was revoked (docs/security.md, "Revocation").
-    pub revoked: HashMap<Identity, i64>,
     /// The active PSK-only nodes (`sigil provision psk-node`) and their reading keys, for
     /// MACed readings (`sigil_objects::mac`): derived from the PSK, never the PSK itself. Only
     /// these identities may register without a key and publish MACed or session readings.
@@ -136,10 +136,10 @@ impl Service {
             entries: HashMap::new(),
             by_ep: HashMap::new(),
             authorized: store.authorized()?,
+            revoked: store.revoked()?,
             read_grants: grants_by_reader(store.effective_read_grants()?),
             highest: store.freshness()?,
             reading_keys: reading_keys(&store.psk_nodes()?),
-            revoked: store.revoked()?,
             pool: None,
         };
         if state.config.verify_workers > 1 {
@@ -186,13 +186,13 @@ impl Service {
                     self.store.authorized(),
                     self.store.effective_read_grants(),
                     self.store.psk_nodes(),
+                    self.store.revoked(),
                 ) {
                     self.state.authorized = a;
+                    self.state.revoked = r;
                     self.state.read_grants = grants_by_reader(g);
-                    self.store.revoked(),
                     self.state.reading_keys = reading_keys(&p);
                     self.data_version = v;
-                    self.state.revoked = r;
                     self.generation += 1;
                 }
             }
@@ -224,10 +224,10 @@ impl Service {
                 .keys(|id| self.state.authorized.contains_key(id)),
             authorized: self.state.authorized.keys().copied().collect(),
             psk_nodes: self.state.reading_keys.keys().copied().collect(),
+            revoked: self.state.revoked.keys().copied().collect(),
             psks: psks
                 .into_iter()
                 .filter(|(id, _)| self.state.authorized.contains_key(id))
-            revoked: self.state.revoked.keys().copied().collect(),
                 .collect(),
         })
     }

@@ -514,10 +514,52 @@ impl Store {
         now: i64,
     ) -> Result<bool, StoreError> {
         let n = self.conn.execute(
+            "UPDATE identities SET revoked_at = NULL, kind = ?2,
+                 label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
+             WHERE identity = ?1 AND revoked_at IS NOT NULL",
+            params![id.to_string(), kind.as_str(), label, now],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// Revokes an identity: from now on nothing from it is accepted, and the coaps://
+    /// sessions stored for it are deleted (a running server also ends the live ones when it
+    /// notices). Returns false if unknown or already revoked.
+    pub fn revoke_identity(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let n = tx.execute(
             "UPDATE identities SET revoked_at = ?2 WHERE identity = ?1 AND revoked_at IS NULL",
             params![id.to_string(), now],
         )?;
+        if n > 0 {
+            tx.execute(
+                "DELETE FROM dtls_sessions WHERE identity = ?1",
+                params![id.to_string()],
+            )?;
+        }
+        tx.commit()?;
         Ok(n > 0)
+    }
+
+    /// Records an identity that is not on the list as revoked (a kit member listed only
+    /// through its kit's group identity, say), so it is refused by name. Returns false if it
+    /// is on the list already (use [`Store::revoke_identity`]).
+    pub fn revoke_unlisted(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "INSERT INTO identities (identity, kind, label, added_at, revoked_at)
+             VALUES (?1, 'device', '', ?2, ?2) ON CONFLICT (identity) DO NOTHING",
+            params![id.to_string(), now],
+        )?;
+        Ok(n > 0)
+    }
+
+    /// The revoked identities, with when each was revoked.
+    pub fn revoked(&self) -> Result<HashMap<Identity, i64>, StoreError> {
+        Ok(self
+            .list_identities()?
+            .into_iter()
+            .filter_map(|r| Some((Identity::parse(&r.identity).ok()?, r.revoked_at?)))
+            .collect())
     }
 
     pub fn list_identities(&self) -> Result<Vec<IdentityRow>, StoreError> {
@@ -540,42 +582,12 @@ impl Store {
             Ok(IdentityRow {
                 identity,
                 kind,
-            "UPDATE identities SET revoked_at = NULL, kind = ?2,
-                 label = CASE WHEN ?3 = '' THEN label ELSE ?3 END, added_at = ?4
-             WHERE identity = ?1 AND revoked_at IS NOT NULL",
-            params![id.to_string(), kind.as_str(), label, now],
-        )?;
-        Ok(n > 0)
-    }
-
-    /// Revokes an identity: from now on nothing from it is accepted, and the coaps://
-    /// sessions stored for it are deleted (a running server also ends the live ones when it
-    /// notices). Returns false if unknown or already revoked.
-    pub fn revoke_identity(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
-        let tx = self.conn.unchecked_transaction()?;
-        let n = tx.execute(
                 label,
                 added_at,
                 revoked_at,
-        if n > 0 {
-            tx.execute(
-                "DELETE FROM dtls_sessions WHERE identity = ?1",
-                params![id.to_string()],
-            )?;
-        }
-        tx.commit()?;
             })
         })
         .collect()
-    /// The revoked identities, with when each was revoked.
-    pub fn revoked(&self) -> Result<HashMap<Identity, i64>, StoreError> {
-        Ok(self
-            .list_identities()?
-            .into_iter()
-            .filter_map(|r| Some((Identity::parse(&r.identity).ok()?, r.revoked_at?)))
-            .collect())
-    }
-
     }
 
     /// The active (not revoked) identities and their kinds.
@@ -917,6 +929,7 @@ fn add_identity(
     label: &str,
     now: i64,
 ) -> Result<bool, StoreError> {
+    // A revoked row stays revoked: only `Store::reinstate_identity` re-activates it.
     let n = conn.execute(
         "INSERT INTO identities (identity, kind, label, added_at) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (identity) DO NOTHING",
@@ -960,7 +973,6 @@ mod tests {
         store
             .transaction(|b| b.upsert_registration(&reg).map(|_| ()))
             .unwrap();
-    // A revoked row stays revoked: only `Store::reinstate_identity` re-activates it.
         assert_eq!(store.registrations().unwrap()[0].owner, Ownership::Session);
         store
             .transaction(|b| b.update_registration(reg.id, 60, None, 2, 62, Ownership::Open))

@@ -67,6 +67,8 @@ struct Rig {
     now: u64,
     mid: u16,
     events: Vec<Event>,
+    /// The other kit members' keys (empty for a device outside a kit).
+    others: Vec<PublicKey>,
     /// The codes of the answers the device got, in order.
     answers: Vec<(Code, Vec<u8>)>,
     _dir: tempfile::TempDir,
@@ -74,6 +76,15 @@ struct Rig {
 
 impl Rig {
     fn new(trust_on_first_use: bool) -> Self {
+        Self::build(trust_on_first_use, &[])
+    }
+
+    /// A device in a kit with `others`, authorized by the kit's group identity only.
+    fn in_kit(others: &[PublicKey]) -> Self {
+        Self::build(false, others)
+    }
+
+    fn build(trust_on_first_use: bool, others: &[PublicKey]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
         let stats = Stats::default();
@@ -86,13 +97,21 @@ impl Rig {
             DeviceConfig::default(),
             &mut storage,
             &mut Seeded(31),
-            &[],
+            others,
             &[],
         )
         .unwrap();
+        let listed = if others.is_empty() {
+            (*device.identity(), IdentityKind::Device)
+        } else {
+            let mut keys = vec![*device.public_key()];
+            keys.extend_from_slice(others);
+            let group = Identity::of_group(&RustCrypto, &keys).unwrap();
+            (group, IdentityKind::Group)
+        };
         Store::open(&db)
             .unwrap()
-            .add_identity(device.identity(), IdentityKind::Device, "kitchen", NOW)
+            .add_identity(&listed.0, listed.1, "kitchen", NOW)
             .unwrap();
         let svc = sigil_server::Service::new(
             Store::open(&db).unwrap(),
@@ -109,6 +128,7 @@ impl Rig {
             now: 0,
             mid: 0x6000,
             events: vec![],
+            others: others.to_vec(),
             answers: vec![],
             _dir: dir,
         };
@@ -320,12 +340,61 @@ impl Rig {
             DeviceConfig::default(),
             &mut self.storage,
             &mut Seeded(self.now),
-            &[],
+            &self.others,
             &[],
         )
         .unwrap();
         self.step(10);
     }
+}
+
+/// A kit member is authorized by its kit's group identity: revoking the kit takes the member
+/// out of the directory and refuses its readings; revoking the member alone (recorded as
+/// revoked by name) refuses it even though its kit is still listed.
+#[test]
+fn revoking_a_kit_reaches_its_members_and_a_revoked_member_stays_out_of_its_kit() {
+    let others: Vec<PublicKey> = (0..2)
+        .map(|i| {
+            let mut st = MemoryStorage::default();
+            let d = Device::boot(
+                RustCrypto,
+                DeviceConfig::default(),
+                &mut st,
+                &mut Seeded(200 + i),
+                &[],
+                &[],
+            )
+            .unwrap();
+            *d.public_key()
+        })
+        .collect();
+    let mut r = Rig::in_kit(&others);
+    assert!(r.publish_acked(20.0));
+    let (id, topic) = (r.id().to_string(), r.topic());
+    let group = r.provision().registrations().unwrap()[0].authorized_by;
+    assert_ne!(group, r.id());
+    assert!(r.get("rd-lookup/res", &[]).1.contains(&id));
+
+    assert!(r.provision().revoke_identity(&group, NOW + 1).unwrap());
+    assert!(!r.get("rd-lookup/res", &[]).1.contains(&id));
+    assert_eq!(r.get(&topic, &[]), (Code::FORBIDDEN, "revoked".to_string()));
+    assert!(!r.publish_acked(21.0));
+    r.reboot();
+    assert!(!r.device.is_registered());
+    assert_eq!(r.stats.get("register.rejected.revoked"), 1);
+
+    // The kit back, the member (never on the list by name) revoked alone: it stays out.
+    let store = r.provision();
+    assert!(store
+        .reinstate_identity(&group, IdentityKind::Group, "", NOW + 2)
+        .unwrap());
+    assert!(!store.revoke_identity(&r.id(), NOW + 3).unwrap());
+    assert!(store.revoke_unlisted(&r.id(), NOW + 3).unwrap());
+    assert!(!store.revoke_unlisted(&group, NOW + 3).unwrap());
+    r.reboot();
+    assert!(!r.device.is_registered());
+    assert_eq!(r.stats.get("register.rejected.revoked"), 2);
+    assert_eq!(r.get(&topic, &[]), (Code::FORBIDDEN, "revoked".to_string()));
 }
 
 /// Trust on first use adds an unknown identity that registers; a revoked one is not unknown:
