@@ -380,12 +380,16 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
                             continue;
                         }
                         // The broker could not store it now: published again after Max-Age.
-                        PublishOutcome::Deferred { retry_after_secs } => {
+                        PublishOutcome::Deferred {
+                            code,
+                            retry_after_secs,
+                        } => {
                             report.deferred += 1;
                             tracing::warn!(
                                 seq,
+                                code = %code,
                                 retry_after_secs,
-                                "reading deferred by the broker (5.03); kept and published again"
+                                "the broker could not store reading {seq} ({code}); kept, and published again in {retry_after_secs} s"
                             );
                             continue;
                         }

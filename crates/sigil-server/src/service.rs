@@ -73,6 +73,9 @@ impl Default for ServiceConfig {
     }
 }
 
+/// Max-Age of the 5.03 answered when the database stayed locked by another process.
+const BUSY_RETRY_SECS: u32 = 2;
+
 pub struct Service {
     store: Store,
     state: State,
@@ -302,6 +305,17 @@ impl Service {
                             code: Code::SERVICE_UNAVAILABLE,
                             payload: b"storage full; nothing was stored".to_vec(),
                             max_age: Some(self.state.config.retry_after_full_secs),
+                            ..Default::default()
+                        })
+                    }
+                    // Another process held the database past the busy timeout, twice: the
+                    // client tries again shortly (a Sigil device keeps the reading).
+                    StoreError::Busy(_) => {
+                        self.count("server.store_busy");
+                        Reply::Response(Response {
+                            code: Code::SERVICE_UNAVAILABLE,
+                            payload: b"database busy; nothing was stored".to_vec(),
+                            max_age: Some(BUSY_RETRY_SECS),
                             ..Default::default()
                         })
                     }

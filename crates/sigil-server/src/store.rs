@@ -40,6 +40,10 @@ pub enum StoreError {
     Full(String),
     #[error("corrupt row in {table}: {what}")]
     Corrupt { table: &'static str, what: String },
+    /// SQLITE_BUSY or SQLITE_LOCKED: another connection held the lock longer than the busy
+    /// timeout. Nothing was stored; trying again may succeed.
+    #[error("the database is busy: another process held its lock too long ({0}); nothing was stored")]
+    Busy(String),
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -53,6 +57,9 @@ impl From<rusqlite::Error> for StoreError {
                 Self::Damaged(e.to_string())
             }
             Some(ErrorCode::DiskFull) => Self::Full(e.to_string()),
+            Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => {
+                Self::Busy(e.to_string())
+            }
             // Sigil writes only valid UTF-8 into its text columns.
             _ if matches!(
                 e,
@@ -71,6 +78,12 @@ impl StoreError {
     /// True when the failure is for lack of space: worth retrying once space returns.
     pub fn is_full(&self) -> bool {
         matches!(self, Self::Full(_))
+    }
+
+    /// True when another connection held the lock: the same transaction may succeed if run
+    /// again.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Busy(_))
     }
 }
 
@@ -459,7 +472,14 @@ impl Store {
             });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let tx = self.conn.transaction()?;
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            // Another process may have run this migration while this one waited for the lock.
+            let now: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+            if now > i as i64 {
+                continue;
+            }
             tx.execute_batch(sql)?;
             tx.pragma_update(None, "user_version", (i + 1) as i64)?;
             tx.commit()?;
@@ -856,29 +876,48 @@ impl Store {
             as u64)
     }
 
-    /// Runs `f` in one transaction; commits if it returns `Ok`.
+    /// Runs `f` in one write transaction; commits if it returns `Ok`.
     pub fn transaction<T>(
         &mut self,
         f: impl FnOnce(&Batch<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let r = (|| {
-            let tx = self.conn.transaction()?;
-            let out = f(&Batch { tx: &tx })?;
-            tx.commit()?;
-            Ok(out)
-        })();
-        self.after_transaction(&r);
-        r
+        self.shared_transaction(f)
+    }
+
+    /// `BEGIN IMMEDIATE`, tried a second time if the first waited the whole busy timeout in
+    /// vain (nothing has run yet then, so trying again is safe).
+    fn begin_immediate(&self) -> Result<rusqlite::Transaction<'_>, StoreError> {
+        let begin = || {
+            rusqlite::Transaction::new_unchecked(
+                &self.conn,
+                rusqlite::TransactionBehavior::Immediate,
+            )
+            .map_err(StoreError::from)
+        };
+        match begin() {
+            Err(e) if e.is_busy() => {
+                tracing::warn!(error = %e, "database busy for {BUSY_TIMEOUT:?}; trying once more");
+                begin()
+            }
+            r => r,
+        }
     }
 
     /// Like [`Store::transaction`] through a shared reference. The caller must not start a
     /// second transaction on the same store while this one runs (SQLite would refuse it).
+    ///
+    /// The transaction takes the write lock when it begins (`BEGIN IMMEDIATE`), waiting up to
+    /// the busy timeout for another process (`sigil provision`, `sigil backup`) to finish. A
+    /// deferred transaction would take it only at its first write, and in WAL mode an
+    /// upgrade from a read snapshot that another connection has since committed past fails
+    /// at once with SQLITE_BUSY, without waiting: a batch of honest readings would fail for
+    /// an operator's `provision add`.
     pub fn shared_transaction<T>(
         &self,
         f: impl FnOnce(&Batch<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let r = (|| {
-            let tx = self.conn.unchecked_transaction()?;
+            let tx = self.begin_immediate()?;
             let out = f(&Batch { tx: &tx })?;
             tx.commit()?;
             Ok(out)

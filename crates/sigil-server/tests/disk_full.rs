@@ -200,6 +200,7 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
     assert_eq!(
         outcome,
         PublishOutcome::Deferred {
+            code: sigil_coap::Code::SERVICE_UNAVAILABLE,
             retry_after_secs: 30
         },
         "seq {seq}"

@@ -24,6 +24,10 @@ pub struct ServerArgs {
     /// Largest accepted jump above the highest sequence number seen (RFC 8387 §8.2 threshold).
     #[arg(long, default_value_t = 1000)]
     pub max_ahead: u64,
+    /// Max-Age (seconds) of the 5.03 a reading gets while the database has no space: when a
+    /// device sends it again (it keeps the reading meanwhile).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    pub retry_after_full: u32,
     #[command(flatten)]
     pub transmission: TransmissionArgs,
     /// DANGER: accept registrations from identities not on the list and add them to it.
@@ -98,6 +102,7 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
     let mut config = sigil_server::ServerConfig::new(listen, a.db);
     config.retain = a.retain;
     config.service.freshness.max_ahead = a.max_ahead;
+    config.service.retry_after_full_secs = a.retry_after_full;
     config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
     config.service.authorize_reads = a.authorize_reads;
     config.service.token_lifetime = a.token_lifetime.max(1);
