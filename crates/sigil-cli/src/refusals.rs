@@ -154,6 +154,7 @@ pub fn registration_refused(code: Code, diag: &str, identity: &str) -> String {
         (Code::FORBIDDEN, "unauthorized_identity") | (Code::FORBIDDEN, "") => {
             return format!("registration refused ({code} not provisioned): run `sigil provision add {identity}` on the server (or import the device's label)");
         }
+        (Code::FORBIDDEN, "revoked") => revoked_fix(identity),
         (Code::FORBIDDEN, "identity_mismatch") => {
             "the announced key does not hash to the identity (--kit or --other differ from the ones the identity was made with?)".to_string()
         }
@@ -178,6 +179,11 @@ pub fn registration_refused(code: Code, diag: &str, identity: &str) -> String {
     }
 }
 
+/// What to do about a revoked identity.
+fn revoked_fix(identity: &str) -> String {
+    format!("the operator revoked this identity on the server; if that was a mistake, `sigil provision add {identity} --reinstate` re-activates it")
+}
+
 /// The line for a refused reading: the reason and the fix.
 pub fn reading_refused(seq: u64, code: Code, diag: &str, identity: &str) -> String {
     let what = code_and(code, diag);
@@ -185,6 +191,7 @@ pub fn reading_refused(seq: u64, code: Code, diag: &str, identity: &str) -> Stri
         (Code::FORBIDDEN, "unauthorized_identity") => format!(
             "the server does not authorize this identity (not provisioned, or revoked): run `sigil provision add {identity}` on the server"
         ),
+        (Code::FORBIDDEN, "revoked") => revoked_fix(identity),
         (Code::FORBIDDEN, "dtls_identity_mismatch") => {
             "the DTLS session authenticates another identity than the reading's".to_string()
         }
@@ -210,6 +217,10 @@ mod tests {
 
     #[test]
     fn refusals_name_the_fix() {
+        assert!(registration_refused(Code::FORBIDDEN, "revoked", "ID")
+            .ends_with("`sigil provision add ID --reinstate` re-activates it"));
+        assert!(reading_refused(3, Code::FORBIDDEN, "revoked", "ID")
+            .starts_with("reading 3 refused (4.03 revoked): the operator revoked"));
         let line = registration_refused(Code::FORBIDDEN, "unauthorized_identity", "ID");
         assert_eq!(
             line,
