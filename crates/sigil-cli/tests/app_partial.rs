@@ -2,7 +2,8 @@
 //! `sigil server --authorize-reads`: it shows every sensor it may read, lists the others with
 //! the reason and the fix, exits with the documented status, selects with `--sensor`, works
 //! the same through an access token, says when the identities came from the directory
-//! unchecked, and names the reason of every failed reading.
+//! unchecked, names the reason of every failed reading, and reports a topic the server fails
+//! to serve (5.xx) as not readable while still reading the others.
 
 mod common;
 use common::{first_line, free_port, secure_server_with, sigil, wait_ready, Kill};
@@ -200,4 +201,47 @@ fn a_reader_granted_two_of_three_sensors_reads_those_and_is_told_why_not_the_thi
         )),
         "{table}"
     );
+
+    // The server failing for one topic (a 5.00: the first sensor's stored readings damaged
+    // behind its back) makes that sensor not readable with the reason and the fix; the other
+    // granted sensor is still read and verified, and the status is 3, not an error.
+    let damage = rusqlite::Connection::open(&db).unwrap();
+    damage
+        .busy_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    let n = damage
+        .execute(
+            "UPDATE readings SET content_format = 'damaged' WHERE ep = ?1",
+            [&sensors[0]],
+        )
+        .unwrap();
+    assert_eq!(n, 2);
+    drop(damage);
+    let out = app(&["--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&out);
+    let failing = sensor(&report, &sensors[0]);
+    assert_eq!(failing["readable"], false, "{failing}");
+    let why = failing["refused"].as_str().unwrap();
+    assert!(why.starts_with("server error (5.00"), "{why}");
+    assert!(why.contains("try again"), "{why}");
+    let s = sensor(&report, &sensors[1]);
+    assert_eq!(
+        (s["readable"].as_bool(), s["verified"].as_u64()),
+        (Some(true), Some(2)),
+        "{s}"
+    );
+    let out = app(&[]);
+    assert_eq!(out.status.code(), Some(3));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("not readable: server error (5.00"),
+        "{table}"
+    );
+    assert!(table.contains("2 of 3 sensors not readable"), "{table}");
 }

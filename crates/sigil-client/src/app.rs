@@ -432,6 +432,18 @@ impl Refused {
             format!(
                 "gone ({what}): the sensor's registration expired or was removed since the lookup"
             )
+        } else if code == Code::SERVICE_UNAVAILABLE && self.diagnostic.contains("busy") {
+            format!(
+                "database busy ({what}): another process holds the server's database: try again"
+            )
+        } else if code == Code::SERVICE_UNAVAILABLE && self.diagnostic.contains("full") {
+            format!("server storage full ({what}): the operator must free space on the server: try again later")
+        } else if code == Code::SERVICE_UNAVAILABLE {
+            format!("server unavailable ({what}): try again")
+        } else if code.class() == 5 {
+            format!(
+                "server error ({what}): the server's log says why: try again, or tell the operator"
+            )
         } else {
             format!("refused ({what})")
         }
@@ -611,8 +623,10 @@ pub async fn run(
     run_with(transport, trust, psk_nodes, &options).await
 }
 
-/// [`run`] with [`Options`]. A sensor whose topic the broker refuses is reported as not
-/// readable, with the reason; the others are still read.
+/// [`run`] with [`Options`]. A sensor whose topic the broker refuses, answers with a 5.xx
+/// (its database busy or full) or does not answer within the timeout is reported as not
+/// readable, with the reason and the fix; the others are still read. Only a lookup that fails
+/// (the server not reached, or refusing it) is an error.
 pub async fn run_with(
     transport: crate::transport::Transport,
     trust: Option<&HashSet<Identity>>,
@@ -684,18 +698,18 @@ pub async fn run_with(
             // e.g. 4.00 for n over the broker's limit (docs/wire-formats.md).
             Some(n) => fetch_recent(&mut client, &a.href, n).await,
         };
+        // Past the lookup the server is reachable: a refusal, a 5.xx (its database busy or
+        // full) or no answer for one topic makes that sensor not readable, not the report.
         let raws = match fetched {
             Ok(r) => r,
-            Err(e) => match e.downcast_ref::<Refused>() {
-                Some(r) if r.code.class() == 4 => {
-                    let mut view = unreadable(&a.ep, ep, &a.href, r.reason(reader, &a.ep));
-                    view.protection = protection;
-                    view.algorithm = a.key.map(|k| k.algorithm().name().to_string());
-                    report.sensors.push(view);
-                    continue;
-                }
-                _ => return Err(e),
-            },
+            Err(e) => {
+                let why = topic_failure(&e, reader, &a.ep, options.timeout);
+                let mut view = unreadable(&a.ep, ep, &a.href, why);
+                view.protection = protection;
+                view.algorithm = a.key.map(|k| k.algorithm().name().to_string());
+                report.sensors.push(view);
+                continue;
+            }
         };
         let mut key_error = None;
         if protection != Protection::Signed {
@@ -766,6 +780,35 @@ pub async fn run_with(
     Ok(report)
 }
 
+/// Why a topic the lookup announced could not be read: the broker's answer with its fix
+/// ([`Refused::reason`]), no answer for it within `timeout`, or the error itself.
+fn topic_failure(
+    e: &anyhow::Error,
+    reader: Option<&str>,
+    ep: &str,
+    timeout: Option<std::time::Duration>,
+) -> String {
+    if let Some(r) = e.downcast_ref::<Refused>() {
+        return r.reason(reader, ep);
+    }
+    // The client's give-up messages (coap.rs: "no answer from ... within", "sent no response
+    // within", "no response from ... after N retransmissions").
+    let text = format!("{e:#}");
+    if text.contains("no answer from")
+        || text.contains("no response within")
+        || text.contains("no response from")
+    {
+        let within = timeout.map_or_else(
+            || "CoAP's MAX_TRANSMIT_WAIT".to_string(),
+            |t| format!("{:?}", t),
+        );
+        return format!(
+            "no answer for this topic within {within}: the server may be overloaded; try again (or a longer --timeout)"
+        );
+    }
+    format!("failed ({text})")
+}
+
 /// A sensor that could not be read, and why.
 fn unreadable(ep: &str, id: Option<Identity>, topic: &str, why: String) -> SensorView {
     SensorView {
@@ -813,5 +856,45 @@ mod tests {
         assert_eq!(target_path("coap://host"), "/");
         let a = parse_lookup("<coap://h:1/ps/7/m>;ep=\"x\";ct=18").unwrap();
         assert_eq!(a[0].href, "/ps/7/m");
+    }
+
+    #[test]
+    fn a_topic_the_server_cannot_serve_now_is_not_readable_with_the_fix() {
+        let t = Some(std::time::Duration::from_secs(3));
+        // The answers `sigil server` gives (service.rs) when its database is locked or full.
+        let busy: anyhow::Error = Refused::new(
+            Code::SERVICE_UNAVAILABLE,
+            b"database busy; nothing was stored",
+            "/ps/1/m",
+        )
+        .into();
+        let why = topic_failure(&busy, None, "ep", t);
+        assert!(
+            why.starts_with("database busy (5.03 database busy"),
+            "{why}"
+        );
+        assert!(why.ends_with("try again"), "{why}");
+        let full: anyhow::Error = Refused::new(
+            Code::SERVICE_UNAVAILABLE,
+            b"storage full; nothing was stored",
+            "/ps/1/m",
+        )
+        .into();
+        assert!(topic_failure(&full, None, "ep", t).starts_with("server storage full (5.03"));
+        let failed: anyhow::Error =
+            Refused::new(Code::INTERNAL_SERVER_ERROR, b"storage failure", "/ps/1/m").into();
+        assert!(topic_failure(&failed, None, "ep", t)
+            .starts_with("server error (5.00 storage failure)"));
+        // The client's own give-up (coap.rs) for one request.
+        let silent = crate::transport::no_answer(
+            "127.0.0.1:5683".parse().unwrap(),
+            false,
+            std::time::Duration::from_secs(3),
+        );
+        let why = topic_failure(&silent, None, "ep", t);
+        assert!(
+            why.starts_with("no answer for this topic within 3s"),
+            "{why}"
+        );
     }
 }

@@ -14,8 +14,9 @@ use std::path::PathBuf;
     after_help = "Exit status: 0 every selected sensor was read and every reading verified \
 (session readings are reported, not verified); 1 nothing could be read (no answer from the server \
 within --timeout, the lookup refused, or no sensor readable); 2 some reading failed verification; \
-3 some sensors could not be read (not granted, or not in the directory) and everything shown \
-verified. Without --trust the identities are the directory's, unchecked: the table and the JSON \
+3 some sensors could not be read (not granted, not in the directory, the server busy or failing \
+for that topic, or no answer for it within --timeout) and everything shown verified. Without \
+--trust the identities are the directory's, unchecked: the table and the JSON \
 (`\"identities\": \"directory, unchecked\"`) say so."
 )]
 pub struct AppArgs {
