@@ -1,8 +1,8 @@
 //! Running Sigil as a service, through the real binaries: SIGTERM and SIGINT stop `server`,
 //! `sensor`, `diet` and `soak` cleanly (counters printed, WAL folded in, kept DTLS association
 //! kept), `server --config`, host names, private database files, a bind failure that creates
-//! nothing, `--retain`, `sigil backup` of a live database, the lock on a state directory and
-//! the systemd unit.
+//! nothing, `--retain`, `sigil backup` of a live database (stored DTLS sessions left out of
+//! the copy), the lock on a state directory and the systemd unit.
 #![cfg(unix)]
 
 mod common;
@@ -588,6 +588,84 @@ fn a_backup_of_a_live_database_is_whole() {
     ]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("exists already"));
+}
+
+/// The number of stored DTLS sessions in `db`.
+fn stored_sessions(db: &Path) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row("SELECT count(*) FROM dtls_sessions", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// `sigil backup` leaves stored DTLS sessions out of the copy (a server restored from it
+/// would seal from write reservations the live server has used since: AEAD nonce reuse),
+/// says so, and leaves the source's own; a server started on the copy restores none.
+#[test]
+fn a_backup_leaves_stored_dtls_sessions_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let st = dir.path().join("s");
+    let id = first_line(sigil(&[
+        "sensor",
+        "--state",
+        st.to_str().unwrap(),
+        "--print-identity",
+    ]));
+    assert!(sigil(&["provision", "--db", dbs, "add", &id])
+        .status
+        .success());
+    let psk = first_line(sigil(&["provision", "--db", dbs, "psk", &id]));
+    let secure = |db: &Path, port: u16, dport: u16| {
+        Command::new(SIGIL)
+            .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--dtls-listen", &format!("127.0.0.1:{dport}")])
+            .arg("--db")
+            .arg(db)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (port, dport) = (free_port(), free_port());
+    let _srv = Kill(secure(&db, port, dport));
+    wait_ready(port);
+    let coaps = format!("coaps://127.0.0.1:{dport}");
+    let _sensor = Kill(
+        sensor(&coaps, &st, &["--dtls", "psk", "--psk", &psk])
+            .spawn()
+            .unwrap(),
+    );
+    wait_stored(&db, &id, 3);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while stored_sessions(&db) < 1 {
+        assert!(Instant::now() < deadline, "the session was never stored");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let copy = dir.path().join("backup.db");
+    let out = sigil(&["backup", "--db", dbs, "--out", copy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("integrity check ok; 1 stored DTLS sessions left out"),
+        "{said}"
+    );
+    assert_eq!(
+        stored_sessions(&copy),
+        0,
+        "the copy holds no stored session"
+    );
+    assert!(stored_sessions(&db) >= 1, "the source keeps its sessions");
+    // A server on the restored copy restores no session (its client handshakes anew).
+    let (p2, d2) = (free_port(), free_port());
+    let srv = secure(&copy, p2, d2);
+    wait_ready(p2);
+    let out = stop(srv, libc::SIGTERM);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let c = counters(&out);
+    assert_eq!(c["dtls.session_restored"].as_u64().unwrap_or(0), 0, "{c}");
+    assert_eq!(stored_sessions(&copy), 0);
 }
 
 /// The systemd unit: hardened as documented, and `systemd-analyze verify` accepts it where

@@ -292,11 +292,18 @@ impl Server {
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         // Retention has its own connection, so its short deletes never sit inside a batch.
         let mut pruner = match config.retain {
-            Some(retain) => Some(Pruner {
-                store: Store::open(&config.database)?,
-                retain,
-                next: std::time::Instant::now(),
-            }),
+            Some(retain) => {
+                let store = Store::open(&config.database)?;
+                // It runs on the datagram thread: it never waits for the lock (a `sigil
+                // provision` transaction holding it would stall the loop up to the busy
+                // timeout); locked out, it tries again on a later turn.
+                store.never_wait()?;
+                Some(Pruner {
+                    store,
+                    retain,
+                    next: std::time::Instant::now(),
+                })
+            }
             None => None,
         };
         if let Some(p) = &mut pruner {
@@ -359,8 +366,12 @@ fn bind_reason(e: &std::io::Error) -> String {
     }
 }
 
+/// How soon pruning is tried again after finding the database locked by another connection.
+const PRUNE_BUSY_RETRY: Duration = Duration::from_secs(1);
+
 /// Deletes readings past the retention window, at most [`PRUNE_BATCH`] a call, through its
-/// own connection: between two batches of datagrams, never for long.
+/// own connection: between two batches of datagrams, never for long, and never waiting for
+/// a lock another connection holds.
 struct Pruner {
     store: Store,
     retain: Duration,
@@ -388,6 +399,12 @@ impl Pruner {
                 } else {
                     now + PRUNE_EVERY
                 };
+            }
+            Err(e) if e.is_busy() => {
+                // Another connection holds the write lock: not a failure, a later turn.
+                stats.incr("store.prune_busy");
+                tracing::debug!(error = %e, "database locked; pruning tried again shortly");
+                self.next = now + PRUNE_BUSY_RETRY;
             }
             Err(e) => {
                 stats.incr("store.prune_failed");

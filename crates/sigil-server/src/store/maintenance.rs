@@ -10,13 +10,19 @@ use std::path::Path;
 /// server's private keys, every PSK in clear) is never readable by others; SQLite gives its
 /// `-wal` and `-shm` files the database file's mode.
 pub(super) fn create_private(path: &Path) -> Result<(), StoreError> {
+    create_0600(path, true)
+}
+
+/// Creates `path` empty with mode 0600; a file already there is accepted when `existing_ok`
+/// (the database, opened again) and refused otherwise (a backup never overwrites).
+fn create_0600(path: &Path, existing_ok: bool) -> Result<(), StoreError> {
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
     match o.open(path) {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if existing_ok && e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
             Some(format!("cannot create {}: {e}", path.display())),
@@ -35,6 +41,10 @@ pub struct BackupSummary {
     pub pages: u64,
     pub readings: u64,
     pub identities: u64,
+    /// Stored DTLS sessions deleted from the copy (never from the source): a server restored
+    /// from the copy would seal with their saved write reservations, which the live server
+    /// has already used (AEAD nonce reuse); their clients make a new handshake instead.
+    pub dtls_sessions_left_out: u64,
 }
 
 impl Store {
@@ -57,10 +67,19 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// Makes this connection give up at once when another holds the write lock (e.g. a
+    /// `sigil provision` transaction) instead of waiting up to the store's busy timeout: for
+    /// work on the datagram thread that can as well be done on a later turn (pruning).
+    pub fn never_wait(&self) -> Result<(), StoreError> {
+        self.conn.busy_timeout(std::time::Duration::ZERO)?;
+        Ok(())
+    }
+
     /// Copies the database at `src` into a new file `dest` (created 0600; refused if it
     /// exists) with SQLite's online backup, in one step: the copy is one consistent
-    /// snapshot, taken while a server keeps writing. The copy is then checked with
-    /// `PRAGMA integrity_check`.
+    /// snapshot, taken while a server keeps writing. Every stored DTLS session is then
+    /// deleted from the copy (see [`BackupSummary::dtls_sessions_left_out`]) and the copy is
+    /// checked with `PRAGMA integrity_check`.
     pub fn backup_to(src: &Path, dest: &Path) -> Result<BackupSummary, StoreError> {
         if !src.is_file() {
             return Err(StoreError::Foreign(format!(
@@ -74,16 +93,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         source.busy_timeout(super::BUSY_TIMEOUT)?;
-        let mut o = std::fs::OpenOptions::new();
-        o.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-        o.open(dest).map_err(|e| {
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
-                Some(format!("cannot create {}: {e}", dest.display())),
-            ))
-        })?;
+        create_0600(dest, false)?;
         let r = copy_into(&source, dest);
         if r.is_err() {
             let _ = std::fs::remove_file(dest);
@@ -110,6 +120,21 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<BackupSummary, StoreErr
             }
             backup.progress().pagecount as u64
         };
+        // Before the check, in the copy only: a restored server must never seal with a
+        // session's write reservation that the live server has used since (nonce reuse).
+        // secure_delete: their records (session keys) are overwritten, not left in free pages.
+        // A database from before the table existed has none.
+        copy.pragma_update(None, "secure_delete", true)?;
+        let has_sessions: bool = copy.query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'dtls_sessions'",
+            [],
+            |r| r.get(0),
+        )?;
+        let left_out = if has_sessions {
+            copy.execute("DELETE FROM dtls_sessions", [])? as u64
+        } else {
+            0
+        };
         let check: String = copy.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         if check != "ok" {
             return Err(StoreError::Damaged(format!("the copy: {check}")));
@@ -119,6 +144,7 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<BackupSummary, StoreErr
             pages,
             readings: count("SELECT count(*) FROM readings")? as u64,
             identities: count("SELECT count(*) FROM identities")? as u64,
+            dtls_sessions_left_out: left_out,
         };
         // Fold the copy's WAL (if any) into it: one self-contained file.
         let _ = copy.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
@@ -211,6 +237,28 @@ mod tests {
         assert_eq!(seqs, vec![2, 3]);
     }
 
+    /// A store told never to wait gives up at once while another connection holds the write
+    /// lock (a busy error, not a 10 s stall), and prunes once the lock is free.
+    #[test]
+    fn a_pruner_that_never_waits_is_refused_at_once_while_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let mut s = Store::open(&db).unwrap();
+        let a = Identity::from_bytes([1; 16]);
+        reading(&mut s, &a, "ps/a/m", 1, 10);
+        reading(&mut s, &a, "ps/a/m", 2, 20);
+        let pruner = Store::open(&db).unwrap();
+        pruner.never_wait().unwrap();
+        let other = Connection::open(&db).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let t = std::time::Instant::now();
+        let e = pruner.prune_readings(100, 10).unwrap_err();
+        assert!(e.is_busy(), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        other.execute_batch("COMMIT").unwrap();
+        assert_eq!(pruner.prune_readings(100, 10).unwrap(), 1);
+    }
+
     #[cfg(unix)]
     #[test]
     fn database_and_backup_are_private_and_the_copy_is_whole() {
@@ -228,11 +276,28 @@ mod tests {
         if wal.exists() {
             assert_eq!(mode(&wal), 0o600);
         }
+        s.put_dtls_session(&crate::store::DtlsSessionRow {
+            id: 1,
+            addr: "127.0.0.1:5000".into(),
+            identity: a.to_string(),
+            saved_at: 1,
+            record: b"session-secret".to_vec(),
+        })
+        .unwrap();
         let out = dir.path().join("copy.db");
         let summary = Store::backup_to(&db, &out).unwrap();
         assert_eq!(summary.readings, 20);
+        assert_eq!(summary.dtls_sessions_left_out, 1);
         assert_eq!(mode(&out), 0o600);
-        assert_eq!(Store::open(&out).unwrap().reading_count().unwrap(), 20);
+        // The copy holds no stored DTLS session (nor its record in a free page); the source
+        // keeps its own.
+        assert_eq!(s.dtls_sessions().unwrap().len(), 1);
+        let copy = Store::open(&out).unwrap();
+        assert_eq!(copy.reading_count().unwrap(), 20);
+        assert!(copy.dtls_sessions().unwrap().is_empty());
+        drop(copy);
+        let bytes = std::fs::read(&out).unwrap();
+        assert!(!bytes.windows(14).any(|w| w == b"session-secret"));
         // An existing file is never overwritten.
         assert!(Store::backup_to(&db, &out).is_err());
         // Something that is not a database is refused.
