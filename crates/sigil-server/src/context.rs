@@ -154,6 +154,18 @@ pub enum Reply {
     Nothing,
 }
 
+/// Text a peer chose (an `ep`, a PSK identity), made fit for a log line: control characters
+/// dropped, at most [`PEER_TEXT_MAX`] characters. What the peer said, not proof of who it is.
+pub(crate) fn peer_text(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(PEER_TEXT_MAX)
+        .collect()
+}
+
+/// The most characters of peer-chosen text a log line shows ([`peer_text`]).
+pub(crate) const PEER_TEXT_MAX: usize = 80;
+
 pub(crate) fn respond(code: Code) -> Reply {
     Reply::Response(Response {
         code,
@@ -560,8 +572,7 @@ impl Ctx<'_> {
             return format!("{} (session)", auth.identity());
         }
         if let Some(ep) = req.query("ep") {
-            let ep: String = ep.chars().filter(|c| !c.is_control()).take(80).collect();
-            return format!("{ep} (ep)");
+            return format!("{} (ep)", peer_text(ep));
         }
         let path: Vec<&str> = req.path.iter().map(String::as_str).collect();
         if let ["rd", n, ..] = path.as_slice() {

@@ -221,12 +221,8 @@ impl Trust for SharedTrust {
     /// An identity that starts with [`crate::authz::KID_PREFIX`] is the kid of a token's PoP
     /// key (RFC 9202 §3.3).
     fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
-        // The peer chose these bytes: no control characters into the log, at most 80.
-        let shown: String = String::from_utf8_lossy(identity)
-            .chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .take(80)
-            .collect();
+        // The peer chose these bytes: cleaned for the log.
+        let shown = crate::context::peer_text(&String::from_utf8_lossy(identity));
         refused_identity(format!("{shown} (PSK identity)"));
         let g = self.0.read().ok()?;
         let psk = if identity.first() == Some(&crate::authz::KID_PREFIX) {
@@ -265,8 +261,10 @@ impl Trust for SharedTrust {
 }
 
 std::thread_local! {
-    /// The identity the handshake being processed on this thread last claimed (its PSK
-    /// identity or its key's identity), for the log line if the handshake fails.
+    /// The identity the datagram being processed on this thread claimed in a handshake (its
+    /// PSK identity or its key's identity). Cleared as each datagram starts
+    /// ([`forget_claimed`]) and taken into the handshake's own state ([`Peer::claimed`])
+    /// after it, so a log line names only what that handshake's peer claimed.
     static CLAIMED: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -274,15 +272,24 @@ fn refused_identity(claimed: String) {
     CLAIMED.with(|c| *c.borrow_mut() = Some(claimed));
 }
 
-/// The identity the failed handshake claimed, or `-` (taken: the next handshake starts
-/// afresh).
-fn claimed_identity() -> String {
-    CLAIMED
-        .with(|c| c.borrow_mut().take())
-        .unwrap_or_else(|| "-".into())
+/// What this datagram's handshake claimed, if it claimed anything (taken).
+fn take_claimed() -> Option<String> {
+    CLAIMED.with(|c| c.borrow_mut().take())
+}
+
+/// Drops whatever an earlier call left (a check of a stored session's key, a handshake that
+/// claimed and went on): nothing carries over to another peer's datagram.
+fn forget_claimed() {
+    take_claimed();
 }
 
 type Conn = Connection<RustCrypto, SharedTrust>;
+
+/// The handshakes a CoAP-carrier table refused on a flight (4.03), so far.
+fn refused_flights(ep: &Carrier) -> u64 {
+    let c = ep.counters();
+    c.handshake_failed + c.refused_hello
+}
 
 /// The identity an established session speaks for, from the peer its handshake proved.
 fn auth_of(traffic: &Traffic<RustCrypto>, trust: &SharedTrust) -> Option<PeerAuth> {
@@ -327,6 +334,9 @@ struct Peer<K> {
     auth: Option<PeerAuth>,
     /// The session's row in the database (`dtls_sessions.id`); 0 for a handshake.
     row: i64,
+    /// What the handshake's peer claimed (PSK identity or key identity), for the log line if
+    /// the handshake fails; `None` before it claims and for a session.
+    claimed: Option<String>,
 }
 
 /// A resumable session in the cache, with when it was made and the host it is charged to.
@@ -704,7 +714,11 @@ impl SecureLayer {
         let peer: SocketAddr = row.addr.parse().map_err(|_| "bad address")?;
         let saved = SavedAssociation::decode(&RustCrypto, &self.storage_key, &row.record)
             .map_err(|_| "record refused (MAC, version or field)")?;
-        if !saved.still_trusted(&RustCrypto, &self.trust, !self.config.require_client_auth) {
+        let trusted =
+            saved.still_trusted(&RustCrypto, &self.trust, !self.config.require_client_auth);
+        // The key check names the stored peer: not a handshake's claim.
+        forget_claimed();
+        if !trusted {
             return Err("peer no longer trusted");
         }
         if self.sessions.contains_key(&peer) {
@@ -732,6 +746,7 @@ impl SecureLayer {
             hello_random: [0; 32],
             auth,
             row: row.id,
+            claimed: None,
         };
         if !self.save_session(now, peer, &mut p) {
             self.session_bytes.refund(host, SESSION_BYTES);
@@ -918,6 +933,7 @@ impl SecureLayer {
         self.trust.set_time(unix);
         self.wall = unix;
         self.end_revoked_sessions(now, out);
+        forget_claimed();
         if !self.carrier.is_empty() && !sigil_dtls_coap::is_dtls_record(datagram) {
             return self.carrier_datagram(now, rng, peer, datagram, out);
         }
@@ -946,12 +962,15 @@ impl SecureLayer {
                 .conn
                 .handle_datagram(now, datagram)
                 .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
+            if let Some(c) = take_claimed() {
+                p.claimed = Some(c);
+            }
             self.flush(now, peer, &mut p, out);
             match r {
                 Err(e) => {
+                    let claimed = p.claimed.take().unwrap_or_else(|| "-".into());
                     self.release_handshake(p);
                     self.count("dtls.handshake_failed");
-                    let claimed = claimed_identity();
                     if matches!(
                         e,
                         sigil_dtls::Error::UnknownPskIdentity
@@ -967,7 +986,6 @@ impl SecureLayer {
                     return Vec::new();
                 }
                 Ok(()) if p.conn.is_established() => {
-                    claimed_identity();
                     return self.established(now, peer, p, out);
                 }
                 Ok(()) => {
@@ -1420,6 +1438,7 @@ impl SecureLayer {
                     hello_random: *hello.random,
                     auth: None,
                     row: 0,
+                    claimed: take_claimed(),
                 };
                 self.count("dtls.handshake_started");
                 if restarted {
@@ -1585,6 +1604,7 @@ impl SecureLayer {
             hello_random,
             auth,
             row: self.next_row,
+            claimed: None,
         };
         if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
             // Room was checked when the handshake started, counting it; this happens only
@@ -1707,14 +1727,31 @@ impl SecureLayer {
             true
         };
         let ep = &mut carrier[shard];
+        let refused_before = refused_flights(ep);
+        forget_claimed();
         let answer =
             ep.handle_datagram_with(now, &key, datagram, &offer, &mut admit, rng, &mut self.buf);
+        // A whole flight is handled in one call: what it claimed is this datagram's.
+        let claimed = take_claimed();
         if let Some(n) = answer {
             out.push((peer, self.buf[..n].to_vec()));
         }
         if let Some(r) = refusal {
             self.count(r.counter());
             crate::limited!(self.log, Self::secs(now), r.counter(), info, %peer, reason = ?r, "ClientHello over CoAP refused");
+        }
+        if refused_flights(ep) > refused_before {
+            // The endpoint answers 4.03 without saying why: a flight that named an identity
+            // and failed is most often one not provisioned, revoked or without a PSK (the
+            // operator's to fix, so at the default level, as on the record layer).
+            match &claimed {
+                Some(c) => {
+                    crate::limited!(self.log, Self::secs(now), "dtls.handshake_refused_identity", warn, %peer, claimed = %c, "DTLS handshake over CoAP refused (identity not provisioned, revoked or without a PSK, or a bad Finished)");
+                }
+                None => {
+                    crate::limited!(self.log, Self::secs(now), "dtls.handshake_failed", debug, %peer, claimed = "-", "DTLS handshake over CoAP failed");
+                }
+            }
         }
         let mut delivered = Vec::new();
         while let Some(est) = ep.take_established() {

@@ -2087,3 +2087,103 @@ fn the_reading_key_is_disclosed_only_to_granted_readers_over_coaps() {
     assert!(!g.is_established());
     assert_eq!(s.count("keys.disclosed"), 1);
 }
+
+/// Trusts no server key.
+struct NoServer;
+impl Trust for NoServer {
+    fn trusted_key(&self, _: &PublicKey) -> bool {
+        false
+    }
+}
+
+/// A log sink the tests read back.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_refused_handshake_is_logged_with_its_own_peers_claim_on_either_carrier() {
+    let mut s = Server::new(|_| {});
+    let sink = Captured::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let mut now = 0;
+    let (good, stranger, anon_addr) = tracing::subscriber::with_default(subscriber, || {
+        // A provisioned device completes its handshake over CoAP: what it claimed must not
+        // stay behind for the next peer's failure.
+        let (mut c, id) = coap_carrier_device(&mut s, 51, 51, now);
+        run(&mut s, &mut [&mut c], &mut now, 3_000);
+        assert!(c.is_established());
+        // Then a client that does not trust the server's key ends its handshake with an
+        // alert on the record layer, before it claims anything.
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(52))
+            .unwrap();
+        let mut wary = Connection::connect(
+            RustCrypto,
+            NoServer,
+            Config::default(),
+            &mut Seeded(53),
+            Credentials::RawPublicKey(Some(&key)),
+            ms(now),
+        )
+        .unwrap();
+        let mut buf = [0u8; 1500];
+        for _ in 0..200 {
+            let _ = wary.handle_timeout(ms(now));
+            let mut sent = vec![];
+            while let Some(n) = wary.poll_transmit(ms(now), &mut buf) {
+                sent.push((addr(52), buf[..n].to_vec()));
+            }
+            for (_, d) in s.handle(now, sent) {
+                let _ = wary.handle_datagram(ms(now), &d);
+            }
+            now += 10;
+        }
+        assert!(!wary.is_established());
+        let anon = Client::new(52, Credentials::RawPublicKey(None), 53, now);
+        // And an unknown PSK identity is refused over CoAP: its line names that identity.
+        let stranger = "06af05053d7deaac9aef246d4b188825";
+        let creds = Credentials::Psk {
+            identity: stranger.as_bytes(),
+            key: &[3; 16],
+        };
+        let mut x = Client::new(54, creds, 55, now).over_coap(creds, 56, now);
+        run(&mut s, &mut [&mut x], &mut now, 2_000);
+        assert!(!x.is_established());
+        (id.to_string(), stranger, anon.addr)
+    });
+    let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("claimed=")).collect();
+    assert!(
+        !lines.iter().any(|l| l.contains(&good)),
+        "a completed handshake's claim named on another peer's line:\n{log}"
+    );
+    let anon_line = lines
+        .iter()
+        .find(|l| l.contains(&anon_addr.to_string()))
+        .unwrap_or_else(|| panic!("no line for the keyless client:\n{log}"));
+    assert!(anon_line.contains("claimed=-"), "{anon_line}");
+    let refused = lines
+        .iter()
+        .find(|l| l.contains("over CoAP refused") && l.contains(&addr(54).to_string()))
+        .unwrap_or_else(|| panic!("no line for the refused handshake over CoAP:\n{log}"));
+    assert!(
+        refused.contains(&format!("claimed={stranger} (PSK identity)")),
+        "{refused}"
+    );
+    assert!(refused.contains("WARN"), "at the default level: {refused}");
+}
