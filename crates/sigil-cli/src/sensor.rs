@@ -31,6 +31,9 @@ pub struct SensorReport {
     /// Readings the broker answered 5.03 (it could not store them then), kept and published
     /// again after the answer's Max-Age.
     pub deferred: u64,
+    /// 1 if the sensor was stopped while a deferred reading still waited to be sent again
+    /// (more than `STOP_GRACE` ahead): that reading was not stored.
+    pub not_stored_at_stop: u64,
     pub registrations: u64,
     pub registration_failures: Vec<String>,
     pub retransmissions: u32,
@@ -290,6 +293,8 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
     let mut next_reading = sigil_time::Instant::ZERO;
     let mut published = 0u64;
     let mut settled = 0u64;
+    // When the stop was asked for, plus STOP_GRACE.
+    let mut stop_deadline: Option<sigil_time::Instant> = None;
     loop {
         let now = since(start);
         device
@@ -405,12 +410,26 @@ pub async fn run<S: DeviceStorage, M: Machine<S>>(
             }
         }
         let stopped = *stop.borrow();
+        if stopped && stop_deadline.is_none() {
+            stop_deadline = Some(now + STOP_GRACE);
+        }
+        // Stopped while the broker holds back a reading (5.xx): if it is due again within
+        // STOP_GRACE of the stop, it is sent before the sensor stops; otherwise the sensor
+        // stops and says so.
+        let pending_soon = device.has_pending_republication()
+            && device.is_registered()
+            && stop_deadline.is_some_and(|d| device.poll_timeout().is_some_and(|t| t <= d));
         let finished = run.readings.is_some_and(|n| published >= n && settled >= n)
             || (stopped
+                && !pending_soon
                 && (device.can_publish()
                     || !device.is_registered()
                     || device.has_pending_republication()));
         if finished {
+            if stopped && device.has_pending_republication() {
+                report.not_stored_at_stop = 1;
+                eprintln!("sensor: stopped with a reading the broker has not stored (it answered 5.xx and asked for a later try); that reading is not sent again");
+            }
             break;
         }
         let mut wake = device
@@ -472,6 +491,9 @@ fn tap_server_key(run: &SensorRun, transport: &Transport) {
         tap.learned_server_key(key);
     }
 }
+
+/// How long a stopped sensor waits for a deferred reading's next try before it stops anyway.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// First delay between failed DTLS handshakes; it doubles up to [`BACKOFF_CAP`].
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(1);

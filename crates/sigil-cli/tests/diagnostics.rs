@@ -6,7 +6,9 @@
 //! (and the server names the kid of a reading it refuses).
 
 mod common;
-use common::{first_line, free_port, server_identity, server_key, sigil, wait_ready, SIGIL};
+use common::{
+    first_line, free_port, server_command, server_identity, server_key, sigil, wait_ready, SIGIL,
+};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -15,17 +17,7 @@ use std::time::Duration;
 
 /// A server on coap:// `port` and coaps:// `dport` whose log (stderr) is kept.
 fn logged_server(db: &Path, port: u16, dport: u16) -> Child {
-    Command::new(SIGIL)
-        .args([
-            "server",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--dtls-listen",
-            &format!("127.0.0.1:{dport}"),
-            "--db",
-        ])
-        .arg(db)
-        .stdout(Stdio::null())
+    server_command(db, port, dport, &[])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()

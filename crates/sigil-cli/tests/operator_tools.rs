@@ -13,32 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A server on `port` with `extra` arguments, plain coap:// only.
-fn server(db: &Path, port: u16, extra: &[&str]) -> Child {
-    Command::new(SIGIL)
-        .args(["server", "--no-dtls", "--listen", &format!("127.0.0.1:{port}")])
-        .args(extra)
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// A sensor's first boot in `state`, put on the list in `db`; its identity.
-fn provisioned_sensor(db: &Path, state: &Path) -> String {
-    let id = first_line(sigil(&[
-        "sensor",
-        "--state",
-        state.to_str().unwrap(),
-        "--print-identity",
-    ]));
-    let out = sigil(&["provision", "--db", db.to_str().unwrap(), "add", &id]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    id
-}
-
 /// `sigil sensor` publishing `count` readings every `interval`; its JSON report on stdout.
 fn sensor(uri: &str, state: &Path, interval: &str, count: u32) -> Child {
     Command::new(SIGIL)
@@ -106,7 +80,7 @@ fn provisioning_beside_a_live_server_costs_no_reading() {
     let state = dir.path().join("sensor");
     let id = provisioned_sensor(&db, &state);
     let port = free_port();
-    let _srv = Kill(server(&db, port, &[]));
+    let _srv = Kill(plain_server_command(&db, port, &[]).spawn().unwrap());
     wait_ready(port);
     let child = sensor(&format!("coap://127.0.0.1:{port}"), &state, "200ms", 100);
 
@@ -167,7 +141,11 @@ fn provisioning_beside_a_live_server_costs_no_reading() {
     let acked = acknowledged(&report);
     assert_eq!(acked.len(), 100, "{report}");
     let stored = stored(&db, &id);
-    assert!(acked.is_subset(&stored), "acknowledged but not stored: {:?}", acked.difference(&stored).collect::<Vec<_>>());
+    assert!(
+        acked.is_subset(&stored),
+        "acknowledged but not stored: {:?}",
+        acked.difference(&stored).collect::<Vec<_>>()
+    );
     assert_eq!(stored.len(), 100, "{report}");
 }
 
@@ -194,7 +172,10 @@ fn small_volume(mnt: &Path) -> Option<Mount> {
                 Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
                 Err(e) => e.to_string(),
             };
-            assert!(std::env::var_os("CI").is_none(), "cannot mount a tmpfs under CI: {why}");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cannot mount a tmpfs under CI: {why}"
+            );
             println!("SKIPPED: cannot mount a tmpfs here: {why}");
             None
         }
@@ -216,7 +197,11 @@ fn a_sensor_publishes_a_deferred_reading_again_after_max_age() {
     let state = dir.path().join("sensor");
     let id = provisioned_sensor(&db, &state);
     let port = free_port();
-    let _srv = Kill(server(&db, port, &["--retry-after-full", "2"]));
+    let _srv = Kill(
+        plain_server_command(&db, port, &["--retry-after-full", "2"])
+            .spawn()
+            .unwrap(),
+    );
     wait_ready(port);
     let child = sensor(&format!("coap://127.0.0.1:{port}"), &state, "300ms", 12);
 
@@ -226,11 +211,7 @@ fn a_sensor_publishes_a_deferred_reading_again_after_max_age() {
         assert!(Instant::now() < deadline, "no reading stored");
         std::thread::sleep(Duration::from_millis(50));
     }
-    {
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let chunk = vec![0x55u8; 4096];
-        while f.write_all(&chunk).and_then(|_| f.sync_all()).is_ok() {}
-    }
+    fill(&filler);
     std::thread::sleep(Duration::from_secs(5));
     std::fs::remove_file(&filler).unwrap();
 
@@ -245,4 +226,100 @@ fn a_sensor_publishes_a_deferred_reading_again_after_max_age() {
     assert_eq!(acked.len(), 12, "{report}");
     let stored = stored(&db, &id);
     assert!(acked.is_subset(&stored), "{report}");
+}
+
+/// Fills the volume of `filler` until a write fails.
+fn fill(filler: &Path) {
+    let mut f = std::fs::File::create(filler).unwrap();
+    let chunk = vec![0x55u8; 4096];
+    while f.write_all(&chunk).and_then(|_| f.sync_all()).is_ok() {}
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+/// A sensor stopped (SIGTERM, as a service manager does) while the broker holds back a
+/// reading with 5.03: when the reading is due again within the stop's grace (5 s), it is sent
+/// first and stored; when the disk stays full, the sensor still stops, and says that the
+/// reading was not stored (`not_stored_at_stop`), rather than dropping it silently.
+#[test]
+fn a_sensor_stopped_during_a_deferral_sends_the_reading_first_or_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(_mount) = small_volume(&dir.path().join("small")) else {
+        return;
+    };
+    let db = dir.path().join("small").join("sigil.db");
+    let filler = dir.path().join("small").join("filler");
+    let state = dir.path().join("sensor");
+    let id = provisioned_sensor(&db, &state);
+    let port = free_port();
+    let _srv = Kill(
+        plain_server_command(&db, port, &["--retry-after-full", "2"])
+            .spawn()
+            .unwrap(),
+    );
+    wait_ready(port);
+    let uri = format!("coap://127.0.0.1:{port}");
+    for disk_stays_full in [false, true] {
+        let before = stored(&db, &id).len();
+        let child = Command::new(SIGIL)
+            .args(["sensor", "--server", &uri, "--state"])
+            .arg(&state)
+            .args(["--interval", "300ms"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stored(&db, &id).len() < before + 2 {
+            assert!(Instant::now() < deadline, "no reading stored");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        fill(&filler);
+        // A reading or two get 5.03 (Max-Age 2) meanwhile.
+        std::thread::sleep(Duration::from_millis(1200));
+        sigterm(&child);
+        std::thread::sleep(Duration::from_millis(300));
+        if !disk_stays_full {
+            std::fs::remove_file(&filler).unwrap();
+        }
+        let (stderr, report) = {
+            let deadline = Instant::now() + Duration::from_secs(40);
+            let mut child = child;
+            while child.try_wait().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "the stopped sensor did not end");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            (String::from_utf8_lossy(&out.stderr).into_owned(), report)
+        };
+        assert!(report["deferred"].as_u64().unwrap() >= 1, "{report}");
+        let acked = acknowledged(&report);
+        assert!(acked.is_subset(&stored(&db, &id)), "{report}");
+        if disk_stays_full {
+            assert_eq!(report["not_stored_at_stop"], 1, "{report}");
+            assert!(
+                stderr.contains("that reading is not sent again"),
+                "{stderr}"
+            );
+            std::fs::remove_file(&filler).unwrap();
+        } else {
+            assert_eq!(report["not_stored_at_stop"], 0, "{report}\n{stderr}");
+            // The reading held back at the stop went out again and was stored.
+            assert_eq!(report["rejected"], serde_json::json!([]), "{report}");
+            assert_eq!(report["timed_out"], serde_json::json!([]), "{report}");
+        }
+    }
 }

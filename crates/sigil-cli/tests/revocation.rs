@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{first_line, free_port, sigil, wait_ready, Kill, SIGIL};
+use common::{first_line, free_port, server_command, sigil, wait_ready, Kill, SIGIL};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,17 +73,7 @@ fn revocation_reaches_lookups_readings_and_sessions_and_add_does_not_undo_it() {
     let (port, dport) = (free_port(), free_port());
     let log = dir.path().join("server.log");
     let _server = Kill(
-        Command::new(SIGIL)
-            .args([
-                "server",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--dtls-listen",
-                &format!("127.0.0.1:{dport}"),
-                "--db",
-                db.to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
+        server_command(&db, port, dport, &[])
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap(),

@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{first_line, free_port, sigil, wait_ready, Kill, SIGIL};
+use common::{
+    first_line, free_port, plain_server_command, provisioned_sensor, sigil, wait_ready, Kill, SIGIL,
+};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -51,33 +53,10 @@ fn mode(p: &Path) -> u32 {
 }
 
 fn server(db: &Path, port: u16, extra: &[&str]) -> Child {
-    Command::new(SIGIL)
-        .args([
-            "server",
-            "--no-dtls",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(extra)
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
+    plain_server_command(db, port, extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// A sensor's first boot in `state`, put on the list in `db`: its identity.
-fn provisioned(db: &Path, state: &Path) -> String {
-    let id = first_line(sigil(&[
-        "sensor",
-        "--state",
-        state.to_str().unwrap(),
-        "--print-identity",
-    ]));
-    let out = sigil(&["provision", "--db", db.to_str().unwrap(), "add", &id]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    id
 }
 
 fn sensor(server: &str, state: &Path, extra: &[&str]) -> Command {
@@ -143,7 +122,7 @@ fn sigterm_stops_sensor_and_server_cleanly_keeping_every_acknowledged_reading() 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
     let st = dir.path().join("s");
-    let id = provisioned(&db, &st);
+    let id = provisioned_sensor(&db, &st);
     let port = free_port();
     let srv = server(&db, port, &[]);
     wait_ready(port);
@@ -324,7 +303,7 @@ fn a_cleanly_stopped_dtls_sensor_resumes_its_session_without_a_handshake() {
     let db = dir.path().join("sigil.db");
     let dbs = db.to_str().unwrap();
     let st = dir.path().join("s");
-    let id = provisioned(&db, &st);
+    let id = provisioned_sensor(&db, &st);
     let psk = first_line(sigil(&["provision", "--db", dbs, "psk", &id]));
     let (port, dport) = (free_port(), free_port());
     let srv = Command::new(SIGIL)
@@ -373,7 +352,7 @@ fn a_state_directory_has_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
     let st = dir.path().join("s");
-    provisioned(&db, &st);
+    provisioned_sensor(&db, &st);
     let port = free_port();
     let _srv = Kill(server(&db, port, &[]));
     wait_ready(port);
@@ -496,7 +475,7 @@ fn retain_prunes_old_readings_but_never_the_latest_or_the_recent() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
     let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
-    let (a, b) = (provisioned(&db, &sa), provisioned(&db, &sb));
+    let (a, b) = (provisioned_sensor(&db, &sa), provisioned_sensor(&db, &sb));
     let port = free_port();
     let srv = server(&db, port, &[]);
     wait_ready(port);
@@ -541,7 +520,7 @@ fn a_backup_of_a_live_database_is_whole() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sigil.db");
     let (sa, sb) = (dir.path().join("a"), dir.path().join("b"));
-    let (a, b) = (provisioned(&db, &sa), provisioned(&db, &sb));
+    let (a, b) = (provisioned_sensor(&db, &sa), provisioned_sensor(&db, &sb));
     let port = free_port();
     let _srv = Kill(server(&db, port, &[]));
     wait_ready(port);

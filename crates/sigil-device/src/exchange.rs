@@ -5,8 +5,7 @@
 use crate::machine::MAX_DATAGRAM;
 use sigil_coap::message::empty;
 use sigil_coap::{
-    option, Code, Message, MessageType, Retransmission, RetransmitDecision,
-    TransmissionParameters,
+    option, Code, Message, MessageType, Retransmission, RetransmitDecision, TransmissionParameters,
 };
 use sigil_crypto::CryptoProvider;
 use sigil_time::Instant;
@@ -238,6 +237,26 @@ pub(crate) fn transmit<X, const N: usize>(
     Some(n)
 }
 
+/// Longest wait a 5.03's Max-Age may impose on a deferred reading: an hour, so that a hostile
+/// answer cannot park it for days.
+const MAX_DEFERRAL_SECS: u32 = 3600;
+
+/// Seconds before a reading the broker answered with a server error (5.xx) is sent again.
+/// 5.03 says when (Max-Age, RFC 7252 §5.9.3.4 and §5.10.5; 60 s without one, at most
+/// [`MAX_DEFERRAL_SECS`]); any other 5.xx (e.g. 5.00 while the broker's database was busy)
+/// backs off 1 s, 2 s, 4 s ... 64 s, counted in `failures` (reset by the caller on success).
+pub(crate) fn retry_delay(msg: &Message<'_>, failures: &mut u32) -> u32 {
+    if msg.code == Code::SERVICE_UNAVAILABLE {
+        return msg
+            .uint_option(option::MAX_AGE)
+            .unwrap_or(60)
+            .min(MAX_DEFERRAL_SECS);
+    }
+    let secs = 1u32 << (*failures).min(6);
+    *failures = failures.saturating_add(1);
+    secs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,24 +277,4 @@ mod tests {
         }
         assert_eq!((e.pop(), e.pop(), e.pop()), (Some(0), Some(1), None));
     }
-}
-
-/// Longest wait a 5.03's Max-Age may impose on a deferred reading: an hour, so that a hostile
-/// answer cannot park it for days.
-const MAX_DEFERRAL_SECS: u32 = 3600;
-
-/// Seconds before a reading the broker answered with a server error (5.xx) is sent again.
-/// 5.03 says when (Max-Age, RFC 7252 §5.9.3.4 and §5.10.5; 60 s without one, at most
-/// [`MAX_DEFERRAL_SECS`]); any other 5.xx (e.g. 5.00 while the broker's database was busy)
-/// backs off 1 s, 2 s, 4 s ... 64 s, counted in `failures` (reset by the caller on success).
-pub(crate) fn retry_delay(msg: &Message<'_>, failures: &mut u32) -> u32 {
-    if msg.code == Code::SERVICE_UNAVAILABLE {
-        return msg
-            .uint_option(option::MAX_AGE)
-            .unwrap_or(60)
-            .min(MAX_DEFERRAL_SECS);
-    }
-    let secs = 1u32 << (*failures).min(6);
-    *failures = failures.saturating_add(1);
-    secs
 }

@@ -138,7 +138,7 @@ pub enum PublishOutcome {
     /// reading and publishes it again, under a new number, still registered: after a 5.03
     /// once the answer's Max-Age has passed (RFC 7252 §5.9.3.4; 60 s without one, at most an
     /// hour), after any other 5.xx with a back-off of 1 s doubling to 64 s
-    /// ([`crate::exchange::server_error_delay`]).
+    /// (`exchange::retry_delay`).
     Deferred { code: Code, retry_after_secs: u32 },
     /// No answer after MAX_RETRANSMIT retransmissions.
     TimedOut,

@@ -478,7 +478,11 @@ fn a_reading_answered_with_a_server_error_is_kept_and_sent_again_with_back_off()
     d.handle_datagram(
         at(now + 3),
         &mut st,
-        &ack(&Message::parse(&put).unwrap(), Code::INTERNAL_SERVER_ERROR, &[]),
+        &ack(
+            &Message::parse(&put).unwrap(),
+            Code::INTERNAL_SERVER_ERROR,
+            &[],
+        ),
     )
     .unwrap();
     assert_eq!(d.poll_timeout(), Some(at(now + 3 + 1000)));

@@ -158,6 +158,15 @@ impl Dispatcher {
         self.answers.set_key(key);
     }
 
+    /// Retention between batches: see [`Service::prune_readings`].
+    pub fn prune_readings(
+        &mut self,
+        before: i64,
+        limit: u32,
+    ) -> Result<u64, crate::store::StoreError> {
+        self.service.prune_readings(before, limit)
+    }
+
     /// The coaps:// path for a batch of datagrams at `now` (the DTLS clock too) and `wall`
     /// (certificates and the service), with the caller's randomness: refreshes what DTLS
     /// trusts from the authorized list, runs the DTLS peers, hands the

@@ -235,6 +235,15 @@ impl Service {
         })
     }
 
+    /// Deletes up to `limit` readings received before `before` (Unix seconds) through the
+    /// service's own connection, between batches ([`Store::prune_readings`]: never a device's
+    /// or a topic's latest, never waiting for another process's lock). Its own commits leave
+    /// `PRAGMA data_version` as it is, so pruning a backlog does not make every batch reload
+    /// the authorized list and the DTLS credentials.
+    pub fn prune_readings(&mut self, before: i64, limit: u32) -> Result<u64, StoreError> {
+        self.store.prune_readings(before, limit)
+    }
+
     /// Handles a batch at wall-clock time `now` (registrations' lifetimes, stored
     /// timestamps); returns one reply per request, in order.
     pub fn handle_batch(&mut self, requests: &[Request], now: UnixTime) -> Vec<Reply> {

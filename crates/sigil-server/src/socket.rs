@@ -290,26 +290,12 @@ impl Server {
         OsRng
             .fill(&mut echo_secret)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
-        // Retention has its own connection, so its short deletes never sit inside a batch.
-        let mut pruner = match config.retain {
-            Some(retain) => {
-                let store = Store::open(&config.database)?;
-                // It runs on the datagram thread: it never waits for the lock (a `sigil
-                // provision` transaction holding it would stall the loop up to the busy
-                // timeout); locked out, it tries again on a later turn.
-                store.never_wait()?;
-                Some(Pruner {
-                    store,
-                    retain,
-                    next: std::time::Instant::now(),
-                })
-            }
-            None => None,
-        };
-        if let Some(p) = &mut pruner {
-            // At start, before the first datagram (one bounded pass; the rest in the loop).
-            p.run_due(&stats);
-        }
+        // Retention runs on the datagram thread between batches, through the service's own
+        // connection (a bounded delete that never waits for another process's lock).
+        let pruner = config.retain.map(|retain| Pruner {
+            retain,
+            next: std::time::Instant::now(),
+        });
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let thread_stop = stop.clone();
         let thread_stats = stats.clone();
@@ -369,11 +355,10 @@ fn bind_reason(e: &std::io::Error) -> String {
 /// How soon pruning is tried again after finding the database locked by another connection.
 const PRUNE_BUSY_RETRY: Duration = Duration::from_secs(1);
 
-/// Deletes readings past the retention window, at most [`PRUNE_BATCH`] a call, through its
-/// own connection: between two batches of datagrams, never for long, and never waiting for
-/// a lock another connection holds.
+/// Deletes readings past the retention window, at most [`PRUNE_BATCH`] a call, through the
+/// service's connection: between two batches of datagrams (the first before the first
+/// datagram), never for long, and never waiting for a lock another connection holds.
 struct Pruner {
-    store: Store,
     retain: Duration,
     next: std::time::Instant,
 }
@@ -381,14 +366,14 @@ struct Pruner {
 impl Pruner {
     /// One bounded pass if one is due; the next is due at once while a backlog remains,
     /// after [`PRUNE_EVERY`] otherwise.
-    fn run_due(&mut self, stats: &Stats) {
+    fn run_due(&mut self, d: &mut Dispatcher, stats: &Stats) {
         let now = std::time::Instant::now();
         if now < self.next {
             return;
         }
         let before =
             unix_now().saturating_sub(i64::try_from(self.retain.as_secs()).unwrap_or(i64::MAX));
-        match self.store.prune_readings(before, PRUNE_BATCH) {
+        match d.prune_readings(before, PRUNE_BATCH) {
             Ok(n) => {
                 if n > 0 {
                     stats.add("store.readings_pruned", n);
@@ -439,7 +424,7 @@ fn run(
             return;
         }
         if let Some(p) = &mut pruner {
-            p.run_due(stats);
+            p.run_due(d, stats);
         }
         let mut wait = 200u64;
         if let Some(t) = secure.as_ref().and_then(|(_, l)| l.poll_timeout()) {

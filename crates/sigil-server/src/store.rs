@@ -42,7 +42,9 @@ pub enum StoreError {
     Corrupt { table: &'static str, what: String },
     /// SQLITE_BUSY or SQLITE_LOCKED: another connection held the lock longer than the busy
     /// timeout. Nothing was stored; trying again may succeed.
-    #[error("the database is busy: another process held its lock too long ({0}); nothing was stored")]
+    #[error(
+        "the database is busy: another process held its lock too long ({0}); nothing was stored"
+    )]
     Busy(String),
 }
 
@@ -546,7 +548,10 @@ impl Store {
     /// sessions stored for it are deleted (a running server also ends the live ones when it
     /// notices). Returns false if unknown or already revoked.
     pub fn revoke_identity(&self, id: &Identity, now: i64) -> Result<bool, StoreError> {
-        let tx = self.conn.unchecked_transaction()?;
+        let tx = rusqlite::Transaction::new_unchecked(
+            &self.conn,
+            rusqlite::TransactionBehavior::Immediate,
+        )?;
         let n = tx.execute(
             "UPDATE identities SET revoked_at = ?2 WHERE identity = ?1 AND revoked_at IS NULL",
             params![id.to_string(), now],

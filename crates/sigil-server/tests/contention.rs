@@ -40,7 +40,11 @@ fn a_batch_that_has_read_survives_another_process_committing() {
         "the other connection committed inside the batch's transaction: {early:?}"
     );
     let late = done_rx.recv_timeout(Duration::from_secs(15)).unwrap();
-    assert_eq!(late, Ok(true), "the other process's add succeeded after the batch");
+    assert_eq!(
+        late,
+        Ok(true),
+        "the other process's add succeeded after the batch"
+    );
     let store = Store::open(&db).unwrap();
     assert_eq!(store.freshness().unwrap().get(&device), Some(&7));
     assert!(store

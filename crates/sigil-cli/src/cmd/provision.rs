@@ -252,7 +252,11 @@ fn pair(db: &std::path::Path, a: PairArgs) -> Result<i32> {
     }
     let store = sigil_server::Store::open(db)
         .with_context(|| format!("cannot open database {}", db.display()))?;
-    for (who, id) in [("device", &identity), ("subscriber", &subscriber)] {
+    for (who, id) in [
+        ("device", &identity),
+        ("subscriber", &subscriber),
+        ("group", &group),
+    ] {
         if let Some(at) = store.revoked_at(id)? {
             bail!("the {who} {id} was revoked at {}: a pairing would not take effect (`sigil provision add {id} --reinstate` re-activates it)", utc(at));
         }

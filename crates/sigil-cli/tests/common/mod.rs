@@ -21,23 +21,62 @@ pub fn sigil(args: &[&str]) -> Output {
     Command::new(SIGIL).args(args).output().unwrap()
 }
 
+/// `sigil server` on coap:// `port` and coaps:// `dtls_port` (0: any free port) with `extra`
+/// arguments and database `db`, its output discarded: set stdout or stderr again to keep it.
+pub fn server_command(db: &Path, port: u16, dtls_port: u16, extra: &[&str]) -> Command {
+    let mut c = Command::new(SIGIL);
+    c.args([
+        "server",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--dtls-listen",
+        &format!("127.0.0.1:{dtls_port}"),
+    ])
+    .args(extra)
+    .arg("--db")
+    .arg(db)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    c
+}
+
+/// `sigil server` on coap:// `port` only (`--no-dtls`), as [`server_command`].
+pub fn plain_server_command(db: &Path, port: u16, extra: &[&str]) -> Command {
+    let mut c = Command::new(SIGIL);
+    c.args([
+        "server",
+        "--no-dtls",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .args(extra)
+    .arg("--db")
+    .arg(db)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    c
+}
+
 /// A server with coaps:// on `dtls_port` (0: any free port) and `extra` arguments.
 pub fn secure_server_with(db: &Path, port: u16, dtls_port: u16, extra: &[&str]) -> Child {
-    Command::new(SIGIL)
-        .args([
-            "server",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--dtls-listen",
-            &format!("127.0.0.1:{dtls_port}"),
-        ])
-        .args(extra)
-        .arg("--db")
-        .arg(db)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+    server_command(db, port, dtls_port, extra).spawn().unwrap()
+}
+
+/// A sensor's first boot (Ed25519) in `state`, put on the list in `db`: its identity.
+pub fn provisioned_sensor(db: &Path, state: &Path) -> String {
+    let id = first_line(sigil(&[
+        "sensor",
+        "--state",
+        state.to_str().unwrap(),
+        "--print-identity",
+    ]));
+    let out = sigil(&["provision", "--db", db.to_str().unwrap(), "add", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    id
 }
 
 /// Waits until the server answers a CoAP ping (an Empty CON, answered with Reset).

@@ -37,6 +37,17 @@ fn tables_of_version(version: i64) -> &'static [&'static str] {
         "registrations",
         "server_key",
     ];
+    const V7: &[&str] = &[
+        "dtls_psk",
+        "dtls_sessions",
+        "freshness",
+        "identities",
+        "pairings",
+        "read_grants",
+        "readings",
+        "registrations",
+        "server_key",
+    ];
     match version {
         1 => V1,
         // 3 adds a column, no table.
@@ -44,6 +55,7 @@ fn tables_of_version(version: i64) -> &'static [&'static str] {
         4 => V4,
         // 6 rebuilds a table and adds a column.
         5 | 6 => V5,
+        7 => V7,
         _ => &[],
     }
 }

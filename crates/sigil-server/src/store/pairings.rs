@@ -92,12 +92,15 @@ impl Store {
     }
 
     /// The grants a server enforces: every row of `read_grants` (reader, object), and for each
-    /// grant of a group, the devices a recorded pairing put in that group.
+    /// grant of a group that is not revoked, the devices a recorded pairing put in that group
+    /// (a revoked group vouches for none of them, as a revoked kit refuses its members).
     pub fn effective_read_grants(&self) -> Result<Vec<(Identity, Identity)>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT reader, object FROM read_grants
              UNION
              SELECT g.reader, p.device FROM read_grants g JOIN pairings p ON p.grp = g.object
+                 WHERE NOT EXISTS (SELECT 1 FROM identities i
+                     WHERE i.identity = g.object AND i.revoked_at IS NOT NULL)
              ORDER BY 1, 2",
         )?;
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
@@ -155,5 +158,18 @@ mod tests {
         );
         store.record_pairing(&row(2, 0x0a, 0x0b, u64::MAX)).unwrap();
         assert_eq!(store.pairings().unwrap()[1].serial, u64::MAX);
+        assert!(store
+            .effective_read_grants()
+            .unwrap()
+            .contains(&(id(0x0c), id(2))));
+        // A revoked group vouches for none of its paired devices any more.
+        store
+            .add_identity(&id(0x0a), crate::store::IdentityKind::Group, "", 1)
+            .unwrap();
+        assert!(store.revoke_identity(&id(0x0a), 2).unwrap());
+        assert_eq!(
+            store.effective_read_grants().unwrap(),
+            vec![(id(0x0b), id(1)), (id(0x0b), id(2)), (id(0x0c), id(0x0a))]
+        );
     }
 }
