@@ -182,6 +182,45 @@ fn small_volume(mnt: &Path) -> Option<Mount> {
     }
 }
 
+/// A real server (5.03 Max-Age 2 while the disk is full) with its database on a 2 MiB tmpfs,
+/// a provisioned sensor's state beside it, and the file that fills the volume.
+struct FullDiskServer {
+    _server: Kill,
+    db: PathBuf,
+    filler: PathBuf,
+    state: PathBuf,
+    id: String,
+    port: u16,
+    // Unmounted last, after the server is gone.
+    _mount: Mount,
+}
+
+impl FullDiskServer {
+    /// `None` where a tmpfs cannot be mounted (not under CI, see [`small_volume`]).
+    fn start(dir: &Path) -> Option<Self> {
+        let _mount = small_volume(&dir.join("small"))?;
+        let db = dir.join("small").join("sigil.db");
+        let state = dir.join("sensor");
+        let id = provisioned_sensor(&db, &state);
+        let port = free_port();
+        let _server = Kill(
+            plain_server_command(&db, port, &["--retry-after-full", "2"])
+                .spawn()
+                .unwrap(),
+        );
+        wait_ready(port);
+        Some(Self {
+            _server,
+            filler: dir.join("small").join("filler"),
+            db,
+            state,
+            id,
+            port,
+            _mount,
+        })
+    }
+}
+
 /// The real server on a full disk and the real sensor: the reading that gets 5.03 (Max-Age 2
 /// here) is kept and sent again two seconds later, again while the disk stays full, and is
 /// stored once space returns: long before the sensor's registration refresh (its lifetime is
@@ -189,20 +228,18 @@ fn small_volume(mnt: &Path) -> Option<Mount> {
 #[test]
 fn a_sensor_publishes_a_deferred_reading_again_after_max_age() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(_mount) = small_volume(&dir.path().join("small")) else {
+    let Some(FullDiskServer {
+        _mount,
+        _server,
+        db,
+        filler,
+        state,
+        id,
+        port,
+    }) = FullDiskServer::start(dir.path())
+    else {
         return;
     };
-    let db = dir.path().join("small").join("sigil.db");
-    let filler = dir.path().join("small").join("filler");
-    let state = dir.path().join("sensor");
-    let id = provisioned_sensor(&db, &state);
-    let port = free_port();
-    let _srv = Kill(
-        plain_server_command(&db, port, &["--retry-after-full", "2"])
-            .spawn()
-            .unwrap(),
-    );
-    wait_ready(port);
     let child = sensor(&format!("coap://127.0.0.1:{port}"), &state, "300ms", 12);
 
     // Let a few readings through, then fill the disk for about five seconds.
@@ -251,20 +288,18 @@ fn sigterm(child: &Child) {
 #[test]
 fn a_sensor_stopped_during_a_deferral_sends_the_reading_first_or_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(_mount) = small_volume(&dir.path().join("small")) else {
+    let Some(FullDiskServer {
+        _mount,
+        _server,
+        db,
+        filler,
+        state,
+        id,
+        port,
+    }) = FullDiskServer::start(dir.path())
+    else {
         return;
     };
-    let db = dir.path().join("small").join("sigil.db");
-    let filler = dir.path().join("small").join("filler");
-    let state = dir.path().join("sensor");
-    let id = provisioned_sensor(&db, &state);
-    let port = free_port();
-    let _srv = Kill(
-        plain_server_command(&db, port, &["--retry-after-full", "2"])
-            .spawn()
-            .unwrap(),
-    );
-    wait_ready(port);
     let uri = format!("coap://127.0.0.1:{port}");
     for disk_stays_full in [false, true] {
         let before = stored(&db, &id).len();
