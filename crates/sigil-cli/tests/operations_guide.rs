@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -64,7 +65,10 @@ fn the_operations_guide_runs_as_written() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
+    // Its own process group, so that a guide stopped at the deadline takes the processes it
+    // started in the background (a server) with it.
     let mut child = Command::new("bash")
+        .process_group(0)
         .arg("guide.sh")
         .current_dir(dir.path())
         .env("PATH", path)
@@ -77,7 +81,9 @@ fn the_operations_guide_runs_as_written() {
     let deadline = Instant::now() + Duration::from_secs(300);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
-            let _ = child.kill();
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
