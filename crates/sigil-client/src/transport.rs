@@ -46,6 +46,64 @@ impl Security {
     pub fn is_secure(&self) -> bool {
         !matches!(self, Self::None)
     }
+
+    /// A digest of everything these credentials authenticate with and trust: the mode, the
+    /// PSK identity and key, the client's key and certificate chain, the pinned server and
+    /// the trust anchors. A kept association is bound to it (its file's MAC key is derived
+    /// with it), so an association made under other credentials is never taken up: changed
+    /// credentials mean a new handshake, which the server judges afresh.
+    pub fn binding(&self) -> [u8; 32] {
+        use sigil_crypto::CryptoProvider;
+        let len = |b: &[u8]| (b.len() as u64).to_be_bytes();
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut put = |b: &[u8]| {
+            parts.push(len(b).to_vec());
+            parts.push(b.to_vec());
+        };
+        let public = |k: &SecretKey| {
+            RustCrypto
+                .public_key(k)
+                .map(|p| p.as_bytes().to_vec())
+                .unwrap_or_default()
+        };
+        match self {
+            Self::None => put(b"none"),
+            Self::Psk {
+                identity,
+                key,
+                ecdhe,
+            } => {
+                put(if *ecdhe { b"ecdhe-psk" } else { b"psk" });
+                put(identity);
+                put(key);
+            }
+            Self::RawPublicKey { own, server } => {
+                put(b"rpk");
+                put(&own.as_ref().map(public).unwrap_or_default());
+                put(server.as_bytes());
+            }
+            Self::Certificate {
+                own,
+                anchors,
+                server,
+            } => {
+                put(b"cert");
+                if let Some((chain, key)) = own {
+                    put(&public(key));
+                    for c in chain {
+                        put(c);
+                    }
+                }
+                put(b"anchors");
+                for a in anchors {
+                    put(a);
+                }
+                put(server.as_ref().map_or(&[][..], |s| &s.as_bytes()[..]));
+            }
+        }
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        RustCrypto.sha256(&refs)
+    }
 }
 
 /// How the DTLS handshake travels; the session's records are the same either way.
@@ -816,6 +874,59 @@ mod tests {
     fn identity_of(der: &[u8]) -> Identity {
         let key = sigil_dtls::x509::parse(der).unwrap().key;
         Identity::of_key(&RustCrypto, &key, b"").unwrap()
+    }
+
+    /// A kept association is bound to the credentials it was made with: any change of mode,
+    /// PSK, client key or chain, anchors or pinned server gives another binding.
+    #[test]
+    fn the_association_binding_changes_with_every_credential() {
+        let psk = |id: &[u8], key: &[u8], ecdhe| Security::Psk {
+            identity: id.to_vec(),
+            key: key.to_vec(),
+            ecdhe,
+        };
+        let cert = |chain: Vec<Vec<u8>>, anchors: Vec<Vec<u8>>, server| Security::Certificate {
+            own: Some((chain, pki::secret(pki::SERVER_KEY))),
+            anchors,
+            server,
+        };
+        let a = Identity::from_bytes([1; 16]);
+        let b = Identity::from_bytes([2; 16]);
+        let all = [
+            Security::None.binding(),
+            psk(b"a", &[1; 16], false).binding(),
+            psk(b"a", &[2; 16], false).binding(),
+            psk(b"b", &[1; 16], false).binding(),
+            psk(b"a", &[1; 16], true).binding(),
+            Security::RawPublicKey {
+                own: None,
+                server: a,
+            }
+            .binding(),
+            Security::RawPublicKey {
+                own: None,
+                server: b,
+            }
+            .binding(),
+            cert(vec![pki::SERVER.to_vec()], vec![pki::ROOT.to_vec()], None).binding(),
+            cert(vec![pki::ROOT.to_vec()], vec![pki::ROOT.to_vec()], None).binding(),
+            cert(vec![pki::SERVER.to_vec()], vec![], None).binding(),
+            cert(
+                vec![pki::SERVER.to_vec()],
+                vec![pki::ROOT.to_vec()],
+                Some(a),
+            )
+            .binding(),
+        ];
+        for (i, x) in all.iter().enumerate() {
+            for y in &all[i + 1..] {
+                assert_ne!(x, y);
+            }
+        }
+        assert_eq!(
+            psk(b"a", &[1; 16], false).binding(),
+            psk(b"a", &[1; 16], false).binding()
+        );
     }
 
     #[test]

@@ -279,17 +279,21 @@ pub async fn run(mut a: SensorArgs) -> Result<i32> {
         }
     );
     let device_key = storage_key(&mut storage)?;
-    // The kept DTLS association's MAC key: only this device (holding its key) can have
-    // written a file it takes up.
-    let association = uri.secure.then(|| {
-        (
-            a.state.join("dtls-association"),
-            RustCrypto.hmac_sha256(&device_key.to_bytes(), &[b"sigil sensor dtls association"]),
-        )
-    });
     let security = a
         .dtls
         .security(uri.secure, Some((id, device_key.clone())))?;
+    // The kept DTLS association's MAC key: only this device (holding its key) can have
+    // written a file it takes up, and only under the same credentials (a changed --cert,
+    // --ca, PSK or pinned server makes a new handshake).
+    let association = uri.secure.then(|| {
+        (
+            a.state.join("dtls-association"),
+            RustCrypto.hmac_sha256(
+                &device_key.to_bytes(),
+                &[b"sigil sensor dtls association", &security.binding()],
+            ),
+        )
+    });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tap = a.serve.map(|_| crate::serve::Tap::default());
     let serving = match (a.serve, &tap) {
@@ -460,10 +464,14 @@ async fn run_psk_only(
             PskOnly::Session => "readings protected by its DTLS session only",
         }
     );
-    // The kept association is MACed under a key only this node (holding the PSK) derives.
+    // The kept association is MACed under a key only this node (holding the PSK) derives,
+    // bound to its credentials as a signing sensor's is.
     let association = Some((
         a.state.join("dtls-association"),
-        RustCrypto.hmac_sha256(&psk, &[b"sigil psk node dtls association"]),
+        RustCrypto.hmac_sha256(
+            &psk,
+            &[b"sigil psk node dtls association", &security.binding()],
+        ),
     ));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     stop_on_signal(stop_tx)?;
