@@ -98,20 +98,33 @@ impl Store {
     }
 }
 
+/// How long a backup waits for a source another connection keeps locked, and how often it
+/// tries again meanwhile.
+const BACKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+const BACKUP_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The backup proper, into the empty file `dest`.
 fn copy_into(source: &Connection, dest: &Path) -> Result<BackupSummary, StoreError> {
     {
         let mut copy = Connection::open(dest)?;
         let pages = {
             let backup = rusqlite::backup::Backup::new(source, &mut copy)?;
-            // -1: every page in one step, under one read transaction of the source.
+            // -1: every page in one step, under one read transaction of the source. A source
+            // another process keeps locked is waited for up to BACKUP_WAIT, not forever.
+            let mut waited = std::time::Duration::ZERO;
             loop {
                 match backup.step(-1)? {
                     rusqlite::backup::StepResult::Done => break,
-                    rusqlite::backup::StepResult::Busy | rusqlite::backup::StepResult::Locked => {
-                        std::thread::sleep(std::time::Duration::from_millis(50))
+                    _ if waited >= BACKUP_WAIT => {
+                        return Err(StoreError::Busy(format!(
+                            "the database stayed locked for {} s",
+                            BACKUP_WAIT.as_secs()
+                        )))
                     }
-                    _ => {}
+                    _ => {
+                        std::thread::sleep(BACKUP_RETRY);
+                        waited += BACKUP_RETRY;
+                    }
                 }
             }
             backup.progress().pagecount as u64
