@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 /// The same refusal is printed at most this often.
 pub const REPEAT_EVERY: Duration = Duration::from_secs(60);
 
+/// Distinct refusals remembered at once. The server chooses the diagnostic text, so a hostile
+/// one could otherwise make the table (and the log) grow with every answer: past this, lines
+/// printed longer than [`REPEAT_EVERY`] ago are forgotten, and while the table is still full
+/// a new kind of refusal is counted, not printed.
+const MAX_KINDS: usize = 32;
+
 /// The refusals one sensor has printed, and the last diagnostic the server sent.
 pub struct Refusals {
     identity: String,
@@ -20,6 +26,8 @@ pub struct Refusals {
     printed: HashMap<String, (Instant, u64)>,
     /// The last error answer's code and diagnostic payload, for the event it causes.
     diagnostic: Option<(Code, String)>,
+    /// Refusals not printed because [`MAX_KINDS`] kinds were already remembered.
+    pub suppressed: u64,
 }
 
 impl Refusals {
@@ -29,6 +37,7 @@ impl Refusals {
             server,
             printed: HashMap::new(),
             diagnostic: None,
+            suppressed: 0,
         }
     }
 
@@ -132,6 +141,14 @@ impl Refusals {
                 }
             }
             None => {
+                if self.printed.len() >= MAX_KINDS {
+                    self.printed
+                        .retain(|_, (at, _)| now.duration_since(*at) < REPEAT_EVERY);
+                }
+                if self.printed.len() >= MAX_KINDS {
+                    self.suppressed += 1;
+                    return;
+                }
                 self.printed.insert(key, (now, 0));
                 eprintln!("sensor: {line}");
             }
@@ -217,6 +234,13 @@ mod tests {
 
     #[test]
     fn refusals_name_the_fix() {
+        // Distinct diagnostics chosen by the server fill at most MAX_KINDS entries.
+        let mut r = Refusals::new("ID".into(), "127.0.0.1:5683".parse().unwrap());
+        for i in 0..1000 {
+            r.print(format!("kind {i}"), format!("line {i}"));
+        }
+        assert_eq!(r.printed.len(), MAX_KINDS);
+        assert_eq!(r.suppressed, 1000 - MAX_KINDS as u64);
         assert!(registration_refused(Code::FORBIDDEN, "revoked", "ID")
             .ends_with("`sigil provision add ID --reinstate` re-activates it"));
         assert!(reading_refused(3, Code::FORBIDDEN, "revoked", "ID")
