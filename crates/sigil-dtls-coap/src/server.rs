@@ -16,8 +16,13 @@
 //! The table holds at most `N` sessions, and at most [`EndpointConfig::max_per_peer`] for one
 //! peer (or for one host, with [`EndpointConfig::host_prefix`]); when it is full, a newcomer
 //! takes the place of the oldest half-open handshake of the peer holding the most, if that
-//! peer holds more than the newcomer's would. A handshake expires `handshake_timeout` after it
-//! was created, an established session after it was idle for `idle_timeout`. Session IDs are
+//! peer holds more than the newcomer's would; else a newcomer whose host holds none (or a
+//! peer the caller knows completed a handshake before) takes the place of the oldest
+//! stranger's half-open handshake, once that one had a quarter of
+//! `crowded_handshake_timeout` for its round trips. A handshake expires `handshake_timeout`
+//! after it was created (with more than half the table in handshakes, a stranger's after
+//! `crowded_handshake_timeout`), an established session after it was idle for
+//! `idle_timeout`. Session IDs are
 //! random, so an off-path sender cannot name another peer's session. Each session answers a
 //! retransmitted request (same peer, message ID, token and length) with the cached response
 //! instead of a second handshake step (RFC 7252 §4.5). Every refusal is counted in
@@ -56,6 +61,10 @@ pub struct EndpointConfig {
     pub host_prefix: usize,
     /// A session still in its handshake is removed after this long without a request.
     pub handshake_timeout: Duration,
+    /// With more than half the table in handshakes, a stranger's handshake (see
+    /// [`Endpoint::handle_datagram_from`]) older than this is removed first; a newcomer may
+    /// push out a stranger's handshake only once it is a quarter of this old.
+    pub crowded_handshake_timeout: Duration,
     /// An established session is removed after this long unused.
     pub idle_timeout: Duration,
 }
@@ -68,6 +77,7 @@ impl Default for EndpointConfig {
             max_per_peer: 2,
             host_prefix: 0,
             handshake_timeout: Duration::from_secs(247),
+            crowded_handshake_timeout: Duration::from_secs(8),
             idle_timeout: Duration::from_secs(3600),
         }
     }
@@ -117,6 +127,12 @@ pub struct Counters {
     /// Half-open handshakes pushed out for a newcomer when the table was full (the oldest of
     /// the host holding the most).
     pub evicted: u64,
+    /// Half-open handshakes of strangers pushed out, oldest first, for a newcomer whose host
+    /// held none (or a peer that completed a handshake before) when no host held more.
+    pub evicted_oldest: u64,
+    /// Strangers' handshakes removed early, older than `crowded_handshake_timeout` with more
+    /// than half the table in handshakes.
+    pub expired_crowded: u64,
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -145,6 +161,8 @@ struct Session<C, T> {
     /// The client's flight gathered from Block1 requests.
     body: [u8; MAX_FLIGHT],
     body_len: usize,
+    /// Its peer completed a handshake before (the caller said so): kept over strangers'.
+    known: bool,
     /// The message ID of the `PUT` that created it: with the cached one, the span of this
     /// client's requests so far (it sends one at a time, with increasing IDs).
     first_mid: u16,
@@ -223,6 +241,8 @@ pub struct Endpoint<'a, C, T, const N: usize> {
     cookies: CookieKey,
     sessions: [Option<Session<C, T>>; N],
     counters: Counters,
+    /// Whether the datagram in hand comes from a known peer ([`Endpoint::handle_datagram_from`]).
+    known: bool,
 }
 
 /// A response to write: code, options from the request, payload.
@@ -304,6 +324,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             cookies: CookieKey::new(cookie_secret),
             sessions: core::array::from_fn(|_| None),
             counters: Counters::default(),
+            known: false,
         }
     }
 
@@ -450,6 +471,28 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         self.handle_datagram_with(now, peer, datagram, &offer, &mut |_| true, rng, out)
     }
 
+    /// [`Endpoint::handle_datagram_with`] for a peer that completed a handshake before
+    /// (`known`, e.g. the caller holds a session for its address or the session it asks to
+    /// resume): when the table is full it may push out a stranger's half-open handshake, and
+    /// its own is kept over strangers' when the table is crowded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_datagram_from(
+        &mut self,
+        now: Instant,
+        peer: &[u8],
+        known: bool,
+        datagram: &[u8],
+        offer: &ServerCredentials<'_>,
+        admit: &mut dyn FnMut(&[u8]) -> bool,
+        rng: &mut dyn Rng,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        self.known = known;
+        let r = self.handle_datagram_with(now, peer, datagram, offer, admit, rng, out);
+        self.known = false;
+        r
+    }
+
     /// [`Endpoint::handle_datagram`] with this ClientHello's `offer` instead of the one the
     /// endpoint was made with (e.g. a fresh connection ID, a session to resume, credentials
     /// the caller owns), and `admit`, asked with the peer's address once its cookie is valid
@@ -518,6 +561,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                     request_len: datagram.len(),
                     offer,
                     admit,
+                    known: self.known,
                 };
                 self.hello(now, peer, &req, hello, rng, out)
             }
@@ -591,18 +635,22 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             self.counters.peer_limit += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         }
+        // Crowded (more than half the table in handshakes): strangers' handshakes older than
+        // the short bound go first.
+        self.expire_crowded(now);
         // A free slot, else the one handed off longest ago (it only holds a cached answer),
         // else the oldest half-open handshake of the host holding the most, if it holds more
-        // than the newcomer's host would with this one.
+        // than the newcomer's host would with this one, else (for a newcomer whose host holds
+        // none, or a known peer) the oldest stranger's that has had its round trips.
         let free = self.sessions.iter().position(Option::is_none).or_else(|| {
             (0..N)
                 .filter(|&i| self.sessions[i].as_ref().is_some_and(|s| s.handed_off()))
                 .min_by_key(|&i| self.sessions[i].as_ref().map(|s| s.last_seen))
         });
         let (slot, evicting) = match free {
-            Some(slot) => (slot, false),
-            None => match self.eviction_for(host) {
-                Some(slot) => (slot, true),
+            Some(slot) => (slot, None),
+            None => match self.eviction_for(now, host, hello.known) {
+                Some((slot, oldest)) => (slot, Some(oldest)),
                 None => {
                     self.counters.table_full += 1;
                     return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
@@ -617,9 +665,16 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             self.counters.table_full += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         };
-        if evicting {
-            self.sessions[slot] = None;
-            self.counters.evicted += 1;
+        match evicting {
+            Some(false) => {
+                self.sessions[slot] = None;
+                self.counters.evicted += 1;
+            }
+            Some(true) => {
+                self.sessions[slot] = None;
+                self.counters.evicted_oldest += 1;
+            }
+            None => {}
         }
         let mut flight = [0u8; MAX_FLIGHT];
         let hs = match WholeFlights::accept(
@@ -651,6 +706,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             flight_len: hs.1,
             body: [0; MAX_FLIGHT],
             body_len: 0,
+            known: hello.known,
             first_mid: req.message_id,
             cached: Cached::EMPTY,
         });
@@ -665,9 +721,74 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         cache(&mut s.cached, req, request_len, &reply, out)
     }
 
+    /// With more than half the table in half-open handshakes, removes strangers' ones older
+    /// than `crowded_handshake_timeout`.
+    fn expire_crowded(&mut self, now: Instant) {
+        let half_open = self
+            .sessions
+            .iter()
+            .flatten()
+            .filter(|s| !s.established() && !s.handed_off())
+            .count();
+        if half_open * 2 <= N {
+            return;
+        }
+        let short = self
+            .config
+            .crowded_handshake_timeout
+            .min(self.config.handshake_timeout);
+        for slot in &mut self.sessions {
+            let old = slot.as_ref().is_some_and(|s| {
+                !s.established()
+                    && !s.handed_off()
+                    && !s.known
+                    && now.saturating_since(s.created) >= short
+            });
+            if old {
+                *slot = None;
+                self.counters.expired_crowded += 1;
+            }
+        }
+    }
+
+    /// The slot to push out for a newcomer from `host` when the table is full, and whether it
+    /// goes by age (true) rather than by share (false): the oldest half-open handshake of the
+    /// host holding the most, if that host holds more than `host` would with one more (so
+    /// shares converge on equal ones); else, if `host` holds none or the newcomer is `known`,
+    /// the oldest stranger's half-open handshake that is at least a quarter of
+    /// `crowded_handshake_timeout` old.
+    fn eviction_for(&self, now: Instant, host: &[u8], known: bool) -> Option<(usize, bool)> {
+        if let Some(slot) = self.eviction_by_share(host) {
+            return Some((slot, false));
+        }
+        let prefix = self.config.host_prefix;
+        let own = self
+            .sessions
+            .iter()
+            .flatten()
+            .filter(|s| !s.established() && !s.handed_off())
+            .filter(|s| host_part(s.peer(), prefix) == host)
+            .count();
+        if own > 0 && !known {
+            return None;
+        }
+        let min_age = self.config.crowded_handshake_timeout / 4;
+        (0..N)
+            .filter(|&i| {
+                self.sessions[i].as_ref().is_some_and(|s| {
+                    !s.established()
+                        && !s.handed_off()
+                        && !s.known
+                        && now.saturating_since(s.created) >= min_age
+                })
+            })
+            .min_by_key(|&i| self.sessions[i].as_ref().map(|s| s.created))
+            .map(|i| (i, true))
+    }
+
     /// The slot of the oldest half-open handshake of the host holding the most, if that host
     /// holds more than `host` would with one more (so shares converge on equal ones).
-    fn eviction_for(&self, host: &[u8]) -> Option<usize> {
+    fn eviction_by_share(&self, host: &[u8]) -> Option<usize> {
         let prefix = self.config.host_prefix;
         let half_open = |i: usize| {
             self.sessions[i]
@@ -867,6 +988,7 @@ fn host_part(peer: &[u8], prefix: usize) -> &[u8] {
 /// What `PUT /dtls` needs besides the request.
 struct Hello<'o, 'f> {
     request_len: usize,
+    known: bool,
     offer: &'o ServerCredentials<'o>,
     admit: &'f mut dyn FnMut(&[u8]) -> bool,
 }

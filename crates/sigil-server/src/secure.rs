@@ -102,6 +102,10 @@ pub struct DtlsConfig {
     pub handshakes_per_host_per_sec: u32,
     /// A handshake older than this is stale (evictable).
     pub handshake_timeout: Duration,
+    /// Above half full, a half-open handshake older than this is dropped first (on either
+    /// carrier), unless its peer completed a handshake before: under pressure a handshake
+    /// must finish in this long, so slots an attacker renews slowly give way.
+    pub crowded_handshake_timeout: Duration,
     /// A session without traffic for this long is stale (evictable).
     pub session_idle: Duration,
     /// X.509 (RFC 7925 §4.4): the server's chain (leaf first, DER) for its key; clients that
@@ -138,6 +142,7 @@ impl DtlsConfig {
             handshake_burst_per_host: 32,
             handshakes_per_host_per_sec: 8,
             handshake_timeout: Duration::from_secs(30),
+            crowded_handshake_timeout: Duration::from_secs(8),
             session_idle: Duration::from_secs(3600),
             certificate_chain: Vec::new(),
             client_anchors: Vec::new(),
@@ -337,6 +342,9 @@ struct Peer<K> {
     /// What the handshake's peer claimed (PSK identity or key identity), for the log line if
     /// the handshake fails; `None` before it claims and for a session.
     claimed: Option<String>,
+    /// A handshake whose peer completed one before (its address has a session, or it asks to
+    /// resume a cached one): kept over strangers' handshakes when the table is crowded.
+    known: bool,
 }
 
 /// A resumable session in the cache, with when it was made and the host it is charged to.
@@ -484,6 +492,13 @@ impl StartRate {
             .min(self.burst)
     }
 
+    /// Whether `host`'s bucket holds a handshake start (nothing taken).
+    fn has(&self, now: Instant, host: Host) -> bool {
+        self.hosts
+            .get(&host)
+            .is_none_or(|b| self.level(*b, now) >= 1000)
+    }
+
     /// Takes one handshake start from `host`'s bucket, if it has one.
     fn take(&mut self, now: Instant, host: Host) -> bool {
         if !self.hosts.contains_key(&host) && self.hosts.len() >= RATE_HOSTS {
@@ -619,6 +634,7 @@ impl SecureLayer {
             max_per_peer: config.max_handshakes_per_host.clamp(1, CARRIER_SLOTS / 2),
             host_prefix: HOST_BYTES,
             handshake_timeout: config.handshake_timeout,
+            crowded_handshake_timeout: config.crowded_handshake_timeout,
             idle_timeout: config.session_idle,
         };
         let secret = RustCrypto.hmac_sha256(&cookie_secret, &[b"sigil-server coap carrier"]);
@@ -747,6 +763,7 @@ impl SecureLayer {
             auth,
             row: row.id,
             claimed: None,
+            known: true,
         };
         if !self.save_session(now, peer, &mut p) {
             self.session_bytes.refund(host, SESSION_BYTES);
@@ -894,6 +911,8 @@ impl SecureLayer {
                 ("dtls_coap.deleted", c.deleted),
                 ("dtls_coap.handed_off", c.handed_off),
                 ("dtls_coap.evicted", c.evicted),
+                ("dtls_coap.evicted_oldest", c.evicted_oldest),
+                ("dtls_coap.expired_crowded", c.expired_crowded),
                 ("dtls_coap.sessions", sessions as u64),
                 ("mem.dtls_coap.total", CARRIER_BYTES as u64),
             ] {
@@ -1259,19 +1278,35 @@ impl SecureLayer {
         }
     }
 
-    /// Drops handshakes older than `handshake_timeout`.
+    /// Drops handshakes older than `handshake_timeout`; with the table above half full, also
+    /// strangers' handshakes older than `crowded_handshake_timeout`
+    /// (`dtls.handshake_expired_crowded`).
     fn expire_handshakes(&mut self, now: Instant) {
         let stale = self.config.handshake_timeout;
-        let old: Vec<SocketAddr> = self
+        let crowded = self.handshake_bytes.used() * 2 > self.handshake_bytes.caps().total;
+        let short = self.config.crowded_handshake_timeout.min(stale);
+        let old: Vec<(SocketAddr, bool)> = self
             .handshakes
             .iter()
-            .filter(|(_, p)| now.saturating_since(p.created) >= stale)
-            .map(|(a, _)| *a)
+            .filter_map(|(a, p)| {
+                let age = now.saturating_since(p.created);
+                if age >= stale {
+                    Some((*a, false))
+                } else if crowded && !p.known && age >= short {
+                    Some((*a, true))
+                } else {
+                    None
+                }
+            })
             .collect();
-        for a in old {
+        for (a, early) in old {
             if let Some(p) = self.handshakes.remove(&a) {
                 self.release_handshake(p);
-                self.count("dtls.handshake_expired");
+                self.count(if early {
+                    "dtls.handshake_expired_crowded"
+                } else {
+                    "dtls.handshake_expired"
+                });
             }
         }
     }
@@ -1379,7 +1414,12 @@ impl SecureLayer {
             return;
         };
         let host = Host::of(peer);
-        // A client that started over gives up its old handshake first (its own slot).
+        // A peer that completed a handshake before: a session at this address, or one it
+        // asks to resume.
+        let known = self.sessions.contains_key(&peer)
+            || self.resumable(hello.requested_session, now).is_some();
+        // A client that started over gives up its old handshake first (its own slot); it
+        // still counts as holding one, so starting over never pushes out someone else's.
         let restarted = match self.handshakes.remove(&peer) {
             Some(old) => {
                 self.release_handshake(old);
@@ -1387,13 +1427,15 @@ impl SecureLayer {
             }
             None => false,
         };
-        let room = self.make_room(now, host, peer).and_then(|()| {
-            if self.start_rate.take(now, host) {
-                Ok(())
-            } else {
-                Err(Refusal::HostRate)
-            }
-        });
+        let room = self
+            .make_room(now, host, peer, known, restarted)
+            .and_then(|()| {
+                if self.start_rate.take(now, host) {
+                    Ok(())
+                } else {
+                    Err(Refusal::HostRate)
+                }
+            });
         if let Err(refusal) = room {
             self.count(refusal.counter());
             crate::limited!(self.log, Self::secs(now), refusal.counter(), info, %peer, reason = ?refusal, "ClientHello refused: no room in the DTLS tables");
@@ -1439,6 +1481,7 @@ impl SecureLayer {
                     auth: None,
                     row: 0,
                     claimed: take_claimed(),
+                    known,
                 };
                 self.count("dtls.handshake_started");
                 if restarted {
@@ -1462,13 +1505,24 @@ impl SecureLayer {
     /// - the host's own share of the handshake table: stale handshakes expire first; beyond
     ///   that, refused (the host's other handshakes are not pushed out, so a burst of its own
     ///   devices still completes one by one);
-    /// - the whole handshake table: stale handshakes expire first; then the oldest half-open
+    /// - the whole handshake table: stale handshakes expire first (above half full, a
+    ///   stranger's older than `crowded_handshake_timeout`); then the oldest half-open
     ///   handshake of the host holding the most is pushed out, if that host holds more than
-    ///   `host` would after this one (so shares converge on equal ones); else refused;
+    ///   `host` would after this one (so shares converge on equal ones); else, for a host
+    ///   holding none (or a peer that completed a handshake before), the oldest half-open
+    ///   handshake of a stranger, if it had [`min_evictable_age`] for its round trip; else
+    ///   refused. Nothing is pushed out for a host above its handshake rate;
     /// - the session table, counting every handshake in progress as a session to be: idle
     ///   sessions expire first; a live session is never pushed out. A handshake from the
     ///   address of an existing session will replace it, so it needs no new room.
-    fn make_room(&mut self, now: Instant, host: Host, peer: SocketAddr) -> Result<(), Refusal> {
+    fn make_room(
+        &mut self,
+        now: Instant,
+        host: Host,
+        peer: SocketAddr,
+        known: bool,
+        restarted: bool,
+    ) -> Result<(), Refusal> {
         if self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_err() {
             self.expire_handshakes(now);
         }
@@ -1476,7 +1530,10 @@ impl SecureLayer {
             Ok(()) => {}
             Err(Over::Host) => return Err(Refusal::HostHandshakes),
             Err(Over::Total) => {
-                if !self.evict_for(host) {
+                if !self.start_rate.has(now, host) {
+                    return Err(Refusal::HostRate);
+                }
+                if !self.evict_for(now, host, known, restarted) {
                     return Err(Refusal::Handshakes);
                 }
             }
@@ -1516,8 +1573,42 @@ impl SecureLayer {
     }
 
     /// Pushes out the oldest half-open handshake of the host holding the most, if it holds
-    /// more than `host` would with one more. Ties go to the host whose oldest is older.
-    fn evict_for(&mut self, host: Host) -> bool {
+    /// more than `host` would with one more (ties go to the host whose oldest is older);
+    /// else, for a newcomer whose host holds none (`restarted`: it just gave one up, so it
+    /// does not) or a peer that completed a handshake before (`known`), the oldest
+    /// half-open handshake of a stranger that has had [`min_evictable_age`]. Counted by
+    /// reason (`dtls.handshake_evicted_heaviest`, `_oldest`; `dtls.handshake_evicted` is
+    /// both).
+    fn evict_for(&mut self, now: Instant, host: Host, known: bool, restarted: bool) -> bool {
+        if self.evict_from_heaviest(host) {
+            self.count("dtls.handshake_evicted_heaviest");
+            return self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_ok();
+        }
+        let holds_none = !restarted && self.handshake_bytes.held_by(host) == 0;
+        if !holds_none && !known {
+            return false;
+        }
+        let min_age = min_evictable_age(&self.config);
+        let oldest = self
+            .handshakes
+            .iter()
+            .filter(|(_, p)| !p.known && now.saturating_since(p.created) >= min_age)
+            .min_by_key(|(_, p)| p.created)
+            .map(|(a, _)| *a);
+        let Some(oldest) = oldest else {
+            return false;
+        };
+        if let Some(p) = self.handshakes.remove(&oldest) {
+            self.release_handshake(p);
+            self.count("dtls.handshake_evicted");
+            self.count("dtls.handshake_evicted_oldest");
+        }
+        self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_ok()
+    }
+
+    /// The share rule of [`SecureLayer::evict_for`]: the heaviest host's oldest goes if it
+    /// holds more than `host` would with one more.
+    fn evict_from_heaviest(&mut self, host: Host) -> bool {
         let mut by_host: HashMap<Host, (usize, Instant, SocketAddr)> = HashMap::new();
         for (a, p) in &self.handshakes {
             let e = by_host.entry(p.host).or_insert((0, p.created, *a));
@@ -1537,11 +1628,14 @@ impl SecureLayer {
         if held <= own + 1 {
             return false;
         }
-        if let Some(p) = self.handshakes.remove(&oldest) {
-            self.release_handshake(p);
-            self.count("dtls.handshake_evicted");
+        match self.handshakes.remove(&oldest) {
+            Some(p) => {
+                self.release_handshake(p);
+                self.count("dtls.handshake_evicted");
+                true
+            }
+            None => false,
         }
-        self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_ok()
     }
 
     /// A completed handshake becomes a session: only its established state is kept.
@@ -1605,6 +1699,7 @@ impl SecureLayer {
             auth,
             row: self.next_row,
             claimed: None,
+            known: true,
         };
         if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
             // Room was checked when the handshake started, counting it; this happens only
@@ -1687,6 +1782,9 @@ impl SecureLayer {
             .and_then(|f| f.client_hello)
             .and_then(|ch| ch.requested_session.copied());
         let resume = self.resumable(requested.as_ref(), now);
+        // A peer that completed a handshake before (a session at this address, or the one it
+        // asks to resume) is kept over strangers in a crowded table.
+        let known = is_put && (self.sessions.contains_key(&peer) || resume.is_some());
         let cid = if is_put { self.fresh_cid(rng) } else { None };
         // Admitted (once the cookie is valid) only with room in the session table for what
         // it may become, counting the handshakes in progress over either carrier, and within
@@ -1729,8 +1827,16 @@ impl SecureLayer {
         let ep = &mut carrier[shard];
         let refused_before = refused_flights(ep);
         forget_claimed();
-        let answer =
-            ep.handle_datagram_with(now, &key, datagram, &offer, &mut admit, rng, &mut self.buf);
+        let answer = ep.handle_datagram_from(
+            now,
+            &key,
+            known,
+            datagram,
+            &offer,
+            &mut admit,
+            rng,
+            &mut self.buf,
+        );
         // A whole flight is handled in one call: what it claimed is this datagram's.
         let claimed = take_claimed();
         if let Some(n) = answer {
@@ -1859,6 +1965,13 @@ impl SecureLayer {
     }
 }
 
+/// How long a stranger's half-open handshake is safe from newcomers: a quarter of the
+/// crowded timeout (2 s by default), time for its round trips, so new hosts arriving faster
+/// than that cannot keep pushing out each other's handshakes before any completes.
+fn min_evictable_age(config: &DtlsConfig) -> Duration {
+    config.crowded_handshake_timeout / 4
+}
+
 /// The server's certificate chain, leaf first (empty without X.509).
 fn chain_of(config: &DtlsConfig) -> Vec<&[u8]> {
     config.certificate_chain.iter().map(Vec::as_slice).collect()
@@ -1909,6 +2022,8 @@ fn add_counters(
         not_admitted: a.not_admitted + b.not_admitted,
         handed_off: a.handed_off + b.handed_off,
         evicted: a.evicted + b.evicted,
+        evicted_oldest: a.evicted_oldest + b.evicted_oldest,
+        expired_crowded: a.expired_crowded + b.expired_crowded,
     }
 }
 

@@ -396,8 +396,9 @@ fn a_flood_from_several_hosts_gives_way_to_a_newcomer_oldest_of_the_heaviest_fir
     assert_eq!(s.count("dtls.handshake_evicted"), evicted + 1);
     gauges_within_caps(&s);
 
-    // A table shared by many hosts with one half-open handshake each is fair already: the
-    // newcomer is refused rather than push anyone out.
+    // A table shared by many hosts with one half-open handshake each: a newcomer whose host
+    // holds none pushes out the oldest stranger's, but only once that one has had its round
+    // trips (a quarter of the crowded timeout, 2 s); before, it is refused.
     let mut s = Server::new(|c| c.max_handshakes = 8);
     let mut one_each: Vec<Flood> = (0..8).map(|i| Flood::new([203, 0, 113, i])).collect();
     for f in &mut one_each {
@@ -408,6 +409,15 @@ fn a_flood_from_several_hosts_gives_way_to_a_newcomer_oldest_of_the_heaviest_fir
     assert_eq!(s.layer.handshakes(), 8);
     assert_eq!(s.count("dtls.handshake_evicted"), 0);
     assert_eq!(s.count("dtls.refused_tables_full"), 1);
+    let mut tenth = Flood::new([203, 0, 113, 100]);
+    tenth.burst(&mut s, 2_000, 1);
+    assert_eq!(s.layer.handshakes(), 8);
+    assert_eq!(s.count("dtls.handshake_evicted_oldest"), 1);
+    assert_eq!(
+        s.layer.handshake_budget().held_by(tenth.host()),
+        HANDSHAKE_BYTES
+    );
+    assert_eq!(s.layer.handshake_budget().held_by(one_each[0].host()), 0);
 }
 
 #[test]
