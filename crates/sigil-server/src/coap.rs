@@ -70,9 +70,16 @@ struct Assembly {
     body: Vec<u8>,
     next: u32,
     at: Instant,
-    /// Bytes charged to the sender's host: the entry's overhead, its key and the body so far.
+    /// Bytes charged to the sender's host: the entry's overhead, its key and the body so far,
+    /// and never less than [`BLOCK1_MIN_CHARGE`].
     charged: usize,
 }
+
+/// The least a Block1 transfer is charged from its first block on, whatever the block's size:
+/// the entry's bookkeeping and 1 KiB. The table is bounded by its bytes alone
+/// (`block1_caps`), so tiny first blocks cost what an entry costs: 3 hosts at their 64 KiB
+/// share hold at most 3 × 58 transfers of a 4 MiB table.
+pub const BLOCK1_MIN_CHARGE: usize = ENTRY_OVERHEAD + 1024;
 
 /// How large an answer to a request may be (RFC 9175 §2.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,14 +248,22 @@ impl Dispatcher {
         }
         shrink_if_sparse(&mut self.dedup);
         shrink_queue_if_sparse(&mut self.dedup_order);
+        // An unfinished Block1 transfer lives `block1_idle` after its last block, not a whole
+        // exchange lifetime: a client sends its next block as soon as the last is acknowledged.
+        let idle = self.config.block1_idle.min(lifetime);
         let budget = &mut self.block1_budget;
+        let mut expired = 0;
         self.assemblies.retain(|(from, _), a| {
-            let keep = now.saturating_since(a.at) < lifetime;
+            let keep = now.saturating_since(a.at) < idle;
             if !keep {
                 budget.refund(Host::of(from.addr), a.charged);
+                expired += 1;
             }
             keep
         });
+        if expired > 0 {
+            self.stats.add("coap.block1.expired", expired);
+        }
         shrink_if_sparse(&mut self.assemblies);
         self.verified.expire(now);
         self.dedup_budget.publish(&self.stats);
@@ -630,9 +645,8 @@ impl Dispatcher {
             // A first block again starts the transfer over.
             self.drop_assembly(&key);
             let per_peer = self.assemblies.keys().filter(|(p, _)| *p == key.0).count();
-            let overhead = ENTRY_OVERHEAD + key.1.len();
+            let overhead = (ENTRY_OVERHEAD + key.1.len()).max(BLOCK1_MIN_CHARGE);
             if per_peer >= self.config.max_assemblies_per_peer
-                || self.assemblies.len() >= self.config.max_assemblies
                 || self.block1_budget.charge(host, overhead).is_err()
             {
                 self.count("coap.block1.refused");
@@ -659,7 +673,11 @@ impl Dispatcher {
             self.drop_assembly(&key);
             return Err(Rejection::BodyTooLarge);
         }
-        if self.block1_budget.charge(host, part.len()).is_err() {
+        // Charged what it holds beyond what it was charged already (the minimum covers the
+        // first KiB or so).
+        let holds = ENTRY_OVERHEAD + key.1.len() + a.body.len() + part.len();
+        let more = holds.saturating_sub(a.charged);
+        if self.block1_budget.charge(host, more).is_err() {
             self.drop_assembly(&key);
             self.count("coap.block1.refused");
             return Err(Rejection::TooManyTransfers);
@@ -667,7 +685,7 @@ impl Dispatcher {
         let Some(a) = self.assemblies.get_mut(&key) else {
             return Err(Rejection::Block1NotStarted);
         };
-        a.charged += part.len();
+        a.charged += more;
         a.body.extend_from_slice(part);
         a.next += 1;
         a.at = now;

@@ -43,9 +43,13 @@ pub struct ServerConfig {
     pub dedup_caps: Caps,
     /// Largest request body accepted through Block1.
     pub max_body: usize,
-    /// Most concurrent Block1 reassemblies (all peers), and per peer.
-    pub max_assemblies: usize,
+    /// Most concurrent Block1 reassemblies per peer address (the table as a whole is bounded
+    /// by `block1_caps` alone, each transfer charged at least
+    /// [`crate::coap::BLOCK1_MIN_CHARGE`]).
     pub max_assemblies_per_peer: usize,
+    /// An unfinished Block1 transfer is dropped this long after its last block. Default 45 s
+    /// (MAX_TRANSMIT_SPAN: a client retransmitting its next block gets it there within it).
+    pub block1_idle: Duration,
     /// Bytes of Block1 reassembly, in total and per source host. Default 4 MiB (256 bodies
     /// of `max_body`) and 4 × `max_body` per host (64 KiB): four full-size registrations at
     /// once from one address, or some forty of the usual 1-2 KiB.
@@ -86,8 +90,8 @@ impl ServerConfig {
                 per_host: 256 << 10,
             },
             max_body: 16 * 1024,
-            max_assemblies: 1024,
             max_assemblies_per_peer: 4,
+            block1_idle: Duration::from_secs(45),
             block1_caps: Caps {
                 total: 4 << 20,
                 per_host: 4 * 16 * 1024,

@@ -1,0 +1,203 @@
+//! The Block1 reassembly table against a few hosts with many ports (issue 25, finding 5), in
+//! memory against the real `Dispatcher`. The table used to stop at 1,024 transfers before the
+//! byte budget counted: 16-byte first blocks from 3 addresses filled it with about 124 KB of
+//! its 4 MiB charged, and block-wise (kit) registrations got 5.03 for 247 s. Now it is
+//! bounded by bytes alone, every transfer is charged at least `BLOCK1_MIN_CHARGE`, and an
+//! unfinished transfer lives `block1_idle` (45 s) after its last block. Every figure asserted
+//! is the server's own accounting (`mem.block1.*`, `coap.block1.*`).
+
+use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_device::{Device, DeviceConfig, MemoryStorage};
+use sigil_identity::Identity;
+use sigil_server::coap::BLOCK1_MIN_CHARGE;
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::{Instant, UnixTime};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const NOW: i64 = 1_700_000_000;
+
+struct Server {
+    d: Dispatcher,
+    stats: Stats,
+    db: PathBuf,
+    config: ServerConfig,
+    now: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        let svc = sigil_server::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        Self {
+            d: Dispatcher::new(config.clone(), svc, stats.clone(), [42; 32]),
+            stats,
+            db,
+            config,
+            now: 0,
+            _dir: dir,
+        }
+    }
+
+    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_at(
+            batch,
+            Instant::from_millis(self.now),
+            UnixTime::from_secs(NOW + (self.now / 1000) as i64),
+        )
+    }
+
+    fn gauge(&self, name: &str) -> u64 {
+        self.stats.get(name)
+    }
+}
+
+/// A first Block1 block of 16 bytes (SZX 0, more to come) of a registration.
+fn first_block(mid: u16, ep: &str) -> Vec<u8> {
+    let mut buf = [0u8; 256];
+    let mut b = MessageBuilder::new(
+        &mut buf,
+        MessageType::Confirmable,
+        Code::POST,
+        mid,
+        &mid.to_be_bytes(),
+    )
+    .unwrap();
+    b.uri_path("rd").unwrap();
+    b.option(option::URI_QUERY, format!("ep={ep}").as_bytes())
+        .unwrap();
+    let (v, n) = BlockOption::new(0, true, 0).encode().unwrap();
+    b.option(option::BLOCK1, &v[..n]).unwrap();
+    let n = b.finish_with_payload(&[b'x'; 16]).unwrap();
+    buf[..n].to_vec()
+}
+
+/// A kit's member registers block-wise (Block1, 64-byte blocks) from `addr`.
+fn kit_member_registers(s: &mut Server, addr: SocketAddr, seed: u64) -> bool {
+    let keys: Vec<PublicKey> = (0..2)
+        .map(|i| {
+            let mut st = MemoryStorage::default();
+            *Device::boot(
+                RustCrypto,
+                DeviceConfig::default(),
+                &mut st,
+                &mut Seeded(seed + i),
+                &[],
+                &[],
+            )
+            .unwrap()
+            .public_key()
+        })
+        .collect();
+    let group = Identity::of_group(&RustCrypto, &keys).unwrap();
+    Store::open(&s.db)
+        .unwrap()
+        .add_identity(&group, IdentityKind::Group, "", NOW)
+        .unwrap();
+    let config = DeviceConfig {
+        block_szx: 2,
+        ..Default::default()
+    };
+    let mut storage = MemoryStorage::default();
+    let mut device = Device::boot(
+        RustCrypto,
+        config,
+        &mut storage,
+        &mut Seeded(seed),
+        &keys[1..],
+        &[],
+    )
+    .unwrap();
+    let until = s.now + 10;
+    loop {
+        let now = Instant::from_millis(s.now);
+        device.handle_timeout(now, &mut storage).unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Some(n) = device.poll_transmit(&mut buf) {
+            out.push((addr, buf[..n].to_vec()));
+        }
+        while device.poll_event().is_some() {}
+        if !out.is_empty() {
+            for (_, reply) in s.deliver(out) {
+                device.handle_datagram(now, &mut storage, &reply).unwrap();
+            }
+            continue;
+        }
+        match device.poll_timeout() {
+            Some(t) if t.as_millis() <= until => s.now = s.now.max(t.as_millis()),
+            _ => {
+                s.now = until;
+                break;
+            }
+        }
+    }
+    device.is_registered()
+}
+
+#[test]
+fn three_hosts_of_tiny_first_blocks_cannot_fill_the_block1_table() {
+    let mut s = Server::new();
+    let caps = s.config.block1_caps;
+    // Three hosts, 400 source ports each, 4 transfers per port (each port's own limit):
+    // 4,800 first blocks of 16 bytes.
+    let hosts = [[10, 0, 0, 61], [10, 0, 0, 62], [10, 0, 0, 63]];
+    let mut refused = 0u64;
+    for port in 20_000..20_400u16 {
+        let mut batch = Vec::new();
+        for ip in hosts {
+            for k in 0..4u16 {
+                let ep = format!("h{}-{port}-{k}", ip[3]);
+                batch.push((SocketAddr::from((ip, port)), first_block(k, &ep)));
+            }
+        }
+        for (_, a) in s.deliver(batch) {
+            if Message::parse(&a).unwrap().code == Code::SERVICE_UNAVAILABLE {
+                refused += 1;
+            }
+        }
+    }
+    let held = s.gauge("mem.block1.bytes");
+    let transfers = 4_800 - refused;
+    // Beside them, a kit registers block-wise from another host.
+    let continued = s.stats.get("coap.block1_continue");
+    assert!(
+        kit_member_registers(&mut s, SocketAddr::from(([192, 0, 2, 8], 41_000)), 300),
+        "a block-wise registration beside three hosts of tiny first blocks ({transfers} \
+         transfers held, {held} B charged)"
+    );
+    assert!(s.stats.get("coap.block1_continue") > continued);
+
+    // Each host holds its share and no more, every transfer charged at least the minimum.
+    assert_eq!(s.gauge("mem.block1.bytes"), held);
+    assert_eq!(s.gauge("mem.block1.hosts"), 3);
+    assert!(held <= 3 * caps.per_host as u64, "{held}");
+    assert!(
+        transfers as usize <= 3 * (caps.per_host / BLOCK1_MIN_CHARGE),
+        "{transfers} transfers held"
+    );
+    assert!(held >= transfers * BLOCK1_MIN_CHARGE as u64);
+    assert_eq!(s.stats.get("coap.block1.refused"), refused);
+    // Most of the 4 MiB is still free.
+    assert!(held * 10 < caps.total as u64, "{held} of {}", caps.total);
+
+    // Unfinished transfers live 45 s after their last block, not an exchange lifetime.
+    s.now += s.config.block1_idle.as_millis() as u64 + 1_000;
+    s.deliver(vec![]);
+    assert_eq!(s.gauge("mem.block1.bytes"), 0);
+    assert_eq!(s.gauge("mem.block1.hosts"), 0);
+    assert_eq!(s.stats.get("coap.block1.expired"), transfers);
+}
