@@ -381,6 +381,32 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         })
     }
 
+    /// For a caller that keeps established sessions itself: if `datagram` is a Confirmable
+    /// `DELETE /dtls/<id>` of `established` (the ID of the caller's session with this peer,
+    /// made over this carrier), answers it 4.05 into `out` as for an established session here
+    /// (it ends with its authenticated `close_notify`, never a forgeable CoAP request), also
+    /// once the handed-off slot is gone. None for anything else (hand it to
+    /// [`Endpoint::handle_datagram_with`]).
+    pub fn refuse_delete_of(
+        &mut self,
+        established: u32,
+        datagram: &[u8],
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let req = Message::parse(datagram).ok()?;
+        if req.mtype != MessageType::Confirmable || req.code != Code::DELETE {
+            return None;
+        }
+        let mut path = req.option_values(option::URI_PATH);
+        match (path.next(), path.next(), path.next()) {
+            (Some(p), Some(id), None)
+                if p == PATH.as_bytes() && parse_id(id) == Some(established) => {}
+            _ => return None,
+        }
+        self.counters.wrong_method += 1;
+        write_reply(&req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
+    }
+
     /// Removes session `id` of `peer` (e.g. after its authenticated `close_notify`). True if
     /// it was there.
     pub fn remove(&mut self, id: u32, peer: &[u8]) -> bool {
@@ -845,7 +871,12 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         let szx = self.config.block_szx;
         let s = self.sessions[slot].as_mut()?;
         if s.handed_off() {
-            // Only its final answer is left (retransmissions were answered above).
+            // Only its final answer is left (retransmissions were answered above); the
+            // session is established at the caller, so a DELETE is refused as for one here.
+            if req.code == Code::DELETE {
+                self.counters.wrong_method += 1;
+                return write_reply(req, &Reply::code(Code::METHOD_NOT_ALLOWED), out);
+            }
             self.counters.unknown_session += 1;
             return write_reply(req, &Reply::code(Code::NOT_FOUND), out);
         }

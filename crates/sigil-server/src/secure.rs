@@ -345,6 +345,9 @@ struct Peer<K> {
     /// A handshake whose peer completed one before (its address has a session, or it asks to
     /// resume a cached one): kept over strangers' handshakes when the table is crowded.
     known: bool,
+    /// A session made over the CoAP carrier: its resource's ID (`dtls/<id>`), whose `DELETE`
+    /// is answered 4.05 for as long as the session lives.
+    carrier_id: Option<u32>,
 }
 
 /// A resumable session in the cache, with when it was made and the host it is charged to.
@@ -764,6 +767,7 @@ impl SecureLayer {
             row: row.id,
             claimed: None,
             known: true,
+            carrier_id: None,
         };
         if !self.save_session(now, peer, &mut p) {
             self.session_bytes.refund(host, SESSION_BYTES);
@@ -1482,6 +1486,7 @@ impl SecureLayer {
                     row: 0,
                     claimed: take_claimed(),
                     known,
+                    carrier_id: None,
                 };
                 self.count("dtls.handshake_started");
                 if restarted {
@@ -1700,6 +1705,7 @@ impl SecureLayer {
             row: self.next_row,
             claimed: None,
             known: true,
+            carrier_id: None,
         };
         if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
             // Room was checked when the handshake started, counting it; this happens only
@@ -1825,6 +1831,16 @@ impl SecureLayer {
             true
         };
         let ep = &mut carrier[shard];
+        // DELETE of the resource an established session was made at: 4.05 (it ends with its
+        // authenticated close_notify), also after the carrier's slot has gone.
+        if let Some(id) = self.sessions.get(&peer).and_then(|p| p.carrier_id) {
+            if let Some(n) = ep.refuse_delete_of(id, datagram, &mut self.buf) {
+                out.push((peer, self.buf[..n].to_vec()));
+                self.count("dtls_coap.delete_of_established");
+                self.carrier = carrier;
+                return Vec::new();
+            }
+        }
         let refused_before = refused_flights(ep);
         forget_claimed();
         let answer = ep.handle_datagram_from(
@@ -1871,6 +1887,7 @@ impl SecureLayer {
                 self.count("dtls_coap.cid_taken");
                 continue;
             }
+            let id = est.id;
             delivered.extend(self.install_session(
                 now,
                 peer,
@@ -1881,7 +1898,8 @@ impl SecureLayer {
                 [0; 32],
                 out,
             ));
-            if self.sessions.contains_key(&peer) {
+            if let Some(p) = self.sessions.get_mut(&peer) {
+                p.carrier_id = Some(id);
                 self.count("dtls_coap.handshake_completed");
             }
         }
