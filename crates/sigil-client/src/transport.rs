@@ -259,6 +259,73 @@ pub fn own_identity(security: &Security) -> Option<String> {
         .map(|i| i.to_string())
 }
 
+/// Where a client handshake stood when it was given up: what its silence means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stall {
+    /// Nothing came back from the server: no server there, or the wrong port.
+    Silent,
+    /// The server answered the hello, then fell silent before the client sent its Finished.
+    Answered,
+    /// The client sent its Finished (its last flight) and heard nothing after: a Sigil
+    /// server drops a Finished it cannot authenticate (a wrong PSK), or a client it does not
+    /// accept, without an answer (RFC 6347 §4.1.2.7).
+    SentFinished,
+}
+
+impl Stall {
+    /// The stall of a handshake in DTLS records, from the connection's state.
+    pub fn of_records(heard: bool, state: sigil_dtls::State) -> Self {
+        use sigil_dtls::State;
+        match state {
+            State::ExpectChangeCipherSpec | State::ExpectFinished => Self::SentFinished,
+            _ if heard => Self::Answered,
+            _ => Self::Silent,
+        }
+    }
+}
+
+/// What a handshake given up at `stall` most likely means for a client with these
+/// credentials, and the fix; `limit` is how long it waited (none: the DTLS layer's own
+/// retransmissions ran out).
+pub fn explain_stall(
+    stall: Stall,
+    server: SocketAddr,
+    security: &Security,
+    limit: Option<Duration>,
+) -> String {
+    let within = limit.map_or(String::new(), |l| format!(" within {}", humanize(l)));
+    let who = own_identity(security);
+    let who = who.as_deref().unwrap_or("<identity>");
+    match (stall, security) {
+        (Stall::Silent, _) => format!(
+            "no answer from coaps://{server}{within}: nothing answered at {server} to the DTLS handshake: is the server running, is the port right (`sigil server --dtls-listen`, 5684 by default)?"
+        ),
+        (Stall::Answered, _) => format!(
+            "DTLS handshake with {server} did not complete{within}: the server answered, then fell silent before our Finished (overloaded, or the path lost its answers): try again"
+        ),
+        (Stall::SentFinished, Security::Psk { .. }) => format!(
+            "DTLS handshake with {server} did not complete{within}: no answer to Finished: is the PSK right? The server answered the hello but not the Finished, which with a PSK means the key is wrong (the server drops what it cannot authenticate): check --psk against what `sigil provision psk {who}` printed"
+        ),
+        (Stall::SentFinished, _) => format!(
+            "DTLS handshake with {server} did not complete{within}: the server did not answer our Finished: is this client provisioned/trusted? (`sigil provision list` on the server should show {who}; `sigil provision add {who}` adds it)"
+        ),
+    }
+}
+
+/// What a refusal of the client's last flight (its Finished) means for these credentials.
+fn explain_refused_finished(security: &Security) -> String {
+    let who = own_identity(security);
+    let who = who.as_deref().unwrap_or("<identity>");
+    match security {
+        Security::Psk { .. } => format!(
+            ": the server could not authenticate our Finished: is the PSK right? A wrong key shows this way: check --psk against what `sigil provision psk {who}` printed"
+        ),
+        _ => format!(
+            ": the server refused our Finished: is this client provisioned/trusted? (`sigil provision add {who}` on the server)"
+        ),
+    }
+}
+
 /// The error of a client that heard nothing from `server` within `wait`.
 pub fn no_answer(server: SocketAddr, secure: bool, wait: Duration) -> anyhow::Error {
     let scheme = if secure { "coaps" } else { "coap" };
@@ -309,6 +376,8 @@ pub struct Transport {
     /// Whether the server sent anything during the last handshake (a stalled handshake
     /// after an answer is not an absent server).
     heard: bool,
+    /// Where the last handshake stood when it was last driven: what a give-up explains.
+    stall: Stall,
 }
 
 /// Records a kept association may seal per write of its file: the sequence reserved ahead.
@@ -355,27 +424,12 @@ impl Transport {
     }
 
     /// The error of a handshake that did not complete (within `limit`, or before the DTLS
-    /// layer's own retransmissions ran out).
+    /// layer's own retransmissions ran out), chosen by where it stopped ([`Stall`]).
     fn stalled(&self, limit: Option<Duration>) -> anyhow::Error {
-        let within = limit.map_or(String::new(), |l| format!(" within {}", humanize(l)));
-        match (self.heard, &self.security) {
-            (false, _) => match limit {
-                Some(l) => no_answer(self.server, true, l),
-                None => anyhow!(
-                    "no answer from coaps://{} to the DTLS handshake: is `sigil server --dtls-listen` running there?",
-                    self.server
-                ),
-            },
-            (true, Security::Psk { identity, .. }) => anyhow!(
-                "DTLS handshake with {} did not complete{within}: the server answered the hello but not the Finished, which with a PSK means the key is wrong (the server drops what it cannot authenticate): check --psk against what `sigil provision psk {}` printed",
-                self.server,
-                String::from_utf8_lossy(identity)
-            ),
-            (true, _) => anyhow!(
-                "DTLS handshake with {} did not complete{within}: the server answered, then fell silent",
-                self.server
-            ),
-        }
+        anyhow!(
+            "{}",
+            explain_stall(self.stall, self.server, &self.security, limit)
+        )
     }
 
     /// How later handshakes travel.
@@ -410,6 +464,7 @@ impl Transport {
             association_writes: 0,
             handshake_limit: None,
             heard: false,
+            stall: Stall::Silent,
         })
     }
 
@@ -538,6 +593,7 @@ impl Transport {
         let trust = PinnedServer(pinned, anchors, std::sync::Arc::clone(&presented));
         self.inbox.clear();
         self.heard = false;
+        self.stall = Stall::Silent;
         let handshake = match self.carrier {
             Carrier::Records => self.handshake_records(trust, credentials).await,
             Carrier::Coap => self.handshake_coap(trust, credentials).await,
@@ -603,6 +659,7 @@ impl Transport {
             if let Some(e) = conn.failure() {
                 return Err(e.into());
             }
+            self.stall = Stall::of_records(self.heard, conn.state());
             let now = self.now();
             let wake = conn.poll_timeout().unwrap_or(now + Duration::from_secs(1));
             let mut wait = wake.saturating_since(now).max(Duration::from_millis(1));
@@ -642,8 +699,19 @@ impl Transport {
         };
         let rng = &mut crate::os::OsRng;
         let server = self.server;
-        let failed = |e| match e {
+        let security = self.security.clone();
+        // After the session resource exists, the client's POST carries its last flight:
+        // a 4.03 to it is the server failing to authenticate that flight (the Finished).
+        let failed = |e, sent_finished: bool| match e {
             sigil_dtls_coap::Error::Dtls(e) => HandshakeFailure::Dtls(e),
+            sigil_dtls_coap::Error::Refused(code)
+                if sent_finished && code == sigil_coap::Code::FORBIDDEN =>
+            {
+                HandshakeFailure::Other(anyhow!(
+                    "DTLS handshake over CoAP with {server}: {code} to our Finished{}",
+                    explain_refused_finished(&security)
+                ))
+            }
             e => HandshakeFailure::Other(anyhow!("DTLS handshake over CoAP with {server}: {e:?}")),
         };
         let mut hs = Box::new(
@@ -655,7 +723,7 @@ impl Transport {
                 credentials,
                 self.now(),
             )
-            .map_err(failed)?,
+            .map_err(|e| failed(e, false))?,
         );
         let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
         let started = Instant::now();
@@ -667,8 +735,15 @@ impl Transport {
                 break;
             }
             if let Some(e) = hs.failure() {
-                return Err(failed(e));
+                return Err(failed(e, hs.session_id().is_some()));
             }
+            // The session resource exists once the server took the hello: the POST that
+            // follows carries the client's last flight, its Finished included.
+            self.stall = match (self.heard, hs.session_id()) {
+                (_, Some(_)) => Stall::SentFinished,
+                (true, None) => Stall::Answered,
+                (false, None) => Stall::Silent,
+            };
             let now = self.now();
             let wake = hs.poll_timeout().unwrap_or(now + Duration::from_secs(1));
             let mut wait = wake.saturating_since(now).max(Duration::from_millis(1));
@@ -680,14 +755,23 @@ impl Transport {
                 wait = wait.min(left);
             }
             match tokio::time::timeout(wait, self.socket.recv_from(&mut self.buf)).await {
-                Err(_) => hs.handle_timeout(self.now()).map_err(failed)?,
+                Err(_) => {
+                    let sent_finished = hs.session_id().is_some();
+                    match hs.handle_timeout(self.now()) {
+                        Err(sigil_dtls_coap::Error::Timeout) => {
+                            return Err(self.stalled(None).into())
+                        }
+                        r => r.map_err(|e| failed(e, sent_finished))?,
+                    }
+                }
                 Ok(r) => {
                     let (n, from) = r.context("socket")?;
                     if from == self.server {
                         self.heard = true;
                         let now = self.now();
+                        let sent_finished = hs.session_id().is_some();
                         hs.handle_datagram(now, &self.buf[..n], rng)
-                            .map_err(failed)?;
+                            .map_err(|e| failed(e, sent_finished))?;
                     }
                 }
             }

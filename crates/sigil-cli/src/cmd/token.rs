@@ -27,12 +27,17 @@ pub struct TokenArgs {
     pub publish: Vec<String>,
     /// Bind the token to this key's public half (`alg:hex` secret key file, as `--key-file`):
     /// the client then opens its session with that raw public key (RFC 9202 §3.2). Needed
-    /// for a sensor audience when the session is PSK.
+    /// for a sensor audience when the session is PSK. The request carries the key's signature
+    /// over this client's identity (`req_cnf_pop`), which the server asks for.
     #[arg(long)]
     pub bind_key: Option<PathBuf>,
     /// Where to write the token (the CWT as it goes to `/authz-info`).
     #[arg(long)]
     pub out: PathBuf,
+    /// Give up when the server has not answered for this long (the DTLS handshake, or the
+    /// request), e.g. 10s, 500ms; a handshake given up says where it stopped and why.
+    #[arg(long, default_value = "10s", value_parser = crate::args::parse_duration)]
+    pub timeout: std::time::Duration,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
@@ -43,20 +48,29 @@ pub async fn run(a: TokenArgs) -> Result<i32> {
         bail!("/token is served over coaps:// only");
     }
     a.dtls.check(true)?;
-    let bind = match &a.bind_key {
-        Some(p) => {
-            let sk = crate::args::read_key_file(p).context("--bind-key")?;
-            Some(
-                sigil_crypto::CryptoProvider::public_key(&sigil_crypto::RustCrypto, &sk)
-                    .map_err(|e| anyhow::anyhow!("--bind-key: {e}"))?,
-            )
-        }
+    let bind_key = match &a.bind_key {
+        Some(p) => Some(crate::args::read_key_file(p).context("--bind-key")?),
         None => None,
     };
     let security = a.dtls.security(true, None)?;
+    // The bound key signs the identity this session authenticates (`req_cnf_pop`): the AC
+    // binds no key its client has not proven it holds.
+    let bind = match &bind_key {
+        Some(key) => Some(ace::BindKey {
+            key,
+            client: ace::session_identity(&security)
+                .context("--bind-key needs the client's own identity (a PSK identity or key)")?,
+        }),
+        None => None,
+    };
     let config = a.dtls.timing.config()?;
-    let t = Transport::open_over(uri.addr, security, config, a.dtls.dtls_carrier.into()).await?;
-    let mut c = CoapClient::over(t, sigil_coap::TransmissionParameters::default());
+    if a.timeout.is_zero() {
+        bail!("--timeout must be above zero");
+    }
+    let carrier = a.dtls.dtls_carrier.into();
+    let t = Transport::open_within(uri.addr, security, config, carrier, a.timeout).await?;
+    let mut c =
+        CoapClient::with_timeout(t, sigil_coap::TransmissionParameters::default(), a.timeout);
     let mut scope: Vec<(String, Permissions)> = Vec::new();
     for o in &a.scope {
         let p = if a.publish.contains(o) {
