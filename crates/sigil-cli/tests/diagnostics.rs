@@ -181,12 +181,52 @@ fn dtls_refusals_are_named_and_explained_and_a_wrong_pin_names_the_server() {
     assert!(!out.status.success());
     // The server drops a Finished it cannot authenticate (RFC 6347 §4.1.2.7): the client
     // says what that silence after the hello means.
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("the server answered the hello but not the Finished")
+        err.contains("no answer to Finished: is the PSK right?")
+            && err.contains("server answered the hello but not the Finished")
             && err.contains("the key is wrong")
             && err.contains(&format!("sigil provision psk {known}")),
-        "{err}"
+        "{known}: {err}"
     );
+    // `sigil token` with the wrong PSK gives up within its --timeout (it used to have none:
+    // the DTLS layer's own retransmissions ran 184 s, then "handshake timed out"), naming the
+    // key, on either carrier.
+    for carrier in ["records", "coap"] {
+        let out = sigil(&[
+            "token",
+            "--server",
+            &format!("coaps://127.0.0.1:{dport}"),
+            "--dtls",
+            "psk",
+            "--dtls-carrier",
+            carrier,
+            "--psk-identity",
+            &known,
+            "--psk",
+            &wrong,
+            "--scope",
+            "rd",
+            "--out",
+            dir.path().join("t.cwt").to_str().unwrap(),
+            "--timeout",
+            "3s",
+        ]);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{carrier}: {err}");
+        // In records the server drops the Finished it cannot authenticate; over the CoAP
+        // carrier it answers the flight with 4.03.
+        let why = if carrier == "records" {
+            "within 3 s: no answer to Finished: is the PSK right?"
+        } else {
+            "4.03 to our Finished: the server could not authenticate our Finished: is the PSK right?"
+        };
+        assert!(
+            err.contains(why) && err.contains(&format!("sigil provision psk {known}")),
+            "{carrier}: {err}"
+        );
+        assert!(!dir.path().join("t.cwt").exists());
+    }
     let out = get(&stranger, &psk);
     let err = stderr_of(&out);
     assert!(!out.status.success());
@@ -269,10 +309,22 @@ fn app_and_get_give_up_on_a_silent_server_within_their_timeout() {
         sigil(&["get", &format!("{coap}/x"), "--timeout", "1s"]),
         &coap,
     );
-    expect(
-        sigil(&[
-            "get",
-            &format!("{coaps}/x"),
+    // Nothing answered the handshake: the address and port are what to check, for `get`
+    // and `token` alike.
+    for args in [
+        vec!["get".to_string(), format!("{coaps}/x")],
+        vec![
+            "token".to_string(),
+            "--server".to_string(),
+            coaps.clone(),
+            "--scope".to_string(),
+            "rd".to_string(),
+            "--out".to_string(),
+            "/nonexistent/t.cwt".to_string(),
+        ],
+    ] {
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend([
             "--timeout",
             "1s",
             "--dtls",
@@ -280,10 +332,19 @@ fn app_and_get_give_up_on_a_silent_server_within_their_timeout() {
             "--psk-identity",
             "x",
             "--psk",
-            &"00".repeat(16),
-        ]),
-        &coaps,
-    );
+        ]);
+        let psk = "00".repeat(16);
+        args.push(&psk);
+        let out = sigil(&args);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "no answer from {coaps} within 1 s: nothing answered at 127.0.0.1:{port} to the DTLS handshake: is the server running, is the port right"
+            )),
+            "{err}"
+        );
+    }
     let out = sigil(&["app", "--server", &coap, "--timeout", "0s"]);
     assert!(stderr_of(&out).contains("--timeout must be above zero"));
     drop(silent);
@@ -379,4 +440,29 @@ fn get_writes_a_binary_reading_as_it_came_so_verify_takes_it() {
     let (line, all) = stderr_until(srv, &["request refused", "replay"]);
     let line = line.unwrap_or_else(|| panic!("no refusal logged: {all}"));
     assert!(line.contains(&format!("{id} (kid)")), "{line}");
+}
+
+#[test]
+fn identity_refuses_a_key_that_is_not_a_point_of_its_curve() {
+    // The P-256 base point, and the same x with y changed in its last bit: not on the curve.
+    let g = "046b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c2964fe342e2fe1a7f9b8ee7eb4a7c0f9e162bce33576b315ececbb6406837bf51f5";
+    let off = format!("{}4", &g[..g.len() - 1]);
+    let out = sigil(&["identity", "--key", &format!("p256:{g}")]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    for key in [
+        format!("p256:{off}"),
+        // Ed25519: y = 2 has no point; y = p + 1 only by reduction modulo p.
+        format!("ed25519:02{}", "00".repeat(31)),
+        format!("ed25519:ee{}7f", "ff".repeat(30)),
+    ] {
+        let out = sigil(&["identity", "--key", &key]);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{key}: {err}");
+        assert!(
+            err.contains(&format!("--key {key}"))
+                && err.contains("not on its curve or not canonically encoded"),
+            "{key}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{key}");
+    }
 }

@@ -93,13 +93,16 @@ pub struct AgreementPublicKey {
 }
 
 impl AgreementPublicKey {
-    /// Wraps a public value after checking its length (and the SEC 1 uncompressed prefix for
-    /// P-256). Whether a P-256 point is on the curve is checked when it is used.
+    /// Wraps a public value after checking its length and, for P-256, that it is an
+    /// uncompressed SEC 1 point on the curve (as [`crate::PublicKey::from_bytes`]; X25519
+    /// takes any 32 bytes, and a low-order one shows as an all-zero shared secret).
     pub fn from_bytes(alg: AgreementAlgorithm, key: &[u8]) -> Result<Self, CryptoError> {
         if key.len() != alg.public_key_len() {
             return Err(CryptoError::KeyLength);
         }
-        if alg == AgreementAlgorithm::P256 && key[0] != 0x04 {
+        if alg == AgreementAlgorithm::P256
+            && (key[0] != 0x04 || !crate::is_point(crate::SignatureAlgorithm::EcdsaP256, key))
+        {
             return Err(CryptoError::InvalidKey);
         }
         let mut bytes = [0u8; MAX_AGREEMENT_KEY_LEN];

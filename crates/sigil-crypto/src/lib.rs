@@ -173,7 +173,9 @@ impl fmt::Display for CryptoError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Self::KeyLength => "public or secret key has the wrong length",
-            Self::InvalidKey => "key bytes do not encode a valid key",
+            Self::InvalidKey => {
+                "key bytes do not encode a valid key (a public key not on its curve or not canonically encoded, or a secret out of range)"
+            }
             Self::SignatureLength => "signature has the wrong length",
             Self::BadSignature => "signature does not verify",
             Self::Rng => "random number source failed",
@@ -193,13 +195,22 @@ pub struct PublicKey {
 }
 
 impl PublicKey {
-    /// Wraps key bytes after checking the length and, for P-256, the uncompressed-point prefix.
-    /// Whether the point is on the curve is checked by the provider at verification time.
+    /// Wraps key bytes after checking the length and that they encode a point: for P-256 an
+    /// uncompressed SEC 1 point on the curve, for Ed25519 a canonical encoding of a point
+    /// (`y` below the field prime, and an `x` exists). Every key that comes from outside (an
+    /// identity list, a COSE_Key, a DTLS raw public key, a registration, a pairing message)
+    /// is made here, so a key that is not a point is refused where it is parsed, not later
+    /// at a verification. (Small-order Ed25519 keys decode; strict verification refuses
+    /// every signature under them.) A build without the portable backend for an algorithm
+    /// checks only the length and prefix.
     pub fn from_bytes(alg: SignatureAlgorithm, key: &[u8]) -> Result<Self, CryptoError> {
         if key.len() != alg.public_key_len() {
             return Err(CryptoError::KeyLength);
         }
         if alg == SignatureAlgorithm::EcdsaP256 && key[0] != 0x04 {
+            return Err(CryptoError::InvalidKey);
+        }
+        if !is_point(alg, key) {
             return Err(CryptoError::InvalidKey);
         }
         let mut bytes = [0u8; MAX_PUBLIC_KEY_LEN];
@@ -217,6 +228,27 @@ impl PublicKey {
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len as usize]
+    }
+}
+
+/// Whether `key` (of the right length) encodes a point of the algorithm's curve.
+#[allow(unused_variables)]
+pub(crate) fn is_point(alg: SignatureAlgorithm, key: &[u8]) -> bool {
+    match alg {
+        #[cfg(feature = "rustcrypto-p256")]
+        SignatureAlgorithm::EcdsaP256 => p256::PublicKey::from_sec1_bytes(key).is_ok(),
+        #[cfg(feature = "rustcrypto-ed25519")]
+        SignatureAlgorithm::Ed25519 => {
+            let Ok(bytes) = <&[u8; 32]>::try_from(key) else {
+                return false;
+            };
+            // Decompression takes `y` modulo p, so a non-canonical `y` (p or above) would
+            // decode too: the point must encode back to the same bytes.
+            ed25519_dalek::VerifyingKey::from_bytes(bytes)
+                .is_ok_and(|k| k.to_edwards().compress().as_bytes() == bytes)
+        }
+        #[allow(unreachable_patterns)]
+        _ => true,
     }
 }
 

@@ -30,7 +30,11 @@ pub struct IdentityArgs {
 }
 
 pub fn run(a: IdentityArgs) -> Result<i32> {
-    let mut keys: Vec<PublicKey> = a.keys.iter().map(|k| parse_key(k)).collect::<Result<_>>()?;
+    let mut keys: Vec<PublicKey> = a
+        .keys
+        .iter()
+        .map(|k| parse_key(k).with_context(|| format!("--key {k}")))
+        .collect::<Result<_>>()?;
     if let Some(dir) = &a.state {
         let mut s = FileStorage::open(dir)?;
         let sk: SecretKey = s
