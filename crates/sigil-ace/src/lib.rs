@@ -32,8 +32,8 @@ pub use pairing::{
     MAX_PAIRING_LEN,
 };
 pub use params::{
-    AceError, AceErrorCode, TokenRequest, TokenResponse, CONTENT_FORMAT_ACE_CBOR,
-    CONTENT_FORMAT_CWT, PROFILE_COAP_DTLS,
+    req_cnf_pop_input, AceError, AceErrorCode, TokenRequest, TokenResponse,
+    CONTENT_FORMAT_ACE_CBOR, CONTENT_FORMAT_CWT, PROFILE_COAP_DTLS, REQ_CNF_POP_INPUT_MAX,
 };
 pub use scope::{Permissions, Scope, ScopeEntry, RD_OBJECT};
 pub use token::{

@@ -3,7 +3,8 @@
 //! RFC 9200 Table 5 (and `rs_cnf`, RFC 9201 §5).
 //!
 //! A client asks with a [`TokenRequest`] (`audience`, `scope`, optionally `req_cnf`: the public
-//! key the token should bind); the AC answers with a [`TokenResponse`] (`access_token`,
+//! key the token should bind, with `req_cnf_pop`, the client's proof that it holds that key:
+//! [`req_cnf_pop_input`]); the AC answers with a [`TokenResponse`] (`access_token`,
 //! `expires_in`, the `cnf` it made for a symmetric proof-of-possession key, the resource
 //! server's key in `rs_cnf`, `ace_profile`), or with an [`AceError`]. Every parser is bounded
 //! and refuses what it does not understand with a [`TokenError`].
@@ -35,6 +36,17 @@ const P_ERROR: u64 = 30;
 const P_ERROR_DESCRIPTION: u64 = 31;
 const P_ACE_PROFILE: u64 = 38;
 const P_RS_CNF: u64 = 41;
+/// `req_cnf_pop` goes under the label -65537 (a negative label, outside the unsigned values
+/// RFC 9200 registers): CBOR's argument of that negative integer.
+const REQ_CNF_POP_ARG: u64 = 65536;
+/// How `req_cnf_pop` is known inside this module (no unsigned label is this large).
+const P_REQ_CNF_POP: u64 = u64::MAX;
+/// Bytes of [`req_cnf_pop_input`] at most (the client's identity is at most
+/// [`MAX_CLAIM_LEN`] bytes of text).
+pub const REQ_CNF_POP_INPUT_MAX: usize = 160;
+/// What [`req_cnf_pop_input`] starts with: the signature proves possession for `/token` and
+/// nothing else (no reading, hello or pairing message starts so).
+const REQ_CNF_POP_CONTEXT: &str = "sigil /token req_cnf proof of possession";
 
 /// What a client asks `/token` for.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,6 +58,30 @@ pub struct TokenRequest<'a> {
     /// The public key the token should bind (asymmetric proof of possession, RFC 9201 §3.1).
     /// Without it the AC binds the key the client authenticated with, or makes a symmetric key.
     pub req_cnf: Option<Confirmation<'a>>,
+    /// The client's proof that it holds the private half of `req_cnf`: that key's signature over
+    /// [`req_cnf_pop_input`] (the client's own identity and the key). Sigil's AC binds a key
+    /// other than the session's own only with it, so no client gets a token for another's key.
+    pub req_cnf_pop: Option<&'a [u8]>,
+}
+
+/// What a client signs with the key it asks `/token` to bind (`req_cnf`), as `req_cnf_pop`:
+/// the CBOR array `["sigil /token req_cnf proof of possession", client, alg, h'key']`, where
+/// `client` is the identity the client's session authenticates (its text form), `alg` the
+/// key's algorithm name (`ed25519`, `p256`) and `key` its public bytes. It names the client,
+/// so another client cannot use it; it names the key, so it proves nothing about another.
+pub fn req_cnf_pop_input(
+    client: &str,
+    key: &sigil_crypto::PublicKey,
+    out: &mut [u8],
+) -> Result<usize, TokenError> {
+    check_text(client)?;
+    let mut e = Encoder::new(out);
+    e.array(4)?
+        .text(REQ_CNF_POP_CONTEXT)?
+        .text(client)?
+        .text(key.algorithm().name())?
+        .bytes(key.as_bytes())?;
+    Ok(e.finish())
 }
 
 /// What `/token` answers on success.
@@ -138,11 +174,15 @@ impl<'a> TokenRequest<'a> {
         let mut e = Encoder::new(out);
         let n = usize::from(self.audience.is_some())
             + usize::from(self.scope.is_some())
-            + usize::from(self.req_cnf.is_some());
+            + usize::from(self.req_cnf.is_some())
+            + usize::from(self.req_cnf_pop.is_some());
         e.map(n)?;
         if let Some(c) = &self.req_cnf {
             e.u64(P_REQ_CNF)?;
             c.encode(&mut e)?;
+        }
+        if let Some(sig) = self.req_cnf_pop {
+            e.i64(-1 - REQ_CNF_POP_ARG as i64)?.bytes(sig)?;
         }
         if let Some(a) = self.audience {
             check_text(a)?;
@@ -167,6 +207,16 @@ impl<'a> TokenRequest<'a> {
                 }
                 P_SCOPE => r.scope = Some(scope_param(d)?),
                 P_REQ_CNF => r.req_cnf = Some(Confirmation::parse(d)?),
+                P_REQ_CNF_POP => {
+                    if r.req_cnf_pop.is_some() {
+                        return Err(Malformed::Param("parameter appears twice").into());
+                    }
+                    let sig = d.bytes().map_err(|_| Malformed::Param("req_cnf_pop"))?;
+                    if sig.is_empty() || sig.len() > 128 {
+                        return Err(Malformed::Param("req_cnf_pop length").into());
+                    }
+                    r.req_cnf_pop = Some(sig);
+                }
                 _ => d.skip()?,
             }
             Ok(())
@@ -325,6 +375,7 @@ fn params_map(d: &mut Decoder<'_>) -> Result<usize, TokenError> {
 fn label(d: &mut Decoder<'_>) -> Result<Option<u64>, TokenError> {
     Ok(match d.item()? {
         Item::Unsigned(l) => Some(l),
+        Item::Negative(REQ_CNF_POP_ARG) => Some(P_REQ_CNF_POP),
         Item::Negative(_) | Item::Text(_) => None,
         _ => return Err(Malformed::Param("label").into()),
     })

@@ -38,6 +38,7 @@ fn a_token_request_round_trips_with_its_scope_wrapped_in_a_byte_string() {
         audience: Some("sigil"),
         scope: Some(Scope::new(&ENTRIES)),
         req_cnf: Some(Confirmation::PublicKey { kid: None, key: pk }),
+        req_cnf_pop: None,
     };
     let mut buf = [0u8; 512];
     let n = req.encode(&mut buf).unwrap();
@@ -50,6 +51,44 @@ fn a_token_request_round_trips_with_its_scope_wrapped_in_a_byte_string() {
     assert_eq!(
         back.req_cnf,
         Some(Confirmation::PublicKey { kid: None, key: pk })
+    );
+}
+
+/// The proof of possession of `req_cnf` travels as `-65537: h'<signature>'` and comes back as
+/// it went; it verifies over the input naming the client and the key, and over no other.
+#[test]
+fn a_req_cnf_proof_round_trips_and_binds_the_client_and_the_key() {
+    let sk = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut TestRng(2))
+        .unwrap();
+    let pk = RustCrypto.public_key(&sk).unwrap();
+    let client = "00112233445566778899aabbccddeeff";
+    let mut input = [0u8; sigil_ace::REQ_CNF_POP_INPUT_MAX];
+    let n = sigil_ace::req_cnf_pop_input(client, &pk, &mut input).unwrap();
+    let sig = RustCrypto.sign(&sk, &input[..n]).unwrap();
+    let req = TokenRequest {
+        scope: Some(Scope::new(&ENTRIES)),
+        req_cnf: Some(Confirmation::PublicKey { kid: None, key: pk }),
+        req_cnf_pop: Some(&sig.0),
+        ..Default::default()
+    };
+    let mut buf = [0u8; 512];
+    let len = req.encode(&mut buf).unwrap();
+    let back = TokenRequest::parse(&buf[..len]).unwrap();
+    assert_eq!(back.req_cnf_pop, Some(&sig.0[..]));
+    assert!(RustCrypto.verify(&pk, &input[..n], &sig.0).is_ok());
+    // Another client's input: the same signature proves nothing for it.
+    let mut other = [0u8; sigil_ace::REQ_CNF_POP_INPUT_MAX];
+    let m =
+        sigil_ace::req_cnf_pop_input("ffeeddccbbaa99887766554433221100", &pk, &mut other).unwrap();
+    assert!(RustCrypto.verify(&pk, &other[..m], &sig.0).is_err());
+    // Twice: refused.
+    let mut twice = buf[..len].to_vec();
+    twice[0] += 1;
+    twice.extend_from_slice(&[0x3a, 0x00, 0x01, 0x00, 0x00, 0x41, 0x00]);
+    assert_eq!(
+        TokenRequest::parse(&twice).unwrap_err(),
+        TokenError::Malformed(Malformed::Param("parameter appears twice"))
     );
 }
 

@@ -322,7 +322,10 @@ async fn steps(
         &mut c,
         Some(&sensor_id.to_string()),
         &[(sensor_id.to_string(), Permissions::READ)],
-        Some(reader_public),
+        Some(sigil_client::ace::BindKey {
+            key: &reader_key,
+            client: reader,
+        }),
     )
     .await;
     c.close().await;

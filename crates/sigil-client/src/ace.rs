@@ -11,7 +11,8 @@ use sigil_ace::{
     CONTENT_FORMAT_ACE_CBOR, CONTENT_FORMAT_CWT,
 };
 use sigil_coap::Code;
-use sigil_crypto::PublicKey;
+use sigil_crypto::{PublicKey, RustCrypto, SecretKey};
+use sigil_identity::Identity;
 use std::net::SocketAddr;
 
 /// What `/token` gave: the token, and what the client needs to use it.
@@ -55,14 +56,67 @@ fn refused(code: Code, payload: &[u8]) -> Refused {
     Refused { code, what }
 }
 
+/// A key a token should bind (`req_cnf`) and the identity the client's session authenticates
+/// ([`session_identity`]): the request carries the key's signature over both
+/// (`req_cnf_pop`, [`sigil_ace::req_cnf_pop_input`]), which the AC asks for before it binds any
+/// key other than the session's own.
+pub struct BindKey<'a> {
+    pub key: &'a SecretKey,
+    pub client: Identity,
+}
+
+/// The identity a session with these credentials authenticates to the server: the PSK
+/// identity (a provisioned identity's text form), or `h(P)` of the client's own raw public key
+/// or certified key. `None` without own credentials.
+pub fn session_identity(security: &Security) -> Option<Identity> {
+    use sigil_crypto::CryptoProvider;
+    let of_key = |sk: &SecretKey| {
+        let pk = RustCrypto.public_key(sk).ok()?;
+        Identity::of_key(&RustCrypto, &pk, b"").ok()
+    };
+    match security {
+        Security::Psk { identity, .. } => std::str::from_utf8(identity)
+            .ok()
+            .and_then(|t| Identity::parse(t).ok()),
+        Security::RawPublicKey { own: Some(sk), .. } => of_key(sk),
+        Security::Certificate {
+            own: Some((_, sk)), ..
+        } => of_key(sk),
+        _ => None,
+    }
+}
+
 /// Asks the AC (over `c`, an authenticated coaps:// session) for a token for `audience` (the
-/// AC's own server when `None`) with `scope`, binding `req_cnf` if given.
+/// AC's own server when `None`) with `scope`, binding `bind`'s key if given (with its proof of
+/// possession).
 pub async fn request_token(
     c: &mut CoapClient,
     audience: Option<&str>,
     scope: &[(String, Permissions)],
-    req_cnf: Option<PublicKey>,
+    bind: Option<BindKey<'_>>,
 ) -> Result<Ticket> {
+    use sigil_crypto::CryptoProvider;
+    let req_cnf: Option<PublicKey> = match &bind {
+        Some(b) => Some(
+            RustCrypto
+                .public_key(b.key)
+                .map_err(|e| anyhow!("the key to bind: {e}"))?,
+        ),
+        None => None,
+    };
+    let pop = match (&bind, &req_cnf) {
+        (Some(b), Some(pk)) => {
+            let mut input = [0u8; sigil_ace::REQ_CNF_POP_INPUT_MAX];
+            let n = sigil_ace::req_cnf_pop_input(&b.client.to_string(), pk, &mut input)
+                .map_err(|e| anyhow!("req_cnf_pop: {e}"))?;
+            Some(
+                RustCrypto
+                    .sign(b.key, &input[..n])
+                    .map_err(|e| anyhow!("req_cnf_pop: {e}"))?,
+            )
+        }
+        _ => None,
+    };
     let entries: Vec<ScopeEntry<'_>> = scope
         .iter()
         .map(|(o, p)| ScopeEntry {
@@ -74,6 +128,7 @@ pub async fn request_token(
         audience,
         scope: Some(Scope::new(&entries)),
         req_cnf: req_cnf.map(|key| Confirmation::PublicKey { kid: None, key }),
+        req_cnf_pop: pop.as_ref().map(|s| &s.0[..]),
     };
     let mut body = vec![0u8; sigil_ace::params::MAX_PARAMS_LEN];
     let n = req

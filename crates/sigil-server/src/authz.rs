@@ -9,7 +9,11 @@
 //!   the AC-RS key carrying a fresh symmetric PoP key (the client's DTLS PSK, kid chosen here),
 //!   or, when the client asks with `req_cnf` or holds a raw-public-key session, a COSE_Sign1
 //!   binding that public key. For a sensor it is always signed, with the client's public key:
-//!   the sensor checks it offline with the server key it was paired with.
+//!   the sensor checks it offline with the server key it was paired with. A key is bound only
+//!   to a client that proved it holds it: its session's own raw public key, or any other with
+//!   `req_cnf_pop` (the key's signature over the client's identity and the key). Requests are
+//!   rate-limited per session and per subject ([`Tokens::take_request`]) before anything that
+//!   costs a signature or a verification.
 //! - `POST /authz-info` (coap:// or coaps://): a token for this server is checked (AC key,
 //!   audience, expiry, its `cti` never seen before, its subject still authorized) and kept
 //!   until it expires, keyed by its PoP key. A DTLS handshake with that PSK (identity = kid) or
@@ -17,7 +21,9 @@
 //!   ([`Tokens::allows`]).
 //!
 //! Both tables here (tokens, and the `cti` replay cache) are filled by peers, so both are
-//! charged in bytes per source host and in total ([`crate::budget`]).
+//! charged in bytes per source host and in total ([`crate::budget`]); tokens are also capped
+//! per subject (the subject's oldest gives way), and a revoked subject's tokens and `cti`s are
+//! dropped when the server learns of the revocation ([`Tokens::forget_subjects`]).
 
 use crate::budget::{ByteBudget, Caps, Host, ENTRY_OVERHEAD};
 use crate::stats::Stats;
@@ -238,6 +244,16 @@ pub struct Held {
     pub psk: Option<Vec<u8>>,
     host: Host,
     bytes: usize,
+    /// When it was accepted, in order: at its subject's cap the oldest gives way.
+    order: u64,
+}
+
+/// A `cti` of an accepted token, kept until the token expires.
+struct Seen {
+    exp: UnixTime,
+    host: Host,
+    bytes: usize,
+    subject: Identity,
 }
 
 /// Why `/authz-info` refused a token.
@@ -308,12 +324,43 @@ impl Refusal {
     }
 }
 
-/// Caps of the token table and the replay cache.
+/// A token bucket's size and refill: at most `burst` at once, then one every `every_secs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub burst: u32,
+    pub every_secs: u32,
+}
+
+/// Caps of the token table and the replay cache, and how fast `/token` issues.
 #[derive(Clone, Copy, Debug)]
 pub struct TokenCaps {
     pub tokens: Caps,
     pub cti: Caps,
+    /// Tokens held for one subject: at the cap, the subject's oldest token gives way to its
+    /// new one (its `cti` stays, so it is not accepted again).
+    pub per_subject: usize,
+    /// `/token` requests one subject may make, over all its sessions.
+    pub subject_rate: Rate,
+    /// `/token` requests one session (one peer address) may make.
+    pub session_rate: Rate,
 }
+
+/// Tokens held for one subject, by default.
+pub const TOKENS_PER_SUBJECT: usize = 16;
+/// `/token` requests per subject, by default: 12 at once, then one every 5 s (each may cost
+/// an ECDSA signature and, with `req_cnf_pop`, a verification).
+pub const SUBJECT_RATE: Rate = Rate {
+    burst: 12,
+    every_secs: 5,
+};
+/// `/token` requests per session, by default: 6 at once, then one every 10 s.
+pub const SESSION_RATE: Rate = Rate {
+    burst: 6,
+    every_secs: 10,
+};
+/// Sessions whose `/token` buckets are kept at once (sessions that have not asked for a while
+/// are forgotten first; forgetting one only gives it a full bucket, the subject's stays).
+const MAX_SESSION_BUCKETS: usize = 4096;
 
 impl Default for TokenCaps {
     fn default() -> Self {
@@ -326,6 +373,63 @@ impl Default for TokenCaps {
                 total: 2 << 20,
                 per_host: 128 << 10,
             },
+            per_subject: TOKENS_PER_SUBJECT,
+            subject_rate: SUBJECT_RATE,
+            session_rate: SESSION_RATE,
+        }
+    }
+}
+
+/// One token bucket, in thousandths of a request, refilled by the seconds passed.
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    milli: u64,
+    at: i64,
+}
+
+impl Bucket {
+    fn full(rate: Rate, now: i64) -> Self {
+        Self {
+            milli: u64::from(rate.burst) * 1000,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, rate: Rate, now: i64) {
+        let secs = u64::try_from(now.saturating_sub(self.at)).unwrap_or(0);
+        let gained = secs.saturating_mul(1000) / u64::from(rate.every_secs.max(1));
+        self.milli = (self.milli.saturating_add(gained)).min(u64::from(rate.burst) * 1000);
+        self.at = now;
+    }
+
+    /// Seconds until one request is in the bucket (0: there is one now).
+    fn wait(&self, rate: Rate) -> u32 {
+        if self.milli >= 1000 {
+            return 0;
+        }
+        let missing = 1000 - self.milli;
+        let every = u64::from(rate.every_secs.max(1));
+        u32::try_from((missing * every).div_ceil(1000)).unwrap_or(u32::MAX)
+    }
+
+    fn is_full(&self, rate: Rate) -> bool {
+        self.milli >= u64::from(rate.burst) * 1000
+    }
+}
+
+/// Why `/token` refused a request for its rate, and when to ask again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimited {
+    /// `session` or `subject`: whose bucket is empty.
+    pub whose: &'static str,
+    pub retry_secs: u32,
+}
+
+impl RateLimited {
+    pub fn counter(&self) -> &'static str {
+        match self.whose {
+            "session" => "token.refused.rate_session",
+            _ => "token.refused.rate_subject",
         }
     }
 }
@@ -334,10 +438,23 @@ impl Default for TokenCaps {
 /// accepted that has not expired yet.
 pub struct Tokens {
     held: HashMap<PopKey, Held>,
-    /// `cti` to (expiry, host charged, bytes).
-    seen: HashMap<Vec<u8>, (UnixTime, Host, usize)>,
+    /// Tokens held per subject (for [`TokenCaps::per_subject`]).
+    per_subject: HashMap<Identity, usize>,
+    seen: HashMap<Vec<u8>, Seen>,
     budget: ByteBudget,
     cti_budget: ByteBudget,
+    caps: TokenCaps,
+    /// The acceptance order of the next token.
+    next_order: u64,
+    /// Tokens that gave way to a newer one of their subject at its cap; and tokens and `cti`s
+    /// dropped because their subject was revoked.
+    gave_way: u64,
+    dropped_revoked: u64,
+    /// `/token` buckets per subject and per session.
+    subject_buckets: HashMap<Identity, Bucket>,
+    session_buckets: HashMap<std::net::SocketAddr, Bucket>,
+    /// When the full buckets were last forgotten (seconds).
+    buckets_pruned: i64,
     /// Bumped when the set of PoP keys changes (the DTLS trust must be refreshed).
     pub generation: u64,
 }
@@ -352,11 +469,151 @@ impl Tokens {
     pub fn new(caps: TokenCaps) -> Self {
         Self {
             held: HashMap::new(),
+            per_subject: HashMap::new(),
             seen: HashMap::new(),
             budget: ByteBudget::new("authz.tokens", caps.tokens),
             cti_budget: ByteBudget::new("authz.cti", caps.cti),
+            caps,
+            next_order: 0,
+            gave_way: 0,
+            dropped_revoked: 0,
+            subject_buckets: HashMap::new(),
+            session_buckets: HashMap::new(),
+            buckets_pruned: i64::MIN,
             generation: 0,
         }
+    }
+
+    /// Takes one `/token` request from `subject`'s bucket and from its session's (`peer`) at
+    /// `now`, or says whose bucket is empty and when to ask again. Neither bucket is charged
+    /// when either is empty. Checked before anything else `/token` does.
+    pub fn take_request(
+        &mut self,
+        subject: &Identity,
+        peer: std::net::SocketAddr,
+        now: UnixTime,
+    ) -> Result<(), RateLimited> {
+        let now = now.as_secs();
+        let (sr, pr) = (self.caps.subject_rate, self.caps.session_rate);
+        if !self.session_buckets.contains_key(&peer)
+            && self.session_buckets.len() >= MAX_SESSION_BUCKETS
+        {
+            // The bucket idle longest goes (it has refilled the most).
+            if let Some(oldest) = self
+                .session_buckets
+                .iter()
+                .min_by_key(|(_, b)| b.at)
+                .map(|(a, _)| *a)
+            {
+                self.session_buckets.remove(&oldest);
+            }
+        }
+        let mut session = *self
+            .session_buckets
+            .entry(peer)
+            .or_insert_with(|| Bucket::full(pr, now));
+        let mut own = *self
+            .subject_buckets
+            .entry(*subject)
+            .or_insert_with(|| Bucket::full(sr, now));
+        session.refill(pr, now);
+        own.refill(sr, now);
+        let refused = if session.wait(pr) > 0 {
+            Some(RateLimited {
+                whose: "session",
+                retry_secs: session.wait(pr),
+            })
+        } else if own.wait(sr) > 0 {
+            Some(RateLimited {
+                whose: "subject",
+                retry_secs: own.wait(sr),
+            })
+        } else {
+            session.milli -= 1000;
+            own.milli -= 1000;
+            None
+        };
+        self.session_buckets.insert(peer, session);
+        self.subject_buckets.insert(*subject, own);
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// Forgets the buckets that are full again (at most once a second).
+    fn prune_buckets(&mut self, now: UnixTime) {
+        let now = now.as_secs();
+        if now == self.buckets_pruned {
+            return;
+        }
+        self.buckets_pruned = now;
+        let (sr, pr) = (self.caps.subject_rate, self.caps.session_rate);
+        self.session_buckets.retain(|_, b| {
+            let mut b = *b;
+            b.refill(pr, now);
+            !b.is_full(pr)
+        });
+        self.subject_buckets.retain(|_, b| {
+            let mut b = *b;
+            b.refill(sr, now);
+            !b.is_full(sr)
+        });
+        crate::budget::shrink_if_sparse(&mut self.session_buckets);
+        crate::budget::shrink_if_sparse(&mut self.subject_buckets);
+    }
+
+    /// Drops every token held for a subject `keep` no longer keeps (a revoked identity), with
+    /// its `cti`s and its `/token` bucket, and gives their bytes back. A dropped `cti` lets
+    /// no token in again: a token of a revoked subject is refused for that first (and a
+    /// reinstated subject's old token still needs its PoP key, which only its client holds).
+    /// Returns how many tokens and `cti`s went.
+    pub fn forget_subjects(&mut self, keep: impl Fn(&Identity) -> bool) -> (usize, usize) {
+        let (mut tokens, mut ctis) = (0, 0);
+        let budget = &mut self.budget;
+        let per_subject = &mut self.per_subject;
+        self.held.retain(|_, h| {
+            if keep(&h.subject) {
+                return true;
+            }
+            budget.refund(h.host, h.bytes);
+            per_subject.remove(&h.subject);
+            tokens += 1;
+            false
+        });
+        let cti = &mut self.cti_budget;
+        self.seen.retain(|_, s| {
+            if keep(&s.subject) {
+                return true;
+            }
+            cti.refund(s.host, s.bytes);
+            ctis += 1;
+            false
+        });
+        self.subject_buckets.retain(|id, _| keep(id));
+        if tokens > 0 {
+            self.generation += 1;
+        }
+        self.dropped_revoked += (tokens + ctis) as u64;
+        crate::budget::shrink_if_sparse(&mut self.held);
+        crate::budget::shrink_if_sparse(&mut self.seen);
+        (tokens, ctis)
+    }
+
+    /// Removes the held token of `pop`, giving its bytes back.
+    fn remove_held(&mut self, pop: &PopKey) -> Option<Held> {
+        let h = self.held.remove(pop)?;
+        self.budget.refund(h.host, h.bytes);
+        if let Some(n) = self.per_subject.get_mut(&h.subject) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_subject.remove(&h.subject);
+            }
+        }
+        Some(h)
+    }
+
+    /// Puts a token in the table (its bytes already charged).
+    fn insert_held(&mut self, pop: PopKey, h: Held) {
+        *self.per_subject.entry(h.subject).or_insert(0) += 1;
+        self.held.insert(pop, h);
     }
 
     pub fn len(&self) -> usize {
@@ -430,22 +687,48 @@ impl Tokens {
         if self.held.get(&pop).is_some_and(|h| h.subject != subject) {
             return Err(Refusal::OtherSubject);
         }
-        let replaced = self.held.remove(&pop);
-        if let Some(old) = &replaced {
-            self.budget.refund(old.host, old.bytes);
-        }
-        if self.budget.charge(from, bytes).is_err() {
+        let replaced = self.remove_held(&pop);
+        if self.budget.check(from, bytes).is_err() {
             if let Some(old) = replaced {
                 // Put the old one back exactly as it was.
                 let _ = self.budget.charge(old.host, old.bytes);
-                self.held.insert(pop, old);
+                self.insert_held(pop, old);
             }
             return Err(Refusal::Full);
         }
+        // At its subject's cap, the subject's oldest token gives way (a client that asks for
+        // tokens as fast as it may displaces only its own).
+        if replaced.is_none()
+            && self.per_subject.get(&subject).copied().unwrap_or(0) >= self.caps.per_subject
+        {
+            let oldest = self
+                .held
+                .iter()
+                .filter(|(_, h)| h.subject == subject)
+                .min_by_key(|(_, h)| h.order)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.remove_held(&k);
+                self.gave_way += 1;
+            }
+        }
+        if self.budget.charge(from, bytes).is_err() {
+            return Err(Refusal::Full);
+        }
         let _ = self.cti_budget.charge(from, cti_bytes);
-        self.seen.insert(cti.to_vec(), (t.exp, from, cti_bytes));
+        self.seen.insert(
+            cti.to_vec(),
+            Seen {
+                exp: t.exp,
+                host: from,
+                bytes: cti_bytes,
+                subject,
+            },
+        );
         self.generation += 1;
-        self.held.insert(
+        let order = self.next_order;
+        self.next_order += 1;
+        self.insert_held(
             pop.clone(),
             Held {
                 subject,
@@ -454,6 +737,7 @@ impl Tokens {
                 psk,
                 host: from,
                 bytes,
+                order,
             },
         );
         Ok(pop)
@@ -463,27 +747,36 @@ impl Tokens {
     pub fn expire(&mut self, now: UnixTime) {
         let mut changed = false;
         let budget = &mut self.budget;
+        let per_subject = &mut self.per_subject;
         self.held.retain(|_, h| {
             let keep = now < h.exp;
             if !keep {
                 budget.refund(h.host, h.bytes);
+                if let Some(n) = per_subject.get_mut(&h.subject) {
+                    *n -= 1;
+                    if *n == 0 {
+                        per_subject.remove(&h.subject);
+                    }
+                }
                 changed = true;
             }
             keep
         });
         let cti = &mut self.cti_budget;
-        self.seen.retain(|_, (exp, host, bytes)| {
-            let keep = now < *exp;
+        self.seen.retain(|_, s| {
+            let keep = now < s.exp;
             if !keep {
-                cti.refund(*host, *bytes);
+                cti.refund(s.host, s.bytes);
             }
             keep
         });
+        self.prune_buckets(now);
         if changed {
             self.generation += 1;
         }
         crate::budget::shrink_if_sparse(&mut self.held);
         crate::budget::shrink_if_sparse(&mut self.seen);
+        crate::budget::shrink_if_sparse(&mut self.per_subject);
     }
 
     /// The token a session's PoP key holds, if it is still valid at `now` for a subject that is
@@ -541,6 +834,13 @@ impl Tokens {
         self.budget.publish(stats);
         self.cti_budget.publish(stats);
         stats.set("authz.tokens_held", self.held.len() as u64);
+        stats.set(
+            "authz.tokens_held_most_by_one_subject",
+            self.per_subject.values().copied().max().unwrap_or(0) as u64,
+        );
+        stats.set("authz.ctis_held", self.seen.len() as u64);
+        stats.set("authz.gave_way.subject_cap", self.gave_way);
+        stats.set("authz.dropped.revoked", self.dropped_revoked);
     }
 }
 
@@ -647,6 +947,25 @@ impl Ctx<'_> {
                 "not a provisioned identity",
             );
         }
+        // Its rate before anything that costs: each request may cost a signature (a signed
+        // token) and a verification (`req_cnf_pop`).
+        if let Err(limited) = self.tokens.take_request(&client, req.peer, self.now) {
+            self.count(limited.counter());
+            crate::limited!(self.log, self.now.as_secs(), limited.counter(), warn, peer = %req.peer, identity = %client, whose = limited.whose, retry_secs = limited.retry_secs, "/token refused: rate limit reached");
+            let description = match limited.whose {
+                "session" => "rate limited: this session's token requests",
+                _ => "rate limited: this client's token requests",
+            };
+            let Reply::Response(mut r) = ace_error(
+                Code::SERVICE_UNAVAILABLE,
+                AceErrorCode::InvalidRequest,
+                description,
+            ) else {
+                unreachable!("ace_error answers a response")
+            };
+            r.max_age = Some(limited.retry_secs.max(1));
+            return Reply::Response(r);
+        }
         if req
             .content_format
             .is_some_and(|cf| cf != CONTENT_FORMAT_ACE_CBOR)
@@ -720,6 +1039,11 @@ impl Ctx<'_> {
             );
         }
         let binding = match (asked.req_cnf, &auth) {
+            // The key the session itself authenticated with: proven by the handshake.
+            (
+                Some(Confirmation::PublicKey { key, .. }),
+                PeerAuth::RawPublicKey { key: own, .. },
+            ) if key == *own => Binding::PublicKey(key),
             (Some(Confirmation::PublicKey { key, .. }), _) => {
                 // Never bind the key of another provisioned identity: its holder could then
                 // not post tokens of its own for it.
@@ -731,6 +1055,31 @@ impl Ctx<'_> {
                         Code::BAD_REQUEST,
                         AceErrorCode::UnsupportedPopKey,
                         "req_cnf is another identity's key",
+                    );
+                }
+                // Any other key only with the client's proof that it holds it: its signature
+                // over the client's own identity and the key (`req_cnf_pop`). Without it any
+                // client could have a token bound to a key it read in another client's token,
+                // post it first, and lock that client's own tokens out (`other_subject`).
+                let Some(sig) = asked.req_cnf_pop else {
+                    self.count("token.refused.pop_unproven");
+                    crate::limited!(self.log, self.now.as_secs(), "token.refused.pop_unproven", warn, peer = %req.peer, identity = %client, "/token refused: req_cnf without a proof of possession");
+                    return ace_error(
+                        Code::BAD_REQUEST,
+                        AceErrorCode::UnsupportedPopKey,
+                        "req_cnf needs req_cnf_pop (the key's signature)",
+                    );
+                };
+                let mut input = [0u8; sigil_ace::REQ_CNF_POP_INPUT_MAX];
+                let proven = sigil_ace::req_cnf_pop_input(&client.to_string(), &key, &mut input)
+                    .is_ok_and(|n| RustCrypto.verify(&key, &input[..n], sig).is_ok());
+                if !proven {
+                    self.count("token.refused.pop_proof");
+                    crate::limited!(self.log, self.now.as_secs(), "token.refused.pop_proof", warn, peer = %req.peer, identity = %client, "/token refused: req_cnf_pop does not verify with req_cnf for this client");
+                    return ace_error(
+                        Code::BAD_REQUEST,
+                        AceErrorCode::UnsupportedPopKey,
+                        "req_cnf_pop does not verify (not this client's key)",
                     );
                 }
                 Binding::PublicKey(key)
@@ -814,6 +1163,9 @@ impl Ctx<'_> {
         };
         buf.truncate(n);
         self.count("token.issued");
+        if public_binding {
+            self.count("token.signed");
+        }
         Reply::Response(Response {
             code: Code::CREATED,
             content_format: Some(CONTENT_FORMAT_ACE_CBOR),
@@ -1281,6 +1633,98 @@ mod tests {
             .allows("s1", Permissions::READ));
     }
 
+    /// A subject at its cap: its oldest token gives way to its new one (whatever host posts
+    /// it), another subject's stay; a revoked subject's tokens and `cti`s all go, with their
+    /// bytes, and the `cti`s of the tokens that gave way still refuse them.
+    #[test]
+    fn a_subject_holds_at_most_its_cap_and_revocation_frees_its_bytes() {
+        let mut a = authority(9);
+        let caps = TokenCaps {
+            per_subject: 3,
+            ..TokenCaps::default()
+        };
+        let mut t = Tokens::new(caps);
+        let aud = a.audience().to_string();
+        let other = Identity::parse("ffeeddccbbaa99887766554433221100").unwrap();
+        let theirs = a
+            .issue(&other, &aud, &scope("rd"), Binding::Symmetric, now(0))
+            .unwrap();
+        t.accept(&a, &theirs.token, host(9), now(0), |_| true)
+            .unwrap();
+        let (others_bytes, others_cti) = (t.budget.used(), t.cti_budget.used());
+        let issued: Vec<Issued> = (0..5).map(|_| symmetric(&mut a, 0)).collect();
+        let mut pops = vec![];
+        for (i, token) in issued.iter().enumerate() {
+            pops.push(
+                t.accept(&a, &token.token, host(i as u8 + 1), now(1), |_| true)
+                    .unwrap(),
+            );
+        }
+        assert_eq!(t.len(), 4, "three of the client's and the other's");
+        assert_eq!(t.gave_way, 2);
+        assert_eq!(t.per_subject[&client()], 3);
+        // The two oldest gave way, the newest three stay.
+        assert_eq!(
+            t.valid(&pops[0], now(2), |_| true).unwrap_err(),
+            TokenCheck::None
+        );
+        assert!(t.valid(&pops[4], now(2), |_| true).is_ok());
+        // Gone, but not to be posted again.
+        assert_eq!(
+            t.accept(&a, &issued[0].token, host(1), now(2), |_| true),
+            Err(Refusal::Replayed)
+        );
+        // Revoked: everything of the client goes now, the other's stays.
+        let g = t.generation;
+        assert_eq!(t.forget_subjects(|id| *id != client()), (3, 5));
+        assert!(t.generation > g, "the DTLS trust must drop the keys");
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.budget.used(), others_bytes);
+        assert_eq!(t.cti_budget.used(), others_cti);
+        assert!(!t.per_subject.contains_key(&client()));
+    }
+
+    /// `/token`'s buckets: a session gets its burst, then one request per its interval; a
+    /// subject's bucket holds over all its sessions; a refusal charges neither bucket and says
+    /// when to ask again; a full bucket is forgotten.
+    #[test]
+    fn token_requests_are_limited_per_session_and_per_subject() {
+        let caps = TokenCaps {
+            subject_rate: Rate {
+                burst: 4,
+                every_secs: 10,
+            },
+            session_rate: Rate {
+                burst: 3,
+                every_secs: 5,
+            },
+            ..TokenCaps::default()
+        };
+        let mut t = Tokens::new(caps);
+        let peer = |n: u8| std::net::SocketAddr::from(([10, 0, 0, n], 5684));
+        let c = client();
+        for _ in 0..3 {
+            t.take_request(&c, peer(1), now(0)).unwrap();
+        }
+        let r = t.take_request(&c, peer(1), now(0)).unwrap_err();
+        assert_eq!(r.whose, "session");
+        assert_eq!(r.retry_secs, 5);
+        assert_eq!(r.counter(), "token.refused.rate_session");
+        // Another session of the same subject: one left in the subject's bucket.
+        t.take_request(&c, peer(2), now(0)).unwrap();
+        let r = t.take_request(&c, peer(2), now(0)).unwrap_err();
+        assert_eq!((r.whose, r.retry_secs), ("subject", 10));
+        // Another subject is not touched.
+        let other = Identity::parse("ffeeddccbbaa99887766554433221100").unwrap();
+        t.take_request(&other, peer(3), now(0)).unwrap();
+        // Ten seconds on: one more for the subject.
+        t.take_request(&c, peer(2), now(10)).unwrap();
+        assert!(t.take_request(&c, peer(2), now(10)).is_err());
+        // Long after, every bucket is full again and forgotten.
+        t.expire(now(1000));
+        assert!(t.session_buckets.is_empty() && t.subject_buckets.is_empty());
+    }
+
     #[test]
     fn one_host_fills_only_its_share_of_the_token_table_and_the_replay_cache() {
         let mut a = authority(6);
@@ -1293,6 +1737,7 @@ mod tests {
                 total: 4096,
                 per_host: 1024,
             },
+            ..TokenCaps::default()
         };
         let mut t = Tokens::new(caps);
         let mut accepted = 0;

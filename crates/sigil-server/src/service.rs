@@ -193,6 +193,10 @@ impl Service {
                 ) {
                     self.state.authorized = a;
                     self.state.revoked = r;
+                    // A revoked subject's tokens and `cti`s go now, not at their expiry.
+                    let authorized = &self.state.authorized;
+                    self.tokens
+                        .forget_subjects(|id| authorized.contains_key(id));
                     self.state.read_grants = grants_by_reader(g);
                     self.state.reading_keys = reading_keys(&p);
                     self.data_version = v;

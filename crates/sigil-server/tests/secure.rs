@@ -1429,16 +1429,23 @@ fn ask_token(
     ask_token_with(s, c, objects, sigil_ace::Permissions::READ, None, mid, now)
 }
 
-/// POST /token for `objects` with `permissions`, binding `req_cnf` if given.
+/// POST /token for `objects` with `permissions`, binding the key of `req_cnf` if given, with
+/// its proof of possession for the client identity named with it (`req_cnf_pop`).
 fn ask_token_with(
     s: &mut Server,
     c: &mut Client,
     objects: &[&str],
     permissions: sigil_ace::Permissions,
-    req_cnf: Option<PublicKey>,
+    req_cnf: Option<(&SecretKey, &Identity)>,
     mid: u16,
     now: &mut u64,
 ) -> (Code, Vec<u8>) {
+    let pop = req_cnf.map(|(sk, client)| {
+        let pk = RustCrypto.public_key(sk).unwrap();
+        let mut input = [0u8; sigil_ace::REQ_CNF_POP_INPUT_MAX];
+        let n = sigil_ace::req_cnf_pop_input(&client.to_string(), &pk, &mut input).unwrap();
+        (pk, RustCrypto.sign(sk, &input[..n]).unwrap())
+    });
     let entries: Vec<sigil_ace::ScopeEntry<'_>> = objects
         .iter()
         .map(|o| sigil_ace::ScopeEntry {
@@ -1449,7 +1456,13 @@ fn ask_token_with(
     let mut body = [0u8; 512];
     let n = sigil_ace::TokenRequest {
         scope: Some(sigil_ace::Scope::new(&entries)),
-        req_cnf: req_cnf.map(|key| sigil_ace::Confirmation::PublicKey { kid: None, key }),
+        req_cnf: pop
+            .as_ref()
+            .map(|(key, _)| sigil_ace::Confirmation::PublicKey {
+                kid: None,
+                key: *key,
+            }),
+        req_cnf_pop: pop.as_ref().map(|(_, sig)| &sig.0[..]),
         ..Default::default()
     }
     .encode(&mut body)
@@ -1625,14 +1638,13 @@ fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
     let fresh = RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(123))
         .unwrap();
-    let fresh_pk = RustCrypto.public_key(&fresh).unwrap();
     let sensor_text = sensor.to_string();
     let (code, body) = ask_token_with(
         &mut s,
         &mut r,
         &[&sensor_text],
         sigil_ace::Permissions::READ,
-        Some(fresh_pk),
+        Some((&fresh, &reader)),
         1000,
         &mut now,
     );
