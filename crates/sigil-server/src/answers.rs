@@ -8,13 +8,18 @@
 //! window, which such a device gets as a piggybacked 4.09 Conflict instead of the bare Reset
 //! ([`resync`]). The message layer ([`crate::coap`]) signs over the request it answers.
 //!
-//! Signing costs CPU, so it has a budget: token buckets per source host ([`Host`]) and in
-//! total. An answer over budget, one that would pass the amplification limit with its
-//! signature, or one from a server without a key, goes out unsigned and is counted
-//! (`answer.unsigned.*`); the device then treats it as no answer. Over coaps:// nothing here
-//! applies: the session authenticates every answer.
+//! Signing costs CPU, so it has budgets ([`RateBudget`]: token buckets per source host
+//! ([`Host`]) and in total), two of them: the answers that let a device register or update
+//! (2.01, 2.04) have their own, and the 4.09 resynchronisations another, so replayed
+//! publications (anyone can fetch a device's latest reading and send it again asking for a
+//! signed answer) can never spend what registrations need. A 4.09 is signed only toward the
+//! address the device last registered or published from (the broker decides,
+//! [`crate::broker`]); from anywhere else it is the bare Reset. An answer over budget, one that
+//! would pass the amplification limit with its signature, or one from a server without a key,
+//! goes out unsigned and is counted (`answer.unsigned.*`); the device then treats it as no
+//! answer. Over coaps:// nothing here applies: the session authenticates every answer.
 
-use crate::budget::{shrink_if_sparse, Host};
+use crate::budget::{Host, Over, RateBudget, Rates};
 use crate::context::{Reply, Request, Response};
 use crate::stats::Stats;
 use sigil_coap::Code;
@@ -22,7 +27,6 @@ use sigil_crypto::{RustCrypto, SecretKey, Signature};
 use sigil_identity::Identity;
 use sigil_objects::answer::{Answer, RESYNC_CODE};
 use sigil_time::Instant;
-use std::collections::HashMap;
 
 /// Signature rates: a bucket of `burst` signatures refilled at `per_second`, per source host
 /// and in total.
@@ -35,12 +39,28 @@ pub struct AnswerRates {
     /// Most hosts with a bucket of their own at once; past it, a new host's answers go
     /// unsigned until buckets refill and are forgotten.
     pub max_hosts: usize,
+    /// The separate budget of signed 4.09 resynchronisations.
+    pub resync: Rates,
+}
+
+impl AnswerRates {
+    /// The budget of registrations' and updates' answers.
+    pub fn answers(&self) -> Rates {
+        Rates {
+            total_per_second: self.total_per_second,
+            total_burst: self.total_burst,
+            host_per_second: self.host_per_second,
+            host_burst: self.host_burst,
+            max_hosts: self.max_hosts,
+        }
+    }
 }
 
 impl Default for AnswerRates {
     /// 200 signatures a second in all (bursts of 400), 20 a host (bursts of 40): a P-256
     /// signature costs some 30-60 µs, so the budget holds signing under a few percent of one
-    /// core, while a host with a dozen sensors registering at once is served.
+    /// core, while a host with a dozen sensors registering at once is served. 4.09s: 20 a
+    /// second in all, 2 a host (a device needs one after its broker lost readings, rarely).
     fn default() -> Self {
         Self {
             total_per_second: 200.0,
@@ -48,28 +68,14 @@ impl Default for AnswerRates {
             host_per_second: 20.0,
             host_burst: 40.0,
             max_hosts: 4096,
+            resync: Rates {
+                total_per_second: 20.0,
+                total_burst: 40.0,
+                host_per_second: 2.0,
+                host_burst: 4.0,
+                max_hosts: 1024,
+            },
         }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    level: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(burst: f64, now: Instant) -> Self {
-        Self {
-            level: burst,
-            at: now,
-        }
-    }
-
-    fn refill(&mut self, now: Instant, rate: f64, burst: f64) {
-        let dt = now.saturating_since(self.at).as_secs_f64();
-        self.level = (self.level + dt * rate).min(burst);
-        self.at = now;
     }
 }
 
@@ -82,6 +88,10 @@ pub enum Unsigned {
     HostBudget,
     /// The total bucket is empty.
     TotalBudget,
+    /// A 4.09: the source host's resynchronisation bucket is empty.
+    ResyncHostBudget,
+    /// A 4.09: the total resynchronisation bucket is empty.
+    ResyncTotalBudget,
     /// With the signature, the answer would pass the amplification limit.
     TooLarge,
     /// The token or Location-Path does not fit a statement.
@@ -94,6 +104,8 @@ impl Unsigned {
             Self::NoKey => "answer.unsigned.no_key",
             Self::HostBudget => "answer.unsigned.host_budget",
             Self::TotalBudget => "answer.unsigned.total_budget",
+            Self::ResyncHostBudget => "answer.unsigned.resync_host_budget",
+            Self::ResyncTotalBudget => "answer.unsigned.resync_total_budget",
             Self::TooLarge => "answer.unsigned.too_large",
             Self::Unrepresentable => "answer.unsigned.unrepresentable",
         }
@@ -103,18 +115,16 @@ impl Unsigned {
 /// The server's answer key and its signing budget.
 pub struct AnswerSigner {
     key: Option<SecretKey>,
-    rates: AnswerRates,
-    total: Option<Bucket>,
-    hosts: HashMap<Host, Bucket>,
+    answers: RateBudget,
+    resyncs: RateBudget,
 }
 
 impl AnswerSigner {
     pub fn new(rates: AnswerRates) -> Self {
         Self {
             key: None,
-            rates,
-            total: None,
-            hosts: HashMap::new(),
+            answers: RateBudget::new(rates.answers()),
+            resyncs: RateBudget::new(rates.resync),
         }
     }
 
@@ -126,39 +136,19 @@ impl AnswerSigner {
         self.key.is_some()
     }
 
-    /// Takes one signature from `host`'s and the total budget at `now`, or neither.
-    pub fn take(&mut self, host: Host, now: Instant) -> Result<(), Unsigned> {
-        let r = self.rates;
-        let total = self
-            .total
-            .get_or_insert_with(|| Bucket::full(r.total_burst, now));
-        total.refill(now, r.total_per_second, r.total_burst);
-        if !self.hosts.contains_key(&host) && self.hosts.len() >= r.max_hosts {
-            // Forget the hosts whose buckets are full again: they lose nothing.
-            self.hosts.retain(|_, b| {
-                b.refill(now, r.host_per_second, r.host_burst);
-                b.level < r.host_burst
+    /// Takes one signature from `host`'s and the total budget at `now`, or neither: from the
+    /// resynchronisations' budget for a 4.09 (`resync`), else from the answers'.
+    pub fn take(&mut self, host: Host, now: Instant, resync: bool) -> Result<(), Unsigned> {
+        if resync {
+            return self.resyncs.take(host, now).map_err(|o| match o {
+                Over::Host => Unsigned::ResyncHostBudget,
+                Over::Total => Unsigned::ResyncTotalBudget,
             });
-            shrink_if_sparse(&mut self.hosts);
-            if self.hosts.len() >= r.max_hosts {
-                return Err(Unsigned::HostBudget);
-            }
         }
-        let bucket = self
-            .hosts
-            .entry(host)
-            .or_insert_with(|| Bucket::full(r.host_burst, now));
-        bucket.refill(now, r.host_per_second, r.host_burst);
-        if bucket.level < 1.0 {
-            return Err(Unsigned::HostBudget);
-        }
-        let total = self.total.as_mut().ok_or(Unsigned::TotalBudget)?;
-        if total.level < 1.0 {
-            return Err(Unsigned::TotalBudget);
-        }
-        bucket.level -= 1.0;
-        total.level -= 1.0;
-        Ok(())
+        self.answers.take(host, now).map_err(|o| match o {
+            Over::Host => Unsigned::HostBudget,
+            Over::Total => Unsigned::TotalBudget,
+        })
     }
 
     /// Signs `answer` with Location-Path `location` (the budget taken already).
@@ -169,18 +159,25 @@ impl AnswerSigner {
             .map_err(|_| Unsigned::Unrepresentable)
     }
 
-    /// Publishes `answer.hosts`, the hosts holding a bucket now.
+    /// Publishes `answer.hosts` and `answer.resync_hosts`, the hosts holding a bucket now.
     pub fn publish(&self, stats: &Stats) {
-        stats.set("answer.hosts", self.hosts.len() as u64);
+        stats.set("answer.hosts", self.answers.hosts() as u64);
+        stats.set("answer.resync_hosts", self.resyncs.hosts() as u64);
     }
 }
 
 /// The answer to a replayed or out-of-window Confirmable publication of `device`: the bare
-/// Reset of RFC 8387 §8.2, or, for a request asking for signed answers, a piggybacked 4.09
-/// Conflict the message layer signs for `device`.
-pub(crate) fn resync(reply: Reply, req: &Request, device: Identity) -> Reply {
+/// Reset of RFC 8387 §8.2, or, for a request asking for signed answers from the address the
+/// device last used (`from_device_address`), a piggybacked 4.09 Conflict the message layer
+/// signs for `device`.
+pub(crate) fn resync(
+    reply: Reply,
+    req: &Request,
+    device: Identity,
+    from_device_address: bool,
+) -> Reply {
     match reply {
-        Reply::Reset if req.signed_answer => Reply::Response(Response {
+        Reply::Reset if req.signed_answer && from_device_address => Reply::Response(Response {
             code: Code(RESYNC_CODE),
             answer_for: Some(device),
             ..Default::default()
@@ -192,38 +189,29 @@ pub(crate) fn resync(reply: Reply, req: &Request, device: Identity) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn host(s: &str) -> Host {
         Host::of_ip(s.parse().unwrap())
     }
 
     #[test]
-    fn buckets_per_host_and_in_total() {
-        let mut s = AnswerSigner::new(AnswerRates {
-            total_per_second: 10.0,
-            total_burst: 5.0,
-            host_per_second: 1.0,
-            host_burst: 3.0,
-            max_hosts: 2,
-        });
+    fn resyncs_never_spend_the_answers_budget() {
+        let mut s = AnswerSigner::new(AnswerRates::default());
         let t0 = Instant::from_millis(1000);
-        for _ in 0..3 {
-            assert_eq!(s.take(host("10.0.0.1"), t0), Ok(()));
+        let r = AnswerRates::default().resync;
+        let mut signed = 0;
+        for i in 0..400u32 {
+            let h = host(&format!("10.0.{}.{}", i / 256, i % 256));
+            if s.take(h, t0, true).is_ok() {
+                signed += 1;
+            }
         }
-        assert_eq!(s.take(host("10.0.0.1"), t0), Err(Unsigned::HostBudget));
-        assert_eq!(s.take(host("10.0.0.2"), t0), Ok(()));
-        assert_eq!(s.take(host("10.0.0.2"), t0), Ok(()));
-        assert_eq!(s.take(host("10.0.0.2"), t0), Err(Unsigned::TotalBudget));
-        // A third host while two hold non-full buckets: refused.
-        assert_eq!(s.take(host("10.0.0.3"), t0), Err(Unsigned::HostBudget));
-        // A second later: one more each, and the total refilled.
-        let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(s.take(host("10.0.0.1"), t1), Ok(()));
-        assert_eq!(s.take(host("10.0.0.1"), t1), Err(Unsigned::HostBudget));
-        // Once the buckets are full again, their hosts are forgotten and others get one.
-        let t2 = t0 + Duration::from_secs(10);
-        assert_eq!(s.take(host("10.0.0.3"), t2), Ok(()));
-        assert!(s.hosts.len() <= 2);
+        assert_eq!(signed, r.total_burst as u32);
+        assert_eq!(
+            s.take(host("10.9.9.9"), t0, true),
+            Err(Unsigned::ResyncTotalBudget)
+        );
+        // Registrations' answers still have their whole budget.
+        assert_eq!(s.take(host("10.9.9.9"), t0, false), Ok(()));
     }
 }

@@ -1182,13 +1182,27 @@ impl Ctx<'_> {
             return ace_error(Code::NOT_FOUND, AceErrorCode::InvalidRequest, "no AC here");
         };
         let svc = self.svc;
-        match self.tokens.accept(
-            authority,
+        let (now, tokens) = (self.now, &mut *self.tokens);
+        let authorized = |id: &Identity| svc.authorized.contains_key(id);
+        let mut accept =
+            || tokens.accept(authority, &req.payload, Host::of(req.peer), now, authorized);
+        // Cheap refusals before an ES256 verification, which is charged to the verification
+        // budget for a datagram nobody authenticated ([`crate::verify`]).
+        let result = match crate::verify::token_precheck(
             &req.payload,
-            Host::of(req.peer),
-            self.now,
-            |id| svc.authorized.contains_key(id),
+            now,
+            authority.audience(),
+            authorized,
         ) {
+            Err(why) => Err(why),
+            Ok(true) if req.auth.is_none() => match svc.verify.run(req.peer, accept, Result::is_ok)
+            {
+                Ok(r) => r,
+                Err(over) => return self.reject(crate::Rejection::VerifyBudget(over), req),
+            },
+            Ok(_) => accept(),
+        };
+        match result {
             Ok(_) => {
                 self.count("authz.accepted");
                 Reply::Response(Response {

@@ -44,6 +44,10 @@ pub(crate) struct Checked {
     /// Low-bits mode: the full number was reconstructed from the high-water mark.
     lsb: Option<(u8, u64)>,
     protection: Protection,
+    /// Whether the signature (or tag) was checked. A signed reading a cheap check refuses
+    /// anyway (a number at or below the mark or too far ahead, a revoked or unlisted device)
+    /// is not verified: the verification budget is kept for the rest ([`crate::verify`]).
+    verified: bool,
 }
 
 /// What step 1 found for one request: `None` for a request that is no publication.
@@ -103,6 +107,18 @@ impl State {
         now: UnixTime,
         highest: Option<u64>,
     ) -> Result<Checked, Rejection> {
+        self.check_verifying(req, now, highest, false)
+    }
+
+    /// [`State::check_at`]; with `always`, the signature is verified even if a cheap check
+    /// says the reading will be refused.
+    fn check_verifying(
+        &self,
+        req: &Request,
+        now: UnixTime,
+        highest: Option<u64>,
+        always: bool,
+    ) -> Result<Checked, Rejection> {
         let (entry, href) = self
             .topic(req)
             .filter(|(e, _)| e.is_live(now.as_secs()))
@@ -150,8 +166,27 @@ impl State {
         let mut buf = vec![0u8; reading.senml_len_bound()];
         let senml_bytes = reading.senml(&mut buf)?;
         let decoded = decode_senml(format, senml_bytes).ok_or(Rejection::MalformedSenml)?;
-        let mut scratch = vec![0u8; reading.scratch_len()];
-        reading.verify_end_to_end(&self.crypto, key, &entry.reg.ep, seq, &mut scratch)?;
+        // The cheap refusals before the verification: the publication handler refuses these
+        // whatever the signature says.
+        let refused_anyway = !always
+            && (freshness::check(highest, seq, &self.config.freshness) != Verdict::Fresh
+                || [entry.reg.ep, entry.reg.authorized_by]
+                    .iter()
+                    .any(|id| self.revoked.contains_key(id))
+                || !self.authorized.contains_key(&entry.reg.authorized_by));
+        if !refused_anyway {
+            let mut scratch = vec![0u8; reading.scratch_len()];
+            let mut verify =
+                || reading.verify_end_to_end(&self.crypto, key, &entry.reg.ep, seq, &mut scratch);
+            if req.auth.is_some() {
+                // The datagram came over an authenticated session.
+                verify()?;
+            } else {
+                self.verify
+                    .run(req.peer, verify, Result::is_ok)
+                    .map_err(Rejection::VerifyBudget)??;
+            }
+        }
         Ok(Checked {
             reg_id: entry.reg.id,
             ep: entry.reg.ep,
@@ -161,6 +196,7 @@ impl State {
             decoded,
             lsb,
             protection: Protection::Signed,
+            verified: !refused_anyway,
         })
     }
 
@@ -199,6 +235,7 @@ impl State {
             decoded,
             lsb,
             protection: Protection::Mac,
+            verified: true,
         })
     }
 
@@ -220,6 +257,7 @@ impl State {
             decoded,
             lsb: None,
             protection: Protection::Session,
+            verified: true,
         })
     }
 
@@ -405,7 +443,26 @@ impl Ctx<'_> {
                     _ => Rejection::Replay,
                 };
                 let reply = self.reject(why, req);
-                return Ok(crate::answers::resync(reply, req, checked.ep));
+                // A signed 4.09 only toward the address the device last used: its last
+                // proven registration or update, or its latest stored reading. Anyone can
+                // replay a public reading from anywhere else, and gets the bare Reset.
+                let from_device = req.signed_answer
+                    && (entry.peer == Some(req.peer)
+                        || b.latest_reading(&checked.ep)?
+                            .is_some_and(|r| r.peer == req.peer.to_string()));
+                if req.signed_answer && req.confirmable() && !from_device {
+                    self.count("answer.unsigned.resync_other_address");
+                }
+                return Ok(crate::answers::resync(reply, req, checked.ep, from_device));
+            }
+        }
+        if !checked.verified {
+            // Skipped by a cheap check against the committed mark, fresh against this
+            // batch's: verified now.
+            match self.svc.check_verifying(req, self.now, Some(highest), true) {
+                Ok(c) if c.verified && c.seq == checked.seq => checked = c,
+                Ok(_) => return Ok(self.reject(Rejection::SequenceMismatch, req)),
+                Err(why) => return Ok(self.reject(why, req)),
             }
         }
         let latest = b.latest_reading(&checked.ep)?.map(|r| etag(r.seq));

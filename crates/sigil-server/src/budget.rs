@@ -7,8 +7,13 @@
 //!
 //! A source host is an IPv4 address or an IPv6 /64 (one host usually owns a whole /64, so
 //! counting single IPv6 addresses would give it 2^64 shares).
+//!
+//! Operations that cost CPU rather than memory (signatures, signature verifications) have
+//! rate budgets instead ([`RateBudget`]): token buckets per source host and in total, in a
+//! bounded table of hosts.
 
 use crate::stats::Stats;
+use sigil_time::Instant;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -55,7 +60,7 @@ pub struct Caps {
 }
 
 /// Why a charge was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Over {
     /// The host already holds its share.
     Host,
@@ -161,6 +166,116 @@ impl ByteBudget {
     }
 }
 
+/// The rates of one [`RateBudget`]: a bucket of `burst` operations refilled at `per_second`,
+/// per source host and in total.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    pub total_per_second: f64,
+    pub total_burst: f64,
+    pub host_per_second: f64,
+    pub host_burst: f64,
+    /// Most hosts with a bucket of their own at once; past it, a new host is refused until
+    /// buckets refill and are forgotten.
+    pub max_hosts: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    level: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(burst: f64, now: Instant) -> Self {
+        Self {
+            level: burst,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant, rate: f64, burst: f64) {
+        let dt = now.saturating_since(self.at).as_secs_f64();
+        self.level = (self.level + dt * rate).min(burst);
+        self.at = self.at.max(now);
+    }
+}
+
+/// Token buckets per source host and in total for an operation that costs CPU (a signature,
+/// a signature verification): [`RateBudget::take`] takes one from the host's bucket and the
+/// total, or neither. The table of hosts is bounded by `max_hosts`: hosts whose buckets are
+/// full again are forgotten (they lose nothing) when a new one needs room.
+#[derive(Debug)]
+pub struct RateBudget {
+    rates: Rates,
+    total: Option<Bucket>,
+    hosts: HashMap<Host, Bucket>,
+}
+
+impl RateBudget {
+    pub fn new(rates: Rates) -> Self {
+        Self {
+            rates,
+            total: None,
+            hosts: HashMap::new(),
+        }
+    }
+
+    pub fn rates(&self) -> Rates {
+        self.rates
+    }
+
+    /// Hosts holding a bucket now.
+    pub fn hosts(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Takes one operation from `host`'s bucket and the total at `now`, or neither.
+    pub fn take(&mut self, host: Host, now: Instant) -> Result<(), Over> {
+        let r = self.rates;
+        let total = self
+            .total
+            .get_or_insert_with(|| Bucket::full(r.total_burst, now));
+        total.refill(now, r.total_per_second, r.total_burst);
+        if !self.hosts.contains_key(&host) && self.hosts.len() >= r.max_hosts {
+            self.hosts.retain(|_, b| {
+                b.refill(now, r.host_per_second, r.host_burst);
+                b.level < r.host_burst
+            });
+            shrink_if_sparse(&mut self.hosts);
+            if self.hosts.len() >= r.max_hosts {
+                return Err(Over::Host);
+            }
+        }
+        let bucket = self
+            .hosts
+            .entry(host)
+            .or_insert_with(|| Bucket::full(r.host_burst, now));
+        bucket.refill(now, r.host_per_second, r.host_burst);
+        if bucket.level < 1.0 {
+            return Err(Over::Host);
+        }
+        let total = self.total.as_mut().ok_or(Over::Total)?;
+        if total.level < 1.0 {
+            return Err(Over::Total);
+        }
+        bucket.level -= 1.0;
+        total.level -= 1.0;
+        Ok(())
+    }
+
+    /// Gives back one operation taken from `host` (one that turned out to cost nothing to
+    /// anyone but its honest sender), up to the bursts.
+    pub fn give_back(&mut self, host: Host) {
+        let r = self.rates;
+        if let Some(b) = self.hosts.get_mut(&host) {
+            b.level = (b.level + 1.0).min(r.host_burst);
+        }
+        if let Some(t) = self.total.as_mut() {
+            t.level = (t.level + 1.0).min(r.total_burst);
+        }
+    }
+}
+
 /// Gives a hash map's memory back once it holds far fewer entries than it has room for (a
 /// `HashMap` keeps its largest allocation otherwise, so memory pinned by a flood would stay
 /// after the flood's entries expire).
@@ -205,6 +320,31 @@ mod tests {
         assert_eq!(b.held_by(host("10.0.0.1")), 0);
         assert_eq!(b.hosts(), 2);
         assert_eq!(b.peak(), 1000);
+    }
+
+    #[test]
+    fn rate_budget_per_host_and_in_total() {
+        let mut b = RateBudget::new(Rates {
+            total_per_second: 10.0,
+            total_burst: 5.0,
+            host_per_second: 1.0,
+            host_burst: 3.0,
+            max_hosts: 2,
+        });
+        let t0 = Instant::from_millis(1000);
+        for _ in 0..3 {
+            assert_eq!(b.take(host("10.0.0.1"), t0), Ok(()));
+        }
+        assert_eq!(b.take(host("10.0.0.1"), t0), Err(Over::Host));
+        b.give_back(host("10.0.0.1"));
+        assert_eq!(b.take(host("10.0.0.1"), t0), Ok(()));
+        assert_eq!(b.take(host("10.0.0.2"), t0), Ok(()));
+        assert_eq!(b.take(host("10.0.0.2"), t0), Ok(()));
+        assert_eq!(b.take(host("10.0.0.2"), t0), Err(Over::Total));
+        assert_eq!(b.take(host("10.0.0.3"), t0), Err(Over::Host));
+        let t2 = t0 + std::time::Duration::from_secs(10);
+        assert_eq!(b.take(host("10.0.0.3"), t2), Ok(()));
+        assert!(b.hosts() <= 2);
     }
 
     #[test]

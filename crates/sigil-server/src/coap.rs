@@ -322,6 +322,7 @@ impl Dispatcher {
             return out;
         }
         let requests: Vec<Request> = pending.iter().map(|p| p.request.clone()).collect();
+        self.service.set_instant(now);
         let replies = self.service.handle_batch(&requests, wall);
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
@@ -353,6 +354,9 @@ impl Dispatcher {
         digest: &[u8; 32],
         now: Instant,
     ) {
+        // A 4.09 resynchronisation is signed from its own budget, so replayed publications
+        // never spend what registrations' answers need.
+        let resync = r.code.0 == answer::RESYNC_CODE;
         let result = (|| {
             if !self.answers.has_key() {
                 return Err(Unsigned::NoKey);
@@ -365,7 +369,7 @@ impl Dispatcher {
             {
                 return Err(Unsigned::TooLarge);
             }
-            self.answers.take(Host::of(p.from.addr), now)?;
+            self.answers.take(Host::of(p.from.addr), now, resync)?;
             let a = Answer {
                 device,
                 token: &p.token,
@@ -378,6 +382,9 @@ impl Dispatcher {
             Ok(sig) => {
                 r.signature = Some(sig);
                 self.count("answer.signed");
+                if resync {
+                    self.count("answer.signed.resync");
+                }
             }
             Err(why) => {
                 self.count(why.counter());

@@ -309,6 +309,10 @@ pub enum Rejection {
     LookupWithoutSession,
     /// A lookup by a token's session whose scope lacks `rd`.
     LookupNotGranted,
+
+    /// A signature verification over the budget of the source host or in total
+    /// ([`crate::verify`]).
+    VerifyBudget(crate::budget::Over),
 }
 
 impl Rejection {
@@ -345,6 +349,7 @@ impl Rejection {
             NoReadingKey => Code::FORBIDDEN,
             ReadWithoutSession | ReadToken(_) | LookupWithoutSession => Code::UNAUTHORIZED,
             ReadNotGranted | LookupNotGranted => Code::FORBIDDEN,
+            VerifyBudget(_) => Code::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -411,6 +416,8 @@ impl Rejection {
             ReadToken(crate::authz::TokenCheck::Revoked) => "read.rejected.token_revoked",
             LookupWithoutSession => "lookup.rejected.no_session",
             LookupNotGranted => "lookup.rejected.not_granted",
+            VerifyBudget(crate::budget::Over::Host) => "verify.refused.host_budget",
+            VerifyBudget(crate::budget::Over::Total) => "verify.refused.total_budget",
         }
     }
 
@@ -438,7 +445,8 @@ impl Rejection {
             | ReadToken(_)
             | SensorRevoked
             | LookupWithoutSession
-            | LookupNotGranted => None,
+            | LookupNotGranted
+            | VerifyBudget(_) => None,
             UnsupportedFormat(op) | NotAuthorized(op) | Revoked(op) | PeerMismatch(op) => Some(*op),
             MissingEp | BadEp | MalformedLinkFormat | MissingKey | BadKey | BadGroup
             | KeyMismatch | MalformedResync | BadResyncSignature | UnsignedRemoval
@@ -481,6 +489,7 @@ impl Rejection {
             ReadToken(_) => "token invalid".into(),
             LookupWithoutSession => "coaps:// session needed".into(),
             LookupNotGranted => "no rd scope".into(),
+            VerifyBudget(_) => "busy".into(),
             other => other.reason().into(),
         }
     }
@@ -498,6 +507,14 @@ impl Rejection {
         match self {
             Self::Replay | Self::OutOfWindow if confirmable => Reply::Reset,
             Self::Replay | Self::OutOfWindow => Reply::Nothing,
+            // Kept by the device, which sends again after Max-Age; nothing for a NON.
+            Self::VerifyBudget(_) if confirmable => Reply::Response(Response {
+                code: self.code(),
+                max_age: Some(crate::verify::RETRY_AFTER_SECS),
+                payload: self.diagnostic().into_bytes(),
+                ..Default::default()
+            }),
+            Self::VerifyBudget(_) => Reply::Nothing,
             _ => diagnostic(self.code(), &self.diagnostic()),
         }
     }

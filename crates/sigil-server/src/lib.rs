@@ -19,6 +19,8 @@
 //!   signature budget.
 //! - [`budget`]: byte budgets per source host and in total for every table a peer can
 //!   fill; [`log`]: rate-limited logging of what peers cause.
+//! - [`verify`]: the budget of signature verifications done for datagrams nobody has
+//!   authenticated yet (readings, registration statements, tokens).
 //! - [`store`]: the database. [`stats`]: counters by reason. [`provision`]: identity lists.
 
 pub mod answers;
@@ -38,6 +40,7 @@ pub mod service;
 pub mod socket;
 pub mod stats;
 pub mod store;
+pub mod verify;
 
 pub use auth::{Credentials, PeerAuth};
 pub use coap::{Dispatcher, Endpoint, Inbound};

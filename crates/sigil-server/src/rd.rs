@@ -31,6 +31,10 @@ pub(crate) struct Entry {
     pub reg: Registration,
     /// Registered hrefs without the leading `/`, with their content-format and rt.
     pub resources: Vec<(String, Option<u16>, Option<String>)>,
+    /// The address of the last registration or update that proved the device (a statement
+    /// or its session), since this server started: where a signed 4.09 may go
+    /// ([`crate::answers`]).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl Entry {
@@ -49,7 +53,11 @@ impl Entry {
                     .collect()
             })
             .unwrap_or_default();
-        Entry { reg, resources }
+        Entry {
+            reg,
+            resources,
+            peer: None,
+        }
     }
 
     /// Whether the registration's lifetime has not run out at `now` (RFC 9176 §5).
@@ -225,14 +233,25 @@ impl Ctx<'_> {
         let (Ok(seq), Ok(sig)) = (sq.parse::<u64>(), B64.decode(ss)) else {
             return Err(Rejection::MalformedResync);
         };
+        // The cheap refusal first: a number at or below the mark is stale whatever it signs.
+        if seq <= self.highest(ep) {
+            return Err(stale);
+        }
         let digest = op
             .digest(&self.svc.crypto)
             .ok_or(Rejection::MalformedResync)?;
-        if resync::verify_statement(&self.svc.crypto, key, ep, seq, &digest, &sig).is_err() {
+        let verify = || resync::verify_statement(&self.svc.crypto, key, ep, seq, &digest, &sig);
+        let verified = if req.auth.is_some() {
+            // The datagram came over an authenticated session.
+            verify()
+        } else {
+            self.svc
+                .verify
+                .run(req.peer, verify, Result::is_ok)
+                .map_err(Rejection::VerifyBudget)?
+        };
+        if verified.is_err() {
             return Err(Rejection::BadResyncSignature);
-        }
-        if seq <= self.highest(ep) {
-            return Err(stale);
         }
         Ok(Some(seq))
     }
@@ -451,6 +470,9 @@ impl Ctx<'_> {
         let id = b.upsert_registration(&reg)?;
         let mut entry = Entry::new(reg);
         entry.reg.id = id;
+        if entry.reg.owner != Ownership::Open {
+            entry.peer = Some(req.peer);
+        }
         self.new_entries.push(entry);
         self.count("register.accepted");
         let now = self.secs();
@@ -557,6 +579,9 @@ impl Ctx<'_> {
         e.reg.updated_at = now;
         e.reg.expires_at = expires;
         e.reg.owner = owner;
+        if owner != Ownership::Open {
+            e.peer = Some(req.peer);
+        }
         if let Some(base) = base {
             e.reg.base = Some(base.to_string());
         }

@@ -54,6 +54,9 @@ pub struct ServiceConfig {
     pub authorize_reads: bool,
     /// Seconds an access token from `/token` stays valid.
     pub token_lifetime: u32,
+    /// The budget of signature verifications for unauthenticated datagrams
+    /// ([`crate::verify`]).
+    pub verify_rates: crate::verify::VerifyRates,
 }
 
 impl Default for ServiceConfig {
@@ -69,6 +72,7 @@ impl Default for ServiceConfig {
             retry_after_full_secs: 30,
             authorize_reads: false,
             token_lifetime: 3600,
+            verify_rates: Default::default(),
         }
     }
 }
@@ -113,6 +117,8 @@ pub(crate) struct State {
     pub reading_keys: HashMap<Identity, ReadingKey>,
     /// Signature verification threads (none when `verify_workers` is 1).
     pub pool: Option<rayon::ThreadPool>,
+    /// What verifications for unauthenticated datagrams may cost ([`crate::verify`]).
+    pub verify: crate::verify::SharedVerifyBudget,
 }
 
 /// The reading key of each pre-shared key's identity (`sigil_objects::mac::ReadingKey`).
@@ -133,6 +139,7 @@ fn grants_by_reader(grants: Vec<(Identity, Identity)>) -> HashMap<Identity, Hash
 
 impl Service {
     pub fn new(store: Store, config: ServiceConfig, stats: Stats) -> Result<Self, StoreError> {
+        let verify_rates = config.verify_rates;
         let mut state = State {
             crypto: RustCrypto,
             config,
@@ -144,6 +151,7 @@ impl Service {
             highest: store.freshness()?,
             reading_keys: reading_keys(&store.psk_nodes()?),
             pool: None,
+            verify: crate::verify::SharedVerifyBudget::new(verify_rates, stats.clone()),
         };
         if state.config.verify_workers > 1 {
             state.pool = rayon::ThreadPoolBuilder::new()
@@ -179,6 +187,13 @@ impl Service {
 
     fn count(&mut self, key: &'static str) {
         *self.local.entry(key).or_insert(0) += 1;
+    }
+
+    /// The monotonic time the verification budget ([`crate::verify`]) is charged at, set by
+    /// the message layer before each batch.
+    pub fn set_instant(&mut self, now: sigil_time::Instant) {
+        self.state.verify.set_now(now);
+        self.state.verify.publish(&self.stats);
     }
 
     /// Reloads the authorized list when another process (e.g. `sigil provision`) committed.

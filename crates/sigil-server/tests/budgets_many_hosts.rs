@@ -1,0 +1,650 @@
+//! Signatures and signature verifications an attacker with many addresses cannot spend, against
+//! the real server (in-process, on real UDP sockets) attacked from hundreds of loopback
+//! addresses (127.0.x.y) beside honest devices on addresses of their own. Every bound asserted
+//! is the server's own accounting (its counters), never a timing.
+//!
+//! (a) 400 addresses replay a device's public latest reading asking for a signed answer: a
+//!     device that requires signed answers still registers (signed 2.01) and publishes, and
+//!     the 4.09s signed stay within their own budget (none toward an address the device never
+//!     used).
+//! (b) 256 addresses send forged P-256 readings with a registered `kid` and fresh numbers,
+//!     forged registration statements (`sq`/`ss`) and forged ES256 tokens at `/authz-info`:
+//!     the failed verifications stay within the verification budget, the rest are refused
+//!     (`verify.refused.*`), and an honest device's readings are acknowledged during the
+//!     flood, and a newcomer registers.
+
+use sigil_coap::{option, Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_identity::Identity;
+use sigil_objects::answer;
+use sigil_objects::senml::{Record, Value};
+use sigil_server::answers::AnswerRates;
+use sigil_server::store::IdentityKind;
+use sigil_server::verify::VerifyRates;
+use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::Instant;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The `i`-th attacking address: 127.0.1.1 onwards, never an honest device's.
+fn attacker(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 1 + (i / 250) as u8, 1 + (i % 250) as u8)
+}
+
+/// Binds one UDP socket on each of `n` attacking addresses.
+fn attackers(n: usize) -> Vec<UdpSocket> {
+    (0..n)
+        .map(|i| {
+            let s = UdpSocket::bind((attacker(i), 0)).expect("bind a 127.0.x.y address");
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect()
+}
+
+async fn start(db: &Path, dtls: bool) -> ServerHandle {
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), db.to_path_buf());
+    config.service.verify_workers = 2;
+    if dtls {
+        config.dtls = Some(DtlsConfig::new("127.0.0.1:0".parse().unwrap()));
+    }
+    Server::start(config, Stats::default()).await.unwrap()
+}
+
+/// What an honest device did, shared with its thread.
+#[derive(Default)]
+struct Seen {
+    events: Vec<(u64, Event)>,
+    /// Every datagram it sent, with when.
+    sent: Vec<(u64, Vec<u8>)>,
+}
+
+/// A device (`sigil_device`) on its own address, in its own thread: it registers, then
+/// publishes a reading every `every` until stopped.
+struct Node {
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Device<RustCrypto>>>,
+}
+
+fn boot(seed: u64, algorithm: SignatureAlgorithm) -> (Device<RustCrypto>, MemoryStorage) {
+    let mut storage = MemoryStorage::default();
+    let config = DeviceConfig {
+        algorithm,
+        require_signed_answers: true,
+        ..DeviceConfig::default()
+    };
+    let device = Device::boot(
+        RustCrypto,
+        config,
+        &mut storage,
+        &mut Seeded(seed),
+        &[],
+        &[],
+    )
+    .expect("boot");
+    (device, storage)
+}
+
+fn provision(db: &Path, id: &Identity) {
+    Store::open(db)
+        .unwrap()
+        .add_identity(id, IdentityKind::Device, "", 0)
+        .unwrap();
+}
+
+impl Node {
+    fn spawn(
+        (mut device, mut storage): (Device<RustCrypto>, MemoryStorage),
+        trusted: PublicKey,
+        bind: Ipv4Addr,
+        server: SocketAddr,
+        every: Duration,
+        clock: std::time::Instant,
+    ) -> Self {
+        device.trust_server_key(trusted);
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let sock = UdpSocket::bind((bind, 0)).unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(5)))
+                .unwrap();
+            let ms = || clock.elapsed().as_millis() as u64;
+            let mut next = 0u64;
+            let mut buf = [0u8; 2048];
+            let mut v = 0.0;
+            while !st.load(Ordering::Relaxed) {
+                let now = ms();
+                let _ = device.handle_timeout(Instant::from_millis(now), &mut storage);
+                if device.is_registered() && now >= next {
+                    next = now + every.as_millis() as u64;
+                    v += 1.0;
+                    let r = [Record {
+                        name: Some("t"),
+                        unit: Some("Cel"),
+                        value: Some(Value::Number(v)),
+                        ..Default::default()
+                    }];
+                    let _ = device.publish(Instant::from_millis(now), &mut storage, &r, None);
+                }
+                while let Some(n) = device.poll_transmit(&mut buf) {
+                    let _ = sock.send_to(&buf[..n], server);
+                    s.lock().unwrap().sent.push((now, buf[..n].to_vec()));
+                }
+                while let Some(e) = device.poll_event() {
+                    s.lock().unwrap().events.push((now, e));
+                }
+                if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                    if from == server {
+                        let _ = device.handle_datagram(
+                            Instant::from_millis(ms()),
+                            &mut storage,
+                            &buf[..n],
+                        );
+                    }
+                }
+            }
+            device
+        });
+        Self {
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn registered(&self) -> bool {
+        self.seen
+            .lock()
+            .unwrap()
+            .events
+            .iter()
+            .any(|(_, e)| *e == Event::Registered)
+    }
+
+    /// Readings acknowledged at or after `since` (ms of the test's clock).
+    fn acknowledged_since(&self, since: u64) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .events
+            .iter()
+            .filter(|(t, e)| {
+                *t >= since
+                    && matches!(
+                        e,
+                        Event::Published {
+                            outcome: PublishOutcome::Acknowledged,
+                            ..
+                        }
+                    )
+            })
+            .count()
+    }
+
+    /// The first datagram it sent with `code` to a path starting with `path`.
+    fn first_sent(&self, code: Code, path: &str) -> Option<Vec<u8>> {
+        let seen = self.seen.lock().unwrap();
+        seen.sent
+            .iter()
+            .map(|(_, d)| d)
+            .find(|d| {
+                Message::parse(d).is_ok_and(|m| {
+                    m.code == code
+                        && m.uri_path()
+                            .next()
+                            .is_some_and(|p| p.is_ok_and(|p| p == path))
+                })
+            })
+            .cloned()
+    }
+
+    fn stop(mut self) -> Device<RustCrypto> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Waits until `f` holds, for at most `secs` seconds.
+fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < until {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// What [`rebuild`] does with each option: its new value, or `None` to leave it out.
+type Edit<'a> = &'a dyn Fn(u16, &[u8]) -> Option<Vec<u8>>;
+
+/// `m` again as a Confirmable request with message ID `mid`: its options with `edit` applied
+/// (a value replaced, or the option left out), then `extra` options, and `payload`.
+fn rebuild(
+    m: &Message<'_>,
+    mid: u16,
+    edit: Edit<'_>,
+    extra: &[(u16, Vec<u8>)],
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut buf = vec![0u8; 2048];
+    let token = mid.to_be_bytes();
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, m.code, mid, &token).unwrap();
+    for o in m.options() {
+        if let Some(v) = edit(o.number, o.value) {
+            b.option(o.number, &v).unwrap();
+        }
+    }
+    for (n, v) in extra {
+        b.option(*n, v).unwrap();
+    }
+    let n = b.finish_with_payload(payload).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// Sends `datagram(i, round)` from every socket, `rounds` times, one round every `period`.
+fn flood(
+    sockets: &[UdpSocket],
+    to: SocketAddr,
+    period: Duration,
+    stop: &AtomicBool,
+    datagram: impl Fn(usize, usize) -> Vec<u8>,
+) -> usize {
+    let mut sent = 0;
+    let mut round = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let t = std::time::Instant::now();
+        for (i, s) in sockets.iter().enumerate() {
+            if s.send_to(&datagram(i, round), to).is_ok() {
+                sent += 1;
+            }
+            // Drain answers so the socket buffers never matter.
+            let mut b = [0u8; 512];
+            while s.recv_from(&mut b).is_ok() {}
+        }
+        round += 1;
+        if let Some(rest) = period.checked_sub(t.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    sent
+}
+
+/// The most operations a set of rates allows in `secs` seconds.
+fn allowed(total_burst: f64, total_per_second: f64, secs: f64) -> u64 {
+    (total_burst + total_per_second * secs).ceil() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_from_400_addresses_never_spend_the_signatures_registrations_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let clock = std::time::Instant::now();
+    // A device whose latest reading is public, and a newcomer that requires signed answers.
+    let (a, b) = (
+        boot(11, SignatureAlgorithm::Ed25519),
+        boot(12, SignatureAlgorithm::Ed25519),
+    );
+    provision(&db, a.0.identity());
+    provision(&db, b.0.identity());
+    let server = start(&db, false).await;
+    let to = server.local_addr;
+    let stats = server.stats.clone();
+    let key = server.answer_key;
+    let a = Node::spawn(
+        a,
+        key,
+        Ipv4Addr::new(127, 0, 0, 1),
+        to,
+        Duration::from_millis(500),
+        clock,
+    );
+    assert!(
+        wait_for(20, || a.acknowledged_since(0) >= 1),
+        "the first device publishes"
+    );
+    let reading = a.first_sent(Code::PUT, "ps").expect("a publication");
+    // The replay: the same publication, asking for a signed answer.
+    let replay = move |i: usize, round: usize| {
+        let reading = Message::parse(&reading).unwrap();
+        rebuild(
+            &reading,
+            (i * 31 + round) as u16,
+            &|_, v| Some(v.to_vec()),
+            &[(answer::REQUIRE_OPTION, vec![])],
+            reading.payload,
+        )
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sockets = attackers(400);
+    let flood_start = clock.elapsed().as_secs_f64();
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // 400 addresses at 10 a second each: 4,000 replays a second.
+            flood(&sockets, to, Duration::from_millis(100), &stop, replay)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let since = clock.elapsed().as_millis() as u64;
+    let b = Node::spawn(
+        b,
+        key,
+        Ipv4Addr::new(127, 0, 0, 2),
+        to,
+        Duration::from_millis(300),
+        clock,
+    );
+    let served = wait_for(25, || b.registered() && b.acknowledged_since(since) >= 3);
+    stop.store(true, Ordering::Relaxed);
+    let replays = flooder.join().unwrap();
+    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    let b = b.stop();
+    a.stop();
+    let s = stats.snapshot();
+    eprintln!(
+        "{replays} replays from 400 addresses in {secs:.0} s; counters: {:?}",
+        s.iter()
+            .filter(|(k, _)| k.starts_with("answer.")
+                || k.starts_with("verify.")
+                || k.starts_with("publish.")
+                || k.starts_with("register."))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        served,
+        "a device requiring signed answers registers and publishes during the flood"
+    );
+    assert_eq!(b.stats.bad_answer_signatures, 0);
+    assert!(
+        stats.get("publish.rejected.replay") >= 1000,
+        "the flood arrived"
+    );
+    // The 4.09s toward addresses the device never used went out as the bare Reset, counted.
+    assert!(
+        stats.get("answer.unsigned.resync_other_address") >= 1000,
+        "replays from other addresses are refused a signed 4.09"
+    );
+    let r = AnswerRates::default().resync;
+    assert!(
+        stats.get("answer.signed.resync") <= allowed(r.total_burst, r.total_per_second, secs),
+        "signed 4.09s within their own budget"
+    );
+    // The registrations' answers were signed (2 devices registered, at least).
+    assert!(stats.get("answer.signed") - stats.get("answer.signed.resync") >= 2);
+    assert_eq!(stats.get("answer.unsigned.total_budget"), 0);
+    // A replay costs no verification: the number at or below the mark refuses it first.
+    assert!(
+        stats.get("verify.performed") < 100,
+        "{} verifications",
+        stats.get("verify.performed")
+    );
+    server.shutdown().await;
+}
+
+/// A forged COSE_Sign1 reading claiming `kid`, numbered `seq`, with a signature that does not
+/// verify (it parses, so checking it costs a whole P-256 verification).
+fn forged_reading(kid: &Identity, seq: u64, senml: &[u8]) -> Vec<u8> {
+    use sigil_objects::cose::{encode_protected, encode_sign1, SeqField};
+    let mut protected = [0u8; 128];
+    let n = encode_protected(
+        -7,
+        kid.as_bytes(),
+        SeqField::Full(seq),
+        None,
+        &mut protected,
+    )
+    .unwrap();
+    let mut out = vec![0u8; 512];
+    let m = encode_sign1(&protected[..n], senml, &[0x5a; 64], &mut out).unwrap();
+    out.truncate(m);
+    out
+}
+
+/// The SenML payload of a COSE_Sign1 reading.
+fn cose_payload(reading: &[u8]) -> Vec<u8> {
+    use sigil_objects::cbor::{Decoder, Item};
+    let mut d = Decoder::new(reading);
+    assert!(matches!(d.item().unwrap(), Item::Tag(18)));
+    assert_eq!(d.array().unwrap(), 4);
+    d.bytes().unwrap();
+    d.skip().unwrap();
+    d.bytes().unwrap().to_vec()
+}
+
+/// An ES256 token for `subject` at `audience` that passes every cheap check but is signed by a
+/// key that is not the AC's.
+fn forged_token(audience: &str, subject: &str, cti: u32, exp: i64) -> Vec<u8> {
+    use sigil_ace::token::{encode_signed, Claims};
+    use sigil_ace::{Confirmation, Permissions, Scope, ScopeEntry};
+    let k = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &[0x33; 32]).unwrap();
+    let pop = RustCrypto.public_key(&k).unwrap();
+    let entries = [ScopeEntry {
+        object: "rd",
+        permissions: Permissions(1),
+    }];
+    let cti = cti.to_be_bytes();
+    let claims = Claims {
+        sub: Some(subject),
+        aud: Some(audience),
+        exp: Some(sigil_time::UnixTime::from_secs(exp)),
+        cti: Some(&cti),
+        scope: Some(Scope::new(&entries)),
+        cnf: Some(Confirmation::PublicKey {
+            kid: None,
+            key: pop,
+        }),
+        ..Claims::new()
+    };
+    let mut out = vec![0u8; 1024];
+    let n = encode_signed(&claims, None, &k, &RustCrypto, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_flood_from_256_addresses_stays_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let clock = std::time::Instant::now();
+    let v = boot(21, SignatureAlgorithm::EcdsaP256);
+    let n = boot(22, SignatureAlgorithm::EcdsaP256);
+    provision(&db, v.0.identity());
+    provision(&db, n.0.identity());
+    let kid = *v.0.identity();
+    let server = start(&db, true).await;
+    let to = server.local_addr;
+    let stats = server.stats.clone();
+    let key = server.answer_key;
+    let audience = Identity::of_key(&RustCrypto, &server.dtls.as_ref().unwrap().key, b"")
+        .unwrap()
+        .to_string();
+    let v = Node::spawn(
+        v,
+        key,
+        Ipv4Addr::new(127, 0, 0, 1),
+        to,
+        Duration::from_millis(200),
+        clock,
+    );
+    assert!(
+        wait_for(20, || v.acknowledged_since(0) >= 2),
+        "the honest device publishes"
+    );
+    let put = v.first_sent(Code::PUT, "ps").expect("a publication");
+    let payload = Message::parse(&put).unwrap().payload.to_vec();
+    let senml = cose_payload(&payload);
+    let seq = sigil_objects::SignedReading::parse(sigil_objects::ReadingFormat::Cose, &payload)
+        .map(|r| match r.seq {
+            sigil_objects::cose::SeqField::Full(s) => s,
+            _ => 0,
+        })
+        .unwrap();
+    let reg = v.first_sent(Code::POST, "rd").expect("a registration");
+    assert!(
+        Message::parse(&reg).unwrap().block1().is_none(),
+        "the registration fits one datagram"
+    );
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let subject = kid.to_string();
+    // Three kinds of forgery, in turn from each address: a reading with a fresh number, a
+    // registration statement above the mark, an ES256 token.
+    let forge = move |i: usize, round: usize| -> Vec<u8> {
+        let mid = (i * 7 + round * 1031) as u16;
+        let (put, reg) = (Message::parse(&put).unwrap(), Message::parse(&reg).unwrap());
+        match (i + round) % 3 {
+            0 => rebuild(
+                &put,
+                mid,
+                &|_, v| Some(v.to_vec()),
+                &[],
+                &forged_reading(&kid, seq + 500 + (round % 400) as u64, &senml),
+            ),
+            1 => {
+                let sq = format!("sq={}", 1_000_000 + round * 1000 + i);
+                rebuild(
+                    &reg,
+                    mid,
+                    &|n, v| {
+                        if n != option::URI_QUERY {
+                            return Some(v.to_vec());
+                        }
+                        if v.starts_with(b"sq=") {
+                            return Some(sq.clone().into_bytes());
+                        }
+                        if let Some(ss) = v.strip_prefix(b"ss=") {
+                            // One character changed: still base64, no longer the signature.
+                            let mut ss = ss.to_vec();
+                            ss[3] = if ss[3] == b'A' { b'B' } else { b'A' };
+                            return Some([b"ss=".as_slice(), &ss].concat());
+                        }
+                        Some(v.to_vec())
+                    },
+                    &[],
+                    reg.payload,
+                )
+            }
+            _ => {
+                let mut buf = [0u8; 64];
+                let mut b =
+                    MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::POST, mid, &[1])
+                        .unwrap();
+                b.uri_path("authz-info").unwrap();
+                let n = b.finish();
+                let mut d = buf[..n].to_vec();
+                d.push(0xff);
+                d.extend(forged_token(
+                    &audience,
+                    &subject,
+                    (round * 1000 + i) as u32,
+                    wall + 3600,
+                ));
+                d
+            }
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let sockets = attackers(256);
+    let flood_start = clock.elapsed().as_secs_f64();
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // 256 addresses at 5 a second each: 1,280 forgeries a second.
+            flood(&sockets, to, Duration::from_millis(200), &stop, forge)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let since = clock.elapsed().as_millis() as u64;
+    // A newcomer registers during the flood.
+    let n = Node::spawn(
+        n,
+        key,
+        Ipv4Addr::new(127, 0, 0, 2),
+        to,
+        Duration::from_millis(500),
+        clock,
+    );
+    let newcomer = wait_for(30, || n.registered() && n.acknowledged_since(since) >= 1);
+    // The honest device keeps publishing, every reading acknowledged, while the flood goes on.
+    let honest = wait_for(30, || v.acknowledged_since(since) >= 10);
+    let acknowledged = v.acknowledged_since(since);
+    stop.store(true, Ordering::Relaxed);
+    let forged = flooder.join().unwrap();
+    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    n.stop();
+    let deferred = v
+        .seen
+        .lock()
+        .unwrap()
+        .events
+        .iter()
+        .filter(|(t, e)| {
+            *t >= since
+                && matches!(
+                    e,
+                    Event::Published {
+                        outcome: PublishOutcome::Deferred { .. } | PublishOutcome::Rejected(_),
+                        ..
+                    }
+                )
+        })
+        .count();
+    v.stop();
+    let s = stats.snapshot();
+    eprintln!(
+        "{forged} forgeries from 256 addresses in {secs:.0} s; honest acknowledged {acknowledged}; counters: {:?}",
+        s.iter()
+            .filter(|(k, _)| k.starts_with("verify.")
+                || k.starts_with("authz.")
+                || k.starts_with("publish.")
+                || k.starts_with("register."))
+            .collect::<Vec<_>>()
+    );
+    let r = VerifyRates::default();
+    let bound = [r.proven, r.strangers, r.newcomers]
+        .iter()
+        .map(|p| allowed(p.total_burst, p.total_per_second, secs))
+        .sum::<u64>();
+    let failed = stats.get("verify.failed");
+    let refused =
+        stats.get("verify.refused.host_budget") + stats.get("verify.refused.total_budget");
+    assert!(
+        refused > 0,
+        "forgeries over the budget are refused, counted"
+    );
+    assert!(
+        failed > 0,
+        "forgeries within the budget are verified, and fail"
+    );
+    assert!(
+        failed <= bound,
+        "failed verifications {failed} within the budget {bound}"
+    );
+    // Every forgery was either verified (and failed) or refused by the budget or a cheap
+    // check: none is verified twice, none passes.
+    assert!(failed + refused <= forged as u64);
+    assert_eq!(stats.get("authz.accepted"), 0);
+    assert!(
+        honest,
+        "the honest device's readings are acknowledged during the flood ({acknowledged})"
+    );
+    assert_eq!(deferred, 0, "no honest reading was refused for the budget");
+    assert!(
+        newcomer,
+        "a newcomer registers and publishes during the flood"
+    );
+    server.shutdown().await;
+}
