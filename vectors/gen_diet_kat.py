@@ -17,7 +17,7 @@ import struct
 import sys
 
 import cryptography
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import (
@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "diet-kat.json")
 H = bytes.fromhex
-LABEL = b"sigil-diet v2"
+LABEL = b"sigil-diet v3"
+NONCE_LABEL = b"sigil-diet v3 nonce"
 
 # Fixed scalars: two nodes, each with an ECDH and a signing key.
 P_ECDH = H("1c6a2bf2a1c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e")
@@ -83,8 +84,24 @@ def node_keys(own_ecdh, own_epoch, peer_pub, peer_epoch):
     return (okm[:16], okm[16:]) if own_low else (okm[16:], okm[:16])  # (send, receive)
 
 
-def hello(ecdh_scalar, sign_scalar, epoch, flags):
-    body = bytes([1, flags]) + struct.pack(">I", epoch) + pub(ecdh_scalar) + pub(sign_scalar)
+def mac(key, msg):
+    h = hmac.HMAC(key, hashes.SHA256())
+    h.update(msg)
+    return h.finalize()
+
+
+def nonce(sign_scalar, epoch, i):
+    """docs/wire-formats.md: the i-th nonce of a run, the first 8 bytes of HMAC-SHA-256 under
+    HMAC-SHA-256(signing secret, NONCE_LABEL) over epoch(4) and i(4)."""
+    return mac(mac(sign_scalar, NONCE_LABEL), struct.pack(">II", epoch, i))[:8]
+
+
+NO_NONCE = bytes(8)
+
+
+def hello(ecdh_scalar, sign_scalar, epoch, flags, own_nonce, echo):
+    body = (bytes([1, flags]) + struct.pack(">I", epoch) + own_nonce + echo
+            + pub(ecdh_scalar) + pub(sign_scalar))
     return body + sign_det(sign_scalar, body)
 
 
@@ -103,6 +120,7 @@ def build(random_signature):
     shared = ecdh(P_ECDH, pub(R_ECDH))
     p_send, _ = node_keys(P_ECDH, EPOCH_P, pub(R_ECDH), EPOCH_R)
     r_send, _ = node_keys(R_ECDH, EPOCH_R, pub(P_ECDH), EPOCH_P)
+    p0, r0 = nonce(P_SIGN, EPOCH_P, 0), nonce(R_SIGN, EPOCH_R, 0)
     v = {
         "source": "pyca/cryptography " + cryptography.__version__
                   + ", vectors/gen_diet_kat.py",
@@ -127,8 +145,16 @@ def build(random_signature):
         "node": {
             "python": {"ecdh": P_ECDH.hex(), "signing": P_SIGN.hex(), "epoch": EPOCH_P},
             "rust": {"ecdh": R_ECDH.hex(), "signing": R_SIGN.hex(), "epoch": EPOCH_R},
-            "python_hello": hello(P_ECDH, P_SIGN, EPOCH_P, 0).hex(),
-            "rust_hello_ack": hello(R_ECDH, R_SIGN, EPOCH_R, 1).hex(),
+            # Each has the other as a neighbour: its first hello carries its first nonce.
+            "python_hello": hello(P_ECDH, P_SIGN, EPOCH_P, 0, p0, NO_NONCE).hex(),
+            "rust_hello": hello(R_ECDH, R_SIGN, EPOCH_R, 0, r0, NO_NONCE).hex(),
+            # The Rust node answers the Python hello (no echo of its nonce) with a challenge:
+            # its nonce again, echoing Python's.
+            "rust_challenge": hello(R_ECDH, R_SIGN, EPOCH_R, 0, r0, p0).hex(),
+            # Python, whose nonce came back, holds the keys: it acknowledges (ACK) with its
+            # next nonce, echoing Rust's, which proves it to the Rust node.
+            "python_answer": hello(P_ECDH, P_SIGN, EPOCH_P, 1, nonce(P_SIGN, EPOCH_P, 1),
+                                   r0).hex(),
             "python_data_seq0": data(p_send, P_SIGN, 0, b"from python").hex(),
             "python_data_seq5": data(p_send, P_SIGN, 5, b"seq 5").hex(),
             "rust_data_seq0": data(r_send, R_SIGN, 0, b"from rust").hex(),

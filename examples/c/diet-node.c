@@ -231,6 +231,7 @@ static const char *reason(sigil_diet_refusal r) {
   case SIGIL_DIET_REFUSED_REPLAY: return "replay";
   case SIGIL_DIET_REFUSED_STALE_HELLO: return "stale-hello";
   case SIGIL_DIET_REFUSED_TABLE_FULL: return "table-full";
+  case SIGIL_DIET_REFUSED_BUDGET: return "over-budget";
   default: return "other";
   }
 }
@@ -383,7 +384,7 @@ int main(int argc, char **argv) {
     sigil_diet_received r;
     sigil_diet_phase before = SIGIL_DIET_HANDSHAKE;
     if (sender) sigil_diet_node_phase(&node, handle, &before);
-    check("handle", sigil_diet_node_handle(&node, handle, buf, (size_t)got, plain, sizeof plain, &r));
+    check("handle", sigil_diet_node_handle(&node, now_ms() - start, handle, buf, (size_t)got, plain, sizeof plain, &r));
     switch (r.outcome) {
     case SIGIL_DIET_HELLO:
       if (before != SIGIL_DIET_ESTABLISHED || r.new_keys)
@@ -395,6 +396,8 @@ int main(int argc, char **argv) {
       break;
     case SIGIL_DIET_REFUSED:
       printf("refused from %s: %s\n", from_name, reason(r.refusal));
+      break;
+    case SIGIL_DIET_CHALLENGED: /* answered with a challenge; keys follow its echo */
       break;
     }
   }

@@ -26,29 +26,69 @@ fn node(seed: u8) -> Node<RustCrypto, u8, 2> {
 fuzz_target!(|data: &[u8]| {
     // The views never panic on what they accept.
     if let Ok(h) = wire::Hello::parse(data) {
-        let _ = (h.ack(), h.epoch(), h.ecdh_public(), h.signing_public(), h.signed(), h.signature());
+        let _ = (
+            h.ack(),
+            h.epoch(),
+            h.nonce(),
+            h.echo(),
+            h.ecdh_public(),
+            h.signing_public(),
+        );
+        let _ = (h.signed(), h.signature());
     }
     if let Ok(d) = wire::Data::parse(data) {
-        let _ = (d.seq(), d.header(), d.ciphertext(), d.tag(), d.signed(), d.signature());
+        let _ = (
+            d.seq(),
+            d.header(),
+            d.ciphertext(),
+            d.tag(),
+            d.signed(),
+            d.signature(),
+        );
     }
     let mut a = node(1);
     let mut b = node(2);
     let mut out = [0u8; 2048];
+    let t0 = Instant::ZERO;
+    let r = b.handle(t0, 1, data, |_, _| true, &mut out);
     assert!(
-        !matches!(b.handle(1, data, |_, _| true, &mut out), Ok(Received::Message { .. })),
+        !matches!(
+            r,
+            Ok(Received::Message { .. } | Received::Hello { new_keys: true })
+        ),
         "no session yet"
     );
-    // A real session, then the input as a datagram from the peer and from a stranger.
+    assert_eq!(
+        b.neighbours().count(),
+        0,
+        "a slot before any address proved itself"
+    );
+    // A real session (hello, challenge, acknowledgement), then the input as a datagram from
+    // the peer and from a stranger.
     let (ka, kb) = (a.signing_key(), b.signing_key());
     let mut h = [0u8; HELLO_LEN];
     let mut b = node(2);
-    a.add_neighbour(Instant::ZERO, 2).unwrap();
-    let t = a.poll_transmit(Instant::ZERO, &mut h).unwrap();
-    b.handle(1, &h[..t.len], |_, k| *k == ka, &mut out).unwrap();
-    let t = b.poll_transmit(Instant::ZERO, &mut h).unwrap();
-    a.handle(2, &h[..t.len], |_, k| *k == kb, &mut out).unwrap();
-    let r = b.handle(1, data, |_, k| *k == ka, &mut out);
-    assert!(!matches!(r, Ok(Received::Message { .. })), "forged data accepted");
-    let _ = b.handle(3, data, |_, k| *k == ka, &mut out);
-    let _ = b.poll_transmit(Instant::ZERO, &mut h);
+    a.add_neighbour(t0, 2).unwrap();
+    let t = a.poll_transmit(t0, &mut h).unwrap();
+    assert_eq!(
+        b.handle(t0, 1, &h[..t.len], |_, k| *k == ka, &mut out),
+        Ok(Received::Challenged)
+    );
+    let t = b.poll_transmit(t0, &mut h).unwrap();
+    a.handle(t0, 2, &h[..t.len], |_, k| *k == kb, &mut out)
+        .unwrap();
+    let t = a.poll_transmit(t0, &mut h).unwrap();
+    b.handle(t0, 1, &h[..t.len], |_, k| *k == ka, &mut out)
+        .unwrap();
+    let r = b.handle(t0, 1, data, |_, k| *k == ka, &mut out);
+    assert!(
+        !matches!(r, Ok(Received::Message { .. })),
+        "forged data accepted"
+    );
+    let r = b.handle(t0, 3, data, |_, k| *k == ka, &mut out);
+    assert!(
+        !matches!(r, Ok(Received::Message { .. } | Received::Moved { .. })),
+        "a stranger moved a neighbour"
+    );
+    let _ = b.poll_transmit(t0, &mut h);
 });

@@ -99,7 +99,7 @@
 /*
  A hello's length; `sigil_diet_node_poll_transmit` needs a buffer of at least this.
  */
-#define SIGIL_DIET_HELLO_LEN 200
+#define SIGIL_DIET_HELLO_LEN 216
 
 /*
  Bytes a data message adds to its plaintext (type, sequence number, tag, signature).
@@ -121,7 +121,7 @@
  Size of [`sigil_diet_node`] in 8-byte words: room for the state on every target the
  library builds for (checked below at compile time).
  */
-#define SIGIL_DIET_NODE_WORDS 384
+#define SIGIL_DIET_NODE_WORDS 480
 
 /*
  Size of [`sigil_diet_node`] in bytes.
@@ -410,6 +410,13 @@ typedef enum {
    Refused and counted; `refusal` says why.
    */
   SIGIL_DIET_REFUSED = 3,
+  /*
+   A verified hello from the neighbour's identity that did not echo the nonce our hellos
+   carry (a new run of the neighbour, or a recorded hello replayed): nothing changed, and
+   our hello with a challenge goes out at the next `sigil_diet_node_poll_transmit`. Keys
+   follow only from a hello that echoes it.
+   */
+  SIGIL_DIET_CHALLENGED = 4,
 } sigil_diet_outcome;
 
 /*
@@ -461,6 +468,11 @@ typedef enum {
    Anything else.
    */
   SIGIL_DIET_REFUSED_OTHER = 10,
+  /*
+   A hello that proved nothing, again within the hello interval (`hello_initial_ms`)
+   of the challenge it had: refused before its signature is checked.
+   */
+  SIGIL_DIET_REFUSED_BUDGET = 11,
 } sigil_diet_refusal;
 
 /*
@@ -777,6 +789,23 @@ typedef struct {
    All refusals together.
    */
   uint64_t refused;
+  /*
+   Hellos refused before verification, over the challenge budget.
+   */
+  uint64_t over_budget;
+  /*
+   Verified hellos answered with a challenge (`SIGIL_DIET_CHALLENGED`).
+   */
+  uint64_t challenged;
+  /*
+   Challenges sent to addresses that had not proved themselves (none for this node: it
+   hears only configured neighbours' handles).
+   */
+  uint64_t challenges_sent;
+  /*
+   Neighbours that moved (none for this node, as above).
+   */
+  uint64_t moved;
 } sigil_diet_counters;
 
 /*
@@ -1195,7 +1224,8 @@ sigil_status sigil_diet_node_add_neighbour(sigil_diet_node *node,
                                            uint32_t *neighbour);
 
 /*
- Feeds one datagram (`len` >= 1 bytes) that arrived from neighbour `from` (a handle, or
+ Feeds one datagram (`len` >= 1 bytes) that arrived at `now_ms` (the caller's clock, as for
+ `sigil_diet_node_poll_transmit`) from neighbour `from` (a handle, or
  `SIGIL_DIET_UNKNOWN_NEIGHBOUR` for an address no neighbour has). A message's plaintext
  goes to `plain` (`plain_cap` bytes; a data datagram of n bytes needs n -
  `SIGIL_DIET_OVERHEAD`, else `SIGIL_ERR_SHORT_BUFFER` and nothing is done; NULL with 0 when
@@ -1204,6 +1234,7 @@ sigil_status sigil_diet_node_add_neighbour(sigil_diet_node *node,
  hello goes out at the next `sigil_diet_node_poll_transmit`.
  */
 sigil_status sigil_diet_node_handle(sigil_diet_node *node,
+                                    uint64_t now_ms,
                                     uint32_t from,
                                     const uint8_t *datagram,
                                     size_t len,

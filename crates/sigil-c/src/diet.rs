@@ -33,7 +33,7 @@ pub const SIGIL_DIET_TAG_LEN: usize = 8;
 /// The most `sigil_diet_shared_key` derives (HKDF-SHA-256, RFC 5869 §2.3: 255 blocks).
 pub const SIGIL_DIET_MAX_DERIVED: usize = 8160;
 /// A hello's length; `sigil_diet_node_poll_transmit` needs a buffer of at least this.
-pub const SIGIL_DIET_HELLO_LEN: usize = 200;
+pub const SIGIL_DIET_HELLO_LEN: usize = 216;
 /// Bytes a data message adds to its plaintext (type, sequence number, tag, signature).
 pub const SIGIL_DIET_OVERHEAD: usize = 77;
 /// Neighbours one node holds.
@@ -43,7 +43,7 @@ pub const SIGIL_DIET_MAX_NEIGHBOURS: usize = 8;
 pub const SIGIL_DIET_UNKNOWN_NEIGHBOUR: u32 = 0xFFFF_FFFF;
 /// Size of [`sigil_diet_node`] in 8-byte words: room for the state on every target the
 /// library builds for (checked below at compile time).
-pub const SIGIL_DIET_NODE_WORDS: usize = 384;
+pub const SIGIL_DIET_NODE_WORDS: usize = 480;
 /// Size of [`sigil_diet_node`] in bytes.
 pub const SIGIL_DIET_NODE_SIZE: usize = 8 * SIGIL_DIET_NODE_WORDS;
 
@@ -82,9 +82,11 @@ impl From<Error> for sigil_status {
             Error::BufferTooSmall => SIGIL_ERR_SHORT_BUFFER,
             Error::Exhausted => SIGIL_ERR_SEQUENCE_EXHAUSTED,
             Error::Crypto(c) => c.into(),
-            Error::Untrusted | Error::Reflected | Error::Replay | Error::StaleHello => {
-                SIGIL_ERR_BAD_ARGUMENT
-            }
+            Error::Untrusted
+            | Error::Reflected
+            | Error::Replay
+            | Error::StaleHello
+            | Error::Budget => SIGIL_ERR_BAD_ARGUMENT,
         }
     }
 }
@@ -406,6 +408,11 @@ pub enum sigil_diet_outcome {
     SIGIL_DIET_MESSAGE = 2,
     /// Refused and counted; `refusal` says why.
     SIGIL_DIET_REFUSED = 3,
+    /// A verified hello from the neighbour's identity that did not echo the nonce our hellos
+    /// carry (a new run of the neighbour, or a recorded hello replayed): nothing changed, and
+    /// our hello with a challenge goes out at the next `sigil_diet_node_poll_transmit`. Keys
+    /// follow only from a hello that echoes it.
+    SIGIL_DIET_CHALLENGED = 4,
 }
 
 /// Why a datagram was refused (each has its counter in `sigil_diet_counters`).
@@ -435,6 +442,9 @@ pub enum sigil_diet_refusal {
     SIGIL_DIET_REFUSED_TABLE_FULL = 9,
     /// Anything else.
     SIGIL_DIET_REFUSED_OTHER = 10,
+    /// A hello that proved nothing, again within the hello interval (`hello_initial_ms`)
+    /// of the challenge it had: refused before its signature is checked.
+    SIGIL_DIET_REFUSED_BUDGET = 11,
 }
 
 /// One datagram's outcome, from `sigil_diet_node_handle`.
@@ -471,6 +481,15 @@ pub struct sigil_diet_counters {
     pub other: u64,
     /// All refusals together.
     pub refused: u64,
+    /// Hellos refused before verification, over the challenge budget.
+    pub over_budget: u64,
+    /// Verified hellos answered with a challenge (`SIGIL_DIET_CHALLENGED`).
+    pub challenged: u64,
+    /// Challenges sent to addresses that had not proved themselves (none for this node: it
+    /// hears only configured neighbours' handles).
+    pub challenges_sent: u64,
+    /// Neighbours that moved (none for this node, as above).
+    pub moved: u64,
 }
 
 const NODE_MAGIC: u64 = 0x5349_4749_4c44_4954; // "SIGILDIT"
@@ -570,6 +589,7 @@ pub unsafe extern "C" fn sigil_diet_node_init(
                     initial: Duration::from_millis(u64::from(c.hello_initial_ms)),
                     max: Duration::from_millis(u64::from(c.hello_max_ms)),
                     attempts: c.hello_attempts,
+                    ..defaults
                 }
             }
         };
@@ -668,7 +688,8 @@ pub unsafe extern "C" fn sigil_diet_node_add_neighbour(
     })())
 }
 
-/// Feeds one datagram (`len` >= 1 bytes) that arrived from neighbour `from` (a handle, or
+/// Feeds one datagram (`len` >= 1 bytes) that arrived at `now_ms` (the caller's clock, as for
+/// `sigil_diet_node_poll_transmit`) from neighbour `from` (a handle, or
 /// `SIGIL_DIET_UNKNOWN_NEIGHBOUR` for an address no neighbour has). A message's plaintext
 /// goes to `plain` (`plain_cap` bytes; a data datagram of n bytes needs n -
 /// `SIGIL_DIET_OVERHEAD`, else `SIGIL_ERR_SHORT_BUFFER` and nothing is done; NULL with 0 when
@@ -678,6 +699,7 @@ pub unsafe extern "C" fn sigil_diet_node_add_neighbour(
 #[no_mangle]
 pub unsafe extern "C" fn sigil_diet_node_handle(
     node: *mut sigil_diet_node,
+    now_ms: u64,
     from: u32,
     datagram: *const u8,
     len: usize,
@@ -708,11 +730,19 @@ pub unsafe extern "C" fn sigil_diet_node_handle(
             Some(Some(want)) => identity_of(key) == Some(*want),
             _ => false,
         };
-        let r = node.handle(from, data, trusted, plain);
+        let r = node.handle(Instant::from_millis(now_ms), from, data, trusted, plain);
         *received = match r {
-            Ok(Received::Hello { new_keys }) => sigil_diet_received {
-                outcome: sigil_diet_outcome::SIGIL_DIET_HELLO,
-                new_keys,
+            Ok(Received::Hello { new_keys } | Received::Moved { new_keys }) => {
+                sigil_diet_received {
+                    outcome: sigil_diet_outcome::SIGIL_DIET_HELLO,
+                    new_keys,
+                    len: 0,
+                    refusal: sigil_diet_refusal::SIGIL_DIET_REFUSED_NONE,
+                }
+            }
+            Ok(Received::Challenged) => sigil_diet_received {
+                outcome: sigil_diet_outcome::SIGIL_DIET_CHALLENGED,
+                new_keys: false,
                 len: 0,
                 refusal: sigil_diet_refusal::SIGIL_DIET_REFUSED_NONE,
             },
@@ -745,6 +775,7 @@ fn refusal(e: Error) -> sigil_diet_refusal {
         Error::Replay => SIGIL_DIET_REFUSED_REPLAY,
         Error::StaleHello => SIGIL_DIET_REFUSED_STALE_HELLO,
         Error::TableFull => SIGIL_DIET_REFUSED_TABLE_FULL,
+        Error::Budget => SIGIL_DIET_REFUSED_BUDGET,
         _ => SIGIL_DIET_REFUSED_OTHER,
     }
 }
@@ -868,6 +899,10 @@ pub unsafe extern "C" fn sigil_diet_node_counters(
             table_full: c.table_full,
             other: c.other,
             refused: c.refused(),
+            over_budget: c.over_budget,
+            challenged: c.challenged,
+            challenges_sent: c.challenges_sent,
+            moved: c.moved,
         };
         Ok(())
     })())

@@ -20,7 +20,12 @@
 //!   remembering random numbers R1; restarts are covered by the epoch;
 //! - a hello is signed, and its signing key must be one the caller trusts (for Sigil: it hashes
 //!   to a provisioned identity, RFC 8387 §4), binding the ECDH key to the identity; the seed
-//!   trusted whatever key arrived.
+//!   trusted whatever key arrived;
+//! - one neighbour per signing key, and an address proves it is live before anything but a
+//!   challenge goes to it: a hello carries a fresh nonce, and only a signed hello echoing the
+//!   nonce sent to that address establishes keys there, moves a neighbour there, or re-keys;
+//!   a recorded hello replayed from anywhere changes nothing. Challenges to unproven addresses
+//!   have a per-address, per-key and total budget.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -54,6 +59,10 @@ pub enum Error {
     StaleHello,
     /// The neighbour table is full.
     TableFull,
+    /// A hello from an address that has not proved itself, over the challenge budget: one
+    /// challenge per address and per key each hello interval, and a total rate
+    /// ([`Config`](node::Config)).
+    Budget,
     /// The output buffer is too small.
     BufferTooSmall,
     /// The send counter is exhausted (2^32 messages): restart under a new epoch.
@@ -83,6 +92,7 @@ impl core::fmt::Display for Error {
             Self::Replay => "replayed or too old",
             Self::StaleHello => "hello of an earlier epoch",
             Self::TableFull => "neighbour table full",
+            Self::Budget => "hello over the challenge budget",
             Self::BufferTooSmall => "buffer too small",
             Self::Exhausted => "sequence numbers exhausted",
             Self::Crypto(e) => return write!(f, "crypto: {e}"),
@@ -106,7 +116,17 @@ pub struct Counters {
     pub replayed: u64,
     pub stale_hellos: u64,
     pub table_full: u64,
+    /// Hellos refused before verification for the challenge budget ([`Error::Budget`]).
+    pub over_budget: u64,
     pub other: u64,
+    /// Verified hellos that proved nothing yet (no echo of our challenge): answered with a
+    /// challenge, nothing else changed.
+    pub challenged: u64,
+    /// Challenges sent to addresses that have not proved themselves (a newcomer's, or a known
+    /// key's claimed new address); each is one hello.
+    pub challenges_sent: u64,
+    /// Neighbours that proved they moved to a new address (keys and window kept).
+    pub moved: u64,
 }
 
 impl Counters {
@@ -114,6 +134,11 @@ impl Counters {
         let c = match r {
             Ok(Received::Hello { .. }) => &mut self.hellos_accepted,
             Ok(Received::Message { .. }) => &mut self.messages_accepted,
+            Ok(Received::Challenged) => &mut self.challenged,
+            Ok(Received::Moved { .. }) => {
+                self.hellos_accepted += 1;
+                &mut self.moved
+            }
             Err(Error::Malformed) => &mut self.malformed,
             Err(Error::Untrusted) => &mut self.untrusted,
             Err(Error::Reflected) => &mut self.reflected,
@@ -123,6 +148,7 @@ impl Counters {
             Err(Error::Replay) => &mut self.replayed,
             Err(Error::StaleHello) => &mut self.stale_hellos,
             Err(Error::TableFull) => &mut self.table_full,
+            Err(Error::Budget) => &mut self.over_budget,
             Err(_) => &mut self.other,
         };
         *c += 1;
@@ -139,6 +165,7 @@ impl Counters {
             + self.replayed
             + self.stale_hellos
             + self.table_full
+            + self.over_budget
             + self.other
     }
 }
@@ -152,6 +179,11 @@ pub struct ReplayWindow {
 }
 
 impl ReplayWindow {
+    /// The highest sequence number accepted so far.
+    pub fn highest(&self) -> Option<u32> {
+        self.highest
+    }
+
     /// Not seen, and not older than the window.
     pub fn is_fresh(&self, seq: u32) -> bool {
         match self.highest {

@@ -1,11 +1,21 @@
-//! The node: a bounded neighbour table and, per neighbour, the seed's three phases (§5.2):
-//! handshake (signed hellos, retransmitted until the neighbour's arrives), shared key (ECDH +
-//! HKDF) and secure communication (CCM-8 and ECDSA, a sequence window per direction).
+//! The node: a neighbour table of fixed size and, per neighbour, the seed's three phases
+//! (§5.2): handshake (signed hellos, retransmitted until the neighbour's arrives), shared key
+//! (ECDH + HKDF) and secure communication (CCM-8 and ECDSA, a sequence window per direction).
 //!
 //! Sans-IO in the quinn-proto manner: [`Node::handle`] takes a datagram with the sender's
-//! address token, [`Node::poll_transmit`] gives out what to send and to whom,
-//! [`Node::poll_timeout`] says when to call again. The caller owns sockets, clock and table
-//! size (`N`); nothing is allocated.
+//! address token and the caller's clock, [`Node::poll_transmit`] gives out what to send and to
+//! whom, [`Node::poll_timeout`] says when to call again. The caller owns sockets, clock and
+//! table size (`N`); nothing is allocated.
+//!
+//! One neighbour per signing key, and nothing but a challenge goes to an address before it
+//! proved it is live: every hello carries a fresh nonce (ours to that address) and echoes the
+//! receiver's latest. Keys are derived, a neighbour is moved to a new address, or re-keyed
+//! under a new epoch, only on a signed hello that echoes the nonce sent to the address it
+//! came from. Any other trusted hello is answered with a challenge (our hello with a fresh
+//! nonce), within a budget: one per address and per key each `Config::initial`, and
+//! `Config::challenges_per_second` in total, checked before the signature is verified. So a
+//! recorded hello replayed from any address makes no slot, resets no window and draws at most
+//! one hello (no data) to that address.
 //!
 //! Freshness across restarts: every node runs under an `epoch` the caller keeps in storage and
 //! raises at each start (or each key change). Both epochs enter the key derivation, so
@@ -13,14 +23,23 @@
 //! below the one held for that key is refused ([`Error::StaleHello`]).
 
 use crate::ops::{self, PUBLIC_KEY_LEN, SECRET_KEY_LEN};
-use crate::wire::{self, Data, Hello, DATA_HEADER_LEN, DATA_OVERHEAD, FLAG_ACK, HELLO_LEN};
+use crate::wire::{
+    self, Data, Hello, HelloBody, DATA_HEADER_LEN, DATA_OVERHEAD, FLAG_ACK, HELLO_LEN, NONCE_LEN,
+};
 use crate::{Counters, Error, ReplayWindow};
 use core::time::Duration;
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SignatureAlgorithm};
 use sigil_time::Instant;
 
 /// The label of the key derivation (HKDF `info` prefix).
-pub const KDF_LABEL: &[u8] = b"sigil-diet v2";
+pub const KDF_LABEL: &[u8] = b"sigil-diet v3";
+/// The label of the nonce key: HMAC-SHA-256 under the signing secret.
+pub const NONCE_LABEL: &[u8] = b"sigil-diet v3 nonce";
+/// Challenges to newcomers held at once (each the size of a key and a few nonces).
+pub const PENDING: usize = 8;
+
+type Nonce = [u8; NONCE_LEN];
+const NO_NONCE: Nonce = [0; NONCE_LEN];
 
 /// A node's two key pairs: ECDH for the shared keys, ECDSA for hellos and messages.
 pub struct NodeKeys {
@@ -67,11 +86,18 @@ impl NodeKeys {
 
 /// Hello retransmission: the first after `initial`, doubling up to `max`, at most `attempts`
 /// hellos, after which the neighbour is [`Phase::Unreachable`] until added again.
+///
+/// Challenges (our hello to an address that has not proved itself: a newcomer's, or a known
+/// key's claimed new address) are budgeted: one per address and one per key each `initial`,
+/// and `challenges_per_second` in total with bursts of `challenge_burst`; a challenge is
+/// answerable for `max`.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     pub initial: Duration,
     pub max: Duration,
     pub attempts: u8,
+    pub challenges_per_second: u16,
+    pub challenge_burst: u16,
 }
 
 impl Default for Config {
@@ -80,6 +106,8 @@ impl Default for Config {
             initial: Duration::from_secs(1),
             max: Duration::from_secs(32),
             attempts: 8,
+            challenges_per_second: 4,
+            challenge_burst: 8,
         }
     }
 }
@@ -87,7 +115,7 @@ impl Default for Config {
 /// Where a neighbour stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Our hello is out; the neighbour's has not arrived (phase 1).
+    /// Our hello is out; the neighbour has not answered it (phase 1).
     Handshake,
     /// Hellos exchanged, keys derived (phases 2 and 3): messages flow.
     Established,
@@ -98,8 +126,16 @@ pub enum Phase {
 /// What an accepted datagram was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
-    /// A verified hello from a trusted key. `new_keys` when it started or replaced the keys.
+    /// A verified hello from a trusted key that echoed our challenge, or repeated the hello we
+    /// hold. `new_keys` when it started or replaced the keys.
     Hello { new_keys: bool },
+    /// A verified hello from a trusted key that proved nothing yet (it did not echo the nonce
+    /// we sent to its address): our hello with a challenge goes out to it; nothing else
+    /// changed.
+    Challenged,
+    /// A neighbour answered our challenge from a new address: it moved there, keeping its
+    /// keys and window (`new_keys` when it came under a new epoch too).
+    Moved { new_keys: bool },
     /// A verified, fresh message: its plaintext is the first `len` bytes of the buffer.
     Message { len: usize },
 }
@@ -122,15 +158,67 @@ struct Keys {
     window: ReplayWindow,
 }
 
+/// A challenge to an address that has not proved itself: our nonce sent there, the nonce its
+/// hello carried (echoed in ours) and when.
+#[derive(Clone, Copy)]
+struct Challenge<A> {
+    addr: A,
+    nonce: Nonce,
+    peer_nonce: Nonce,
+    at: Instant,
+    due: bool,
+}
+
 struct Neighbour<A> {
     addr: A,
     keys: Option<Keys>,
+    /// Our nonce for `addr`: what a hello from there must echo to change anything.
+    nonce: Nonce,
+    /// The neighbour's latest nonce, echoed in our hellos.
+    peer_nonce: Nonce,
     /// Hellos sent since the handshake (re)started.
     attempts: u8,
     next_hello: Instant,
     timeout: Duration,
-    /// The neighbour's hello asked for ours.
+    /// A hello is due to `addr`; with `ACK` when `answer_ack`.
     answer_due: bool,
+    answer_ack: bool,
+    /// When we last answered an unproven hello here.
+    challenged_at: Option<Instant>,
+    /// The neighbour's key claimed another address: our challenge there.
+    moving: Option<Challenge<A>>,
+}
+
+/// A challenge to a newcomer: a trusted key not in the table, at an address not in it.
+struct Pending<A> {
+    key: [u8; PUBLIC_KEY_LEN],
+    challenge: Challenge<A>,
+}
+
+/// The total challenge rate: a token bucket in thousandths of a challenge.
+struct Bucket {
+    milli: u64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn take(&mut self, now: Instant, per_second: u16, burst: u16) -> bool {
+        let cap = u64::from(burst) * 1000;
+        if now > self.at {
+            let ms = now.saturating_since(self.at).as_millis() as u64;
+            self.milli = self
+                .milli
+                .saturating_add(ms.saturating_mul(u64::from(per_second)))
+                .min(cap);
+            self.at = now;
+        }
+        if self.milli >= 1000 {
+            self.milli -= 1000;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// One CryptoDiet node with room for `N` neighbours; `A` is the caller's address token.
@@ -140,6 +228,10 @@ pub struct Node<C, A, const N: usize> {
     epoch: u32,
     config: Config,
     table: [Option<Neighbour<A>>; N],
+    pending: [Option<Pending<A>>; PENDING],
+    bucket: Bucket,
+    nonce_key: [u8; 32],
+    nonces: u32,
     counters: Counters,
 }
 
@@ -150,15 +242,27 @@ fn nonce(seq: u32) -> [u8; ops::NONCE_LEN] {
     n
 }
 
+fn young(at: Instant, now: Instant, span: Duration) -> bool {
+    now < at.saturating_add(span)
+}
+
 impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
     /// A node under `epoch`, which must be higher than in any earlier run with these keys.
     pub fn new(crypto: C, keys: NodeKeys, epoch: u32, config: Config) -> Self {
+        let nonce_key = crypto.hmac_sha256(&keys.signing.secret, &[NONCE_LABEL]);
         Self {
             crypto,
             keys,
             epoch,
             config,
             table: core::array::from_fn(|_| None),
+            pending: core::array::from_fn(|_| None),
+            bucket: Bucket {
+                milli: u64::from(config.challenge_burst) * 1000,
+                at: Instant::ZERO,
+            },
+            nonce_key,
+            nonces: 0,
             counters: Counters::default(),
         }
     }
@@ -175,20 +279,55 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         &self.counters
     }
 
+    /// A nonce never used before by these keys: HMAC-SHA-256 under the nonce key over the
+    /// epoch and a counter, first 8 bytes (never all zeros, which means "none").
+    fn fresh_nonce(&mut self) -> Nonce {
+        loop {
+            let i = self.nonces;
+            self.nonces = self.nonces.wrapping_add(1);
+            let mac = self.crypto.hmac_sha256(
+                &self.nonce_key,
+                &[&self.epoch.to_be_bytes(), &i.to_be_bytes()],
+            );
+            let n: Nonce = mac[..NONCE_LEN].try_into().expect("8 bytes");
+            if n != NO_NONCE {
+                return n;
+            }
+        }
+    }
+
     /// A neighbour from the routing table: its hello goes out at the next
     /// [`poll_transmit`](Self::poll_transmit). Adding a known neighbour that is not
     /// established restarts its hellos.
     pub fn add_neighbour(&mut self, now: Instant, addr: A) -> Result<(), Error> {
         let initial = self.config.initial;
-        let n = match self.find(&addr) {
-            Some(i) => self.table[i].as_mut().expect("found"),
-            None => self.insert(addr)?,
+        let i = match self.find(&addr) {
+            Some(i) => i,
+            None => {
+                let nonce = self.fresh_nonce();
+                self.insert(addr, nonce)?
+            }
         };
+        let n = self.table[i].as_mut().expect("found");
         if n.keys.is_none() {
             n.attempts = 0;
             n.next_hello = now;
             n.timeout = initial;
         }
+        Ok(())
+    }
+
+    /// Says hello again to the established neighbour `to`, asking for an answer: for a node
+    /// whose own address changed, so that `to` challenges the new one and, answered, moves it
+    /// there. Sent once, at the next [`poll_transmit`](Self::poll_transmit).
+    pub fn announce(&mut self, to: &A) -> Result<(), Error> {
+        let i = self.find(to).ok_or(Error::NoSession)?;
+        let n = self.table[i].as_mut().expect("found");
+        if n.keys.is_none() {
+            return Err(Error::NoSession);
+        }
+        n.answer_due = true;
+        n.answer_ack = false;
         Ok(())
     }
 
@@ -204,12 +343,25 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         n.keys.as_ref().map(|k| &k.peer_sig)
     }
 
+    /// The address and epoch held for a signing key, and the highest sequence number its
+    /// window accepted.
+    pub fn held(&self, key: &PublicKey) -> Option<(A, u32, Option<u32>)> {
+        let n = self.table[self.find_key(key)?].as_ref()?;
+        let k = n.keys.as_ref()?;
+        Some((n.addr, k.epoch, k.window.highest()))
+    }
+
     /// Every neighbour's address and phase.
     pub fn neighbours(&self) -> impl Iterator<Item = (A, Phase)> + '_ {
         self.table
             .iter()
             .flatten()
             .map(|n| (n.addr, self.phase_of(n)))
+    }
+
+    /// Challenges to newcomers held now (at most [`PENDING`]).
+    pub fn pending(&self) -> usize {
+        self.pending.iter().flatten().count()
     }
 
     fn phase_of(&self, n: &Neighbour<A>) -> Phase {
@@ -228,57 +380,87 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
             .position(|n| n.as_ref().is_some_and(|n| n.addr == *addr))
     }
 
-    fn insert(&mut self, addr: A) -> Result<&mut Neighbour<A>, Error> {
-        let slot = self
+    fn find_key(&self, key: &PublicKey) -> Option<usize> {
+        self.table.iter().position(|n| {
+            n.as_ref()
+                .and_then(|n| n.keys.as_ref())
+                .is_some_and(|k| k.peer_sig == *key)
+        })
+    }
+
+    fn insert(&mut self, addr: A, nonce: Nonce) -> Result<usize, Error> {
+        let i = self
             .table
-            .iter_mut()
-            .find(|n| n.is_none())
+            .iter()
+            .position(|n| n.is_none())
             .ok_or(Error::TableFull)?;
-        Ok(slot.insert(Neighbour {
+        self.table[i] = Some(Neighbour {
             addr,
             keys: None,
+            nonce,
+            peer_nonce: NO_NONCE,
             attempts: 0,
             next_hello: Instant::NEVER,
             timeout: self.config.initial,
             answer_due: false,
-        }))
+            answer_ack: false,
+            challenged_at: None,
+            moving: None,
+        });
+        Ok(i)
     }
 
     /// When to call [`poll_transmit`](Self::poll_transmit) next if nothing arrives.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.table
-            .iter()
-            .flatten()
-            .map(|n| {
-                if n.answer_due {
-                    Instant::ZERO
-                } else if n.keys.is_none() {
-                    n.next_hello
-                } else {
-                    Instant::NEVER
-                }
-            })
-            .filter(|t| *t != Instant::NEVER)
-            .min()
+        let table = self.table.iter().flatten().map(|n| {
+            if n.answer_due || n.moving.is_some_and(|m| m.due) {
+                Instant::ZERO
+            } else if n.keys.is_none() {
+                n.next_hello
+            } else {
+                Instant::NEVER
+            }
+        });
+        let pending = self.pending.iter().flatten().map(|p| {
+            if p.challenge.due {
+                Instant::ZERO
+            } else {
+                Instant::NEVER
+            }
+        });
+        table.chain(pending).filter(|t| *t != Instant::NEVER).min()
     }
 
-    /// The next datagram due at `now` (a hello or the answer to one), written into `buf`
-    /// (at least [`HELLO_LEN`] bytes). Call until it returns `None`.
+    /// The next datagram due at `now` (a hello, the answer to one, or a challenge), written
+    /// into `buf` (at least [`HELLO_LEN`] bytes). Call until it returns `None`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit<A>> {
         let out: &mut [u8; HELLO_LEN] = buf.get_mut(..HELLO_LEN)?.try_into().ok()?;
         let config = self.config;
-        for i in 0..N {
-            let Some(n) = self.table[i].as_mut() else {
-                continue;
-            };
-            let flags = if n.answer_due {
+        // (to, flags, our nonce, echo, a challenge to an unproven address)
+        let mut next = None;
+        for n in self.table.iter_mut().flatten() {
+            if let Some(m) = n.moving.as_mut().filter(|m| m.due) {
+                m.due = false;
+                next = Some((m.addr, 0, m.nonce, m.peer_nonce, true));
+                break;
+            }
+            if n.answer_due {
                 n.answer_due = false;
-                if n.keys.is_some() {
+                let flags = if n.answer_ack && n.keys.is_some() {
                     FLAG_ACK
                 } else {
                     0
+                };
+                if n.keys.is_none() && n.next_hello <= now && n.attempts < config.attempts {
+                    // The answer is the handshake's hello too.
+                    n.attempts += 1;
+                    n.next_hello = now.saturating_add(n.timeout);
+                    n.timeout = (n.timeout * 2).min(config.max);
                 }
-            } else if n.keys.is_none() && n.next_hello <= now {
+                next = Some((n.addr, flags, n.nonce, n.peer_nonce, false));
+                break;
+            }
+            if n.keys.is_none() && n.next_hello <= now {
                 if n.attempts >= config.attempts {
                     n.next_hello = Instant::NEVER;
                     continue;
@@ -286,26 +468,42 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
                 n.attempts += 1;
                 n.next_hello = now.saturating_add(n.timeout);
                 n.timeout = (n.timeout * 2).min(config.max);
-                0
-            } else {
-                continue;
-            };
-            let to = n.addr;
-            if self.write_hello(flags, out).is_err() {
-                return None;
+                next = Some((n.addr, 0, n.nonce, n.peer_nonce, false));
+                break;
             }
-            self.counters.hellos_sent += 1;
-            return Some(Transmit { to, len: HELLO_LEN });
         }
-        None
+        if next.is_none() {
+            if let Some(p) = self.pending.iter_mut().flatten().find(|p| p.challenge.due) {
+                let c = &mut p.challenge;
+                c.due = false;
+                next = Some((c.addr, 0, c.nonce, c.peer_nonce, true));
+            }
+        }
+        let (to, flags, nonce, echo, challenge) = next?;
+        self.write_hello(flags, nonce, echo, out).ok()?;
+        self.counters.hellos_sent += 1;
+        if challenge {
+            self.counters.challenges_sent += 1;
+        }
+        Some(Transmit { to, len: HELLO_LEN })
     }
 
-    fn write_hello(&self, flags: u8, out: &mut [u8; HELLO_LEN]) -> Result<(), Error> {
+    fn write_hello(
+        &self,
+        flags: u8,
+        nonce: Nonce,
+        echo: Nonce,
+        out: &mut [u8; HELLO_LEN],
+    ) -> Result<(), Error> {
         wire::emit_hello_body(
-            flags,
-            self.epoch,
-            &self.keys.ecdh.public,
-            &self.keys.signing.public,
+            &HelloBody {
+                flags,
+                epoch: self.epoch,
+                nonce,
+                echo,
+                ecdh_pub: &self.keys.ecdh.public,
+                sig_pub: &self.keys.signing.public,
+            },
             out,
         );
         let sig = ops::sign(
@@ -317,18 +515,21 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         Ok(())
     }
 
-    /// Takes one datagram from `from`. `trusted` decides whether a hello's signing key may
-    /// speak from that address (for Sigil: its identity is on the list). A message's plaintext
-    /// is written into `out`. Every refusal is counted in [`counters`](Self::counters).
+    /// Takes one datagram that arrived from `from` at `now` (the caller's clock, as for
+    /// [`poll_transmit`](Self::poll_transmit)). `trusted` decides whether a hello's signing
+    /// key may speak from that address (for Sigil: its identity is on the list). A message's
+    /// plaintext is written into `out`. Every refusal is counted in
+    /// [`counters`](Self::counters).
     pub fn handle(
         &mut self,
+        now: Instant,
         from: A,
         datagram: &[u8],
         trusted: impl Fn(&A, &PublicKey) -> bool,
         out: &mut [u8],
     ) -> Result<Received, Error> {
         let r = match datagram.first() {
-            Some(&wire::HELLO) => self.handle_hello(from, datagram, trusted),
+            Some(&wire::HELLO) => self.handle_hello(now, from, datagram, trusted),
             Some(&wire::DATA) => self.open(from, datagram, out),
             _ => Err(Error::Malformed),
         };
@@ -336,8 +537,18 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         r
     }
 
+    fn verify_hello(&self, hello: &Hello<'_>) -> Result<(), Error> {
+        ops::verify(
+            &self.crypto,
+            hello.signing_public(),
+            hello.signed(),
+            hello.signature(),
+        )
+    }
+
     fn handle_hello(
         &mut self,
+        now: Instant,
         from: A,
         datagram: &[u8],
         trusted: impl Fn(&A, &PublicKey) -> bool,
@@ -353,40 +564,285 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         if !trusted(&from, &peer_sig) {
             return Err(Error::Untrusted);
         }
-        ops::verify(
-            &self.crypto,
-            hello.signing_public(),
-            hello.signed(),
-            hello.signature(),
-        )?;
-        let i = match self.find(&from) {
-            Some(i) => i,
-            None => {
-                self.insert(from)?;
-                self.find(&from).expect("just inserted")
+        match self.find_key(&peer_sig) {
+            Some(i) if self.table[i].as_ref().is_some_and(|n| n.addr == from) => {
+                self.hello_at_home(now, i, &hello, peer_sig)
             }
-        };
-        // Is this the hello we hold already, a stale one, or new keys?
-        if let Some(k) = self.table[i].as_ref().and_then(|n| n.keys.as_ref()) {
-            if k.peer_sig == peer_sig {
-                let same_keys = k.peer_ecdh == *hello.ecdh_public();
-                if hello.epoch() < k.epoch || (hello.epoch() == k.epoch && !same_keys) {
-                    return Err(Error::StaleHello);
+            Some(i) => self.hello_elsewhere(now, i, from, &hello, peer_sig),
+            None => match self.find(&from) {
+                Some(i) if self.table[i].as_ref().is_some_and(|n| n.keys.is_none()) => {
+                    self.hello_configured(now, i, &hello, peer_sig)
                 }
-                if hello.epoch() == k.epoch {
-                    let n = self.table[i].as_mut().expect("found");
-                    n.answer_due |= !hello.ack();
-                    return Ok(Received::Hello { new_keys: false });
+                _ => self.hello_newcomer(now, from, &hello, peer_sig),
+            },
+        }
+    }
+
+    /// Is the hello older than the keys held (a lower epoch, or the same epoch with other
+    /// ECDH keys), the same run, or a newer one?
+    fn compare(k: &Keys, hello: &Hello<'_>) -> Result<bool, Error> {
+        let same_keys = k.peer_ecdh == *hello.ecdh_public();
+        if hello.epoch() < k.epoch || (hello.epoch() == k.epoch && !same_keys) {
+            return Err(Error::StaleHello);
+        }
+        Ok(hello.epoch() == k.epoch)
+    }
+
+    /// A hello from the address its key is held at.
+    fn hello_at_home(
+        &mut self,
+        now: Instant,
+        i: usize,
+        hello: &Hello<'_>,
+        peer_sig: PublicKey,
+    ) -> Result<Received, Error> {
+        let initial = self.config.initial;
+        let n = self.table[i].as_ref().expect("found");
+        let same_run = Self::compare(n.keys.as_ref().expect("held"), hello)?;
+        let proven = hello.echo() == n.nonce;
+        if !same_run && !proven && n.challenged_at.is_some_and(|t| young(t, now, initial)) {
+            return Err(Error::Budget);
+        }
+        self.verify_hello(hello)?;
+        let n = self.table[i].as_mut().expect("found");
+        n.peer_nonce = hello.nonce();
+        if n.moving.is_some_and(|m| hello.echo() == m.nonce) {
+            // Our challenge to a claimed new address came back from here: it has not moved.
+            n.moving = None;
+        }
+        if same_run {
+            // The hello we hold, repeated: answered if it asks, nothing else changes.
+            n.answer_due |= !hello.ack();
+            n.answer_ack = true;
+            return Ok(Received::Hello { new_keys: false });
+        }
+        if !proven {
+            // A new run of the neighbour, or a replayed hello of one: challenge it.
+            n.answer_due = true;
+            n.answer_ack = false;
+            n.challenged_at = Some(now);
+            return Ok(Received::Challenged);
+        }
+        self.establish(i, hello, peer_sig)?;
+        Ok(Received::Hello { new_keys: true })
+    }
+
+    /// A hello for a key held at another address: a neighbour that moved, or a replay.
+    fn hello_elsewhere(
+        &mut self,
+        now: Instant,
+        i: usize,
+        from: A,
+        hello: &Hello<'_>,
+        peer_sig: PublicKey,
+    ) -> Result<Received, Error> {
+        let (initial, max) = (self.config.initial, self.config.max);
+        let n = self.table[i].as_ref().expect("found");
+        let same_run = Self::compare(n.keys.as_ref().expect("held"), hello)?;
+        let answered = n
+            .moving
+            .filter(|m| m.addr == from && hello.echo() == m.nonce && young(m.at, now, max));
+        if answered.is_none() {
+            if n.moving.is_some_and(|m| young(m.at, now, initial)) {
+                return Err(Error::Budget);
+            }
+            if !self.take_token(now) {
+                return Err(Error::Budget);
+            }
+            self.verify_hello(hello)?;
+            let nonce = self.fresh_nonce();
+            let n = self.table[i].as_mut().expect("found");
+            n.moving = Some(Challenge {
+                addr: from,
+                nonce,
+                peer_nonce: hello.nonce(),
+                at: now,
+                due: true,
+            });
+            return Ok(Received::Challenged);
+        }
+        self.verify_hello(hello)?;
+        // Proven live at `from`: whatever else the table holds there is gone.
+        if let Some(j) = self.find(&from) {
+            self.table[j] = None;
+        }
+        self.drop_pending(&from);
+        let n = self.table[i].as_mut().expect("found");
+        n.addr = from;
+        n.moving = None;
+        n.challenged_at = None;
+        if same_run {
+            n.peer_nonce = hello.nonce();
+            n.answer_due = !hello.ack();
+            n.answer_ack = true;
+            let nonce = self.fresh_nonce();
+            self.table[i].as_mut().expect("found").nonce = nonce;
+            return Ok(Received::Moved { new_keys: false });
+        }
+        self.establish(i, hello, peer_sig)?;
+        Ok(Received::Moved { new_keys: true })
+    }
+
+    /// A hello from a configured neighbour's address before it has keys.
+    fn hello_configured(
+        &mut self,
+        now: Instant,
+        i: usize,
+        hello: &Hello<'_>,
+        peer_sig: PublicKey,
+    ) -> Result<Received, Error> {
+        let initial = self.config.initial;
+        let n = self.table[i].as_ref().expect("found");
+        let proven = hello.echo() == n.nonce;
+        if !proven && n.challenged_at.is_some_and(|t| young(t, now, initial)) {
+            return Err(Error::Budget);
+        }
+        self.verify_hello(hello)?;
+        let n = self.table[i].as_mut().expect("found");
+        n.peer_nonce = hello.nonce();
+        if !proven {
+            n.answer_due = true;
+            n.answer_ack = false;
+            n.challenged_at = Some(now);
+            return Ok(Received::Challenged);
+        }
+        self.establish(i, hello, peer_sig)?;
+        Ok(Received::Hello { new_keys: true })
+    }
+
+    /// A trusted key not in the table, from an address without a configured neighbour (or
+    /// one held by another key).
+    fn hello_newcomer(
+        &mut self,
+        now: Instant,
+        from: A,
+        hello: &Hello<'_>,
+        peer_sig: PublicKey,
+    ) -> Result<Received, Error> {
+        let (initial, max) = (self.config.initial, self.config.max);
+        let key = *hello.signing_public();
+        let at = self
+            .pending
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.challenge.addr == from));
+        if let Some(j) = at {
+            let p = self.pending[j].as_ref().expect("found");
+            if p.key == key && hello.echo() == p.challenge.nonce && young(p.challenge.at, now, max)
+            {
+                // Our challenge answered from the address it went to.
+                if let Err(e) = self.verify_hello(hello) {
+                    self.pending[j] = None;
+                    return Err(e);
                 }
+                let i = match self.find(&from) {
+                    Some(i) => {
+                        // Another key was held here: the address is this one's now.
+                        self.table[i] = None;
+                        let nonce = self.fresh_nonce();
+                        self.insert(from, nonce)?
+                    }
+                    None => {
+                        let nonce = self.fresh_nonce();
+                        self.insert(from, nonce)?
+                    }
+                };
+                self.pending[j] = None;
+                self.table[i].as_mut().expect("inserted").peer_nonce = hello.nonce();
+                self.establish(i, hello, peer_sig)?;
+                return Ok(Received::Hello { new_keys: true });
+            }
+            if young(p.challenge.at, now, initial) {
+                return Err(Error::Budget);
             }
         }
-        let keys = self.derive(&hello, peer_sig)?;
+        // One challenge per key at a time: a replayed hello from many addresses gets one.
+        let same_key = self.pending.iter().position(|p| {
+            p.as_ref()
+                .is_some_and(|p| p.key == key && p.challenge.addr != from)
+        });
+        if let Some(k) = same_key {
+            if young(
+                self.pending[k].as_ref().expect("found").challenge.at,
+                now,
+                initial,
+            ) {
+                return Err(Error::Budget);
+            }
+        }
+        if !self.take_token(now) {
+            return Err(Error::Budget);
+        }
+        self.verify_hello(hello)?;
+        let nonce = match at {
+            // The same address again (its first answer was lost): the same challenge.
+            Some(j) => self.pending[j].as_ref().expect("found").challenge.nonce,
+            None => self.fresh_nonce(),
+        };
+        let slot = at.or(same_key).unwrap_or_else(|| {
+            self.pending
+                .iter()
+                .position(Option::is_none)
+                .unwrap_or_else(|| {
+                    // Full: the oldest challenge gives way.
+                    let mut oldest = 0;
+                    for (j, p) in self.pending.iter().enumerate() {
+                        let t = p.as_ref().map_or(Instant::ZERO, |p| p.challenge.at);
+                        if t < self.pending[oldest]
+                            .as_ref()
+                            .map_or(Instant::ZERO, |p| p.challenge.at)
+                        {
+                            oldest = j;
+                        }
+                    }
+                    oldest
+                })
+        });
+        self.pending[slot] = Some(Pending {
+            key,
+            challenge: Challenge {
+                addr: from,
+                nonce,
+                peer_nonce: hello.nonce(),
+                at: now,
+                due: true,
+            },
+        });
+        Ok(Received::Challenged)
+    }
+
+    fn take_token(&mut self, now: Instant) -> bool {
+        let (rate, burst) = (
+            self.config.challenges_per_second,
+            self.config.challenge_burst,
+        );
+        self.bucket.take(now, rate, burst)
+    }
+
+    fn drop_pending(&mut self, addr: &A) {
+        for p in &mut self.pending {
+            if p.as_ref().is_some_and(|p| p.challenge.addr == *addr) {
+                *p = None;
+            }
+        }
+    }
+
+    /// Keys from a hello that proved itself; our nonce for the slot is spent and replaced.
+    fn establish(&mut self, i: usize, hello: &Hello<'_>, peer_sig: PublicKey) -> Result<(), Error> {
+        let keys = self.derive(hello, peer_sig)?;
+        let nonce = self.fresh_nonce();
+        let addr = self.table[i].as_ref().expect("found").addr;
+        self.drop_pending(&addr);
         let n = self.table[i].as_mut().expect("found");
         n.keys = Some(keys);
+        n.nonce = nonce;
+        n.peer_nonce = hello.nonce();
         n.next_hello = Instant::NEVER;
         n.attempts = 0;
         n.answer_due = !hello.ack();
-        Ok(Received::Hello { new_keys: true })
+        n.answer_ack = true;
+        n.challenged_at = None;
+        n.moving = None;
+        Ok(())
     }
 
     /// Phase 2: ECDH, then HKDF-SHA-256 into one key per direction. Salt: both ECDH public

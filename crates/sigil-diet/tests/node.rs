@@ -110,8 +110,13 @@ impl Net {
             self.queue = later.into();
             for (_, from, to, bytes) in due {
                 let mut plain = [0u8; 256];
-                let r =
-                    nodes[to as usize].handle(from, &bytes, |_, k| trusted.contains(k), &mut plain);
+                let r = nodes[to as usize].handle(
+                    self.now,
+                    from,
+                    &bytes,
+                    |_, k| trusted.contains(k),
+                    &mut plain,
+                );
                 if let Ok(Received::Message { len }) = r {
                     self.delivered.push((from, to, plain[..len].to_vec()));
                 }
@@ -134,8 +139,9 @@ fn three_nodes_exchange_hellos_keys_and_messages() {
     net.run(&mut nodes, &trusted, Instant::from_millis(500));
     assert!(all_established(&nodes));
     for n in &nodes {
-        // One hello per neighbour and at most one answer each: nothing is retransmitted.
-        assert!(n.counters().hellos_sent <= 4, "{:?}", n.counters());
+        // Per neighbour at most a hello, the answer echoing its nonce and the acknowledgement
+        // of its answer: nothing is retransmitted.
+        assert!(n.counters().hellos_sent <= 6, "{:?}", n.counters());
         assert_eq!(n.counters().refused(), 0, "{:?}", n.counters());
     }
     let mut m = [0u8; 128];
@@ -162,6 +168,7 @@ fn loss_and_duplication_delay_the_handshake_but_nothing_is_accepted_twice() {
         initial: Duration::from_millis(200),
         max: Duration::from_secs(2),
         attempts: 20,
+        ..Config::default()
     };
     let mut retransmitted = 0;
     for seed in 1..=12 {
@@ -210,6 +217,7 @@ fn an_unanswered_neighbour_becomes_unreachable_after_the_bounded_attempts() {
         initial: Duration::from_millis(100),
         max: Duration::from_millis(400),
         attempts: 4,
+        ..Config::default()
     };
     let mut a: TestNode = Node::new(RustCrypto, keys(1), 1, config);
     a.add_neighbour(Instant::ZERO, 9).unwrap();
@@ -230,31 +238,50 @@ fn an_unanswered_neighbour_becomes_unreachable_after_the_bounded_attempts() {
     assert_eq!(a.phase(&9), Some(Phase::Handshake));
 }
 
-/// Two established nodes and the datagrams that made them.
+/// Two established nodes and the datagrams that made them: A's hello (which B answers with a
+/// challenge), B's challenge (echoing A's nonce: A establishes) and A's acknowledgement
+/// (echoing B's: B establishes).
 fn pair() -> (TestNode, TestNode, Vec<u8>, Vec<u8>) {
+    let (a, b, hello_a, hello_b, _) = pair_recorded();
+    (a, b, hello_a, hello_b)
+}
+
+/// As [`pair`], with A's acknowledgement too.
+fn pair_recorded() -> (TestNode, TestNode, Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut a: TestNode = Node::new(RustCrypto, keys(1), 1, Config::default());
     let mut b: TestNode = Node::new(RustCrypto, keys(2), 1, Config::default());
     let (ka, kb) = (a.signing_key(), b.signing_key());
+    let t0 = Instant::ZERO;
     let mut buf = [0u8; HELLO_LEN];
     let mut p = [0u8; 64];
-    a.add_neighbour(Instant::ZERO, 2).unwrap();
-    let t = a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    a.add_neighbour(t0, 2).unwrap();
+    let t = a.poll_transmit(t0, &mut buf).unwrap();
     let hello_a = buf[..t.len].to_vec();
     assert_eq!(
-        b.handle(1, &hello_a, |_, k| *k == ka, &mut p),
-        Ok(Received::Hello { new_keys: true })
+        b.handle(t0, 1, &hello_a, |_, k| *k == ka, &mut p),
+        Ok(Received::Challenged)
     );
-    let t = b.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+    assert_eq!(b.phase(&1), None, "no slot before A proved its address");
+    let t = b.poll_transmit(t0, &mut buf).unwrap();
     assert_eq!(t.to, 1);
     let hello_b = buf[..t.len].to_vec();
     assert_eq!(
-        a.handle(2, &hello_b, |_, k| *k == kb, &mut p),
+        a.handle(t0, 2, &hello_b, |_, k| *k == kb, &mut p),
         Ok(Received::Hello { new_keys: true })
     );
-    // B's hello carried ACK: A does not answer it.
-    assert_eq!(a.poll_transmit(Instant::ZERO, &mut buf), None);
+    let t = a.poll_transmit(t0, &mut buf).unwrap();
+    assert_eq!((t.to, buf[1]), (2, 0x01), "A acknowledges B's challenge");
+    let ack_a = buf[..t.len].to_vec();
+    assert_eq!(
+        b.handle(t0, 1, &ack_a, |_, k| *k == ka, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    // The acknowledgement carried ACK: B does not answer it.
+    assert_eq!(b.poll_transmit(t0, &mut buf), None);
+    assert_eq!(a.poll_transmit(t0, &mut buf), None);
     assert_eq!(a.poll_timeout(), None);
-    (a, b, hello_a, hello_b)
+    assert_eq!(b.counters().challenges_sent, 1);
+    (a, b, hello_a, hello_b, ack_a)
 }
 
 #[test]
@@ -266,12 +293,15 @@ fn replays_tampering_and_strangers_are_refused_and_counted() {
     let mut p = [0u8; 64];
     let n = a.seal(&2, b"21.5 Cel", &mut m).unwrap();
     assert_eq!(
-        b.handle(1, &m[..n], trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &m[..n], trust_a, &mut p),
         Ok(Received::Message { len: 8 })
     );
     assert_eq!(&p[..8], b"21.5 Cel");
     // Replay.
-    assert_eq!(b.handle(1, &m[..n], trust_a, &mut p), Err(Error::Replay));
+    assert_eq!(
+        b.handle(Instant::ZERO, 1, &m[..n], trust_a, &mut p),
+        Err(Error::Replay)
+    );
     // Tampering, each on a fresh message: the tag catches the header and the ciphertext, the
     // signature its own bytes.
     for (i, want) in [
@@ -284,7 +314,7 @@ fn replays_tampering_and_strangers_are_refused_and_counted() {
         let mut t = m;
         t[i] ^= 1;
         assert_eq!(
-            b.handle(1, &t[..len], trust_a, &mut p),
+            b.handle(Instant::ZERO, 1, &t[..len], trust_a, &mut p),
             Err(want),
             "byte {i}"
         );
@@ -294,15 +324,15 @@ fn replays_tampering_and_strangers_are_refused_and_counted() {
     let first = m;
     let s = a.seal(&2, b"2", &mut m).unwrap();
     assert_eq!(
-        b.handle(1, &m[..s], trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &m[..s], trust_a, &mut p),
         Ok(Received::Message { len: 1 })
     );
     assert_eq!(
-        b.handle(1, &first[..f], trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &first[..f], trust_a, &mut p),
         Ok(Received::Message { len: 1 })
     );
     assert_eq!(
-        b.handle(1, &first[..f], trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &first[..f], trust_a, &mut p),
         Err(Error::Replay)
     );
     // An unknown node's hello.
@@ -310,14 +340,20 @@ fn replays_tampering_and_strangers_are_refused_and_counted() {
     c.add_neighbour(Instant::ZERO, 2).unwrap();
     let mut h = [0u8; HELLO_LEN];
     c.poll_transmit(Instant::ZERO, &mut h).unwrap();
-    assert_eq!(b.handle(3, &h, trust_a, &mut p), Err(Error::Untrusted));
+    assert_eq!(
+        b.handle(Instant::ZERO, 3, &h, trust_a, &mut p),
+        Err(Error::Untrusted)
+    );
     // A message from it, from an address without keys.
-    assert_eq!(b.handle(3, &m[..s], trust_a, &mut p), Err(Error::NoSession));
-    // A trusted hello whose ECDH key was swapped by a man in the middle.
+    assert_eq!(
+        b.handle(Instant::ZERO, 3, &m[..s], trust_a, &mut p),
+        Err(Error::NoSession)
+    );
+    // A trusted hello altered on the way (its nonce).
     let mut swapped = hello_a.clone();
     swapped[10] ^= 1;
     assert_eq!(
-        b.handle(1, &swapped, trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &swapped, trust_a, &mut p),
         Err(Error::BadSignature)
     );
     // Our own hello reflected back.
@@ -325,20 +361,20 @@ fn replays_tampering_and_strangers_are_refused_and_counted() {
     b.add_neighbour(Instant::ZERO, 7).unwrap();
     b.poll_transmit(Instant::ZERO, &mut own).unwrap();
     assert_eq!(
-        b.handle(7, &own, |_, _| true, &mut p),
+        b.handle(Instant::ZERO, 7, &own, |_, _| true, &mut p),
         Err(Error::Reflected)
     );
     assert_eq!(
-        b.handle(1, &m[..10], trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &m[..10], trust_a, &mut p),
         Err(Error::Malformed)
     );
     // The duplicate hello changes nothing (the window keeps its state).
     assert_eq!(
-        b.handle(1, &hello_a, trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &hello_a, trust_a, &mut p),
         Ok(Received::Hello { new_keys: false })
     );
     assert_eq!(
-        b.handle(1, &first[..f], trust_a, &mut p),
+        b.handle(Instant::ZERO, 1, &first[..f], trust_a, &mut p),
         Err(Error::Replay)
     );
     let c = b.counters();
@@ -367,29 +403,42 @@ fn a_restart_under_a_new_epoch_rekeys_and_old_traffic_stays_dead() {
     let mut p = [0u8; 64];
     let old = a.seal(&2, b"old", &mut m).unwrap();
     let old_msg = m[..old].to_vec();
-    assert!(b.handle(1, &old_msg, trust, &mut p).is_ok());
+    assert!(b.handle(Instant::ZERO, 1, &old_msg, trust, &mut p).is_ok());
     // A restarts with the same keys under epoch 2.
     let kb = b.signing_key();
     let mut a2: TestNode = Node::new(RustCrypto, keys(1), 2, Config::default());
     a2.add_neighbour(Instant::ZERO, 2).unwrap();
     let mut h = [0u8; HELLO_LEN];
     a2.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    // B holds A's keys of epoch 1 until the new run answers its challenge.
     assert_eq!(
-        b.handle(1, &h, trust, &mut p),
-        Ok(Received::Hello { new_keys: true })
+        b.handle(Instant::ZERO, 1, &h, trust, &mut p),
+        Ok(Received::Challenged)
     );
     let t = b.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    assert_eq!(h[1], 0, "a challenge asks for an answer");
     assert_eq!(
-        a2.handle(2, &h[..t.len], |_, k| *k == kb, &mut p),
+        a2.handle(Instant::ZERO, 2, &h[..t.len], |_, k| *k == kb, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    let t = a2.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    assert_eq!(
+        b.handle(Instant::ZERO, 1, &h[..t.len], trust, &mut p),
         Ok(Received::Hello { new_keys: true })
     );
     // The old run's hello is stale, its message no longer opens.
-    assert_eq!(b.handle(1, &hello_a, trust, &mut p), Err(Error::StaleHello));
-    assert_eq!(b.handle(1, &old_msg, trust, &mut p), Err(Error::BadTag));
+    assert_eq!(
+        b.handle(Instant::ZERO, 1, &hello_a, trust, &mut p),
+        Err(Error::StaleHello)
+    );
+    assert_eq!(
+        b.handle(Instant::ZERO, 1, &old_msg, trust, &mut p),
+        Err(Error::BadTag)
+    );
     // The new run's first message (sequence 0 again) is fresh under the new keys.
     let n = a2.seal(&2, b"new", &mut m).unwrap();
     assert_eq!(
-        b.handle(1, &m[..n], trust, &mut p),
+        b.handle(Instant::ZERO, 1, &m[..n], trust, &mut p),
         Ok(Received::Message { len: 3 })
     );
 }
@@ -401,13 +450,302 @@ fn the_table_is_bounded() {
     a.add_neighbour(Instant::ZERO, 2).unwrap();
     a.add_neighbour(Instant::ZERO, 1).unwrap();
     assert_eq!(a.add_neighbour(Instant::ZERO, 3), Err(Error::TableFull));
-    // A trusted hello from a third address finds no room either.
+    // A trusted hello from a third address is challenged, and its answer finds no room.
     let mut c: TestNode = Node::new(RustCrypto, keys(3), 1, Config::default());
+    let ka = a.signing_key();
     c.add_neighbour(Instant::ZERO, 0).unwrap();
     let mut h = [0u8; HELLO_LEN];
     c.poll_transmit(Instant::ZERO, &mut h).unwrap();
     let mut p = [0u8; 8];
-    assert_eq!(a.handle(3, &h, |_, _| true, &mut p), Err(Error::TableFull));
+    assert_eq!(
+        a.handle(Instant::ZERO, 3, &h, |_, _| true, &mut p),
+        Ok(Received::Challenged)
+    );
+    let mut challenge = None;
+    while let Some(t) = a.poll_transmit(Instant::ZERO, &mut h) {
+        if t.to == 3 {
+            challenge = Some(h);
+        }
+    }
+    let challenge = challenge.expect("a challenge to the newcomer");
+    assert_eq!(
+        c.handle(Instant::ZERO, 0, &challenge, |_, k| *k == ka, &mut p),
+        Ok(Received::Hello { new_keys: true })
+    );
+    c.poll_transmit(Instant::ZERO, &mut h).unwrap();
+    assert_eq!(
+        a.handle(Instant::ZERO, 3, &h, |_, _| true, &mut p),
+        Err(Error::TableFull)
+    );
     assert_eq!(a.counters().table_full, 1);
     assert_eq!(a.seal(&1, b"x", &mut [0u8; 128]), Err(Error::NoSession));
+}
+
+/// Everything `node` wants to send at `now`, as (to, bytes).
+fn drain<const N: usize, A: Copy + Eq>(
+    node: &mut Node<RustCrypto, A, N>,
+    now: Instant,
+) -> Vec<(A, Vec<u8>)> {
+    let mut buf = [0u8; HELLO_LEN];
+    let mut out = vec![];
+    while let Some(t) = node.poll_transmit(now, &mut buf) {
+        out.push((t.to, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+#[test]
+fn a_trusted_nodes_recorded_hello_and_messages_replayed_from_other_addresses_are_not_accepted_again(
+) {
+    // A (address 1) and B (address 2); B is attacked with A's recorded datagrams.
+    let (mut a, mut b, hello_a, _, ack_a) = pair_recorded();
+    let ka = a.signing_key();
+    let trust_a = |_: &u8, k: &PublicKey| *k == ka;
+    let mut p = [0u8; 64];
+    let mut recorded = vec![];
+    for i in 0..11u8 {
+        let mut m = [0u8; 128];
+        let n = a.seal(&2, &[b'm', i], &mut m).unwrap();
+        recorded.push(m[..n].to_vec());
+        assert_eq!(
+            b.handle(Instant::ZERO, 1, &m[..n], trust_a, &mut p),
+            Ok(Received::Message { len: 2 })
+        );
+    }
+    assert_eq!(b.held(&ka), Some((1, 1, Some(10))));
+    let mut to_spoofed = vec![];
+    let mut now = Instant::ZERO;
+    // Thirty spoofed addresses, each with A's two recorded hellos and its eleven messages,
+    // then the same again from A's own address.
+    for from in (100..130u8).chain([1]) {
+        now += Duration::from_millis(50);
+        for hello in [&hello_a, &ack_a] {
+            let r = b.handle(now, from, hello, trust_a, &mut p);
+            assert!(
+                matches!(
+                    r,
+                    Ok(Received::Challenged | Received::Hello { new_keys: false })
+                        | Err(Error::Budget)
+                ),
+                "{from}: {r:?}"
+            );
+        }
+        for m in &recorded {
+            let r = b.handle(now, from, m, trust_a, &mut p);
+            let want = if from == 1 {
+                Error::Replay
+            } else {
+                Error::NoSession
+            };
+            assert_eq!(r, Err(want), "a recorded message from {from}");
+        }
+        to_spoofed.extend(drain(&mut b, now).into_iter().filter(|(to, _)| *to != 1));
+    }
+    let c = b.counters();
+    assert_eq!(c.messages_accepted, 11, "{c:?}");
+    // No new slot, and A's window and epoch as they were.
+    assert_eq!(b.neighbours().count(), 1);
+    assert_eq!(b.held(&ka), Some((1, 1, Some(10))));
+    assert_eq!(c.moved, 0);
+    // The spoofed addresses got hellos only (the challenge), at most one per hello interval
+    // (1 s) for A's key: 30 x 50 ms is 1.5 s, so two.
+    assert!(to_spoofed
+        .iter()
+        .all(|(_, d)| d[0] == 0x01 && d.len() == HELLO_LEN));
+    assert!(
+        to_spoofed.len() <= 2,
+        "{} hellos to spoofed addresses",
+        to_spoofed.len()
+    );
+    assert_eq!(c.challenges_sent as usize, 1 + to_spoofed.len(), "{c:?}");
+    assert!(c.over_budget >= 50, "{c:?}");
+    // A itself still talks to B.
+    let mut m = [0u8; 128];
+    let n = a.seal(&2, b"live", &mut m).unwrap();
+    assert_eq!(
+        b.handle(now, 1, &m[..n], trust_a, &mut p),
+        Ok(Received::Message { len: 4 })
+    );
+}
+
+#[test]
+fn one_hello_replayed_from_300_addresses_beside_a_newcomer() {
+    // V (address 0) trusts C, N and D and configures nobody (they find it). C is established
+    // with V; D once said hello to someone else; N is an honest newcomer. The attacker replays
+    // C's and D's recorded hellos, each from 300 addresses, for three seconds.
+    type Big = Node<RustCrypto, u16, 8>;
+    let config = Config::default();
+    let mut v: Big = Node::new(RustCrypto, keys(10), 1, config);
+    let mut c: Big = Node::new(RustCrypto, keys(11), 1, config);
+    let mut n: Big = Node::new(RustCrypto, keys(12), 1, config);
+    let mut d: Big = Node::new(RustCrypto, keys(13), 1, config);
+    let kv = v.signing_key();
+    let trusted = [c.signing_key(), n.signing_key(), d.signing_key()];
+    let trust_v = |_: &u16, k: &PublicKey| trusted.contains(k);
+    let trust_peer = |_: &u16, k: &PublicKey| *k == kv;
+    let mut p = [0u8; 64];
+    let mut now = Instant::ZERO;
+    c.add_neighbour(now, 0).unwrap();
+    let hello_c = drain(&mut c, now)[0].1.clone();
+    d.add_neighbour(now, 99).unwrap();
+    let hello_d = drain(&mut d, now)[0].1.clone();
+    v.handle(now, 1, &hello_c, trust_v, &mut p).unwrap();
+    // One exchange between V and a peer at `addr` (zero latency).
+    fn exchange(
+        v: &mut Node<RustCrypto, u16, 8>,
+        peer: &mut Node<RustCrypto, u16, 8>,
+        addr: u16,
+        now: Instant,
+        trust_v: &dyn Fn(&u16, &PublicKey) -> bool,
+        trust_peer: &dyn Fn(&u16, &PublicKey) -> bool,
+        spoofed: &mut Vec<(u16, Vec<u8>)>,
+    ) {
+        let mut p = [0u8; 64];
+        for _ in 0..4 {
+            for (to, bytes) in drain(v, now) {
+                if to == addr {
+                    let _ = peer.handle(now, 0, &bytes, trust_peer, &mut p);
+                } else if to >= 1000 {
+                    spoofed.push((to, bytes));
+                }
+            }
+            for (_, bytes) in drain(peer, now) {
+                let _ = v.handle(now, addr, &bytes, trust_v, &mut p);
+            }
+        }
+    }
+    let mut spoofed = vec![];
+    exchange(&mut v, &mut c, 1, now, &trust_v, &trust_peer, &mut spoofed);
+    assert_eq!(v.phase(&1), Some(Phase::Established));
+    assert_eq!(c.phase(&0), Some(Phase::Established));
+    let before = *v.counters();
+    for step in 0..300u16 {
+        now = Instant::from_millis(1000 + 10 * u64::from(step));
+        let _ = v.handle(now, 1000 + step, &hello_c, trust_v, &mut p);
+        let _ = v.handle(now, 2000 + step, &hello_d, trust_v, &mut p);
+        if step == 50 {
+            n.add_neighbour(now, 0).unwrap();
+        }
+        exchange(&mut v, &mut n, 2, now, &trust_v, &trust_peer, &mut spoofed);
+        exchange(&mut v, &mut c, 1, now, &trust_v, &trust_peer, &mut spoofed);
+    }
+    // The newcomer established both ways, and its messages pass.
+    assert_eq!(v.phase(&2), Some(Phase::Established), "{:?}", v.counters());
+    assert_eq!(n.phase(&0), Some(Phase::Established));
+    let mut m = [0u8; 128];
+    let len = n.seal(&0, b"newcomer", &mut m).unwrap();
+    assert_eq!(
+        v.handle(now, 2, &m[..len], trust_v, &mut p),
+        Ok(Received::Message { len: 8 })
+    );
+    // The table holds C and N only; C did not move.
+    let held: Vec<u16> = v.neighbours().map(|(a, _)| a).collect();
+    assert_eq!(held, [1, 2]);
+    assert_eq!(v.held(&trusted[0]).map(|h| h.0), Some(1));
+    assert!(v.pending() <= sigil_diet::node::PENDING);
+    // To the 600 spoofed addresses: hellos only, one per key per hello interval (1 s) over
+    // 3 s: at most 4 for C's key and 4 for D's.
+    let bytes: usize = spoofed.iter().map(|(_, b)| b.len()).sum();
+    assert!(
+        spoofed.iter().all(|(_, d)| d[0] == 0x01),
+        "data to a spoofed address"
+    );
+    assert!(
+        spoofed.len() <= 8,
+        "{} hellos to spoofed addresses",
+        spoofed.len()
+    );
+    assert_eq!(bytes, spoofed.len() * HELLO_LEN);
+    // Every refused replay was refused before its signature was checked: verified hellos
+    // are the challenged ones and the newcomer's.
+    let c = v.counters();
+    assert_eq!(
+        c.challenges_sent - before.challenges_sent,
+        spoofed.len() as u64 + 1
+    );
+    assert!(c.over_budget - before.over_budget >= 590, "{c:?}");
+    assert_eq!(c.table_full, 0);
+    eprintln!(
+        "600 replayed hellos: {} challenges ({bytes} bytes) to spoofed addresses, {} refused over budget",
+        spoofed.len(),
+        c.over_budget - before.over_budget
+    );
+}
+
+#[test]
+fn a_neighbour_that_moved_answers_the_challenge_and_keeps_its_window_and_epoch() {
+    let (mut a, mut b, _, _) = pair();
+    let ka = a.signing_key();
+    let kb = b.signing_key();
+    let trust_a = |_: &u8, k: &PublicKey| *k == ka;
+    let trust_b = |_: &u8, k: &PublicKey| *k == kb;
+    let mut p = [0u8; 64];
+    let mut recorded = vec![];
+    for i in 0..5u8 {
+        let mut m = [0u8; 128];
+        let n = a.seal(&2, &[i], &mut m).unwrap();
+        recorded.push(m[..n].to_vec());
+        b.handle(Instant::ZERO, 1, &m[..n], trust_a, &mut p)
+            .unwrap();
+    }
+    assert_eq!(b.held(&ka), Some((1, 1, Some(4))));
+    // A's address changes from 1 to 5: it says hello again from there.
+    let now = Instant::from_millis(2000);
+    a.announce(&2).unwrap();
+    let out = drain(&mut a, now);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].1[1], 0, "an announcement asks for an answer");
+    let announcement = out[0].1.clone();
+    assert_eq!(
+        b.handle(now, 5, &announcement, trust_a, &mut p),
+        Ok(Received::Challenged)
+    );
+    // Nothing moved yet: B still sends to 1, and only a challenge to 5.
+    assert_eq!(b.held(&ka).map(|h| h.0), Some(1));
+    let out = drain(&mut b, now);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0, out[0].1[0]), (5, 0x01));
+    // The same announcement replayed from 6 is over the budget for A's key.
+    assert_eq!(
+        b.handle(now, 6, &announcement, trust_a, &mut p),
+        Err(Error::Budget)
+    );
+    // A, now at 5, receives the challenge and answers it.
+    assert_eq!(
+        a.handle(now, 2, &out[0].1, trust_b, &mut p),
+        Ok(Received::Hello { new_keys: false })
+    );
+    let answer = drain(&mut a, now);
+    assert_eq!(answer.len(), 1);
+    // Replayed from 6 first, the answer proves nothing there.
+    assert!(b.handle(now, 6, &answer[0].1, trust_a, &mut p).is_err());
+    assert_eq!(
+        b.handle(now, 5, &answer[0].1, trust_a, &mut p),
+        Ok(Received::Moved { new_keys: false })
+    );
+    assert!(drain(&mut b, now).is_empty(), "the answer carried ACK");
+    // Moved with its keys, epoch and window: the recorded messages stay replays.
+    assert_eq!(b.held(&ka), Some((5, 1, Some(4))));
+    assert_eq!(b.counters().moved, 1);
+    for m in &recorded {
+        assert_eq!(b.handle(now, 5, m, trust_a, &mut p), Err(Error::Replay));
+        assert_eq!(b.handle(now, 1, m, trust_a, &mut p), Err(Error::NoSession));
+    }
+    let mut m = [0u8; 128];
+    let n = a.seal(&2, b"moved", &mut m).unwrap();
+    assert_eq!(
+        b.handle(now, 5, &m[..n], trust_a, &mut p),
+        Ok(Received::Message { len: 5 })
+    );
+    assert_eq!(b.held(&ka), Some((5, 1, Some(5))));
+    // B's messages go to 5 now and open at A.
+    let n = b.seal(&5, b"to 5", &mut m).unwrap();
+    assert_eq!(
+        a.handle(now, 2, &m[..n], trust_b, &mut p),
+        Ok(Received::Message { len: 4 })
+    );
+    // The old answer replayed later moves nothing back.
+    let later = Instant::from_millis(4000);
+    assert!(b.handle(later, 1, &answer[0].1, trust_a, &mut p).is_ok());
+    assert_eq!(b.held(&ka).map(|h| h.0), Some(5));
 }

@@ -248,25 +248,46 @@ static void node_against_pyca(void) {
   /* The Python node's signing key is the key pair vector's. */
   EXPECT(sigil_diet_node_add_neighbour(&node, 0, KAT_KEY_PAIR_PUBLIC, 65, &py), SIGIL_OK);
   TRUE(py == 0);
-  /* Our own hello goes out first (to the Python node), then we take theirs. */
+  /* Our own hello goes out first (to the Python node), byte for byte pyca's. */
   EXPECT(sigil_diet_node_poll_transmit(&node, 0, out, sizeof out, &len, &to), SIGIL_OK);
   TRUE(len == SIGIL_DIET_HELLO_LEN && to == py && out[0] == 0x01 && out[1] == 0x00);
-  EXPECT(sigil_diet_node_handle(&node, py, KAT_NODE_PYTHON_HELLO, sizeof KAT_NODE_PYTHON_HELLO,
+  TRUE(len == sizeof KAT_NODE_RUST_HELLO && memcmp(out, KAT_NODE_RUST_HELLO, len) == 0);
+  /* Theirs does not echo our nonce: it is answered with a challenge (pyca's), no keys yet. */
+  EXPECT(sigil_diet_node_handle(&node, 0, py, KAT_NODE_PYTHON_HELLO, sizeof KAT_NODE_PYTHON_HELLO,
+                                plain, sizeof plain, &r),
+         SIGIL_OK);
+  TRUE(r.outcome == SIGIL_DIET_CHALLENGED && !r.new_keys);
+  EXPECT(sigil_diet_node_poll_transmit(&node, 0, out, sizeof out, &len, &to), SIGIL_OK);
+  TRUE(len == sizeof KAT_NODE_RUST_CHALLENGE && to == py);
+  TRUE(memcmp(out, KAT_NODE_RUST_CHALLENGE, sizeof KAT_NODE_RUST_CHALLENGE) == 0);
+  /* The same hello again, within the hello interval: refused before its signature is checked. */
+  EXPECT(sigil_diet_node_handle(&node, 10, py, KAT_NODE_PYTHON_HELLO, sizeof KAT_NODE_PYTHON_HELLO,
+                                plain, sizeof plain, &r),
+         SIGIL_OK);
+  TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_BUDGET);
+  /* Their acknowledgement echoes our nonce: keys, and no answer (it carries ACK). */
+  EXPECT(sigil_diet_node_handle(&node, 20, py, KAT_NODE_PYTHON_ANSWER, sizeof KAT_NODE_PYTHON_ANSWER,
                                 plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_HELLO && r.new_keys);
-  /* The answer (ACK: it holds the peer's hello) is byte for byte pyca's. */
-  EXPECT(sigil_diet_node_poll_transmit(&node, 0, out, sizeof out, &len, &to), SIGIL_OK);
-  TRUE(len == sizeof KAT_NODE_RUST_HELLO_ACK && to == py);
-  TRUE(memcmp(out, KAT_NODE_RUST_HELLO_ACK, sizeof KAT_NODE_RUST_HELLO_ACK) == 0);
-  EXPECT(sigil_diet_node_poll_transmit(&node, 0, out, sizeof out, &len, &to), SIGIL_OK);
+  EXPECT(sigil_diet_node_poll_transmit(&node, 20, out, sizeof out, &len, &to), SIGIL_OK);
   TRUE(len == 0);
+  sigil_diet_counters kc;
+  EXPECT(sigil_diet_node_counters(&node, &kc), SIGIL_OK);
+  TRUE(kc.challenged == 1 && kc.over_budget == 1 && kc.hellos_accepted == 1 && kc.refused == 1);
+  /* Their first hello replayed now changes nothing (the keys are held). */
+  EXPECT(sigil_diet_node_handle(&node, 30, py, KAT_NODE_PYTHON_HELLO, sizeof KAT_NODE_PYTHON_HELLO,
+                                plain, sizeof plain, &r),
+         SIGIL_OK);
+  TRUE(r.outcome == SIGIL_DIET_HELLO && !r.new_keys);
+  EXPECT(sigil_diet_node_poll_transmit(&node, 30, out, sizeof out, &len, &to), SIGIL_OK);
+  TRUE(len == SIGIL_DIET_HELLO_LEN && out[1] == 0x01);
 
-  EXPECT(sigil_diet_node_handle(&node, py, KAT_NODE_PYTHON_DATA_SEQ0, sizeof KAT_NODE_PYTHON_DATA_SEQ0,
+  EXPECT(sigil_diet_node_handle(&node, 0, py, KAT_NODE_PYTHON_DATA_SEQ0, sizeof KAT_NODE_PYTHON_DATA_SEQ0,
                                 plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_MESSAGE && r.len == 11 && memcmp(plain, "from python", 11) == 0);
-  EXPECT(sigil_diet_node_handle(&node, py, KAT_NODE_PYTHON_DATA_SEQ5, sizeof KAT_NODE_PYTHON_DATA_SEQ5,
+  EXPECT(sigil_diet_node_handle(&node, 0, py, KAT_NODE_PYTHON_DATA_SEQ5, sizeof KAT_NODE_PYTHON_DATA_SEQ5,
                                 plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_MESSAGE && r.len == 5 && memcmp(plain, "seq 5", 5) == 0);
@@ -328,9 +349,9 @@ static int run_network(uint64_t now) {
         TRUE(j >= 0);
         if (j < 0) break;
         sigil_diet_received r;
-        EXPECT(sigil_diet_node_handle(&nodes[j].node, nodes[j].handle_of[i], buf, len, plain, sizeof plain, &r),
+        EXPECT(sigil_diet_node_handle(&nodes[j].node, now, nodes[j].handle_of[i], buf, len, plain, sizeof plain, &r),
                SIGIL_OK);
-        TRUE(r.outcome == SIGIL_DIET_HELLO);
+        TRUE(r.outcome == SIGIL_DIET_HELLO || r.outcome == SIGIL_DIET_CHALLENGED);
         delivered++;
         moved = 1;
       }
@@ -376,9 +397,11 @@ static void three_nodes(void) {
     TRUE(at == 0);
   }
 
-  /* Phases 1 and 2: hellos both ways, keys derived; nothing is left to send. */
-  /* Three hellos out, three answers back (flagged ACK: those need no answer). */
-  TRUE(run_network(0) == 6);
+  /* Phases 1 and 2: hellos both ways, keys derived; nothing is left to send. Per pair: a
+   * hello, the answer that challenges it (echoing its nonce) and the acknowledgement that
+   * echoes the challenge's (flagged ACK: it needs no answer). */
+  TRUE(run_network(0) == 9);
+  uint64_t sent = 0, challenged = 0;
   for (int i = 0; i < 3; i++) {
     for (int j = 0; j < 3; j++) {
       if (j == i) continue;
@@ -390,8 +413,11 @@ static void three_nodes(void) {
     EXPECT(sigil_diet_node_poll_timeout(&nodes[i].node, &at), SIGIL_OK);
     TRUE(at == SIGIL_NEVER);
     sigil_diet_counters c = counters_of(i);
-    TRUE(c.hellos_accepted == 2 && c.hellos_sent == 2 && c.refused == 0);
+    TRUE(c.hellos_accepted == 2 && c.refused == 0 && c.challenges_sent == 0 && c.moved == 0);
+    sent += c.hellos_sent;
+    challenged += c.challenged;
   }
+  TRUE(sent == 9 && challenged == 3);
   TRUE(run_network(5000) == 0);
 
   /* Phase 3: every pair, both ways. */
@@ -408,7 +434,7 @@ static void three_nodes(void) {
              SIGIL_OK);
       TRUE(len == (size_t)n + SIGIL_DIET_OVERHEAD);
       memset(plain, 0, sizeof plain);
-      EXPECT(sigil_diet_node_handle(&nodes[j].node, nodes[j].handle_of[i], dgram, len, plain, sizeof plain, &r),
+      EXPECT(sigil_diet_node_handle(&nodes[j].node, 0, nodes[j].handle_of[i], dgram, len, plain, sizeof plain, &r),
              SIGIL_OK);
       TRUE(r.outcome == SIGIL_DIET_MESSAGE && r.len == (size_t)n && memcmp(plain, text, (size_t)n) == 0);
     }
@@ -422,14 +448,14 @@ static void three_nodes(void) {
   EXPECT(sigil_diet_node_send(&nodes[0].node, nodes[0].handle_of[1], (const uint8_t *)"once", 4, dgram,
                               sizeof dgram, &len),
          SIGIL_OK);
-  EXPECT(sigil_diet_node_handle(&nodes[1].node, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[1].node, 0, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_MESSAGE && r.len == 4);
-  EXPECT(sigil_diet_node_handle(&nodes[1].node, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[1].node, 0, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_REPLAY);
   /* The same message from another neighbour's address: not its keys. */
-  EXPECT(sigil_diet_node_handle(&nodes[1].node, nodes[1].handle_of[2], dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[1].node, 0, nodes[1].handle_of[2], dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_BAD_TAG);
 
@@ -438,17 +464,17 @@ static void three_nodes(void) {
                               sizeof dgram, &len),
          SIGIL_OK);
   dgram[6] ^= 0x40;
-  EXPECT(sigil_diet_node_handle(&nodes[1].node, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[1].node, 0, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_BAD_TAG);
   dgram[6] ^= 0x40;
   dgram[len - 3] ^= 0x01;
-  EXPECT(sigil_diet_node_handle(&nodes[1].node, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[1].node, 0, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_BAD_SIGNATURE);
   /* The original still opens: refusals did not move the window. */
   dgram[len - 3] ^= 0x01;
-  EXPECT(sigil_diet_node_handle(&nodes[1].node, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[1].node, 0, nodes[1].handle_of[0], dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_MESSAGE && r.len == 7 && memcmp(plain, "altered", 7) == 0);
 
@@ -463,29 +489,29 @@ static void three_nodes(void) {
   EXPECT(sigil_diet_node_add_neighbour(&stranger, 0, nodes[2].id, 16, &h), SIGIL_OK);
   EXPECT(sigil_diet_node_poll_transmit(&stranger, 0, hello, sizeof hello, &len, &h), SIGIL_OK);
   TRUE(len == SIGIL_DIET_HELLO_LEN);
-  EXPECT(sigil_diet_node_handle(&nodes[2].node, SIGIL_DIET_UNKNOWN_NEIGHBOUR, hello, len, NULL, 0, &r), SIGIL_OK);
+  EXPECT(sigil_diet_node_handle(&nodes[2].node, 0, SIGIL_DIET_UNKNOWN_NEIGHBOUR, hello, len, NULL, 0, &r), SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_UNTRUSTED);
-  EXPECT(sigil_diet_node_handle(&nodes[2].node, nodes[2].handle_of[0], hello, len, NULL, 0, &r), SIGIL_OK);
+  EXPECT(sigil_diet_node_handle(&nodes[2].node, 0, nodes[2].handle_of[0], hello, len, NULL, 0, &r), SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_UNTRUSTED);
   /* A known node's hello from another neighbour's address is refused too. */
   static sigil_diet_node again;
   EXPECT(sigil_diet_node_init(&again, sizeof again, ecdh[0], 32, sign[0], 32, 2, NULL), SIGIL_OK);
   EXPECT(sigil_diet_node_add_neighbour(&again, 0, nodes[2].id, 16, &h), SIGIL_OK);
   EXPECT(sigil_diet_node_poll_transmit(&again, 0, hello, sizeof hello, &len, &h), SIGIL_OK);
-  EXPECT(sigil_diet_node_handle(&nodes[2].node, nodes[2].handle_of[1], hello, len, NULL, 0, &r), SIGIL_OK);
+  EXPECT(sigil_diet_node_handle(&nodes[2].node, 0, nodes[2].handle_of[1], hello, len, NULL, 0, &r), SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_UNTRUSTED);
   /* Our own hello reflected back. */
-  EXPECT(sigil_diet_node_handle(&again, h, hello, len, NULL, 0, &r), SIGIL_OK);
+  EXPECT(sigil_diet_node_handle(&again, 0, h, hello, len, NULL, 0, &r), SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_REFLECTED);
   /* Garbage. */
-  EXPECT(sigil_diet_node_handle(&nodes[2].node, nodes[2].handle_of[0], (const uint8_t *)"\x07zz", 3, NULL, 0, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[2].node, 0, nodes[2].handle_of[0], (const uint8_t *)"\x07zz", 3, NULL, 0, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_MALFORMED);
   /* A message from an address without keys. */
   EXPECT(sigil_diet_node_send(&nodes[0].node, nodes[0].handle_of[2], (const uint8_t *)"x", 1, dgram, sizeof dgram,
                               &len),
          SIGIL_OK);
-  EXPECT(sigil_diet_node_handle(&nodes[2].node, SIGIL_DIET_UNKNOWN_NEIGHBOUR, dgram, len, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&nodes[2].node, 0, SIGIL_DIET_UNKNOWN_NEIGHBOUR, dgram, len, plain, sizeof plain, &r),
          SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_NO_SESSION);
 
@@ -543,7 +569,7 @@ static void node_arguments(void) {
   memset(&node, 0, sizeof node);
   EXPECT(sigil_diet_node_identity(&node, id, sizeof id), SIGIL_ERR_NOT_BOOTED);
   EXPECT(sigil_diet_node_add_neighbour(&node, 0, KAT_KEY_PAIR_PUBLIC, 65, &h), SIGIL_ERR_NOT_BOOTED);
-  EXPECT(sigil_diet_node_handle(&node, 0, buf, 1, NULL, 0, &r), SIGIL_ERR_NOT_BOOTED);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, buf, 1, NULL, 0, &r), SIGIL_ERR_NOT_BOOTED);
   EXPECT(sigil_diet_node_poll_transmit(&node, 0, buf, sizeof buf, &len, &h), SIGIL_ERR_NOT_BOOTED);
   EXPECT(sigil_diet_node_poll_timeout(&node, &at), SIGIL_ERR_NOT_BOOTED);
   EXPECT(sigil_diet_node_send(&node, 0, plain, 1, buf, sizeof buf, &len), SIGIL_ERR_NOT_BOOTED);
@@ -609,21 +635,21 @@ static void node_arguments(void) {
   EXPECT(sigil_diet_node_add_neighbour(&node, 0, one_more, 16, &h), SIGIL_ERR_TABLE_FULL);
 
   /* handle */
-  EXPECT(sigil_diet_node_handle(NULL, 0, buf, 1, NULL, 0, &r), SIGIL_ERR_NULL);
-  EXPECT(sigil_diet_node_handle(&node, 0, NULL, 1, NULL, 0, &r), SIGIL_ERR_NULL);
-  EXPECT(sigil_diet_node_handle(&node, 0, buf, 0, NULL, 0, &r), SIGIL_ERR_BAD_LENGTH);
-  EXPECT(sigil_diet_node_handle(&node, 0, buf, 1, NULL, 0, NULL), SIGIL_ERR_NULL);
-  EXPECT(sigil_diet_node_handle(&node, 0, buf, 1, NULL, 4, &r), SIGIL_ERR_NULL);
-  EXPECT(sigil_diet_node_handle(&node, SIGIL_DIET_MAX_NEIGHBOURS, buf, 1, NULL, 0, &r), SIGIL_ERR_BAD_ARGUMENT);
-  EXPECT(sigil_diet_node_handle(&node, 0xFFFFFFFEu, buf, 1, NULL, 0, &r), SIGIL_ERR_BAD_ARGUMENT);
+  EXPECT(sigil_diet_node_handle(NULL, 0, 0, buf, 1, NULL, 0, &r), SIGIL_ERR_NULL);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, NULL, 1, NULL, 0, &r), SIGIL_ERR_NULL);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, buf, 0, NULL, 0, &r), SIGIL_ERR_BAD_LENGTH);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, buf, 1, NULL, 0, NULL), SIGIL_ERR_NULL);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, buf, 1, NULL, 4, &r), SIGIL_ERR_NULL);
+  EXPECT(sigil_diet_node_handle(&node, 0, SIGIL_DIET_MAX_NEIGHBOURS, buf, 1, NULL, 0, &r), SIGIL_ERR_BAD_ARGUMENT);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0xFFFFFFFEu, buf, 1, NULL, 0, &r), SIGIL_ERR_BAD_ARGUMENT);
   /* A data datagram whose plaintext does not fit: nothing done, nothing counted. */
   memset(buf, 0, sizeof buf);
   buf[0] = 0x02;
-  EXPECT(sigil_diet_node_handle(&node, 0, buf, SIGIL_DIET_OVERHEAD + 17, plain, sizeof plain, &r),
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, buf, SIGIL_DIET_OVERHEAD + 17, plain, sizeof plain, &r),
          SIGIL_ERR_SHORT_BUFFER);
   EXPECT(sigil_diet_node_counters(&node, &c), SIGIL_OK);
   TRUE(c.refused == 0);
-  EXPECT(sigil_diet_node_handle(&node, 0, buf, SIGIL_DIET_OVERHEAD + 16, plain, sizeof plain, &r), SIGIL_OK);
+  EXPECT(sigil_diet_node_handle(&node, 0, 0, buf, SIGIL_DIET_OVERHEAD + 16, plain, sizeof plain, &r), SIGIL_OK);
   TRUE(r.outcome == SIGIL_DIET_REFUSED && r.refusal == SIGIL_DIET_REFUSED_NO_SESSION);
 
   /* poll_transmit */

@@ -250,6 +250,7 @@ fn reason(e: &DietError) -> &'static str {
         DietError::Replay => "replay",
         DietError::StaleHello => "stale-hello",
         DietError::TableFull => "table-full",
+        DietError::Budget => "over-budget",
         _ => "other",
     }
 }
@@ -280,6 +281,7 @@ pub async fn run(a: DietArgs) -> Result<i32> {
         initial: a.hello_timeout,
         max: Duration::from_secs(32).max(a.hello_timeout),
         attempts: 8,
+        ..Config::default()
     };
     let mut node: Node<RustCrypto, SocketAddr, TABLE> = Node::new(RustCrypto, keys, epoch, config);
     let expected: HashMap<SocketAddr, Identity> = plan
@@ -314,6 +316,7 @@ pub async fn run(a: DietArgs) -> Result<i32> {
     let deadline = a.duration.map(|d| start + d);
     let mut next_message = start + a.interval;
     let mut sent = 0u64;
+    let (mut budget_said, mut budget_quiet) = (None::<tokio::time::Instant>, 0u64);
     let mut buf = vec![0u8; 2048];
     let mut out = vec![0u8; 2048];
     let mut plain = vec![0u8; 2048];
@@ -336,7 +339,7 @@ pub async fn run(a: DietArgs) -> Result<i32> {
                     Err(e) => { tracing::warn!("receive: {e}"); continue; }
                 };
                 let before = node.phase(&from);
-                match node.handle(from, &buf[..len], trusted, &mut plain) {
+                match node.handle(now(), from, &buf[..len], trusted, &mut plain) {
                     Ok(Received::Message { len }) => {
                         let id = node.peer_key(&from).map(identity_of);
                         let text = String::from_utf8_lossy(&plain[..len]).into_owned();
@@ -344,11 +347,32 @@ pub async fn run(a: DietArgs) -> Result<i32> {
                         emit(serde_json::json!({"event": "message", "from": from.to_string(), "identity": id, "text": text}),
                              format!("{from} ({id}): {text}"));
                     }
+                    // Answered with a challenge; counted, not printed (a replayer decides how
+                    // often).
+                    Ok(Received::Challenged) => {}
+                    Ok(Received::Moved { .. }) => {
+                        let id = node.peer_key(&from).map(identity_of).map(|i| i.to_string()).unwrap_or_default();
+                        emit(serde_json::json!({"event": "moved", "peer": from.to_string(), "identity": id}),
+                             format!("{id} moved to {from}"));
+                    }
                     Ok(Received::Hello { .. }) => {
                         if before != Some(Phase::Established) {
                             let id = node.peer_key(&from).map(identity_of).map(|i| i.to_string()).unwrap_or_default();
                             emit(serde_json::json!({"event": "established", "peer": from.to_string(), "identity": id}),
                                  format!("established with {from} ({id})"));
+                        }
+                    }
+                    // Hellos over the challenge budget come from many addresses at once: one
+                    // line a second at most, with how many it stands for (all are counted).
+                    Err(DietError::Budget) => {
+                        budget_quiet += 1;
+                        let t = tokio::time::Instant::now();
+                        if budget_said.is_none_or(|s| t >= s + Duration::from_secs(1)) {
+                            budget_said = Some(t);
+                            let e = DietError::Budget;
+                            emit(serde_json::json!({"event": "refused", "from": from.to_string(), "reason": reason(&e), "count": budget_quiet}),
+                                 format!("refused from {from}: {e} ({budget_quiet} since the last line)"));
+                            budget_quiet = 0;
                         }
                     }
                     Err(e) => {
@@ -403,10 +427,11 @@ pub async fn run(a: DietArgs) -> Result<i32> {
         serde_json::json!({"event": "summary", "established": established,
             "hellos_sent": c.hellos_sent, "hellos_accepted": c.hellos_accepted,
             "messages_sent": c.messages_sent, "messages_accepted": c.messages_accepted,
+            "challenged": c.challenged, "challenges_sent": c.challenges_sent, "moved": c.moved,
             "refused": {"malformed": c.malformed, "untrusted": c.untrusted, "reflected": c.reflected,
                 "bad_signature": c.bad_signature, "bad_tag": c.bad_tag, "no_session": c.no_session,
                 "replay": c.replayed, "stale_hello": c.stale_hellos, "table_full": c.table_full,
-                "other": c.other}}),
+                "over_budget": c.over_budget, "other": c.other}}),
         format!("{established} neighbours established; {} messages sent, {} accepted, {} datagrams refused", c.messages_sent, c.messages_accepted, c.refused()),
     );
     Ok(0)
