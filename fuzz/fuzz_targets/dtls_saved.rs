@@ -2,7 +2,7 @@
 //! target appends the HMAC under a fixed storage key so every input reaches the field parser
 //! (the first byte selects whether the MAC is kept valid or altered). Nothing may panic; a
 //! record that decodes encodes to the same bytes and restores to a connection that refuses to
-//! seal before a reservation is persisted.
+//! seal before a reservation is persisted and, with a read mark, takes nothing up to it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use sigil_crypto::{CryptoProvider, RustCrypto};
@@ -32,7 +32,14 @@ fuzz_target!(|data: &[u8]| {
         SavedAssociation::decode(&RustCrypto, b"another storage key", &bytes).map(|_| ()),
         Err(SavedError::Mac)
     );
+    let mark = saved.read_mark();
     let mut t = Traffic::restore(RustCrypto, saved);
     assert_eq!(t.send(b"x"), Err(Error::ReservationExhausted));
+    // With a read mark, every record up to it counts as seen.
+    if let Some(m) = mark {
+        assert_eq!(t.core().highest_read(), Some(m));
+        assert_eq!(t.core().read_mark(), Some(m));
+        assert!(!t.core().read_mark_passed());
+    }
     let _ = t.handle_datagram(sigil_time::Instant::from_millis(0), body);
 });

@@ -29,12 +29,19 @@
 //! the record holds the traffic keys and the master secret in clear, so the storage that
 //! holds it must be as protected as the device's own keys.
 //!
-//! # Limits
+//! # Read marks
 //!
-//! The read replay window is the one at the last save: a record of the peer received after
-//! it and before a power cut can be accepted once more after the restore. Sigil's readings
-//! carry their own sequence numbers, checked by the server, so a replayed reading is still
-//! refused above the record layer.
+//! Saved with [`Traffic::save`], the read replay window is the one at the last save: a record
+//! of the peer received after it and before a power cut can be accepted once more after the
+//! restore (a recorded record replayed by anyone). Saved with [`Traffic::save_marking_reads`]
+//! the association carries a read mark instead: the peer's records numbered at most the mark
+//! may have been accepted, and a restored connection treats every one of them as seen, so it
+//! accepts only records above it. The caller keeps the mark at or above every record it acted
+//! on: once [`Traffic::read_mark_passed`], it saves and persists again before acting on what
+//! the record carried. A crash between the two leaves a record accepted but never acted on,
+//! which may then be taken once. The mark may be reserved ahead (`read_ahead`) like the write
+//! sequence, to save less often; the peer's records up to it are then dropped after a
+//! restore, since the peer does not know it restarted.
 //!
 //! # Encoding (version 1)
 //!
@@ -43,9 +50,11 @@
 //! | read salt (4) | own CID (u8 len, <= 16) | peer CID (u8 len, <= 16)
 //! | peer: 0 anonymous | 1 PSK: identity (u8 len, <= 128), key check (32)
 //!         | 2 key: algorithm (1 Ed25519, 2 P-256), key (u8 len)
-//! | master secret (48) | flags (u8: 1 session ID, 2 resumed, 4 replay window not empty)
+//! | master secret (48) | flags (u8: 1 session ID, 2 resumed, 4 replay window not empty,
+//!   8 read mark)
 //! | session ID (32, with flag 1) | highest read (u64, with flag 4) | read bitmap (u64)
 //! | reserved until (u64) | next handshake message_seq expected (u16)
+//! | read mark (u64, with flag 8)
 //! | HMAC-SHA-256(storage key, "sigil-dtls saved association" | all of the above) (32)
 //! ```
 //! All integers big-endian. At most [`MAX_ENCODED_LEN`] bytes.
@@ -68,12 +77,14 @@ const MAC_LEN: usize = 32;
 /// Shortest storage key [`SavedAssociation::encode`] and `decode` accept.
 pub const MIN_STORAGE_KEY_LEN: usize = 16;
 /// Longest encoding: header 7, keys 40, CIDs 34, a PSK peer 162, master 48, flags 1,
-/// session ID 32, replay window 16, reservation 8, message_seq 2, MAC 32.
-pub const MAX_ENCODED_LEN: usize = 7 + 40 + 2 * (1 + MAX_CID) + 162 + 48 + 1 + 32 + 16 + 8 + 2 + 32;
+/// session ID 32, replay window 16, reservation 8, message_seq 2, read mark 8, MAC 32.
+pub const MAX_ENCODED_LEN: usize =
+    7 + 40 + 2 * (1 + MAX_CID) + 162 + 48 + 1 + 32 + 16 + 8 + 2 + 8 + 32;
 
 const FLAG_SESSION_ID: u8 = 1;
 const FLAG_RESUMED: u8 = 2;
 const FLAG_REPLAY: u8 = 4;
+const FLAG_READ_MARK: u8 = 8;
 
 /// Why a saved association could not be encoded or decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,6 +170,8 @@ pub(crate) struct Parts {
     pub replay: ReplayWindow,
     pub next_write: u64,
     pub next_recv_msg: u16,
+    /// The read mark (see the module documentation), if the caller keeps one.
+    pub read_mark: Option<u64>,
 }
 
 /// An established association as it is stored: keys, connection IDs, the peer, the session
@@ -243,6 +256,13 @@ impl SavedAssociation {
         self.parts.next_write
     }
 
+    /// The read mark: the peer's records numbered at most this may have been accepted, so a
+    /// restored connection takes only records above it. `None` for an association saved
+    /// without one ([`Traffic::save`]), whose restore keeps the window of the save.
+    pub fn read_mark(&self) -> Option<u64> {
+        self.parts.read_mark
+    }
+
     pub fn suite(&self) -> CipherSuite {
         self.parts.suite
     }
@@ -312,6 +332,7 @@ impl SavedAssociation {
             + 8
             + 8
             + 2
+            + if p.read_mark.is_some() { 8 } else { 0 }
             + MAC_LEN
     }
 
@@ -371,7 +392,12 @@ impl SavedAssociation {
         } else {
             0
         } | if p.resumed { FLAG_RESUMED } else { 0 }
-            | if top.is_some() { FLAG_REPLAY } else { 0 };
+            | if top.is_some() { FLAG_REPLAY } else { 0 }
+            | if p.read_mark.is_some() {
+                FLAG_READ_MARK
+            } else {
+                0
+            };
         w.u8(flags).map_err(full)?;
         if let Some(id) = &p.session_id {
             w.bytes(id).map_err(full)?;
@@ -382,6 +408,9 @@ impl SavedAssociation {
         w.bytes(&seen.to_be_bytes()).map_err(full)?;
         w.bytes(&p.next_write.to_be_bytes()).map_err(full)?;
         w.u16(p.next_recv_msg).map_err(full)?;
+        if let Some(mark) = p.read_mark {
+            w.bytes(&mark.to_be_bytes()).map_err(full)?;
+        }
         let body = w.len();
         let tag = mac(crypto, storage_key, &out[..body]);
         out[body..body + MAC_LEN].copy_from_slice(&tag);
@@ -473,7 +502,7 @@ impl SavedAssociation {
         let mut master = [0u8; 48];
         master.copy_from_slice(t(r.take(48, "master secret"), "master secret")?);
         let flags = t(r.u8("flags"), "flags")?;
-        if flags & !(FLAG_SESSION_ID | FLAG_RESUMED | FLAG_REPLAY) != 0 {
+        if flags & !(FLAG_SESSION_ID | FLAG_RESUMED | FLAG_REPLAY | FLAG_READ_MARK) != 0 {
             return Err(SavedError::Field("flags"));
         }
         let session_id = if flags & FLAG_SESSION_ID != 0 {
@@ -502,6 +531,19 @@ impl SavedAssociation {
             return Err(SavedError::Field("reservation"));
         }
         let next_recv_msg = t(r.u16("message_seq"), "message_seq")?;
+        let read_mark = if flags & FLAG_READ_MARK != 0 {
+            let b = t(r.take(8, "read mark"), "read mark")?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            let mark = u64::from_be_bytes(a);
+            // At most the largest number, and never below a record already accepted.
+            if mark > MAX_SEQUENCE || replay.highest().is_some_and(|top| top > mark) {
+                return Err(SavedError::Field("read mark"));
+            }
+            Some(mark)
+        } else {
+            None
+        };
         if !r.is_empty() {
             return Err(SavedError::Field("length"));
         }
@@ -519,6 +561,7 @@ impl SavedAssociation {
                 replay,
                 next_write,
                 next_recv_msg,
+                read_mark,
             },
         })
     }
@@ -666,6 +709,7 @@ mod tests {
             replay: ReplayWindow::new(),
             next_write: reserved,
             next_recv_msg: 0,
+            read_mark: None,
         })
     }
 
@@ -733,7 +777,7 @@ mod tests {
     }
 
     #[cfg(not(feature = "rsa"))]
-    const SAVED_BYTES: usize = 360;
+    const SAVED_BYTES: usize = 376;
     #[cfg(not(feature = "rsa"))]
-    const CACHE4_BYTES: usize = 1504;
+    const CACHE4_BYTES: usize = 1568;
 }

@@ -87,6 +87,10 @@ pub struct TrafficCore {
     /// ([`crate::saved`]); never sealed. `None` until the first reservation: a connection
     /// that is never saved is bounded only by [`crate::record::MAX_SEQUENCE`].
     write_limit: Option<u64>,
+    /// The peer's records numbered at most this may have been accepted, as last persisted
+    /// ([`Traffic::save_marking_reads`], [`Traffic::persisted`]); `None` when the caller does
+    /// not keep a read mark.
+    read_limit: Option<u64>,
 }
 
 impl TrafficCore {
@@ -121,6 +125,7 @@ impl TrafficCore {
             failed: None,
             dropped,
             write_limit: None,
+            read_limit: None,
         };
         let mut d = [0u8; MAX_DATAGRAM];
         while let Some(n) = pending.pop(&mut d) {
@@ -209,9 +214,31 @@ impl TrafficCore {
         self.write_limit().saturating_sub(self.rl.write_seq[1])
     }
 
+    /// The highest sequence number of the peer's records accepted (epoch 1), if any.
+    pub fn highest_read(&self) -> Option<u64> {
+        self.rl.replay[1].highest()
+    }
+
+    /// The read mark last persisted ([`Traffic::save_marking_reads`]), if the caller keeps
+    /// one.
+    pub fn read_mark(&self) -> Option<u64> {
+        self.read_limit
+    }
+
+    /// Whether a record above the persisted read mark has been accepted: the caller keeping
+    /// a read mark persists a new one ([`Traffic::save_marking_reads`]) before it acts on
+    /// what such a record carried, so that after a restore no record it acted on is
+    /// accepted again.
+    pub fn read_mark_passed(&self) -> bool {
+        match (self.read_limit, self.highest_read()) {
+            (Some(mark), Some(top)) => top > mark,
+            _ => false,
+        }
+    }
+
     /// What [`crate::saved::SavedAssociation`] takes from an established connection, with
-    /// the write sequence reserved up to `until`.
-    pub(crate) fn export(&self, until: u64) -> crate::saved::Parts {
+    /// the write sequence reserved up to `until` and the read mark `read_mark`.
+    pub(crate) fn export(&self, until: u64, read_mark: Option<u64>) -> crate::saved::Parts {
         let keys = self.rl.keys.as_ref();
         crate::saved::Parts {
             suite: self.suite,
@@ -226,7 +253,13 @@ impl TrafficCore {
             replay: self.rl.replay[1],
             next_write: until,
             next_recv_msg: self.next_recv_msg,
+            read_mark,
         }
+    }
+
+    /// Raises the read mark to `mark` once the caller persisted it.
+    pub(crate) fn set_read_limit(&mut self, mark: u64) {
+        self.read_limit = Some(self.read_limit.map_or(mark, |l| l.max(mark)));
     }
 
     /// Sets the reservation to `until` once the caller persisted it; a later reservation
@@ -260,7 +293,14 @@ impl TrafficCore {
         rl.read_epoch = 1;
         rl.write_epoch = 1;
         rl.write_seq = [0, p.next_write];
-        rl.replay[1] = p.replay;
+        // With a read mark, every record numbered up to it counts as seen: what was accepted
+        // (and acted on) before the save, and since, up to the mark, is never taken again.
+        rl.replay[1] = match p.read_mark {
+            Some(mark) => {
+                crate::record::ReplayWindow::from_parts(Some(mark), u64::MAX).unwrap_or(p.replay)
+            }
+            None => p.replay,
+        };
         Self {
             rl,
             queue: Queue::new(),
@@ -277,6 +317,7 @@ impl TrafficCore {
             failed: None,
             dropped: 0,
             write_limit: Some(p.next_write),
+            read_limit: p.read_mark,
         }
     }
 
@@ -554,14 +595,49 @@ impl<C: CryptoProvider> Traffic<C> {
             .saturating_add(ahead)
             .min(crate::record::MAX_SEQUENCE + 1);
         Ok(crate::saved::SavedAssociation::from_parts(
-            self.core.export(until),
+            self.core.export(until, None),
         ))
     }
 
-    /// The caller has durably stored `saved` (from [`Traffic::save`]): sequence numbers up
-    /// to its reservation may now be sealed.
+    /// [`Traffic::save`] with a read mark `read_ahead` past the highest record of the peer
+    /// accepted so far ([`crate::saved`], "Read marks"): a connection restored from it accepts
+    /// only the peer's records numbered above the mark, so none it may have acted on before
+    /// is accepted twice. The caller keeps the mark by saving again whenever
+    /// [`Traffic::read_mark_passed`], before it acts on what the record carried; with
+    /// `read_ahead` 0 that is after every batch with records, and the peer loses nothing
+    /// across a restore; a larger `read_ahead` saves less often, and the peer's next records
+    /// up to the mark are dropped after a restore.
+    pub fn save_marking_reads(
+        &self,
+        ahead: u64,
+        read_ahead: u64,
+    ) -> Result<crate::saved::SavedAssociation, Error> {
+        if self.core.failed.is_some() || self.core.rl.keys.is_none() {
+            return Err(Error::NotEstablished);
+        }
+        let until = self.core.rl.write_seq[1]
+            .saturating_add(ahead)
+            .min(crate::record::MAX_SEQUENCE + 1);
+        let mark = self
+            .core
+            .highest_read()
+            .unwrap_or(0)
+            .saturating_add(read_ahead)
+            .max(self.core.read_limit.unwrap_or(0))
+            .min(crate::record::MAX_SEQUENCE);
+        Ok(crate::saved::SavedAssociation::from_parts(
+            self.core.export(until, Some(mark)),
+        ))
+    }
+
+    /// The caller has durably stored `saved` (from [`Traffic::save`] or
+    /// [`Traffic::save_marking_reads`]): sequence numbers up to its reservation may now be
+    /// sealed, and its read mark is the one kept.
     pub fn persisted(&mut self, saved: &crate::saved::SavedAssociation) {
         self.core.set_write_limit(saved.reserved_until());
+        if let Some(mark) = saved.read_mark() {
+            self.core.set_read_limit(mark);
+        }
     }
 
     /// An established connection again from an association this side saved and read back

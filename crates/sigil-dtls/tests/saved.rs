@@ -166,6 +166,98 @@ fn a_restored_read_window_drops_replays() {
     assert_eq!(s.dropped(), 1, "the replay was dropped");
 }
 
+/// Saves with a read mark `read_ahead` past the highest record taken, and persists it.
+fn mark_checkpoint(t: &mut Traffic<RustCrypto>, key: &[u8], read_ahead: u64) -> Vec<u8> {
+    let saved = t.save_marking_reads(16, read_ahead).unwrap();
+    let mut buf = [0u8; MAX_ENCODED_LEN];
+    let n = saved.encode(&RustCrypto, key, &mut buf).unwrap();
+    assert_eq!(n, saved.encoded_len());
+    t.persisted(&saved);
+    buf[..n].to_vec()
+}
+
+/// A side that keeps a read mark (stored before it acts on a record) takes none of the
+/// records it acted on again after a restore, whenever the power was cut; the peer's next
+/// record is taken. Saved without a mark, a record taken after the save passes again.
+#[test]
+fn a_read_mark_keeps_records_acted_on_from_passing_again_after_a_restore() {
+    let (mut c, mut s) = established(true);
+    checkpoint(&mut c, DEVICE_KEY, 64);
+    let unmarked = checkpoint(&mut s, SERVER_KEY, 16);
+    let mut stored = mark_checkpoint(&mut s, SERVER_KEY, 0);
+    assert!(!s.core().read_mark_passed());
+    let mut recorded = vec![];
+    for i in 0..5u8 {
+        let (d, got) = deliver(&mut c, &mut s, &[i]).unwrap();
+        assert_eq!(got.as_deref(), Some(&[i][..]));
+        assert!(s.core().read_mark_passed(), "a record above the mark");
+        stored = mark_checkpoint(&mut s, SERVER_KEY, 0);
+        assert!(!s.core().read_mark_passed());
+        recorded.push(d);
+    }
+    let saved = SavedAssociation::decode(&RustCrypto, SERVER_KEY, &stored).unwrap();
+    assert_eq!(saved.read_mark(), s.core().highest_read());
+    let mut r = restore(&stored, SERVER_KEY);
+    for d in &recorded {
+        r.handle_datagram(at(0), d).unwrap();
+        assert!(r.poll_app_data(&mut [0u8; 64]).is_none());
+    }
+    assert_eq!(r.dropped(), 5, "every recorded record dropped");
+    let (_, got) = deliver(&mut c, &mut r, b"next").unwrap();
+    assert_eq!(
+        got.as_deref(),
+        Some(&b"next"[..]),
+        "the peer's next record taken"
+    );
+    assert!(r.core().read_mark_passed());
+
+    // Without a mark the window is the one of the save: the records since pass again.
+    let mut old = restore(&unmarked, SERVER_KEY);
+    assert_eq!(
+        SavedAssociation::decode(&RustCrypto, SERVER_KEY, &unmarked)
+            .unwrap()
+            .read_mark(),
+        None
+    );
+    old.handle_datagram(at(0), &recorded[0]).unwrap();
+    assert!(old.poll_app_data(&mut [0u8; 64]).is_some());
+
+    // A mark reserved ahead: the peer's records up to it are dropped after a restore.
+    let ahead = mark_checkpoint(&mut r, SERVER_KEY, 3);
+    let mut r = restore(&ahead, SERVER_KEY);
+    let mut taken = 0;
+    for i in 0..4u8 {
+        let (_, got) = deliver(&mut c, &mut r, &[i]).unwrap();
+        taken += usize::from(got.is_some());
+    }
+    assert_eq!((taken, r.dropped()), (1, 3));
+}
+
+/// A read mark below a record the window holds cannot come from this side's encoder.
+#[test]
+fn a_read_mark_below_the_window_is_refused() {
+    let (mut c, mut s) = established(false);
+    checkpoint(&mut c, DEVICE_KEY, 8);
+    deliver(&mut c, &mut s, b"a").unwrap();
+    deliver(&mut c, &mut s, b"b").unwrap();
+    let bytes = mark_checkpoint(&mut s, SERVER_KEY, 0);
+    // The mark is the last 8 bytes before the MAC: lower it by one and MAC again.
+    let body_len = bytes.len() - 32;
+    let mut body = bytes[..body_len].to_vec();
+    let last = body_len - 1;
+    body[last] = body[last].wrapping_sub(1);
+    let mut forged = body.clone();
+    forged.extend_from_slice(&sigil_crypto::CryptoProvider::hmac_sha256(
+        &RustCrypto,
+        SERVER_KEY,
+        &[b"sigil-dtls saved association", &body],
+    ));
+    assert_eq!(
+        SavedAssociation::decode(&RustCrypto, SERVER_KEY, &forged).map(|_| ()),
+        Err(SavedError::Field("read mark"))
+    );
+}
+
 #[test]
 fn decode_refuses_what_this_side_did_not_write() {
     let (mut c, _s) = established(true);
@@ -315,7 +407,7 @@ fn power_cuts_between_storage_writes_never_reuse_a_nonce() {
 #[test]
 fn saved_association_fits_its_stated_bounds() {
     // The bound the module documents (`MAX_ENCODED_LEN`) and the in-memory size.
-    assert_eq!(MAX_ENCODED_LEN, 382);
+    assert_eq!(MAX_ENCODED_LEN, 390);
     // With `rsa` a `Peer` holds an RSA key inline (RSA peers are never saved, but the type
     // has room for one), so the in-memory bound is that of builds without it.
     #[cfg(not(feature = "rsa"))]

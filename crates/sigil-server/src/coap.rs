@@ -220,6 +220,9 @@ impl Dispatcher {
                 });
             }
         }
+        // The sessions' read marks are stored before their requests are acted on.
+        let unmarked = layer.persist_read_marks(now);
+        batch.retain(|i| !unmarked.contains(&i.from.addr));
         if !batch.is_empty() {
             for (to, bytes) in self.handle_inbound_at(batch, now, wall) {
                 layer.send(now, to.addr, &bytes, &mut out);

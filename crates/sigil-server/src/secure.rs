@@ -575,6 +575,8 @@ pub struct SecureLayer {
     wall: UnixTime,
     /// The handshake as a CoAP resource: empty if disabled, else [`CARRIER_SHARDS`] tables.
     carrier: Vec<Box<Carrier>>,
+    /// Sessions that accepted records above their persisted read mark in this batch.
+    marks_due: HashSet<SocketAddr>,
     /// The trust's generation the sessions were last checked against for revocations.
     trust_seen: u64,
     /// Picks a host's table.
@@ -676,6 +678,7 @@ impl SecureLayer {
             next_row: 0,
             wall: UnixTime::from_secs(0),
             carrier,
+            marks_due: HashSet::new(),
             shard_of: Default::default(),
             trust_seen: 0,
         };
@@ -733,6 +736,13 @@ impl SecureLayer {
         let peer: SocketAddr = row.addr.parse().map_err(|_| "bad address")?;
         let saved = SavedAssociation::decode(&RustCrypto, &self.storage_key, &row.record)
             .map_err(|_| "record refused (MAC, version or field)")?;
+        // A row without a read mark (stored by an older server) would restore the replay
+        // window of its last save: records accepted since could be taken again. It is
+        // dropped; its device handshakes anew.
+        if saved.read_mark().is_none() {
+            self.count("dtls.session_not_restored_no_read_mark");
+            return Err("saved without a read mark (an older server's row)");
+        }
         let trusted =
             saved.still_trusted(&RustCrypto, &self.trust, !self.config.require_client_auth);
         // The key check names the stored peer: not a handshake's claim.
@@ -801,7 +811,7 @@ impl SecureLayer {
         if self.trust.is_psk_node(p.auth.as_ref()) {
             return true;
         }
-        let Ok(saved) = p.conn.save(SESSION_RESERVE_AHEAD) else {
+        let Ok(saved) = p.conn.save_marking_reads(SESSION_RESERVE_AHEAD, 0) else {
             return false;
         };
         let mut buf = [0u8; sigil_dtls::saved::MAX_ENCODED_LEN];
@@ -831,6 +841,32 @@ impl SecureLayer {
                 false
             }
         }
+    }
+
+    /// Persists the read mark of every session that accepted records above it since the last
+    /// call (one row write per such session per batch): call after the batch's datagrams and
+    /// before acting on what they delivered. Returns the peers whose mark could not be
+    /// stored: their sessions are ended, and what they delivered must be dropped (after a
+    /// restart it could be taken again).
+    pub fn persist_read_marks(&mut self, now: Instant) -> Vec<SocketAddr> {
+        let mut failed = Vec::new();
+        for peer in std::mem::take(&mut self.marks_due) {
+            let Some(mut p) = self.sessions.remove(&peer) else {
+                continue;
+            };
+            if !p.conn.core().read_mark_passed() {
+                self.sessions.insert(peer, p);
+                continue;
+            }
+            if self.save_session(now, peer, &mut p) {
+                self.count("dtls.read_mark_saved");
+                self.sessions.insert(peer, p);
+            } else {
+                self.release_session(p);
+                failed.push(peer);
+            }
+        }
+        failed
     }
 
     /// Deletes a session's row (the session ended, expired or was replaced).
@@ -1073,6 +1109,11 @@ impl SecureLayer {
         };
         if !delivered.is_empty() {
             p.last_seen = now;
+            // Its read mark is persisted before what it delivered is acted on
+            // ([`SecureLayer::persist_read_marks`], once per batch).
+            if p.conn.core().read_mark_passed() && self.saved.is_some() {
+                self.marks_due.insert(at);
+            }
         }
         if let Some(cid) = p.cid {
             self.by_cid.insert(cid, at);

@@ -1,0 +1,298 @@
+//! A restored coaps:// session keeps its replay window across a server restart (issue 25,
+//! finding 8), with real UDP sockets against the real server, stopped and started again over
+//! the same database. A client with a connection ID asks three questions inside its session
+//! and an eavesdropper records its datagrams; after the restart the recordings are replayed
+//! from the client's address and, by connection ID, from another address. Before the fix the
+//! restored session took the window of its last save (the handshake), so the recorded records
+//! passed the record layer again and were answered, and the session followed the replayer's
+//! address. Now each session's read mark (the highest record it acted on) is stored before
+//! what a batch delivered is acted on, and a restored session accepts only records above it.
+//! Every figure asserted is the server's own accounting.
+
+use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_identity::Identity;
+use sigil_server::store::IdentityKind;
+use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::Instant;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+const PSK: [u8; 16] = *b"replay-test-psk!";
+
+struct AnyServer;
+impl Trust for AnyServer {
+    fn trusted_key(&self, _: &PublicKey) -> bool {
+        true
+    }
+}
+
+fn start(rt: &tokio::runtime::Runtime, db: &Path) -> (ServerHandle, Stats, SocketAddr) {
+    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), db.to_path_buf());
+    config.dtls = Some(DtlsConfig::new("127.0.0.1:0".parse().unwrap()));
+    let stats = Stats::default();
+    let server = rt
+        .block_on(Server::start(config, stats.clone()))
+        .expect("server starts");
+    let dtls = server.dtls.as_ref().unwrap().addr;
+    (server, stats, dtls)
+}
+
+fn get(mid: u16) -> Vec<u8> {
+    let mut buf = [0u8; 128];
+    let mut b = MessageBuilder::new(
+        &mut buf,
+        MessageType::Confirmable,
+        Code::GET,
+        mid,
+        &[mid as u8],
+    )
+    .unwrap();
+    b.uri_path(".well-known/core").unwrap();
+    let n = b.finish_with_payload(&[]).unwrap();
+    buf[..n].to_vec()
+}
+
+/// Datagrams that arrive at `sock` within `wait`.
+fn received(sock: &UdpSocket, wait: Duration) -> Vec<Vec<u8>> {
+    let until = std::time::Instant::now() + wait;
+    let mut got = vec![];
+    let mut buf = [0u8; 2048];
+    while std::time::Instant::now() < until {
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            got.push(buf[..n].to_vec());
+        }
+    }
+    got
+}
+
+#[test]
+fn recorded_records_of_a_restored_session_are_not_taken_again_nor_move_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let device = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(51))
+        .unwrap();
+    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
+    {
+        let s = Store::open(&db).unwrap();
+        s.add_identity(&id, IdentityKind::Device, "", 1_700_000_000)
+            .unwrap();
+        s.set_psk(&id, &PSK, 1_700_000_000).unwrap();
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (server, stats, dtls) = start(&rt, &db);
+
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let at = || Instant::from_millis(t0.elapsed().as_millis() as u64);
+    let text = id.to_string();
+    let mut client = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config {
+            connection_id: true,
+            ..Config::default()
+        },
+        &mut Seeded(52),
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &PSK,
+        },
+        at(),
+    )
+    .unwrap();
+    let mut buf = [0u8; 2048];
+    while !client.is_established() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
+        let _ = client.handle_timeout(at());
+        while let Some(n) = client.poll_transmit(at(), &mut buf) {
+            sock.send_to(&buf[..n], dtls).unwrap();
+        }
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let d = buf[..n].to_vec();
+            let _ = client.handle_datagram(at(), &d);
+        }
+    }
+
+    // Three questions, each answered; the eavesdropper keeps the datagrams.
+    let mut recorded = vec![];
+    for mid in 1..=3u16 {
+        client.send(&get(mid)).unwrap();
+        while let Some(n) = client.poll_transmit(at(), &mut buf) {
+            recorded.push(buf[..n].to_vec());
+            sock.send_to(&buf[..n], dtls).unwrap();
+        }
+        let mut answered = false;
+        for d in received(&sock, Duration::from_millis(500)) {
+            let _ = client.handle_datagram(at(), &d);
+            let mut app = [0u8; 2048];
+            while let Some(n) = client.poll_app_data(&mut app) {
+                answered |= Message::parse(&app[..n]).is_ok_and(|m| m.code == Code::CONTENT);
+            }
+        }
+        assert!(answered, "question {mid} answered before the restart");
+    }
+    assert_eq!(recorded.len(), 3);
+    // tls12_cid records (RFC 9146): the server gave the client a connection ID.
+    assert!(recorded.iter().all(|r| r[0] == 25));
+    assert_eq!(stats.get("dtls.app_records"), 3);
+
+    // The server stops and starts again over the same database.
+    rt.block_on(server.shutdown());
+    let (server, stats, dtls) = start(&rt, &db);
+    assert_eq!(stats.get("dtls.session_restored"), 1);
+
+    // The recordings from the client's own address: none answered.
+    for r in &recorded {
+        sock.send_to(r, dtls).unwrap();
+    }
+    assert!(
+        received(&sock, Duration::from_millis(800)).is_empty(),
+        "a recorded record was answered after the restart"
+    );
+    // From another address, by connection ID: none answered, and the session stays.
+    let replayer = UdpSocket::bind("127.0.0.2:0").unwrap();
+    replayer
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    for r in &recorded {
+        replayer.send_to(r, dtls).unwrap();
+    }
+    assert!(
+        received(&replayer, Duration::from_millis(800)).is_empty(),
+        "a recorded record was answered at the replayer's address"
+    );
+    let wait = std::time::Instant::now() + Duration::from_secs(5);
+    while stats.get("dtls.records_dropped") < 6 && std::time::Instant::now() < wait {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(stats.get("dtls.app_records"), 0, "no recorded record taken");
+    assert_eq!(stats.get("dtls.records_dropped"), 6);
+    assert_eq!(
+        stats.get("dtls.address_changed"),
+        0,
+        "the session did not move"
+    );
+
+    // The client's own next record, above the mark, is taken and answered at its address.
+    client.send(&get(4)).unwrap();
+    while let Some(n) = client.poll_transmit(at(), &mut buf) {
+        sock.send_to(&buf[..n], dtls).unwrap();
+    }
+    let mut answered = false;
+    for d in received(&sock, Duration::from_millis(800)) {
+        let _ = client.handle_datagram(at(), &d);
+        let mut app = [0u8; 2048];
+        while let Some(n) = client.poll_app_data(&mut app) {
+            answered |= Message::parse(&app[..n]).is_ok_and(|m| m.code == Code::CONTENT);
+        }
+    }
+    assert!(
+        answered,
+        "the client's own next question answered after the restart"
+    );
+    assert_eq!(stats.get("dtls.app_records"), 1);
+    assert_eq!(stats.get("dtls.handshake_completed"), 0, "no new handshake");
+    rt.block_on(server.shutdown());
+}
+
+/// A row an older server wrote (no read mark: its window is the one of its last save) is not
+/// restored, and says why in its counter; its device handshakes again.
+#[test]
+fn a_stored_session_without_a_read_mark_is_dropped_with_its_reason() {
+    use sigil_dtls::{SavedAssociation, Traffic};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let device = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(61))
+        .unwrap();
+    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
+    {
+        let s = Store::open(&db).unwrap();
+        s.add_identity(&id, IdentityKind::Device, "", 1_700_000_000)
+            .unwrap();
+        s.set_psk(&id, &PSK, 1_700_000_000).unwrap();
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (server, stats, dtls) = start(&rt, &db);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let at = || Instant::from_millis(t0.elapsed().as_millis() as u64);
+    let text = id.to_string();
+    let mut client = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config::default(),
+        &mut Seeded(62),
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &PSK,
+        },
+        at(),
+    )
+    .unwrap();
+    let mut buf = [0u8; 2048];
+    while !client.is_established() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
+        let _ = client.handle_timeout(at());
+        while let Some(n) = client.poll_transmit(at(), &mut buf) {
+            sock.send_to(&buf[..n], dtls).unwrap();
+        }
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let d = buf[..n].to_vec();
+            let _ = client.handle_datagram(at(), &d);
+        }
+    }
+    let wait = std::time::Instant::now() + Duration::from_secs(5);
+    while stats.get("dtls.session_saved") == 0 && std::time::Instant::now() < wait {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.block_on(server.shutdown());
+
+    // The row as an older server wrote it: the same association, saved without a mark,
+    // MACed under the server's storage key (derived from its DTLS key).
+    let store = Store::open(&db).unwrap();
+    let (_, secret) = store
+        .server_key("dtls")
+        .unwrap()
+        .expect("the server's DTLS key");
+    let storage_key = RustCrypto.hmac_sha256(&secret, &[b"sigil-server dtls sessions"]);
+    let mut rows = store.dtls_sessions().unwrap();
+    assert_eq!(rows.len(), 1);
+    let saved = SavedAssociation::decode(&RustCrypto, &storage_key, &rows[0].record).unwrap();
+    assert!(saved.read_mark().is_some(), "the server stores a read mark");
+    let old = Traffic::restore(RustCrypto, saved).save(256).unwrap();
+    assert_eq!(old.read_mark(), None);
+    let mut out = [0u8; sigil_dtls::saved::MAX_ENCODED_LEN];
+    let n = old.encode(&RustCrypto, &storage_key, &mut out).unwrap();
+    rows[0].record = out[..n].to_vec();
+    store.put_dtls_session(&rows[0]).unwrap();
+    drop(store);
+
+    let (server, stats, _) = start(&rt, &db);
+    assert_eq!(stats.get("dtls.session_restored"), 0);
+    assert_eq!(stats.get("dtls.session_not_restored_no_read_mark"), 1);
+    assert_eq!(stats.get("dtls.session_not_restored"), 1);
+    assert!(Store::open(&db)
+        .unwrap()
+        .dtls_sessions()
+        .unwrap()
+        .is_empty());
+    rt.block_on(server.shutdown());
+}
