@@ -75,11 +75,34 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
     let seen = try_request(&mut client, Code::PUT, &spec).await;
     out.push(result("replayed reading", seen == "Reset", seen));
 
-    // 2. Tamper with a captured reading: change one byte of its SenML payload.
+    // 2. Tamper with a captured reading: change one byte of its SenML payload, and give it a
+    // fresh number (a copy at or below the mark is refused by its number before its
+    // signature is checked), so the signature is what refuses it.
     let mut tampered = captured.clone();
     if let Ok(c) = CoseSign1::parse(&captured) {
-        let off = c.payload.as_ptr() as usize - captured.as_ptr() as usize + c.payload.len() - 1;
-        tampered[off] ^= 0x01;
+        let mut payload = c.payload.to_vec();
+        if let Some(last) = payload.last_mut() {
+            *last ^= 0x01;
+        }
+        let seq = match c.headers.seq {
+            Some(sigil_objects::cose::SeqField::Full(s)) => s + 500,
+            _ => 500,
+        };
+        let (mut protected, mut out) = ([0u8; 256], vec![0u8; captured.len() + 64]);
+        let renumbered = sigil_objects::cose::encode_protected(
+            c.headers.alg.unwrap_or(-8),
+            c.headers.kid.unwrap_or_default(),
+            sigil_objects::cose::SeqField::Full(seq),
+            c.headers.time,
+            &mut protected,
+        )
+        .and_then(|n| {
+            sigil_objects::cose::encode_sign1(&protected[..n], &payload, c.signature, &mut out)
+        });
+        if let Ok(n) = renumbered {
+            out.truncate(n);
+            tampered = out;
+        }
     }
     let spec = RequestSpec {
         path: &target.href,

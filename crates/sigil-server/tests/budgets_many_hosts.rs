@@ -25,36 +25,46 @@ use sigil_server::verify::VerifyRates;
 use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::Instant;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The `i`-th attacking address: 127.0.1.1 onwards, never an honest device's.
-fn attacker(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 1 + (i / 250) as u8, 1 + (i % 250) as u8)
+/// The first `n` attacking addresses: 127.0.1.1 onwards, never an honest device's.
+fn ipv4_attackers(n: usize) -> Vec<IpAddr> {
+    (0..n)
+        .map(|i| v4(127, 0, 1 + (i / 250) as u8, 1 + (i % 250) as u8))
+        .collect()
 }
 
-/// Binds one UDP socket on each of `n` attacking addresses.
-fn attackers(n: usize) -> Vec<UdpSocket> {
-    (0..n)
-        .map(|i| {
-            let s = UdpSocket::bind((attacker(i), 0)).expect("bind a 127.0.x.y address");
+/// Binds one UDP socket on each address.
+fn attackers(addrs: &[IpAddr]) -> Vec<UdpSocket> {
+    addrs
+        .iter()
+        .map(|a| {
+            let s = UdpSocket::bind((*a, 0)).expect("bind an attacking address");
             s.set_nonblocking(true).unwrap();
             s
         })
         .collect()
 }
 
-async fn start(db: &Path, dtls: bool) -> ServerHandle {
-    let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), db.to_path_buf());
+fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+async fn start(db: &Path, listen: IpAddr, dtls: bool) -> ServerHandle {
+    let mut config = ServerConfig::new(SocketAddr::new(listen, 0), db.to_path_buf());
     config.service.verify_workers = 2;
     if dtls {
-        config.dtls = Some(DtlsConfig::new("127.0.0.1:0".parse().unwrap()));
+        config.dtls = Some(DtlsConfig::new(SocketAddr::new(listen, 0)));
     }
     Server::start(config, Stats::default()).await.unwrap()
 }
+
+/// The floods of this file run one at a time: each is a machine's worth of datagrams.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What an honest device did, shared with its thread.
 #[derive(Default)]
@@ -102,7 +112,7 @@ impl Node {
     fn spawn(
         (mut device, mut storage): (Device<RustCrypto>, MemoryStorage),
         trusted: PublicKey,
-        bind: Ipv4Addr,
+        bind: IpAddr,
         server: SocketAddr,
         every: Duration,
         clock: std::time::Instant,
@@ -252,20 +262,29 @@ fn rebuild(
     buf
 }
 
-/// Sends `datagram(i, round)` from every socket, `rounds` times, one round every `period`.
+/// Sends from every socket `i`, one round every `period` until stopped, the datagram
+/// `datagram(i, kind)` with `kind` going round `0..kinds`, each time under a new message ID.
 fn flood(
     sockets: &[UdpSocket],
     to: SocketAddr,
     period: Duration,
     stop: &AtomicBool,
+    kinds: usize,
     datagram: impl Fn(usize, usize) -> Vec<u8>,
 ) -> usize {
+    // Made once: sending costs the attacker nothing but the datagram.
+    let made: Vec<Vec<Vec<u8>>> = (0..sockets.len())
+        .map(|i| (0..kinds).map(|k| datagram(i, k)).collect())
+        .collect();
     let mut sent = 0;
-    let mut round = 0;
+    let mut round = 0usize;
     while !stop.load(Ordering::Relaxed) {
         let t = std::time::Instant::now();
         for (i, s) in sockets.iter().enumerate() {
-            if s.send_to(&datagram(i, round), to).is_ok() {
+            let mut d = made[i][(i + round) % kinds].clone();
+            let mid = (i * 7 + round * 1031) as u16;
+            d[2..4].copy_from_slice(&mid.to_be_bytes());
+            if s.send_to(&d, to).is_ok() {
                 sent += 1;
             }
             // Drain answers so the socket buffers never matter.
@@ -287,6 +306,7 @@ fn allowed(total_burst: f64, total_per_second: f64, secs: f64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replays_from_400_addresses_never_spend_the_signatures_registrations_need() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let clock = std::time::Instant::now();
@@ -297,14 +317,14 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
     );
     provision(&db, a.0.identity());
     provision(&db, b.0.identity());
-    let server = start(&db, false).await;
+    let server = start(&db, v4(127, 0, 0, 1), false).await;
     let to = server.local_addr;
     let stats = server.stats.clone();
     let key = server.answer_key;
     let a = Node::spawn(
         a,
         key,
-        Ipv4Addr::new(127, 0, 0, 1),
+        v4(127, 0, 0, 1),
         to,
         Duration::from_millis(500),
         clock,
@@ -315,24 +335,24 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
     );
     let reading = a.first_sent(Code::PUT, "ps").expect("a publication");
     // The replay: the same publication, asking for a signed answer.
-    let replay = move |i: usize, round: usize| {
+    let replay = move |i: usize, _: usize| {
         let reading = Message::parse(&reading).unwrap();
         rebuild(
             &reading,
-            (i * 31 + round) as u16,
+            i as u16,
             &|_, v| Some(v.to_vec()),
             &[(answer::REQUIRE_OPTION, vec![])],
             reading.payload,
         )
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let sockets = attackers(400);
+    let sockets = attackers(&ipv4_attackers(400));
     let flood_start = clock.elapsed().as_secs_f64();
     let flooder = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             // 400 addresses at 10 a second each: 4,000 replays a second.
-            flood(&sockets, to, Duration::from_millis(100), &stop, replay)
+            flood(&sockets, to, Duration::from_millis(100), &stop, 1, replay)
         })
     };
     std::thread::sleep(Duration::from_millis(1500));
@@ -340,7 +360,7 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
     let b = Node::spawn(
         b,
         key,
-        Ipv4Addr::new(127, 0, 0, 2),
+        v4(127, 0, 0, 2),
         to,
         Duration::from_millis(300),
         clock,
@@ -454,6 +474,119 @@ fn forged_token(audience: &str, subject: &str, cti: u32, exp: i64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verification_flood_from_256_addresses_stays_within_the_budget() {
+    verification_flood(
+        v4(127, 0, 0, 1),
+        ipv4_attackers(256),
+        v4(127, 0, 0, 1),
+        v4(127, 0, 0, 2),
+    )
+    .await;
+}
+
+/// A /56 on `lo` (its 256 /64s are 256 hosts): one address in each, and two honest addresses
+/// in /56s of their own, added for the test and removed after it. None if the machine refuses.
+struct Slash56;
+
+/// Documentation space (RFC 3849), apart from other tests' prefixes.
+const PREFIX_56: [u16; 3] = [0x2001, 0xdb8, 0x5a00];
+
+impl Slash56 {
+    fn attackers() -> Vec<IpAddr> {
+        (0..256u16)
+            .map(|i| {
+                IpAddr::V6(Ipv6Addr::new(
+                    PREFIX_56[0],
+                    PREFIX_56[1],
+                    PREFIX_56[2],
+                    i,
+                    0,
+                    0,
+                    0,
+                    1,
+                ))
+            })
+            .collect()
+    }
+
+    /// The honest device's and the newcomer's addresses.
+    fn honest() -> [IpAddr; 2] {
+        [
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x5b00, 0, 0, 0, 0, 1)),
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x5c00, 0, 0, 0, 0, 1)),
+        ]
+    }
+
+    fn all() -> Vec<IpAddr> {
+        let mut a = Self::attackers();
+        a.extend(Self::honest());
+        a
+    }
+
+    /// `ip -6 addr <verb>` of every address on `lo`.
+    fn ip(verb: &str) -> Option<bool> {
+        use std::io::Write;
+        let mut batch = String::new();
+        for a in Self::all() {
+            let nodad = if verb == "add" { " nodad" } else { "" };
+            batch.push_str(&format!("addr {verb} {a}/128 dev lo{nodad}\n"));
+        }
+        let mut child = std::process::Command::new("ip")
+            .args(["-6", "-force", "-batch", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        child.stdin.take()?.write_all(batch.as_bytes()).ok()?;
+        Some(child.wait().ok()?.success())
+    }
+
+    fn add() -> Option<Self> {
+        if Self::ip("add") != Some(true) {
+            return None;
+        }
+        let me = Self;
+        for a in Self::all() {
+            UdpSocket::bind((a, 0)).ok()?;
+        }
+        Some(me)
+    }
+}
+
+impl Drop for Slash56 {
+    fn drop(&mut self) {
+        let _ = Self::ip("del");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verification_flood_from_an_ipv6_slash_56_stays_within_the_budget() {
+    let Some(_net) = Slash56::add() else {
+        eprintln!(
+            "the IPv6 /56 variant did not run: this machine refused `ip -6 addr add` on lo \
+             (not root, or no IPv6); the IPv4 test covers the same budget"
+        );
+        return;
+    };
+    let [honest, newcomer] = Slash56::honest();
+    verification_flood(
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+        Slash56::attackers(),
+        honest,
+        newcomer,
+    )
+    .await;
+}
+
+/// (b) from `attacking` against a server on `listen`, beside an honest device on `honest` and
+/// a newcomer on `newcomer_at`.
+async fn verification_flood(
+    listen: IpAddr,
+    attacking: Vec<IpAddr>,
+    honest: IpAddr,
+    newcomer_at: IpAddr,
+) {
+    let _one = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let clock = std::time::Instant::now();
@@ -462,21 +595,14 @@ async fn a_verification_flood_from_256_addresses_stays_within_the_budget() {
     provision(&db, v.0.identity());
     provision(&db, n.0.identity());
     let kid = *v.0.identity();
-    let server = start(&db, true).await;
+    let server = start(&db, listen, true).await;
     let to = server.local_addr;
     let stats = server.stats.clone();
     let key = server.answer_key;
     let audience = Identity::of_key(&RustCrypto, &server.dtls.as_ref().unwrap().key, b"")
         .unwrap()
         .to_string();
-    let v = Node::spawn(
-        v,
-        key,
-        Ipv4Addr::new(127, 0, 0, 1),
-        to,
-        Duration::from_millis(200),
-        clock,
-    );
+    let v = Node::spawn(v, key, honest, to, Duration::from_millis(200), clock);
     assert!(
         wait_for(20, || v.acknowledged_since(0) >= 2),
         "the honest device publishes"
@@ -502,19 +628,19 @@ async fn a_verification_flood_from_256_addresses_stays_within_the_budget() {
     let subject = kid.to_string();
     // Three kinds of forgery, in turn from each address: a reading with a fresh number, a
     // registration statement above the mark, an ES256 token.
-    let forge = move |i: usize, round: usize| -> Vec<u8> {
-        let mid = (i * 7 + round * 1031) as u16;
+    let forge = move |i: usize, kind: usize| -> Vec<u8> {
+        let mid = i as u16;
         let (put, reg) = (Message::parse(&put).unwrap(), Message::parse(&reg).unwrap());
-        match (i + round) % 3 {
+        match kind {
             0 => rebuild(
                 &put,
                 mid,
                 &|_, v| Some(v.to_vec()),
                 &[],
-                &forged_reading(&kid, seq + 500 + (round % 400) as u64, &senml),
+                &forged_reading(&kid, seq + 500 + (i % 400) as u64, &senml),
             ),
             1 => {
-                let sq = format!("sq={}", 1_000_000 + round * 1000 + i);
+                let sq = format!("sq={}", 1_000_000 + i);
                 rebuild(
                     &reg,
                     mid,
@@ -546,37 +672,25 @@ async fn a_verification_flood_from_256_addresses_stays_within_the_budget() {
                 let n = b.finish();
                 let mut d = buf[..n].to_vec();
                 d.push(0xff);
-                d.extend(forged_token(
-                    &audience,
-                    &subject,
-                    (round * 1000 + i) as u32,
-                    wall + 3600,
-                ));
+                d.extend(forged_token(&audience, &subject, i as u32, wall + 3600));
                 d
             }
         }
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let sockets = attackers(256);
+    let sockets = attackers(&attacking);
     let flood_start = clock.elapsed().as_secs_f64();
     let flooder = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            // 256 addresses at 5 a second each: 1,280 forgeries a second.
-            flood(&sockets, to, Duration::from_millis(200), &stop, forge)
+            // 256 addresses at 10 a second each: 2,560 forgeries a second.
+            flood(&sockets, to, Duration::from_millis(100), &stop, 3, forge)
         })
     };
     std::thread::sleep(Duration::from_millis(1500));
     let since = clock.elapsed().as_millis() as u64;
     // A newcomer registers during the flood.
-    let n = Node::spawn(
-        n,
-        key,
-        Ipv4Addr::new(127, 0, 0, 2),
-        to,
-        Duration::from_millis(500),
-        clock,
-    );
+    let n = Node::spawn(n, key, newcomer_at, to, Duration::from_millis(500), clock);
     let newcomer = wait_for(30, || n.registered() && n.acknowledged_since(since) >= 1);
     // The honest device keeps publishing, every reading acknowledged, while the flood goes on.
     let honest = wait_for(30, || v.acknowledged_since(since) >= 10);
@@ -605,7 +719,8 @@ async fn a_verification_flood_from_256_addresses_stays_within_the_budget() {
     v.stop();
     let s = stats.snapshot();
     eprintln!(
-        "{forged} forgeries from 256 addresses in {secs:.0} s; honest acknowledged {acknowledged}; counters: {:?}",
+        "{forged} forgeries from {} addresses in {secs:.0} s; honest acknowledged {acknowledged}; counters: {:?}",
+        attacking.len(),
         s.iter()
             .filter(|(k, _)| k.starts_with("verify.")
                 || k.starts_with("authz.")
