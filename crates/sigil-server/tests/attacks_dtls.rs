@@ -417,7 +417,12 @@ fn a_flood_from_several_hosts_gives_way_to_a_newcomer_oldest_of_the_heaviest_fir
         s.layer.handshake_budget().held_by(tenth.host()),
         HANDSHAKE_BYTES
     );
-    assert_eq!(s.layer.handshake_budget().held_by(one_each[0].host()), 0);
+    // One of the eight (all started at once, so any of them is the oldest) gave way.
+    let gone = one_each
+        .iter()
+        .filter(|f| s.layer.handshake_budget().held_by(f.host()) == 0)
+        .count();
+    assert_eq!(gone, 1);
 }
 
 #[test]
