@@ -947,3 +947,79 @@ fn only_a_true_retransmission_gets_the_cached_answer() {
     assert_ne!(out[..r], cached[..]);
     assert_eq!(server.counters().duplicates, 1);
 }
+
+/// A table full of hosts holding one half-open handshake each gives way: a newcomer whose
+/// host holds none takes the place of the oldest stranger's once that one had a quarter of
+/// `crowded_handshake_timeout` for its round trips (before, 5.03); with more than half the
+/// table in handshakes, strangers' older than the crowded timeout are removed first; a known
+/// peer's handshake (the caller says so) is never pushed out for a newcomer.
+#[test]
+fn a_full_table_of_one_handshake_per_host_gives_way_to_newcomers() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        max_per_peer: 1,
+        host_prefix: 4,
+        handshake_timeout: Duration::from_secs(30),
+        crowded_handshake_timeout: Duration::from_secs(8),
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<4>(&trust, config);
+    let refused = sigil_dtls_coap::Error::Refused(Code::SERVICE_UNAVAILABLE);
+    // Four hosts, one half-open handshake each (peer addresses host first).
+    for i in 0..4u8 {
+        abandoned(
+            &mut server,
+            &[10, 0, 0, i, b':', b'1'],
+            10 + i,
+            u64::from(i) * 10,
+        );
+    }
+    assert_eq!(server.sessions(), 4);
+    // Nobody has had its round trips yet: the newcomer is refused.
+    assert_eq!(
+        handshake(&mut server, b"\x0a\x00\x00\x09:1", 20, 100),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().table_full, 1);
+    // Two seconds on, it takes the oldest stranger's place and completes.
+    handshake(&mut server, b"\x0a\x00\x00\x09:1", 21, 2_000).unwrap();
+    assert_eq!(server.counters().evicted_oldest, 1);
+    assert_eq!(server.counters().evicted, 0);
+    assert_eq!(server.sessions(), 4);
+
+    // Nine seconds on, the three strangers left are older than the crowded timeout: a
+    // newcomer's hello removes them first (no push-out needed).
+    handshake(&mut server, b"\x0a\x00\x00\x0a:1", 22, 9_000).unwrap();
+    assert_eq!(server.counters().expired_crowded, 3);
+    assert_eq!(server.counters().evicted_oldest, 1);
+
+    // A known peer's half-open handshake is not pushed out for a stranger.
+    let mut server = psk_endpoint::<1>(&trust, config);
+    let mut client = psk_client(30, CarrierConfig::default());
+    let (mut buf, mut out) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM]);
+    let mut rng = Counter::new(6, 1);
+    let known = b"\x0a\x00\x00\x20:1";
+    for _ in 0..2 {
+        let n = client.poll_transmit(at(0), &mut buf).unwrap();
+        let r = server
+            .handle_datagram_from(
+                at(0),
+                known,
+                true,
+                &buf[..n],
+                &PSK_ONLY,
+                &mut |_| true,
+                &mut rng,
+                &mut out,
+            )
+            .unwrap();
+        let _ = client.handle_datagram(at(0), &out[..r], &mut rng);
+    }
+    assert_eq!(server.sessions(), 1);
+    assert_eq!(
+        handshake(&mut server, b"\x0a\x00\x00\x21:1", 31, 20_000),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().evicted_oldest, 0);
+    assert_eq!(server.counters().expired_crowded, 0);
+}
