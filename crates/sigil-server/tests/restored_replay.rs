@@ -11,7 +11,8 @@
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust};
+use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
 use sigil_server::store::IdentityKind;
 use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
@@ -71,6 +72,17 @@ fn received(sock: &UdpSocket, wait: Duration) -> Vec<Vec<u8>> {
 
 #[test]
 fn recorded_records_of_a_restored_session_are_not_taken_again_nor_move_it() {
+    replayed_after_a_restart(false);
+}
+
+/// The same for a session whose handshake went over the CoAP carrier (`PUT /dtls`): once
+/// established it is stored and restored like any other.
+#[test]
+fn the_same_holds_for_a_session_made_over_the_coap_carrier() {
+    replayed_after_a_restart(true);
+}
+
+fn replayed_after_a_restart(over_coap: bool) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let device = RustCrypto
@@ -96,33 +108,59 @@ fn recorded_records_of_a_restored_session_are_not_taken_again_nor_move_it() {
     let t0 = std::time::Instant::now();
     let at = || Instant::from_millis(t0.elapsed().as_millis() as u64);
     let text = id.to_string();
-    let mut client = Connection::connect(
-        RustCrypto,
-        AnyServer,
-        Config {
-            connection_id: true,
-            ..Config::default()
-        },
-        &mut Seeded(52),
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &PSK,
-        },
-        at(),
-    )
-    .unwrap();
+    let creds = Credentials::Psk {
+        identity: text.as_bytes(),
+        key: &PSK,
+    };
+    let config = Config {
+        connection_id: true,
+        ..Config::default()
+    };
     let mut buf = [0u8; 2048];
-    while !client.is_established() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
-        let _ = client.handle_timeout(at());
-        while let Some(n) = client.poll_transmit(at(), &mut buf) {
-            sock.send_to(&buf[..n], dtls).unwrap();
+    // The handshake by records or as a CoAP resource: either way an established Traffic.
+    let mut client: Traffic<RustCrypto> = if over_coap {
+        let mut rng = Seeded(53);
+        let mut c = CoapClient::connect(
+            RustCrypto,
+            AnyServer,
+            CarrierConfig {
+                dtls: config,
+                ..CarrierConfig::default()
+            },
+            &mut rng,
+            creds,
+            at(),
+        )
+        .unwrap();
+        while !c.is_established() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
+            let _ = c.handle_timeout(at());
+            while let Some(n) = c.poll_transmit(at(), &mut buf) {
+                sock.send_to(&buf[..n], dtls).unwrap();
+            }
+            if let Ok((n, _)) = sock.recv_from(&mut buf) {
+                let d = buf[..n].to_vec();
+                let _ = c.handle_datagram(at(), &d, &mut rng);
+            }
         }
-        if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            let d = buf[..n].to_vec();
-            let _ = client.handle_datagram(at(), &d);
+        c.into_traffic().ok().unwrap()
+    } else {
+        let mut c =
+            Connection::connect(RustCrypto, AnyServer, config, &mut Seeded(52), creds, at())
+                .unwrap();
+        while !c.is_established() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
+            let _ = c.handle_timeout(at());
+            while let Some(n) = c.poll_transmit(at(), &mut buf) {
+                sock.send_to(&buf[..n], dtls).unwrap();
+            }
+            if let Ok((n, _)) = sock.recv_from(&mut buf) {
+                let d = buf[..n].to_vec();
+                let _ = c.handle_datagram(at(), &d);
+            }
         }
-    }
+        c.into_traffic().ok().unwrap()
+    };
 
     // Three questions, each answered; the eavesdropper keeps the datagrams.
     let mut recorded = vec![];
@@ -210,7 +248,7 @@ fn recorded_records_of_a_restored_session_are_not_taken_again_nor_move_it() {
 /// restored, and says why in its counter; its device handshakes again.
 #[test]
 fn a_stored_session_without_a_read_mark_is_dropped_with_its_reason() {
-    use sigil_dtls::{SavedAssociation, Traffic};
+    use sigil_dtls::SavedAssociation;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let device = RustCrypto
