@@ -316,7 +316,7 @@ pub async fn run(a: DietArgs) -> Result<i32> {
     let deadline = a.duration.map(|d| start + d);
     let mut next_message = start + a.interval;
     let mut sent = 0u64;
-    let (mut budget_said, mut budget_quiet) = (None::<tokio::time::Instant>, 0u64);
+    let mut said: HashMap<&'static str, (Option<tokio::time::Instant>, u64)> = HashMap::new();
     let mut buf = vec![0u8; 2048];
     let mut out = vec![0u8; 2048];
     let mut plain = vec![0u8; 2048];
@@ -362,23 +362,20 @@ pub async fn run(a: DietArgs) -> Result<i32> {
                                  format!("established with {from} ({id})"));
                         }
                     }
-                    // Hellos over the challenge budget come from many addresses at once: one
-                    // line a second at most, with how many it stands for (all are counted).
-                    Err(DietError::Budget) => {
-                        budget_quiet += 1;
-                        let t = tokio::time::Instant::now();
-                        if budget_said.is_none_or(|s| t >= s + Duration::from_secs(1)) {
-                            budget_said = Some(t);
-                            let e = DietError::Budget;
-                            emit(serde_json::json!({"event": "refused", "from": from.to_string(), "reason": reason(&e), "count": budget_quiet}),
-                                 format!("refused from {from}: {e} ({budget_quiet} since the last line)"));
-                            budget_quiet = 0;
-                        }
-                    }
+                    // Refusals come from as many addresses as an attacker holds: one line a
+                    // second per reason at most, with how many it stands for (all are counted).
                     Err(e) => {
-                        tracing::info!("refused a datagram from {from}: {e}");
-                        emit(serde_json::json!({"event": "refused", "from": from.to_string(), "reason": reason(&e)}),
-                             format!("refused from {from}: {e}"));
+                        tracing::debug!("refused a datagram from {from}: {e}");
+                        let t = tokio::time::Instant::now();
+                        let (said, quiet) = said.entry(reason(&e)).or_insert((None, 0));
+                        *quiet += 1;
+                        if said.is_none_or(|s| t >= s + Duration::from_secs(1)) {
+                            *said = Some(t);
+                            let n = std::mem::take(quiet);
+                            let more = if n > 1 { format!(" ({n} since the last line)") } else { String::new() };
+                            emit(serde_json::json!({"event": "refused", "from": from.to_string(), "reason": reason(&e), "count": n}),
+                                 format!("refused from {from}: {e}{more}"));
+                        }
                     }
                 }
             }
