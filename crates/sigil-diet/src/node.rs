@@ -600,7 +600,10 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         let n = self.table[i].as_ref().expect("found");
         let same_run = Self::compare(n.keys.as_ref().expect("held"), hello)?;
         let proven = hello.echo() == n.nonce;
-        if !same_run && !proven && n.challenged_at.is_some_and(|t| young(t, now, initial)) {
+        // Unproven hellos from here (a repeat of the one we hold, or a new run) are verified
+        // and answered once per hello interval: a sender of recorded hellos from this
+        // address costs one verification and one hello an interval.
+        if !proven && n.challenged_at.is_some_and(|t| young(t, now, initial)) {
             return Err(Error::Budget);
         }
         self.verify_hello(hello)?;
@@ -609,6 +612,9 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         if n.moving.is_some_and(|m| hello.echo() == m.nonce) {
             // Our challenge to a claimed new address came back from here: it has not moved.
             n.moving = None;
+        }
+        if !proven {
+            n.challenged_at = Some(now);
         }
         if same_run {
             // The hello we hold, repeated: answered if it asks, nothing else changes.
@@ -620,7 +626,6 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
             // A new run of the neighbour, or a replayed hello of one: challenge it.
             n.answer_due = true;
             n.answer_ack = false;
-            n.challenged_at = Some(now);
             return Ok(Received::Challenged);
         }
         self.establish(i, hello, peer_sig)?;

@@ -559,6 +559,16 @@ fn a_trusted_nodes_recorded_hello_and_messages_replayed_from_other_addresses_are
     );
     assert_eq!(c.challenges_sent as usize, 1 + to_spoofed.len(), "{c:?}");
     assert!(c.over_budget >= 50, "{c:?}");
+    // Spoofing A's own address: its recorded hello, 50 times within a hello interval, is
+    // verified and answered once.
+    let later = now + Duration::from_secs(2);
+    let answered_before = b.counters().hellos_sent;
+    for _ in 0..50 {
+        let _ = b.handle(later, 1, &hello_a, trust_a, &mut p);
+        drain(&mut b, later);
+    }
+    assert_eq!(b.counters().hellos_sent - answered_before, 1);
+    assert_eq!(b.held(&ka), Some((1, 1, Some(10))));
     // A itself still talks to B.
     let mut m = [0u8; 128];
     let n = a.seal(&2, b"live", &mut m).unwrap();
