@@ -801,9 +801,9 @@ impl SecureLayer {
         peer: SocketAddr,
         p: &mut Peer<Traffic<RustCrypto>>,
     ) -> bool {
-        let Some(store) = &self.saved else {
+        if self.saved.is_none() {
             return true;
-        };
+        }
         // A PSK-only node's session readings carry no number of their own: only the session's
         // replay window keeps them fresh, and a window restored from a row saved some records
         // ago would take those records again. Its session is never stored (so never restored,
@@ -811,23 +811,11 @@ impl SecureLayer {
         if self.trust.is_psk_node(p.auth.as_ref()) {
             return true;
         }
-        let Ok(saved) = p.conn.save_marking_reads(SESSION_RESERVE_AHEAD, 0) else {
+        let Some((saved, row)) = self.session_row(peer, p) else {
             return false;
         };
-        let mut buf = [0u8; sigil_dtls::saved::MAX_ENCODED_LEN];
-        let Ok(n) = saved.encode(&RustCrypto, &self.storage_key, &mut buf) else {
-            return false;
-        };
-        let row = DtlsSessionRow {
-            id: p.row,
-            addr: peer.to_string(),
-            identity: p
-                .auth
-                .as_ref()
-                .map(|a| a.identity().to_string())
-                .unwrap_or_default(),
-            saved_at: self.wall.as_secs(),
-            record: buf[..n].to_vec(),
+        let Some(store) = &self.saved else {
+            return true;
         };
         match store.put_dtls_session(&row) {
             Ok(()) => {
@@ -849,24 +837,85 @@ impl SecureLayer {
     /// stored: their sessions are ended, and what they delivered must be dropped (after a
     /// restart it could be taken again).
     pub fn persist_read_marks(&mut self, now: Instant) -> Vec<SocketAddr> {
+        let due: Vec<SocketAddr> = std::mem::take(&mut self.marks_due)
+            .into_iter()
+            .filter(|a| {
+                self.sessions
+                    .get(a)
+                    .is_some_and(|p| p.conn.core().read_mark_passed())
+            })
+            .collect();
         let mut failed = Vec::new();
-        for peer in std::mem::take(&mut self.marks_due) {
-            let Some(mut p) = self.sessions.remove(&peer) else {
-                continue;
-            };
-            if !p.conn.core().read_mark_passed() {
-                self.sessions.insert(peer, p);
-                continue;
+        let mut rows = Vec::new();
+        for peer in due {
+            match self
+                .sessions
+                .get(&peer)
+                .and_then(|p| self.session_row(peer, p))
+            {
+                Some((saved, row)) => rows.push((peer, saved, row)),
+                None => failed.push(peer),
             }
-            if self.save_session(now, peer, &mut p) {
-                self.count("dtls.read_mark_saved");
-                self.sessions.insert(peer, p);
-            } else {
+        }
+        // One transaction (one sync) for the batch's rows.
+        let written = match &self.saved {
+            Some(store) if !rows.is_empty() => store.shared_transaction(|_| {
+                for (_, _, row) in &rows {
+                    store.put_dtls_session(row)?;
+                }
+                Ok(())
+            }),
+            _ => Ok(()),
+        };
+        match written {
+            Ok(()) => {
+                for (peer, saved, _) in rows {
+                    if let Some(p) = self.sessions.get_mut(&peer) {
+                        p.conn.persisted(&saved);
+                    }
+                    self.count("dtls.session_saved");
+                    self.count("dtls.read_mark_saved");
+                }
+            }
+            Err(e) => {
+                self.count("dtls.session_save_failed");
+                crate::limited!(self.log, Self::secs(now), "dtls.session_save_failed", warn, sessions = rows.len(), error = %e, "cannot store DTLS read marks: those sessions end");
+                failed.extend(rows.into_iter().map(|(peer, _, _)| peer));
+            }
+        }
+        for peer in &failed {
+            if let Some(p) = self.sessions.remove(peer) {
                 self.release_session(p);
-                failed.push(peer);
             }
         }
         failed
+    }
+
+    /// Session `p`'s row (at `peer`) with its write sequence reserved
+    /// [`SESSION_RESERVE_AHEAD`] records ahead and its read mark at the highest record taken,
+    /// and the association to confirm once the row is stored. None if it cannot be encoded.
+    fn session_row(
+        &self,
+        peer: SocketAddr,
+        p: &Peer<Traffic<RustCrypto>>,
+    ) -> Option<(SavedAssociation, DtlsSessionRow)> {
+        let saved = p.conn.save_marking_reads(SESSION_RESERVE_AHEAD, 0).ok()?;
+        let mut buf = [0u8; sigil_dtls::saved::MAX_ENCODED_LEN];
+        let n = saved
+            .encode(&RustCrypto, &self.storage_key, &mut buf)
+            .ok()?;
+        let row = DtlsSessionRow {
+            id: p.row,
+            addr: peer.to_string(),
+            identity: p
+                .auth
+                .as_ref()
+                .map(|a| a.identity().to_string())
+                .unwrap_or_default(),
+            saved_at: self.wall.as_secs(),
+            record: buf[..n].to_vec(),
+        };
+        Some((saved, row))
     }
 
     /// Deletes a session's row (the session ended, expired or was replaced).
