@@ -18,6 +18,7 @@ use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust};
 use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
+use sigil_server::secure::HANDSHAKE_BYTES;
 use sigil_server::store::IdentityKind;
 use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
 use sigil_testkit::Seeded;
@@ -422,12 +423,18 @@ fn ipv4_hosts() -> Vec<IpAddr> {
 /// The record layer: the table (256 half-open handshakes) full of one per host.
 fn records_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
     let attack = Attack::start(hosts, server.dtls, Carrier::Records);
-    // Every slot taken, one per host.
-    server.wait_for(Duration::from_secs(30), "the handshake table full", |s| {
-        s.count("mem.dtls_handshakes.cap") > 0
+    // Every address has had its go, and every slot is taken, one per host.
+    let hellos = attack.hellos.clone();
+    server.wait_for(Duration::from_secs(60), "the handshake table full", |s| {
+        hellos.load(Ordering::Relaxed) >= 256
+            && s.count("mem.dtls_handshakes.cap") > 0
             && s.count("mem.dtls_handshakes.bytes") == s.count("mem.dtls_handshakes.cap")
     });
-    assert_eq!(server.count("mem.dtls_handshakes.hosts"), 256);
+    assert_eq!(
+        server.count("mem.dtls_handshakes.bytes"),
+        server.count("mem.dtls_handshakes.hosts") * HANDSHAKE_BYTES as u64,
+        "one half-open handshake per host"
+    );
     // The attackers' handshakes have had their round trips (2 s) before the newcomer comes.
     std::thread::sleep(Duration::from_millis(2_500));
     let completed = server.count("dtls.handshake_completed");
@@ -458,8 +465,10 @@ fn records_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
 /// The CoAP carrier: 8 tables of 8, every slot held by one host each.
 fn carrier_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
     let attack = Attack::start(hosts, server.dtls, Carrier::Coap);
-    server.wait_for(Duration::from_secs(30), "the carrier's tables full", |s| {
-        s.count("dtls_coap.sessions") == 64 && s.count("dtls_coap.table_full") > 0
+    // Every address has had its go, and every slot of the 8 tables is taken.
+    let hellos = attack.hellos.clone();
+    server.wait_for(Duration::from_secs(60), "the carrier's tables full", |s| {
+        hellos.load(Ordering::Relaxed) >= 256 && s.count("dtls_coap.sessions") == 64
     });
     std::thread::sleep(Duration::from_millis(2_500));
     let completed = server.count("dtls_coap.handshake_completed");
