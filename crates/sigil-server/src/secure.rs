@@ -17,13 +17,19 @@
 //! handshakes (`max_handshakes_per_host`); beyond it, its ClientHellos are refused after the
 //! cookie check, before any handshake work. When the handshake table is full, a newcomer
 //! pushes out the oldest half-open handshake of the host holding the most, if that host holds
-//! more than the newcomer's host would; otherwise it is refused. A live session is never
+//! more than the newcomer's host would; else, if its host holds none (or its peer completed a
+//! handshake before), the oldest stranger's half-open handshake that has had a quarter of
+//! `crowded_handshake_timeout`; otherwise it is refused. Above half full, strangers'
+//! handshakes older than `crowded_handshake_timeout` expire first. A live session is never
 //! pushed out by newcomers, so a flood of ClientHellos cannot cut off devices that are already
 //! connected; stale entries (a handshake older than `handshake_timeout`, a session idle longer
 //! than `session_idle`, a resumable session older than `session_lifetime`) expire and their
 //! memory is returned. A ClientHello from the address of an established session (a device
 //! that rebooted) starts a new handshake beside it, and replaces the session only once the new
-//! handshake completes (RFC 6347 §4.2.8). Log lines a peer can cause go through a
+//! handshake completes (RFC 6347 §4.2.8). A session's read mark (the highest record of its
+//! peer it took) is stored before what a batch delivered is acted on
+//! ([`SecureLayer::persist_read_marks`]), so a restored session takes none of those records
+//! again. Log lines a peer can cause go through a
 //! [`LogLimiter`]; the counters stay exact. docs/security.md, "DTLS tables under a flood".
 //!
 //! The same port also serves the handshake as a CoAP resource ([`sigil_dtls_coap`], the
