@@ -530,7 +530,7 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
     ) -> Result<Received, Error> {
         let r = match datagram.first() {
             Some(&wire::HELLO) => self.handle_hello(now, from, datagram, trusted),
-            Some(&wire::DATA) => self.open(from, datagram, out),
+            Some(&wire::DATA) => self.open(now, from, datagram, out),
             _ => Err(Error::Malformed),
         };
         self.counters.record(&r);
@@ -815,6 +815,26 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         Ok(Received::Challenged)
     }
 
+    /// A message from an address we challenged: its sender holds keys, so our challenge's
+    /// answer (its acknowledgement) was lost. The same challenge goes again, at most once a
+    /// hello interval and while it is answerable: one hello (216 bytes) for a message (77
+    /// bytes or more).
+    fn challenge_again(&mut self, now: Instant, from: &A) {
+        let (initial, max) = (self.config.initial, self.config.max);
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .flatten()
+            .find(|p| p.challenge.addr == *from && young(p.challenge.at, now, max))
+        {
+            let c = &mut p.challenge;
+            if !young(c.at, now, initial) {
+                c.due = true;
+                c.at = now;
+            }
+        }
+    }
+
     fn take_token(&mut self, now: Instant) -> bool {
         let (rate, burst) = (
             self.config.challenges_per_second,
@@ -928,9 +948,18 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
     }
 
     /// Phase 3, receiving: window, tag, then signature; the window moves only after both.
-    fn open(&mut self, from: A, datagram: &[u8], out: &mut [u8]) -> Result<Received, Error> {
+    fn open(
+        &mut self,
+        now: Instant,
+        from: A,
+        datagram: &[u8],
+        out: &mut [u8],
+    ) -> Result<Received, Error> {
         let data = Data::parse(datagram)?;
-        let i = self.find(&from).ok_or(Error::NoSession)?;
+        let Some(i) = self.find(&from) else {
+            self.challenge_again(now, &from);
+            return Err(Error::NoSession);
+        };
         let n = self.table[i].as_mut().expect("found");
         let k = n.keys.as_mut().ok_or(Error::NoSession)?;
         let seq = data.seq();

@@ -759,3 +759,64 @@ fn a_neighbour_that_moved_answers_the_challenge_and_keeps_its_window_and_epoch()
     assert!(b.handle(later, 1, &answer[0].1, trust_a, &mut p).is_ok());
     assert_eq!(b.held(&ka).map(|h| h.0), Some(5));
 }
+
+#[test]
+fn a_lost_acknowledgement_is_recovered_by_the_first_message() {
+    // B configures nobody; A's acknowledgement of B's challenge is lost on the way.
+    let mut a: TestNode = Node::new(RustCrypto, keys(1), 1, Config::default());
+    let mut b: TestNode = Node::new(RustCrypto, keys(2), 1, Config::default());
+    let (ka, kb) = (a.signing_key(), b.signing_key());
+    let trust_a = |_: &u8, k: &PublicKey| *k == ka;
+    let trust_b = |_: &u8, k: &PublicKey| *k == kb;
+    let mut p = [0u8; 64];
+    let t0 = Instant::ZERO;
+    a.add_neighbour(t0, 2).unwrap();
+    for (_, d) in drain(&mut a, t0) {
+        assert_eq!(
+            b.handle(t0, 1, &d, trust_a, &mut p),
+            Ok(Received::Challenged)
+        );
+    }
+    for (_, d) in drain(&mut b, t0) {
+        a.handle(t0, 2, &d, trust_b, &mut p).unwrap();
+    }
+    assert_eq!(a.phase(&2), Some(Phase::Established));
+    let lost = drain(&mut a, t0);
+    assert_eq!(lost.len(), 1, "the acknowledgement");
+    // A's first message finds no keys at B, within the hello interval: nothing more.
+    let mut m = [0u8; 128];
+    let t1 = Instant::from_millis(500);
+    let n = a.seal(&2, b"one", &mut m).unwrap();
+    assert_eq!(
+        b.handle(t1, 1, &m[..n], trust_a, &mut p),
+        Err(Error::NoSession)
+    );
+    assert!(drain(&mut b, t1).is_empty());
+    // Its next, a second later: B challenges again, A answers, B establishes.
+    let t2 = Instant::from_millis(1500);
+    let n = a.seal(&2, b"two", &mut m).unwrap();
+    assert_eq!(
+        b.handle(t2, 1, &m[..n], trust_a, &mut p),
+        Err(Error::NoSession)
+    );
+    let again = drain(&mut b, t2);
+    assert_eq!(again.len(), 1);
+    assert_eq!(b.counters().challenges_sent, 2);
+    for (_, d) in again {
+        assert_eq!(
+            a.handle(t2, 2, &d, trust_b, &mut p),
+            Ok(Received::Hello { new_keys: false })
+        );
+    }
+    for (_, d) in drain(&mut a, t2) {
+        assert_eq!(
+            b.handle(t2, 1, &d, trust_a, &mut p),
+            Ok(Received::Hello { new_keys: true })
+        );
+    }
+    let n = a.seal(&2, b"three", &mut m).unwrap();
+    assert_eq!(
+        b.handle(t2, 1, &m[..n], trust_a, &mut p),
+        Ok(Received::Message { len: 5 })
+    );
+}
