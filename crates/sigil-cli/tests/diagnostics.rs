@@ -227,6 +227,28 @@ fn dtls_refusals_are_named_and_explained_and_a_wrong_pin_names_the_server() {
         );
         assert!(!dir.path().join("t.cwt").exists());
     }
+    // `sigil get --token`: its session with the access-control server gives up the same way
+    // within --timeout (it used to end "no answer … is `sigil server` running there?").
+    let out = sigil(&[
+        "get",
+        &uri,
+        "--token",
+        "--dtls",
+        "psk",
+        "--psk-identity",
+        &known,
+        "--psk",
+        &wrong,
+        "--timeout",
+        "3s",
+    ]);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no answer to Finished: is the PSK right?")
+            && err.contains(&format!("sigil provision psk {known}")),
+        "{err}"
+    );
     let out = get(&stranger, &psk);
     let err = stderr_of(&out);
     assert!(!out.status.success());

@@ -326,6 +326,25 @@ fn explain_refused_finished(security: &Security) -> String {
     }
 }
 
+/// The most retransmissions of one handshake flight whose timers (doubling from
+/// `initial_timeout`, at most `max_timeout`) all run out within `limit`: a one-shot command
+/// whose handshake is not bounded by [`Transport::open_within`] gives up after these, with
+/// the explanation of where it stopped, instead of after the default seven (184 s).
+pub fn retransmissions_within(config: &Config, limit: Duration) -> u32 {
+    let mut timeout = config.initial_timeout;
+    let mut spent = timeout;
+    let mut n = 0;
+    while n < config.max_retransmissions {
+        timeout = (timeout * 2).min(config.max_timeout);
+        spent += timeout;
+        if spent >= limit {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// The error of a client that heard nothing from `server` within `wait`.
 pub fn no_answer(server: SocketAddr, secure: bool, wait: Duration) -> anyhow::Error {
     let scheme = if secure { "coaps" } else { "coap" };
@@ -1035,6 +1054,17 @@ mod tests {
                 .unwrap_err(),
             sigil_dtls::Error::UntrustedKey
         );
+    }
+
+    #[test]
+    fn a_one_shot_handshake_gives_up_within_its_limit() {
+        let c = Config::default();
+        // 1 + 2 + 4 s: two retransmissions end within 10 s, three (15 s) do not.
+        assert_eq!(retransmissions_within(&c, Duration::from_secs(10)), 2);
+        assert_eq!(retransmissions_within(&c, Duration::from_secs(16)), 3);
+        assert_eq!(retransmissions_within(&c, Duration::from_millis(500)), 0);
+        // Never more than configured: 1+2+4+8+16+32+60+60 s = 183 s.
+        assert_eq!(retransmissions_within(&c, Duration::from_secs(3600)), 7);
     }
 
     #[test]

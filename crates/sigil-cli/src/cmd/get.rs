@@ -41,7 +41,13 @@ pub async fn run(a: GetArgs) -> Result<i32> {
         anyhow::bail!("--timeout must be above zero");
     }
     let security = a.dtls.security(uri.secure, None)?;
-    let config = a.dtls.timing.config()?;
+    let mut config = a.dtls.timing.config()?;
+    if a.token {
+        // The token's sessions are opened without a limit of their own: their flights give up
+        // after the retransmissions that fit in --timeout, saying where they stopped.
+        config.max_retransmissions =
+            sigil_client::transport::retransmissions_within(&config, a.timeout);
+    }
     let carrier = a.dtls.dtls_carrier.into();
     let connect = async {
         if a.token {
