@@ -62,9 +62,13 @@ pub struct EndpointConfig {
     /// A session still in its handshake is removed after this long without a request.
     pub handshake_timeout: Duration,
     /// With more than half the table in handshakes, a stranger's handshake (see
-    /// [`Endpoint::handle_datagram_from`]) older than this is removed first; a newcomer may
-    /// push out a stranger's handshake only once it is a quarter of this old.
+    /// [`Endpoint::handle_datagram_from`])     /// without progress (a client flight that moved it on) for this long is removed first
+    /// (never less than `handshake_shield`).
     pub crowded_handshake_timeout: Duration,
+    /// A newcomer may push out a stranger's half-open handshake only once it had no progress
+    /// for this long: one CoAP retransmission sequence (RFC 7252 §4.8: 2 + 4 + 8 s), so a
+    /// client that lost a request or its answer twice still moves its handshake on in time.
+    pub handshake_shield: Duration,
     /// An established session is removed after this long unused.
     pub idle_timeout: Duration,
 }
@@ -78,6 +82,7 @@ impl Default for EndpointConfig {
             host_prefix: 0,
             handshake_timeout: Duration::from_secs(247),
             crowded_handshake_timeout: Duration::from_secs(8),
+            handshake_shield: Duration::from_secs(15),
             idle_timeout: Duration::from_secs(3600),
         }
     }
@@ -130,9 +135,12 @@ pub struct Counters {
     /// Half-open handshakes of strangers pushed out, oldest first, for a newcomer whose host
     /// held none (or a peer that completed a handshake before) when no host held more.
     pub evicted_oldest: u64,
-    /// Strangers' handshakes removed early, older than `crowded_handshake_timeout` with more
-    /// than half the table in handshakes.
+    /// Strangers' handshakes removed early, without progress for `crowded_handshake_timeout`
+    /// with more than half the table in handshakes.
     pub expired_crowded: u64,
+    /// Refused (5.03): the table is full and its budget of evictions (`N` per
+    /// `handshake_timeout`, and a reserve of 2) is spent for now.
+    pub eviction_budget: u64,
 }
 
 #[allow(clippy::large_enum_variant)]
@@ -154,6 +162,11 @@ struct Session<C, T> {
     created: Instant,
     /// The last request (an established session's idle expiry), or the hand-off.
     last_seen: Instant,
+    /// Its creation, then each client flight that moved the handshake on: a stranger's is
+    /// safe from newcomers `handshake_shield` after this.
+    progress: Instant,
+    /// Whether a client flight moved it on: those that never did give way first.
+    progressed: bool,
     state: SessionState<C, T>,
     /// The server's latest flight (the resource's representation, source of Block2).
     flight: [u8; MAX_FLIGHT],
@@ -243,7 +256,15 @@ pub struct Endpoint<'a, C, T, const N: usize> {
     counters: Counters,
     /// Whether the datagram in hand comes from a known peer ([`Endpoint::handle_datagram_from`]).
     known: bool,
+    /// Evictions left (thousandths), refilled at `N` per `handshake_timeout`, at most
+    /// [`EVICTION_RESERVE`], as of `evictions_at`.
+    evictions: u64,
+    evictions_at: Option<Instant>,
 }
+
+/// The evictions a full table allows at once, before its rate of `N` per
+/// `handshake_timeout`.
+pub const EVICTION_RESERVE: u64 = 2;
 
 /// A response to write: code, options from the request, payload.
 struct Reply<'p> {
@@ -325,6 +346,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             sessions: core::array::from_fn(|_| None),
             counters: Counters::default(),
             known: false,
+            evictions: EVICTION_RESERVE * 1000,
+            evictions_at: None,
         }
     }
 
@@ -676,6 +699,10 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         let (slot, evicting) = match free {
             Some(slot) => (slot, None),
             None => match self.eviction_for(now, host, hello.known) {
+                Some(_) if !self.eviction_left(now) => {
+                    self.counters.eviction_budget += 1;
+                    return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
+                }
                 Some((slot, oldest)) => (slot, Some(oldest)),
                 None => {
                     self.counters.table_full += 1;
@@ -691,17 +718,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             self.counters.table_full += 1;
             return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
         };
-        match evicting {
-            Some(false) => {
-                self.sessions[slot] = None;
-                self.counters.evicted += 1;
-            }
-            Some(true) => {
-                self.sessions[slot] = None;
-                self.counters.evicted_oldest += 1;
-            }
-            None => {}
-        }
+        // The ClientHello is accepted before anyone is pushed out: one the handshake refuses
+        // costs no one a slot.
         let mut flight = [0u8; MAX_FLIGHT];
         let hs = match WholeFlights::accept(
             self.crypto.clone(),
@@ -719,6 +737,15 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 return write_reply(req, &Reply::code(Code::FORBIDDEN), out);
             }
         };
+        if let Some(oldest) = evicting {
+            self.sessions[slot] = None;
+            self.evictions = self.evictions.saturating_sub(1000);
+            if oldest {
+                self.counters.evicted_oldest += 1;
+            } else {
+                self.counters.evicted += 1;
+            }
+        }
         let mut p = [0u8; MAX_PEER];
         p[..peer.len()].copy_from_slice(peer);
         let s = self.sessions[slot].insert(Session {
@@ -727,6 +754,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             peer_len: peer.len(),
             created: now,
             last_seen: now,
+            progress: now,
+            progressed: false,
             state: SessionState::Handshake(hs.0),
             flight,
             flight_len: hs.1,
@@ -762,13 +791,14 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         let short = self
             .config
             .crowded_handshake_timeout
+            .max(self.config.handshake_shield)
             .min(self.config.handshake_timeout);
         for slot in &mut self.sessions {
             let old = slot.as_ref().is_some_and(|s| {
                 !s.established()
                     && !s.handed_off()
                     && !s.known
-                    && now.saturating_since(s.created) >= short
+                    && now.saturating_since(s.progress) >= short
             });
             if old {
                 *slot = None;
@@ -784,7 +814,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
     /// the oldest stranger's half-open handshake that is at least a quarter of
     /// `crowded_handshake_timeout` old.
     fn eviction_for(&self, now: Instant, host: &[u8], known: bool) -> Option<(usize, bool)> {
-        if let Some(slot) = self.eviction_by_share(host) {
+        if let Some(slot) = self.eviction_by_share(host, now) {
             return Some((slot, false));
         }
         let prefix = self.config.host_prefix;
@@ -798,23 +828,34 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         if own > 0 && !known {
             return None;
         }
-        let min_age = self.config.crowded_handshake_timeout / 4;
         (0..N)
-            .filter(|&i| {
-                self.sessions[i].as_ref().is_some_and(|s| {
-                    !s.established()
-                        && !s.handed_off()
-                        && !s.known
-                        && now.saturating_since(s.created) >= min_age
-                })
-            })
-            .min_by_key(|&i| self.sessions[i].as_ref().map(|s| s.created))
+            .filter(|&i| self.evictable(i, now))
+            .min_by_key(|&i| self.order(i))
             .map(|i| (i, true))
+    }
+
+    /// Whether slot `i` holds a stranger's half-open handshake without progress for
+    /// `handshake_shield`: the only kind a newcomer may push out.
+    fn evictable(&self, i: usize, now: Instant) -> bool {
+        self.sessions[i].as_ref().is_some_and(|s| {
+            !s.established()
+                && !s.handed_off()
+                && !s.known
+                && now.saturating_since(s.progress) >= self.config.handshake_shield
+        })
+    }
+
+    /// The order evictable handshakes go in: those that never progressed first, then the
+    /// longest without progress.
+    fn order(&self, i: usize) -> Option<(bool, Instant, Instant)> {
+        self.sessions[i]
+            .as_ref()
+            .map(|s| (s.progressed, s.progress, s.created))
     }
 
     /// The slot of the oldest half-open handshake of the host holding the most, if that host
     /// holds more than `host` would with one more (so shares converge on equal ones).
-    fn eviction_by_share(&self, host: &[u8]) -> Option<usize> {
+    fn eviction_by_share(&self, host: &[u8], now: Instant) -> Option<usize> {
         let prefix = self.config.host_prefix;
         let half_open = |i: usize| {
             self.sessions[i]
@@ -833,8 +874,24 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         }
         let victim = host_part(self.sessions[heaviest].as_ref()?.peer(), prefix);
         (0..N)
-            .filter(|&i| of_host(i, victim))
-            .min_by_key(|&i| half_open(i).map(|s| s.created))
+            .filter(|&i| of_host(i, victim) && self.evictable(i, now))
+            .min_by_key(|&i| self.order(i))
+    }
+
+    /// Whether the budget of evictions holds one at `now` (refilled first).
+    fn eviction_left(&mut self, now: Instant) -> bool {
+        let at = *self.evictions_at.get_or_insert(now);
+        let period = self.config.handshake_timeout.as_millis().max(1) as u64;
+        let ms = now
+            .saturating_since(at)
+            .as_millis()
+            .min(u128::from(u32::MAX)) as u64;
+        let add = ms.saturating_mul(N as u64).saturating_mul(1000) / period;
+        if add > 0 {
+            self.evictions = (self.evictions + add).min(EVICTION_RESERVE * 1000);
+            self.evictions_at = Some(now);
+        }
+        self.evictions >= 1000
     }
 
     /// A random session ID no session holds (nonzero).
@@ -916,7 +973,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 };
                 cache(&mut s.cached, req, len, &reply, out)
             }
-            Code::POST if !s.established() => self.flight(slot, req, len, out),
+            Code::POST if !s.established() => self.flight(now, slot, req, len, out),
             _ => {
                 self.counters.wrong_method += 1;
                 write_reply(req, &Reply::code(Code::METHOD_NOT_ALLOWED), out)
@@ -927,6 +984,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
     /// `POST /dtls/<id>`: one block (or all) of the client's flight.
     fn flight(
         &mut self,
+        now: Instant,
         slot: usize,
         req: &Message<'_>,
         len: usize,
@@ -982,6 +1040,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         };
         s.flight_len = n;
         s.body_len = 0;
+        s.progress = now;
+        s.progressed = true;
         if hs.is_established() {
             if let SessionState::Handshake(hs) =
                 core::mem::replace(&mut s.state, SessionState::Moving)

@@ -13,7 +13,9 @@
 //! answers to unverified addresses within three times the request ([`crate::echo`]).
 
 use crate::answers::{AnswerSigner, Unsigned};
-use crate::budget::{shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, ENTRY_OVERHEAD};
+use crate::budget::{
+    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, Over, ENTRY_OVERHEAD,
+};
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
 use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
 use crate::secure::SecureLayer;
@@ -124,6 +126,8 @@ pub struct Dispatcher {
     dedup_order: VecDeque<((Endpoint, u16), Instant)>,
     dedup_budget: ByteBudget,
     assemblies: HashMap<(Endpoint, String), Assembly>,
+    /// How many transfers each peer has in `assemblies` (no scan per first block).
+    assemblies_of: HashMap<Endpoint, usize>,
     block1_budget: ByteBudget,
     echo: EchoKey,
     verified: Verified,
@@ -155,6 +159,7 @@ impl Dispatcher {
             dedup: HashMap::new(),
             dedup_order: VecDeque::new(),
             assemblies: HashMap::new(),
+            assemblies_of: HashMap::new(),
             log: crate::log::LogLimiter::default(),
         }
     }
@@ -256,14 +261,17 @@ impl Dispatcher {
         let idle = self.config.block1_idle.min(lifetime);
         let budget = &mut self.block1_budget;
         let mut expired = 0;
+        let of = &mut self.assemblies_of;
         self.assemblies.retain(|(from, _), a| {
             let keep = now.saturating_since(a.at) < idle;
             if !keep {
                 budget.refund(Host::of(from.addr), a.charged);
+                uncount(of, from);
                 expired += 1;
             }
             keep
         });
+        shrink_if_sparse(&mut self.assemblies_of);
         if expired > 0 {
             self.stats.add("coap.block1.expired", expired);
         }
@@ -654,14 +662,28 @@ impl Dispatcher {
         if b1.num == 0 {
             // A first block again starts the transfer over.
             self.drop_assembly(&key);
-            let per_peer = self.assemblies.keys().filter(|(p, _)| *p == key.0).count();
             let overhead = (ENTRY_OVERHEAD + key.1.len()).max(BLOCK1_MIN_CHARGE);
-            if per_peer >= self.config.max_assemblies_per_peer
-                || self.block1_budget.charge(host, overhead).is_err()
+            // The cheap checks first: the host's share, then the peer's count.
+            let over = self.block1_budget.check(host, overhead);
+            if over == Err(Over::Host)
+                || self.assemblies_of.get(&key.0).copied().unwrap_or(0)
+                    >= self.config.max_assemblies_per_peer
             {
                 self.count("coap.block1.refused");
                 return Err(Rejection::TooManyTransfers);
             }
+            // The table is full: the least recently active transfer of the host holding the
+            // most gives way, if that host holds more than this one's would.
+            if over == Err(Over::Total) && !self.block1_give_way(host, overhead) {
+                self.count("coap.block1.refused");
+                self.count("coap.block1.refused_total");
+                return Err(Rejection::TooManyTransfers);
+            }
+            if self.block1_budget.charge(host, overhead).is_err() {
+                self.count("coap.block1.refused");
+                return Err(Rejection::TooManyTransfers);
+            }
+            *self.assemblies_of.entry(key.0).or_insert(0) += 1;
             self.assemblies.insert(
                 key.clone(),
                 Assembly {
@@ -704,16 +726,53 @@ impl Dispatcher {
         }
         let body = self.assemblies.remove(&key).map(|a| {
             self.block1_budget.refund(host, a.charged);
+            uncount(&mut self.assemblies_of, &key.0);
             a.body
         });
         shrink_if_sparse(&mut self.assemblies);
         Ok(body)
     }
 
+    /// Makes room in a full Block1 table for a first block of `bytes` from `host`: the least
+    /// recently active transfer of the host holding the most bytes goes
+    /// (`coap.block1.gave_way`), as long as that host holds more than `host` would with this
+    /// one, until it fits. A scan of the table, only when it is full.
+    fn block1_give_way(&mut self, host: Host, bytes: usize) -> bool {
+        let would = self.block1_budget.held_by(host).saturating_add(bytes);
+        for _ in 0..8 {
+            if self.block1_budget.check(host, bytes).is_ok() {
+                return true;
+            }
+            let mut held: HashMap<Host, usize> = HashMap::new();
+            for ((from, _), a) in &self.assemblies {
+                *held.entry(Host::of(from.addr)).or_insert(0) += a.charged;
+            }
+            let Some((heaviest, most)) = held.into_iter().max_by_key(|(_, n)| *n) else {
+                return false;
+            };
+            if most <= would {
+                return false;
+            }
+            let Some(key) = self
+                .assemblies
+                .iter()
+                .filter(|((from, _), _)| Host::of(from.addr) == heaviest)
+                .min_by_key(|(_, a)| a.at)
+                .map(|(k, _)| k.clone())
+            else {
+                return false;
+            };
+            self.drop_assembly(&key);
+            self.count("coap.block1.gave_way");
+        }
+        self.block1_budget.check(host, bytes).is_ok()
+    }
+
     /// Ends a Block1 transfer and refunds its bytes.
     fn drop_assembly(&mut self, key: &(Endpoint, String)) {
         if let Some(a) = self.assemblies.remove(key) {
             self.block1_budget.refund(Host::of(key.0.addr), a.charged);
+            uncount(&mut self.assemblies_of, &key.0);
         }
     }
 
@@ -937,4 +996,14 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
     let n = b.finish_with_payload(&body).ok()?;
     buf.truncate(n);
     Some(buf)
+}
+
+/// One transfer fewer for `peer` in a per-peer count (the entry goes at zero).
+fn uncount(of: &mut HashMap<Endpoint, usize>, peer: &Endpoint) {
+    if let Some(n) = of.get_mut(peer) {
+        *n -= 1;
+        if *n == 0 {
+            of.remove(peer);
+        }
+    }
 }

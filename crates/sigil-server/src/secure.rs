@@ -340,6 +340,17 @@ struct Peer<K> {
     /// The caller's clock at creation and at the last authenticated datagram.
     created: Instant,
     last_seen: Instant,
+    /// A handshake's last progress: its creation (kept when its client starts over from the
+    /// same address), then each client flight after the ClientHello that moved it on. A
+    /// stranger may push it out only [`HANDSHAKE_SHIELD`] after this, and under pressure it
+    /// expires `crowded_handshake_timeout` after this.
+    progress: Instant,
+    /// Whether a client flight after the ClientHello moved it on: those that never did (an
+    /// attacker's ClientHello and silence) give way first.
+    progressed: bool,
+    /// The cached session the ClientHello asked to resume (at most one known handshake per
+    /// cached session ID).
+    resuming: Option<[u8; 32]>,
     /// The client random of the ClientHello that started the handshake.
     hello_random: [u8; 32],
     auth: Option<PeerAuth>,
@@ -455,11 +466,76 @@ enum Refusal {
     Sessions,
     /// The host started its burst of handshakes and is above its sustained rate.
     HostRate,
+    /// The table is full and the total budget of evictions is spent for now.
+    EvictionBudget,
+}
+
+/// How long after its last progress a stranger's half-open handshake is safe from newcomers
+/// (on the record layer): RFC 6347 §4.2.4.1 retransmits after 1 s, then 2 s, then 4 s, so a
+/// client whose flight (or the server's answer) is lost twice still sends the flight that
+/// moves its handshake on within 1 + 2 + 4 = 7 s.
+pub const HANDSHAKE_SHIELD: Duration = Duration::from_secs(7);
+
+/// How long after its last progress a stranger's half-open handshake over the CoAP carrier is
+/// safe from newcomers: one CoAP retransmission sequence (RFC 7252 §4.8: ACK_TIMEOUT 2 s,
+/// doubled on each of the first retransmissions: 2 + 4 + 8 = 14 s), and a second for the
+/// random factor's spread and a signature on a slow device.
+pub const CARRIER_HANDSHAKE_SHIELD: Duration = Duration::from_secs(15);
+
+/// A token bucket for the whole table (thousandths of an eviction): how many half-open
+/// handshakes newcomers may push out, whatever the number of their hosts.
+struct TotalRate {
+    tokens: u64,
+    burst: u64,
+    /// Tokens added every `period_ms`.
+    per: u64,
+    period_ms: u64,
+    at: Instant,
+}
+
+impl TotalRate {
+    /// `per` evictions every `period`, and a reserve of `burst`.
+    fn new(per: usize, period: Duration, burst: usize) -> Self {
+        let burst = (burst.max(1) as u64) * 1000;
+        Self {
+            tokens: burst,
+            burst,
+            per: per.max(1) as u64,
+            period_ms: (period.as_millis().clamp(1, u128::from(u32::MAX))) as u64,
+            at: Instant::ZERO,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let ms = now
+            .saturating_since(self.at)
+            .as_millis()
+            .min(u128::from(u32::MAX)) as u64;
+        let add = ms.saturating_mul(self.per).saturating_mul(1000) / self.period_ms;
+        if add > 0 {
+            self.tokens = self.tokens.saturating_add(add).min(self.burst);
+            self.at = now;
+        }
+    }
+
+    fn has(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= 1000
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        if !self.has(now) {
+            return false;
+        }
+        self.tokens -= 1000;
+        true
+    }
 }
 
 impl Refusal {
     fn counter(self) -> &'static str {
         match self {
+            Self::EvictionBudget => "dtls.refused_eviction_budget",
             Self::HostHandshakes => "dtls.refused_host_handshakes",
             Self::Handshakes => "dtls.refused_tables_full",
             Self::HostSessions => "dtls.refused_host_sessions",
@@ -566,6 +642,12 @@ pub struct SecureLayer {
     cache_order: VecDeque<[u8; 32]>,
     cache_bytes: ByteBudget,
     start_rate: StartRate,
+    /// Evictions from the handshake table, in all: `max_handshakes` per `handshake_timeout`
+    /// and a reserve of a sixteenth of the table.
+    evictions: TotalRate,
+    /// Cached session IDs a known half-open handshake over the CoAP carrier asked to resume,
+    /// and from which address: one known handshake per cached session.
+    carrier_resuming: HashMap<[u8; 32], SocketAddr>,
     next_sweep: Instant,
     next_cookie_rotation: Instant,
     log: LogLimiter,
@@ -619,6 +701,11 @@ impl SecureLayer {
                 SESSION_BYTES,
             ),
         );
+        let evictions = TotalRate::new(
+            config.max_handshakes,
+            config.handshake_timeout,
+            (config.max_handshakes / 16).max(4),
+        );
         let start_rate = StartRate::new(
             config.handshake_burst_per_host,
             config.handshakes_per_host_per_sec,
@@ -646,6 +733,7 @@ impl SecureLayer {
             host_prefix: HOST_BYTES,
             handshake_timeout: config.handshake_timeout,
             crowded_handshake_timeout: config.crowded_handshake_timeout,
+            handshake_shield: CARRIER_HANDSHAKE_SHIELD,
             idle_timeout: config.session_idle,
         };
         let secret = RustCrypto.hmac_sha256(&cookie_secret, &[b"sigil-server coap carrier"]);
@@ -674,6 +762,8 @@ impl SecureLayer {
             cache_order: VecDeque::new(),
             cache_bytes,
             start_rate,
+            evictions,
+            carrier_resuming: HashMap::new(),
             next_sweep: Instant::ZERO,
             next_cookie_rotation: Instant::ZERO.saturating_add(COOKIE_ROTATION),
             log: LogLimiter::default(),
@@ -778,6 +868,9 @@ impl SecureLayer {
             cid,
             created: now,
             last_seen: now,
+            progress: now,
+            progressed: true,
+            resuming: None,
             hello_random: [0; 32],
             auth,
             row: row.id,
@@ -1008,6 +1101,7 @@ impl SecureLayer {
                 ("dtls_coap.evicted", c.evicted),
                 ("dtls_coap.evicted_oldest", c.evicted_oldest),
                 ("dtls_coap.expired_crowded", c.expired_crowded),
+                ("dtls_coap.eviction_budget", c.eviction_budget),
                 ("dtls_coap.sessions", sessions as u64),
                 ("mem.dtls_coap.total", CARRIER_BYTES as u64),
             ] {
@@ -1072,10 +1166,17 @@ impl SecureLayer {
             return Vec::new();
         }
         if let Some(mut p) = self.handshakes.remove(&peer) {
+            let state = p.conn.state();
             let r = p
                 .conn
                 .handle_datagram(now, datagram)
                 .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
+            // A client flight that moved the handshake on (not a repeat, not a forgery: the
+            // connection's state changed without failing) renews its shield.
+            if r.is_ok() && p.conn.state() != state {
+                p.progress = now;
+                p.progressed = true;
+            }
             if let Some(c) = take_claimed() {
                 p.claimed = Some(c);
             }
@@ -1379,12 +1480,12 @@ impl SecureLayer {
     }
 
     /// Drops handshakes older than `handshake_timeout`; with the table above half full, also
-    /// strangers' handshakes older than `crowded_handshake_timeout`
+    /// strangers' handshakes without progress for [`crowded_lifetime`]
     /// (`dtls.handshake_expired_crowded`).
     fn expire_handshakes(&mut self, now: Instant) {
         let stale = self.config.handshake_timeout;
         let crowded = self.handshake_bytes.used() * 2 > self.handshake_bytes.caps().total;
-        let short = self.config.crowded_handshake_timeout.min(stale);
+        let short = crowded_lifetime(&self.config);
         let old: Vec<(SocketAddr, bool)> = self
             .handshakes
             .iter()
@@ -1392,7 +1493,7 @@ impl SecureLayer {
                 let age = now.saturating_since(p.created);
                 if age >= stale {
                     Some((*a, false))
-                } else if crowded && !p.known && age >= short {
+                } else if crowded && !p.known && now.saturating_since(p.progress) >= short {
                     Some((*a, true))
                 } else {
                     None
@@ -1449,6 +1550,7 @@ impl SecureLayer {
     }
 
     fn forget_resumable(&mut self, id: &[u8; 32]) {
+        self.carrier_resuming.remove(id);
         if let Some(c) = self.cache.remove(id) {
             self.cache_bytes.refund(c.host, RESUMPTION_BYTES);
             shrink_if_sparse(&mut self.cache);
@@ -1514,33 +1616,49 @@ impl SecureLayer {
             return;
         };
         let host = Host::of(peer);
-        // A peer that completed a handshake before: a session at this address, or one it
-        // asks to resume.
+        let requested = hello.requested_session.copied();
+        // A peer that completed a handshake before: a session at this address, or a cached
+        // session it asks to resume that was made from this host, if no other handshake is
+        // already resuming it as known. Session IDs travel in clear, so naming one alone
+        // proves nothing.
         let known = self.sessions.contains_key(&peer)
-            || self.resumable(hello.requested_session, now).is_some();
+            || requested.is_some_and(|id| {
+                self.resumable_from(&id, host, now)
+                    && !self
+                        .handshakes
+                        .iter()
+                        .any(|(a, p)| *a != peer && p.known && p.resuming == Some(id))
+            });
         // A client that started over gives up its old handshake first (its own slot); it
-        // still counts as holding one, so starting over never pushes out someone else's.
+        // still counts as holding one, so starting over never pushes out someone else's, and
+        // its new handshake keeps the old one's progress (starting over is not progress).
         let restarted = match self.handshakes.remove(&peer) {
             Some(old) => {
+                let since = (old.progress, old.progressed);
                 self.release_handshake(old);
-                true
+                Some(since)
             }
-            None => false,
+            None => None,
         };
+        // Room is found before any handshake work, but nothing is pushed out until the
+        // ClientHello has been accepted.
         let room = self
-            .make_room(now, host, peer, known, restarted)
-            .and_then(|()| {
+            .make_room(now, host, peer, known, restarted.is_some())
+            .and_then(|victim| {
                 if self.start_rate.take(now, host) {
-                    Ok(())
+                    Ok(victim)
                 } else {
                     Err(Refusal::HostRate)
                 }
             });
-        if let Err(refusal) = room {
-            self.count(refusal.counter());
-            crate::limited!(self.log, Self::secs(now), refusal.counter(), info, %peer, reason = ?refusal, "ClientHello refused: no room in the DTLS tables");
-            return;
-        }
+        let victim = match room {
+            Ok(v) => v,
+            Err(refusal) => {
+                self.count(refusal.counter());
+                crate::limited!(self.log, Self::secs(now), refusal.counter(), info, %peer, reason = ?refusal, "ClientHello refused: no room in the DTLS tables");
+                return;
+            }
+        };
         let chain = chain_of(&self.config);
         let cid = self.fresh_cid(rng);
         let resume = self.resumable(hello.requested_session, now);
@@ -1562,8 +1680,16 @@ impl SecureLayer {
             now,
         ) {
             Ok(conn) => {
+                if let Some((at, why)) = victim {
+                    if let Some(p) = self.handshakes.remove(&at) {
+                        self.evictions.take(now);
+                        self.release_handshake(p);
+                        self.count("dtls.handshake_evicted");
+                        self.count(why);
+                    }
+                }
                 if self.handshake_bytes.charge(host, HANDSHAKE_BYTES).is_err() {
-                    // make_room made room; this is unreachable unless the caps are zero.
+                    // make_room found room; this is unreachable unless the caps are zero.
                     self.count(Refusal::Handshakes.counter());
                     return;
                 }
@@ -1571,12 +1697,16 @@ impl SecureLayer {
                 if took_cid {
                     self.count("dtls.connection_id");
                 }
+                let (progress, progressed) = restarted.unwrap_or((now, false));
                 let mut p = Peer {
                     cid: cid.filter(|_| took_cid),
                     conn: Box::new(conn),
                     host,
                     created: now,
                     last_seen: now,
+                    progress,
+                    progressed,
+                    resuming: requested.filter(|_| resume.is_some()),
                     hello_random: *hello.random,
                     auth: None,
                     row: 0,
@@ -1585,13 +1715,14 @@ impl SecureLayer {
                     carrier_id: None,
                 };
                 self.count("dtls.handshake_started");
-                if restarted {
+                if restarted.is_some() {
                     self.count("dtls.handshake_restarted");
                 }
                 self.flush(now, peer, &mut p, out);
                 self.handshakes.insert(peer, p);
             }
             Err(e) => {
+                // Nothing was pushed out for it.
                 self.count("dtls.handshake_failed");
                 crate::limited!(self.log, Self::secs(now), "dtls.handshake_failed", debug, %peer, error = %e, "ClientHello refused");
                 if let Some(n) = sigil_dtls::refusal(&e, datagram, &mut self.buf) {
@@ -1601,18 +1732,23 @@ impl SecureLayer {
         }
     }
 
+    /// Whether the cached session `id` may be resumed and was made from `host`.
+    fn resumable_from(&self, id: &[u8; 32], host: Host, now: Instant) -> bool {
+        self.cache.get(id).is_some_and(|c| {
+            c.host == host && now.saturating_since(c.made) < self.config.session_lifetime
+        })
+    }
+
     /// Room for one more half-open handshake from `host` (at `peer`), which may become a
-    /// session:
+    /// session; nothing is pushed out here, the handshake to push out (and its counter) is
+    /// returned for the caller to remove once the ClientHello is accepted:
     /// - the host's own share of the handshake table: stale handshakes expire first; beyond
     ///   that, refused (the host's other handshakes are not pushed out, so a burst of its own
     ///   devices still completes one by one);
     /// - the whole handshake table: stale handshakes expire first (above half full, a
-    ///   stranger's older than `crowded_handshake_timeout`); then the oldest half-open
-    ///   handshake of the host holding the most is pushed out, if that host holds more than
-    ///   `host` would after this one (so shares converge on equal ones); else, for a host
-    ///   holding none (or a peer that completed a handshake before), the oldest half-open
-    ///   handshake of a stranger, if it had [`min_evictable_age`] for its round trip; else
-    ///   refused. Nothing is pushed out for a host above its handshake rate;
+    ///   stranger's without progress for [`crowded_lifetime`]); then, within the total
+    ///   budget of evictions ([`TotalRate`]), the handshake [`SecureLayer::victim`] names;
+    ///   else refused. Nothing is pushed out for a host above its handshake rate;
     /// - the session table, counting every handshake in progress as a session to be: idle
     ///   sessions expire first; a live session is never pushed out. A handshake from the
     ///   address of an existing session will replace it, so it needs no new room.
@@ -1623,10 +1759,11 @@ impl SecureLayer {
         peer: SocketAddr,
         known: bool,
         restarted: bool,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Option<(SocketAddr, &'static str)>, Refusal> {
         if self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_err() {
             self.expire_handshakes(now);
         }
+        let mut victim = None;
         match self.handshake_bytes.check(host, HANDSHAKE_BYTES) {
             Ok(()) => {}
             Err(Over::Host) => return Err(Refusal::HostHandshakes),
@@ -1634,27 +1771,39 @@ impl SecureLayer {
                 if !self.start_rate.has(now, host) {
                     return Err(Refusal::HostRate);
                 }
-                if !self.evict_for(now, host, known, restarted) {
+                let Some(v) = self.victim(now, host, known, restarted) else {
                     return Err(Refusal::Handshakes);
+                };
+                if !self.evictions.has(now) {
+                    return Err(Refusal::EvictionBudget);
                 }
+                victim = Some(v);
             }
         }
         if self.sessions.contains_key(&peer) {
-            return Ok(());
+            return Ok(victim);
         }
         let in_flight = self.carrier_in_flight(peer);
-        let mut room = self.session_room(host, in_flight);
+        // The victim's slot would be freed for this one.
+        let freed = usize::from(victim.is_some());
+        let mut room = self.session_room(host, in_flight, freed);
         if room.is_err() {
             self.expire_sessions(now);
-            room = self.session_room(host, in_flight);
+            room = self.session_room(host, in_flight, freed);
         }
-        room
+        room.map(|()| victim)
     }
 
     /// Whether the session table has room for the sessions the handshakes in progress (and
-    /// one more from `host`) may become; `carrier` is the CoAP carrier's half-open handshakes
-    /// (the host's, all), which are not in the handshake table.
-    fn session_room(&self, host: Host, carrier: (usize, usize)) -> Result<(), Refusal> {
+    /// one more from `host`, less `freed` about to be pushed out) may become; `carrier` is
+    /// the CoAP carrier's half-open handshakes (the host's, all), which are not in the
+    /// handshake table.
+    fn session_room(
+        &self,
+        host: Host,
+        carrier: (usize, usize),
+        freed: usize,
+    ) -> Result<(), Refusal> {
         let host_handshakes = self.handshake_bytes.held_by(host) / HANDSHAKE_BYTES + carrier.0;
         let host_would = self
             .session_bytes
@@ -1663,80 +1812,70 @@ impl SecureLayer {
         if host_would > self.session_bytes.caps().per_host {
             return Err(Refusal::HostSessions);
         }
-        let all_would = self
-            .session_bytes
-            .used()
-            .saturating_add((self.handshakes.len() + carrier.1 + 1).saturating_mul(SESSION_BYTES));
+        let all_would = self.session_bytes.used().saturating_add(
+            (self.handshakes.len() + carrier.1 + 1)
+                .saturating_sub(freed)
+                .saturating_mul(SESSION_BYTES),
+        );
         if all_would > self.session_bytes.caps().total {
             return Err(Refusal::Sessions);
         }
         Ok(())
     }
 
-    /// Pushes out the oldest half-open handshake of the host holding the most, if it holds
-    /// more than `host` would with one more (ties go to the host whose oldest is older);
-    /// else, for a newcomer whose host holds none (`restarted`: it just gave one up, so it
-    /// does not) or a peer that completed a handshake before (`known`), the oldest
-    /// half-open handshake of a stranger that has had [`min_evictable_age`]. Counted by
-    /// reason (`dtls.handshake_evicted_heaviest`, `_oldest`; `dtls.handshake_evicted` is
-    /// both).
-    fn evict_for(&mut self, now: Instant, host: Host, known: bool, restarted: bool) -> bool {
-        if self.evict_from_heaviest(host) {
-            self.count("dtls.handshake_evicted_heaviest");
-            return self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_ok();
-        }
-        let holds_none = !restarted && self.handshake_bytes.held_by(host) == 0;
-        if !holds_none && !known {
-            return false;
-        }
-        let min_age = min_evictable_age(&self.config);
-        let oldest = self
-            .handshakes
-            .iter()
-            .filter(|(_, p)| !p.known && now.saturating_since(p.created) >= min_age)
-            .min_by_key(|(_, p)| p.created)
-            .map(|(a, _)| *a);
-        let Some(oldest) = oldest else {
-            return false;
-        };
-        if let Some(p) = self.handshakes.remove(&oldest) {
-            self.release_handshake(p);
-            self.count("dtls.handshake_evicted");
-            self.count("dtls.handshake_evicted_oldest");
-        }
-        self.handshake_bytes.check(host, HANDSHAKE_BYTES).is_ok()
-    }
-
-    /// The share rule of [`SecureLayer::evict_for`]: the heaviest host's oldest goes if it
-    /// holds more than `host` would with one more.
-    fn evict_from_heaviest(&mut self, host: Host) -> bool {
-        let mut by_host: HashMap<Host, (usize, Instant, SocketAddr)> = HashMap::new();
-        for (a, p) in &self.handshakes {
-            let e = by_host.entry(p.host).or_insert((0, p.created, *a));
-            e.0 += 1;
-            if p.created < e.1 {
-                e.1 = p.created;
-                e.2 = *a;
-            }
+    /// The half-open handshake a newcomer from `host` may push out of a full table, and its
+    /// counter. Only a stranger's (not `known`) without progress for [`HANDSHAKE_SHIELD`] is
+    /// a candidate, and of those the ones that never progressed go first, then the longest
+    /// without progress. The candidate of the host holding the most goes if that host holds
+    /// more than `host` would with one more (`dtls.handshake_evicted_heaviest`); else, for a
+    /// newcomer whose host holds none (`restarted`: it just gave one up, so it does not) or a
+    /// known peer, the first candidate of all (`dtls.handshake_evicted_oldest`).
+    fn victim(
+        &self,
+        now: Instant,
+        host: Host,
+        known: bool,
+        restarted: bool,
+    ) -> Option<(SocketAddr, &'static str)> {
+        let candidate =
+            |p: &Peer<Conn>| !p.known && now.saturating_since(p.progress) >= HANDSHAKE_SHIELD;
+        let order = |p: &Peer<Conn>| (p.progressed, p.progress, p.created);
+        let mut by_host: HashMap<Host, usize> = HashMap::new();
+        for p in self.handshakes.values() {
+            *by_host.entry(p.host).or_insert(0) += 1;
         }
         let own = self.handshake_bytes.held_by(host) / HANDSHAKE_BYTES;
-        let heaviest = by_host
-            .into_iter()
-            .max_by(|(_, a), (_, b)| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        let Some((_, (held, _, oldest))) = heaviest else {
-            return false;
-        };
-        if held <= own + 1 {
-            return false;
-        }
-        match self.handshakes.remove(&oldest) {
-            Some(p) => {
-                self.release_handshake(p);
-                self.count("dtls.handshake_evicted");
-                true
+        let heavier: HashSet<Host> = by_host
+            .iter()
+            .filter(|(_, n)| **n > own + 1)
+            .map(|(h, _)| *h)
+            .collect();
+        if !heavier.is_empty() {
+            let most = by_host
+                .iter()
+                .filter(|(h, _)| heavier.contains(*h))
+                .map(|(_, n)| *n)
+                .max()
+                .unwrap_or(0);
+            let heaviest = self
+                .handshakes
+                .iter()
+                .filter(|(_, p)| by_host.get(&p.host) == Some(&most) && candidate(p))
+                .min_by_key(|(_, p)| order(p))
+                .map(|(a, _)| *a);
+            if let Some(a) = heaviest {
+                return Some((a, "dtls.handshake_evicted_heaviest"));
             }
-            None => false,
         }
+        let holds_none = !restarted && own == 0;
+        if !holds_none && !known {
+            return None;
+        }
+        self.handshakes
+            .iter()
+            .filter(|(_, p)| candidate(p))
+            .min_by_key(|(_, p)| order(p))
+            .map(|(a, _)| (*a, "dtls.handshake_evicted_oldest"))
     }
 
     /// A completed handshake becomes a session: only its established state is kept.
@@ -1796,6 +1935,9 @@ impl SecureLayer {
             cid,
             created,
             last_seen: now,
+            progress: now,
+            progressed: true,
+            resuming: None,
             hello_random,
             auth,
             row: self.next_row,
@@ -1884,9 +2026,19 @@ impl SecureLayer {
             .and_then(|f| f.client_hello)
             .and_then(|ch| ch.requested_session.copied());
         let resume = self.resumable(requested.as_ref(), now);
-        // A peer that completed a handshake before (a session at this address, or the one it
-        // asks to resume) is kept over strangers in a crowded table.
-        let known = is_put && (self.sessions.contains_key(&peer) || resume.is_some());
+        // A peer that completed a handshake before (a session at this address, or a cached
+        // session made from this host that no other address is resuming as known) is kept
+        // over strangers in a crowded table.
+        let resumed_here = requested.is_some_and(|id| {
+            self.resumable_from(&id, host, now)
+                && self.carrier_resuming.get(&id).is_none_or(|a| *a == peer)
+        });
+        let known = is_put && (self.sessions.contains_key(&peer) || resumed_here);
+        if is_put && resumed_here {
+            if let Some(id) = requested {
+                self.carrier_resuming.insert(id, peer);
+            }
+        }
         let cid = if is_put { self.fresh_cid(rng) } else { None };
         // Admitted (once the cookie is valid) only with room in the session table for what
         // it may become, counting the handshakes in progress over either carrier, and within
@@ -1898,10 +2050,10 @@ impl SecureLayer {
                 carrier[shard].half_open(&key[..HOST_BYTES]),
                 carrier.iter().map(|ep| ep.half_open(&[])).sum(),
             );
-            let mut room = self.session_room(host, in_flight);
+            let mut room = self.session_room(host, in_flight, 0);
             if room.is_err() {
                 self.expire_sessions(now);
-                room = self.session_room(host, in_flight);
+                room = self.session_room(host, in_flight, 0);
             }
             room
         };
@@ -2079,11 +2231,14 @@ impl SecureLayer {
     }
 }
 
-/// How long a stranger's half-open handshake is safe from newcomers: a quarter of the
-/// crowded timeout (2 s by default), time for its round trips, so new hosts arriving faster
-/// than that cannot keep pushing out each other's handshakes before any completes.
-fn min_evictable_age(config: &DtlsConfig) -> Duration {
-    config.crowded_handshake_timeout / 4
+/// How long, under pressure (the table above half full), a stranger's half-open handshake
+/// lives after its last progress: `crowded_handshake_timeout`, never less than
+/// [`HANDSHAKE_SHIELD`] (nor more than `handshake_timeout`).
+fn crowded_lifetime(config: &DtlsConfig) -> Duration {
+    config
+        .crowded_handshake_timeout
+        .max(HANDSHAKE_SHIELD)
+        .min(config.handshake_timeout)
 }
 
 /// The server's certificate chain, leaf first (empty without X.509).
@@ -2137,6 +2292,7 @@ fn add_counters(
         handed_off: a.handed_off + b.handed_off,
         evicted: a.evicted + b.evicted,
         evicted_oldest: a.evicted_oldest + b.evicted_oldest,
+        eviction_budget: a.eviction_budget + b.eviction_budget,
         expired_crowded: a.expired_crowded + b.expired_crowded,
     }
 }
