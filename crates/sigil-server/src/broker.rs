@@ -28,6 +28,7 @@ use sigil_objects::mac::{MacedReading, CONTENT_FORMAT_MAC0};
 use sigil_objects::senml::{self, OwnedValue};
 use sigil_objects::{ReadingFormat, SignedReading};
 use sigil_time::UnixTime;
+use std::collections::HashMap;
 
 /// Readings a history request returns when it gives no `n`.
 pub const DEFAULT_HISTORY: u32 = 10;
@@ -50,6 +51,10 @@ pub(crate) struct Checked {
     verified: bool,
 }
 
+/// What makes publications in one batch copies of each other: the topic's path, the content
+/// format and the payload.
+type Copies<'r> = (&'r [String], Option<u16>, &'r [u8]);
+
 /// What step 1 found for one request: `None` for a request that is no publication.
 pub(crate) type Check = Option<Result<Checked, Rejection>>;
 
@@ -67,11 +72,31 @@ impl State {
     /// Step 1: signature checks of all publications, spread over worker threads.
     pub(crate) fn check_publications(&self, requests: &[Request], now: UnixTime) -> Vec<Check> {
         let mut out: Vec<Check> = vec![None; requests.len()];
-        let jobs: Vec<usize> = (0..requests.len())
+        let publications: Vec<usize> = (0..requests.len())
             .filter(|i| is_publish(&requests[*i]))
             .collect();
-        if jobs.is_empty() {
+        if publications.is_empty() {
             return out;
+        }
+        // Copies of one publication in the batch (the same bytes to the same topic, none over
+        // a session, from any address) have one outcome: the first is checked, the copies
+        // take its result without a verification of their own (below).
+        let mut first: HashMap<Copies<'_>, usize> = HashMap::new();
+        let mut jobs = Vec::with_capacity(publications.len());
+        let mut copies = Vec::new();
+        for i in publications {
+            let r = &requests[i];
+            if r.auth.is_some() {
+                jobs.push(i);
+                continue;
+            }
+            match first.entry((r.path.as_slice(), r.content_format, r.payload.as_slice())) {
+                std::collections::hash_map::Entry::Occupied(f) => copies.push((i, *f.get())),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(i);
+                    jobs.push(i);
+                }
+            }
         }
         // Small batches are verified inline; larger ones on the persistent worker pool.
         let results: Vec<(usize, Result<Checked, Rejection>)> = match &self.pool {
@@ -90,6 +115,24 @@ impl State {
         };
         for (i, r) in results {
             out[i] = Some(r);
+        }
+        // A copy of a reading that verified is refused by its number once the first is stored
+        // (or verified then, if the first was refused for something of its own), so a reading
+        // captured on the path and sent many times in one batch costs one verification; a copy
+        // of one refused is refused alike. One the budget refused is charged on its own.
+        for (i, f) in copies {
+            let result = match &out[f] {
+                Some(Ok(c)) => Ok(Checked {
+                    verified: false,
+                    ..c.clone()
+                }),
+                Some(Err(Rejection::VerifyBudget(_))) | None => self.check_one(&requests[i], now),
+                Some(Err(why)) => Err(*why),
+            };
+            if !matches!(&out[f], Some(Err(Rejection::VerifyBudget(_))) | None) {
+                self.verify.skipped_copy();
+            }
+            out[i] = Some(result);
         }
         out
     }

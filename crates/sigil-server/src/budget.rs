@@ -203,15 +203,17 @@ impl Bucket {
 /// Token buckets per source host and in total for an operation that costs CPU (a signature,
 /// a signature verification): [`RateBudget::take`] takes one from the host's bucket and the
 /// total, or neither. The table of hosts is bounded by `max_hosts`: hosts whose buckets are
-/// full again are forgotten (they lose nothing) when a new one needs room.
+/// full again are forgotten (they lose nothing) when a new one needs room. The buckets may be
+/// kept per something other than a host (`K`): per device identity for signed 4.09s
+/// ([`crate::answers`]).
 #[derive(Debug)]
-pub struct RateBudget {
+pub struct RateBudget<K = Host> {
     rates: Rates,
     total: Option<Bucket>,
-    hosts: HashMap<Host, Bucket>,
+    hosts: HashMap<K, Bucket>,
 }
 
-impl RateBudget {
+impl<K: std::hash::Hash + Eq + Copy> RateBudget<K> {
     pub fn new(rates: Rates) -> Self {
         Self {
             rates,
@@ -224,13 +226,13 @@ impl RateBudget {
         self.rates
     }
 
-    /// Hosts holding a bucket now.
+    /// Hosts (keys) holding a bucket now.
     pub fn hosts(&self) -> usize {
         self.hosts.len()
     }
 
     /// Takes one operation from `host`'s bucket and the total at `now`, or neither.
-    pub fn take(&mut self, host: Host, now: Instant) -> Result<(), Over> {
+    pub fn take(&mut self, host: K, now: Instant) -> Result<(), Over> {
         let r = self.rates;
         let total = self
             .total
@@ -265,7 +267,7 @@ impl RateBudget {
 
     /// Gives back one operation taken from `host` (one that turned out to cost nothing to
     /// anyone but its honest sender), up to the bursts.
-    pub fn give_back(&mut self, host: Host) {
+    pub fn give_back(&mut self, host: K) {
         let r = self.rates;
         if let Some(b) = self.hosts.get_mut(&host) {
             b.level = (b.level + 1.0).min(r.host_burst);
@@ -273,6 +275,17 @@ impl RateBudget {
         if let Some(t) = self.total.as_mut() {
             t.level = (t.level + 1.0).min(r.total_burst);
         }
+    }
+
+    /// Forgets the buckets that are full again at `now` (their keys lose nothing: a new
+    /// bucket starts full), so the table holds only keys that spent something lately.
+    pub fn forget_full(&mut self, now: Instant) {
+        let r = self.rates;
+        self.hosts.retain(|_, b| {
+            b.refill(now, r.host_per_second, r.host_burst);
+            b.level < r.host_burst
+        });
+        shrink_if_sparse(&mut self.hosts);
     }
 }
 

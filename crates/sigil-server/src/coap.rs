@@ -380,7 +380,8 @@ impl Dispatcher {
             {
                 return Err(Unsigned::TooLarge);
             }
-            self.answers.take(Host::of(p.from.addr), now, resync)?;
+            self.answers
+                .take(Host::of(p.from.addr), device, now, resync)?;
             let a = Answer {
                 device,
                 token: &p.token,

@@ -10,7 +10,12 @@
 //! Three pools keep an attacker with many addresses from starving honest devices:
 //! - **proven** hosts, from which a signature verified before (an honest device's reading,
 //!   statement or token). A verification that succeeds is given back to the pool, so honest
-//!   traffic never empties it; only failures spend it.
+//!   traffic never empties it; only failures spend it. A proven host's failures are also
+//!   charged to a small share of its own (`proven_failures`, per host and in total, far
+//!   below the proven total's rate); a failure past that share moves the host back to the
+//!   strangers (`verify.demoted`), so forgeries from spoofed addresses of proven devices
+//!   spend those hosts' buckets and the strangers' pool, never the proven total the other
+//!   proven hosts draw on.
 //! - **strangers**, every other host; a success makes the host proven.
 //! - **newcomers**: a stranger host not seen for `newcomer_after` may draw on a small reserve
 //!   when the strangers' total is empty, so a new device's first registration gets through a
@@ -24,8 +29,10 @@
 //! What many hosts can and cannot do (docs/security.md, "Signature verifications"): they can
 //! spend the strangers' and the newcomers' totals, so a new device's first verification may
 //! wait a few Max-Age periods; they cannot spend a proven host's bucket without spoofing that
-//! host's own address (then they starve that host alone, for as long as they keep at it), and
-//! in all they buy at most the three totals' rates of verifications.
+//! host's own address (then that host is a stranger again after a few failures, and they
+//! starve that host alone, for as long as they keep at it: the proven total stays out of
+//! their reach), and in all they buy at most the failure share's, the strangers' and the
+//! newcomers' totals of failed verifications.
 
 use crate::budget::{Host, Over, RateBudget, Rates};
 use crate::stats::Stats;
@@ -42,6 +49,10 @@ pub const RETRY_AFTER_SECS: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VerifyRates {
     pub proven: Rates,
+    /// The share of failures a proven host may have before it is a stranger again, per host
+    /// and in all proven hosts; its total is kept well below `proven`'s rate, so failures
+    /// can never empty what proven hosts' honest verifications draw on.
+    pub proven_failures: Rates,
     pub strangers: Rates,
     pub newcomers: Rates,
     /// A stranger host not seen for this long is a newcomer again.
@@ -54,8 +65,10 @@ pub struct VerifyRates {
 }
 
 impl Default for VerifyRates {
-    /// Failed verifications: 400 a second from proven hosts (100 a host), 300 from strangers
-    /// (4 a host), 20 from newcomers (2 a host): under a quarter of a core in all for P-256.
+    /// Verifications from proven hosts: 100 a second a host, 400 in all (successes are given
+    /// back); of which failures: 1 a second a host (bursts of 4), 50 in all. Failed
+    /// verifications from strangers: 300 a second (4 a host), from newcomers 20 (2 a host):
+    /// with the proven failures, under an eighth of a core in all for P-256.
     fn default() -> Self {
         Self {
             proven: Rates {
@@ -63,6 +76,13 @@ impl Default for VerifyRates {
                 total_burst: 800.0,
                 host_per_second: 100.0,
                 host_burst: 200.0,
+                max_hosts: 4096,
+            },
+            proven_failures: Rates {
+                total_per_second: 50.0,
+                total_burst: 100.0,
+                host_per_second: 1.0,
+                host_burst: 4.0,
                 max_hosts: 4096,
             },
             strangers: Rates {
@@ -105,6 +125,7 @@ pub struct Ticket {
 pub struct VerifyBudget {
     rates: VerifyRates,
     proven: RateBudget,
+    proven_failures: RateBudget,
     strangers: RateBudget,
     newcomers: RateBudget,
     /// Proven hosts and when each last verified.
@@ -120,6 +141,7 @@ impl VerifyBudget {
         Self {
             rates,
             proven: RateBudget::new(rates.proven),
+            proven_failures: RateBudget::new(rates.proven_failures),
             strangers: RateBudget::new(rates.strangers),
             newcomers: RateBudget::new(rates.newcomers),
             proven_hosts: HashMap::new(),
@@ -181,11 +203,20 @@ impl VerifyBudget {
     }
 
     /// Records the outcome of a charged verification: a success is given back to its pool and
-    /// makes its host proven; a failure stays spent.
+    /// makes its host proven; a failure stays spent, and a proven host's failure past its
+    /// share makes it a stranger again.
     pub fn settle(&mut self, ticket: Ticket, verified: bool) {
         self.stats.incr("verify.performed");
         if !verified {
             self.stats.incr("verify.failed");
+            if ticket.pool == Pool::Proven
+                && self.proven_failures.take(ticket.host, self.now).is_err()
+                && self.proven_hosts.remove(&ticket.host).is_some()
+            {
+                // A stranger again, and not a newcomer: seen now.
+                self.seen.insert(ticket.host, self.now);
+                self.stats.incr("verify.demoted");
+            }
             return;
         }
         match ticket.pool {
@@ -235,6 +266,12 @@ impl SharedVerifyBudget {
 
     pub fn publish(&self, stats: &Stats) {
         self.with(|b| b.publish(stats));
+    }
+
+    /// Counts a copy of a publication earlier in the same batch that took the first's
+    /// result instead of a verification (`verify.skipped_copy`, [`crate::broker`]).
+    pub fn skipped_copy(&self) {
+        self.with(|b| b.stats.incr("verify.skipped_copy"));
     }
 
     /// Runs `verify` (a signature verification for a datagram from `peer`) if the budget
@@ -326,6 +363,7 @@ mod tests {
         };
         VerifyRates {
             proven: r(10.0, 5.0),
+            proven_failures: r(3.0, 1.0),
             strangers: r(8.0, 2.0),
             newcomers: r(2.0, 1.0),
             newcomer_after: Duration::from_secs(60),
@@ -361,6 +399,46 @@ mod tests {
         b.settle(t, true);
         assert_eq!(b.stats.get("verify.failed"), 8);
         assert_eq!(b.stats.get("verify.performed"), 110);
+    }
+
+    #[test]
+    fn forgeries_from_proven_addresses_never_spend_the_other_proven_hosts() {
+        let rates = VerifyRates {
+            max_proven: 16,
+            ..small()
+        };
+        let mut b = VerifyBudget::new(rates, Stats::default());
+        b.set_now(Instant::from_millis(1000));
+        // Six proven hosts.
+        for i in 1..=6 {
+            let t = b.charge(host(&format!("10.0.0.{i}"))).unwrap();
+            b.settle(t, true);
+        }
+        // Forgeries from the addresses of four of them, as fast as the budget lets them.
+        let mut failed = 0;
+        for _ in 0..40 {
+            for i in 1..=4 {
+                if let Ok(t) = b.charge(host(&format!("10.0.0.{i}"))) {
+                    b.settle(t, false);
+                    failed += 1;
+                }
+            }
+        }
+        // Each spoofed host had a failure or so as proven, then was a stranger again (and no
+        // newcomer); the strangers' pool took the rest.
+        assert_eq!(b.stats.get("verify.demoted"), 4);
+        assert!(failed <= 8 + 8, "{failed}");
+        // The two other proven hosts verify as before, still proven.
+        for _ in 0..20 {
+            for i in 5..=6 {
+                let t = b
+                    .charge(host(&format!("10.0.0.{i}")))
+                    .expect("proven host served");
+                assert_eq!(t.pool, Pool::Proven);
+                b.settle(t, true);
+            }
+        }
+        assert_eq!(b.stats.get("verify.newcomer"), 0);
     }
 
     #[test]

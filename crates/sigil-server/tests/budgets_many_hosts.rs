@@ -12,6 +12,11 @@
 //!     the failed verifications stay within the verification budget, the rest are refused
 //!     (`verify.refused.*`), and an honest device's readings are acknowledged during the
 //!     flood, and a newcomer registers.
+//! (c) the last-used addresses of 16 devices spoofed, each replaying its device's reading
+//!     asking for a signed 4.09: another device that lost its state gets its 4.09s signed.
+//! (d) forged P-256 readings from the addresses of 8 proven devices: the other proven
+//!     devices' readings are acknowledged throughout, none refused.
+//! (e) a captured fresh reading sent 30 times in one batch costs one verification.
 
 use sigil_coap::{option, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
@@ -72,6 +77,8 @@ struct Seen {
     events: Vec<(u64, Event)>,
     /// Every datagram it sent, with when.
     sent: Vec<(u64, Vec<u8>)>,
+    /// The address it sends from.
+    local: Option<SocketAddr>,
 }
 
 /// A device (`sigil_device`) on its own address, in its own thread: it registers, then
@@ -123,6 +130,7 @@ impl Node {
         let (s, st) = (seen.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             let sock = UdpSocket::bind((bind, 0)).unwrap();
+            s.lock().unwrap().local = sock.local_addr().ok();
             sock.set_read_timeout(Some(Duration::from_millis(5)))
                 .unwrap();
             let ms = || clock.elapsed().as_millis() as u64;
@@ -213,6 +221,31 @@ impl Node {
                 })
             })
             .cloned()
+    }
+
+    /// The address it sends from.
+    fn local(&self) -> SocketAddr {
+        self.seen.lock().unwrap().local.expect("bound")
+    }
+
+    /// Readings answered 5.03 or refused at or after `since`.
+    fn deferred_since(&self, since: u64) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .events
+            .iter()
+            .filter(|(t, e)| {
+                *t >= since
+                    && matches!(
+                        e,
+                        Event::Published {
+                            outcome: PublishOutcome::Deferred { .. } | PublishOutcome::Rejected(_),
+                            ..
+                        }
+                    )
+            })
+            .count()
     }
 
     fn stop(mut self) -> Device<RustCrypto> {
@@ -410,6 +443,354 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
         stats.get("verify.performed")
     );
     server.shutdown().await;
+}
+
+/// (c) The last-used addresses (address and port) of 16 devices spoofed, each replaying its
+/// device's recorded reading asking for a signed answer at 20 a second: a device that really
+/// lost state still gets its 4.09 signed, from its own address, every time it asks (five
+/// times; before 4.09s were charged per device, some went out unsigned: the total was empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoofing_16_devices_addresses_never_spends_another_devices_signed_4_09() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let clock = std::time::Instant::now();
+    let devices: Vec<_> = (0..17u64)
+        .map(|i| boot(100 + i, SignatureAlgorithm::Ed25519))
+        .collect();
+    for d in &devices {
+        provision(&db, d.0.identity());
+    }
+    let server = start(&db, v4(127, 0, 0, 1), false).await;
+    let to = server.local_addr;
+    let stats = server.stats.clone();
+    let key = server.answer_key;
+    let nodes: Vec<Node> = devices
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let at = v4(127, 0, 4, 1 + i as u8);
+            Node::spawn(d, key, at, to, Duration::from_millis(400), clock)
+        })
+        .collect();
+    assert!(
+        wait_for(30, || nodes.iter().all(|n| n.acknowledged_since(0) >= 1)),
+        "the devices publish"
+    );
+    // Each device's address and a reading it published; then the devices stop, and their
+    // addresses are the attacker's (and the last one's, the device that lost its state).
+    let last: Vec<(SocketAddr, Vec<u8>)> = nodes
+        .into_iter()
+        .map(|n| {
+            let at = n.local();
+            let put = n.first_sent(Code::PUT, "ps").expect("a publication");
+            n.stop();
+            (at, put)
+        })
+        .collect();
+    let replay_of = |put: &[u8], mid: u16| {
+        let m = Message::parse(put).unwrap();
+        rebuild(
+            &m,
+            mid,
+            &|_, v| Some(v.to_vec()),
+            &[(answer::REQUIRE_OPTION, vec![])],
+            m.payload,
+        )
+    };
+    let spoofed: Vec<UdpSocket> = last[..16]
+        .iter()
+        .map(|(at, _)| {
+            let s = UdpSocket::bind(at).expect("bind a device's address");
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let puts: Vec<Vec<u8>> = last[..16].iter().map(|(_, p)| p.clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood_start = clock.elapsed().as_secs_f64();
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // 16 addresses at 20 a second each.
+            flood(&spoofed, to, Duration::from_millis(50), &stop, 1, |i, _| {
+                replay_of(&puts[i], i as u16)
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    // The device that lost its state sends an old number from its own address, five times.
+    let (at, put) = &last[16];
+    let me = UdpSocket::bind(at).expect("bind the device's address");
+    me.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut signed = 0;
+    let mut answers = Vec::new();
+    for k in 0..5u16 {
+        let mid = 40_000 + k;
+        let _ = me.send_to(&replay_of(put, mid), to);
+        let until = std::time::Instant::now() + Duration::from_secs(3);
+        let mut buf = [0u8; 1024];
+        while std::time::Instant::now() < until {
+            let Ok((n, from)) = me.recv_from(&mut buf) else {
+                continue;
+            };
+            let Ok(m) = Message::parse(&buf[..n]) else {
+                continue;
+            };
+            if from != to || m.message_id != mid {
+                continue;
+            }
+            let has_signature = m.options().any(|o| o.number == answer::SIGNATURE_OPTION);
+            answers.push((m.code, has_signature));
+            if m.code == Code(answer::RESYNC_CODE) && has_signature {
+                signed += 1;
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let replays = flooder.join().unwrap();
+    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    let s = stats.snapshot();
+    eprintln!(
+        "{replays} replays from 16 devices' addresses in {secs:.0} s; the device's answers {answers:?}; counters: {:?}",
+        s.iter()
+            .filter(|(k, _)| k.starts_with("answer.") || k.starts_with("publish."))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        stats.get("publish.rejected.replay") >= 300,
+        "the flood arrived"
+    );
+    assert_eq!(
+        signed, 5,
+        "the device that lost its state gets a signed 4.09 each time: {answers:?}"
+    );
+    // The spoofed devices' own buckets refused the rest, counted, and the 4.09s signed stay
+    // within 16 devices' buckets and the device's own five.
+    assert!(stats.get("answer.unsigned.resync_device_budget") >= 100);
+    let r = AnswerRates::default().resync;
+    assert!(
+        stats.get("answer.signed.resync")
+            <= 16 * allowed(r.host_burst, r.host_per_second, secs) + 5
+    );
+    assert_eq!(stats.get("answer.unsigned.resync_total_budget"), 0);
+    server.shutdown().await;
+}
+
+/// (d) Forged P-256 readings (a registered `kid`, fresh numbers) sent from the addresses of 8
+/// proven devices (each had readings verified there) at 200 a second each: the other proven
+/// devices' readings are acknowledged throughout, none refused; the spoofed hosts' failures
+/// past their small share move them to the strangers' pool (`verify.demoted`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgeries_from_8_proven_addresses_never_starve_the_other_proven_devices() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let clock = std::time::Instant::now();
+    let devices: Vec<_> = (0..10u64)
+        .map(|i| boot(200 + i, SignatureAlgorithm::EcdsaP256))
+        .collect();
+    for d in &devices {
+        provision(&db, d.0.identity());
+    }
+    let kids: Vec<Identity> = devices.iter().map(|d| *d.0.identity()).collect();
+    let server = start(&db, v4(127, 0, 0, 1), false).await;
+    let to = server.local_addr;
+    let stats = server.stats.clone();
+    let key = server.answer_key;
+    let nodes: Vec<Node> = devices
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let at = v4(127, 0, 5, 1 + i as u8);
+            Node::spawn(d, key, at, to, Duration::from_millis(250), clock)
+        })
+        .collect();
+    assert!(
+        wait_for(30, || nodes.iter().all(|n| n.acknowledged_since(0) >= 2)),
+        "the devices publish"
+    );
+    // Forgeries for each of the first eight devices, from its own address.
+    let forged: Vec<Vec<Vec<u8>>> = nodes[..8]
+        .iter()
+        .zip(&kids)
+        .map(|(n, kid)| {
+            let put = n.first_sent(Code::PUT, "ps").expect("a publication");
+            let m = Message::parse(&put).unwrap();
+            let senml = cose_payload(m.payload);
+            (0..40u64)
+                .map(|k| {
+                    let reading = forged_reading(kid, 600 + k, &senml);
+                    rebuild(&m, 0, &|_, v| Some(v.to_vec()), &[], &reading)
+                })
+                .collect()
+        })
+        .collect();
+    let sockets = attackers(&(0..8).map(|i| v4(127, 0, 5, 1 + i)).collect::<Vec<_>>());
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood_start = clock.elapsed().as_secs_f64();
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // 8 addresses at 200 a second each.
+            flood(&sockets, to, Duration::from_millis(5), &stop, 40, |i, k| {
+                forged[i][k].clone()
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let since = clock.elapsed().as_millis() as u64;
+    let honest = &nodes[8..];
+    let served = wait_for(40, || {
+        honest.iter().all(|n| n.acknowledged_since(since) >= 16)
+    });
+    let acknowledged: Vec<usize> = honest.iter().map(|n| n.acknowledged_since(since)).collect();
+    let deferred: Vec<usize> = honest.iter().map(|n| n.deferred_since(since)).collect();
+    stop.store(true, Ordering::Relaxed);
+    let sent = flooder.join().unwrap();
+    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    for n in nodes {
+        n.stop();
+    }
+    let s = stats.snapshot();
+    eprintln!(
+        "{sent} forgeries from 8 proven addresses in {secs:.0} s; the other devices acknowledged {acknowledged:?}, deferred {deferred:?}; counters: {:?}",
+        s.iter()
+            .filter(|(k, _)| k.starts_with("verify.") || k.starts_with("publish."))
+            .collect::<Vec<_>>()
+    );
+    assert!(stats.get("verify.failed") > 0, "the forgeries arrived");
+    assert!(
+        served,
+        "the other proven devices' readings are acknowledged during the flood: {acknowledged:?}"
+    );
+    assert_eq!(
+        deferred,
+        vec![0, 0],
+        "no reading of the other proven devices was refused for the budget"
+    );
+    assert!(
+        stats.get("verify.demoted") >= 8,
+        "the spoofed proven hosts were moved to the strangers' pool, counted"
+    );
+    let r = VerifyRates::default();
+    // Failures as proven: the failure share, and one for each move to the strangers (the
+    // spoofed devices' own readings prove their hosts again now and then).
+    let bound = [r.proven_failures, r.strangers, r.newcomers]
+        .iter()
+        .map(|p| allowed(p.total_burst, p.total_per_second, secs))
+        .sum::<u64>()
+        + stats.get("verify.demoted");
+    assert!(
+        stats.get("verify.failed") <= bound,
+        "failed verifications {} within the budget {bound}",
+        stats.get("verify.failed")
+    );
+    server.shutdown().await;
+}
+
+/// (e) A fresh reading captured on the path (made by its device, never delivered) sent 30
+/// times in one batch from 30 addresses: one verification in all. The copies take the first's
+/// result and are refused by its number once it is stored. (The server's dispatcher, in
+/// memory, so that the 30 are one batch.)
+#[test]
+fn a_captured_reading_sent_30_times_in_one_batch_is_verified_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let mut storage = MemoryStorage::default();
+    let config = DeviceConfig {
+        algorithm: SignatureAlgorithm::EcdsaP256,
+        ..DeviceConfig::default()
+    };
+    let mut device =
+        Device::boot(RustCrypto, config, &mut storage, &mut Seeded(300), &[], &[]).unwrap();
+    provision(&db, device.identity());
+    let stats = Stats::default();
+    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+    config.service.verify_workers = 2;
+    let svc = sigil_server::Service::new(
+        Store::open(&db).unwrap(),
+        config.service.clone(),
+        stats.clone(),
+    )
+    .unwrap();
+    let mut d = sigil_server::Dispatcher::new(config, svc, stats.clone(), [42; 32]);
+    let wall = sigil_time::UnixTime::from_secs(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64,
+    );
+    let at: SocketAddr = "127.0.0.3:40000".parse().unwrap();
+    let mut buf = [0u8; 2048];
+    for ms in (0..20_000u64).step_by(100) {
+        if device.is_registered() {
+            break;
+        }
+        let now = Instant::from_millis(ms);
+        let _ = device.handle_timeout(now, &mut storage);
+        let mut batch = Vec::new();
+        while let Some(n) = device.poll_transmit(&mut buf) {
+            batch.push((at, buf[..n].to_vec()));
+        }
+        for (_, answer) in d.handle_at(batch, now, wall) {
+            let _ = device.handle_datagram(now, &mut storage, &answer);
+        }
+    }
+    assert!(device.is_registered(), "the device registers");
+    // A reading made and captured on the path, never delivered by the device.
+    let now = Instant::from_millis(30_000);
+    let r = [Record {
+        name: Some("t"),
+        unit: Some("Cel"),
+        value: Some(Value::Number(21.5)),
+        ..Default::default()
+    }];
+    device
+        .publish(now, &mut storage, &r, None)
+        .expect("a reading");
+    let n = device.poll_transmit(&mut buf).expect("the publication");
+    let captured = buf[..n].to_vec();
+    let captured = Message::parse(&captured).unwrap();
+    let batch: Vec<(SocketAddr, Vec<u8>)> = ipv4_attackers(30)
+        .into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let copy = rebuild(
+                &captured,
+                1000 + i as u16,
+                &|_, v| Some(v.to_vec()),
+                &[],
+                captured.payload,
+            );
+            (SocketAddr::new(a, 5683), copy)
+        })
+        .collect();
+    let performed = stats.get("verify.performed");
+    let answers = d.handle_at(batch, now, wall);
+    let s = stats.snapshot();
+    eprintln!(
+        "30 copies of a captured reading in one batch; counters: {:?}",
+        s.iter()
+            .filter(|(k, _)| k.starts_with("verify.") || k.starts_with("publish."))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(answers.len(), 30, "every copy is answered");
+    assert_eq!(stats.get("publish.accepted"), 1, "stored once");
+    assert_eq!(
+        stats.get("publish.rejected.replay"),
+        29,
+        "the other copies are refused as replays"
+    );
+    assert_eq!(
+        stats.get("verify.performed") - performed,
+        1,
+        "one verification for all the copies"
+    );
+    assert_eq!(stats.get("verify.skipped_copy"), 29);
 }
 
 /// A forged COSE_Sign1 reading claiming `kid`, numbered `seq`, with a signature that does not
