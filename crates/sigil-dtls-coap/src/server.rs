@@ -14,15 +14,18 @@
 //!   layer, after which the caller calls [`Endpoint::remove`].
 //!
 //! The table holds at most `N` sessions, and at most [`EndpointConfig::max_per_peer`] for one
-//! peer (or for one host, with [`EndpointConfig::host_prefix`]); when it is full, a newcomer
-//! takes the place of the oldest half-open handshake of the peer holding the most, if that
-//! peer holds more than the newcomer's would; else a newcomer whose host holds none (or a
-//! peer the caller knows completed a handshake before) takes the place of the oldest
-//! stranger's half-open handshake, once that one had a quarter of
-//! `crowded_handshake_timeout` for its round trips. A handshake expires `handshake_timeout`
-//! after it was created (with more than half the table in handshakes, a stranger's after
-//! `crowded_handshake_timeout`), an established session after it was idle for
-//! `idle_timeout`. Session IDs are
+//! peer (or for one host, with [`EndpointConfig::host_prefix`]). When it is full, a ClientHello
+//! with a valid cookie is first accepted by the handshake (one it refuses pushes no one out);
+//! then it may take the place of a stranger's half-open handshake (not one of a peer the caller
+//! knows completed a handshake before) that went `handshake_shield` without progress (a client
+//! flight that moved it on; 15 s by default, one CoAP retransmission sequence), those that
+//! never progressed first: the oldest such of the peer holding the most, if that peer holds
+//! more than the newcomer's would, else, for a newcomer whose host holds none (or a known
+//! peer), the oldest such of all. Evictions have a budget of `N` per `handshake_timeout` and a
+//! reserve of [`EVICTION_RESERVE`]; past it, and with no candidate, the newcomer gets 5.03. A
+//! handshake expires `handshake_timeout` after it was created (with more than half the table in
+//! handshakes, a stranger's once it went `crowded_handshake_timeout`, at least the shield,
+//! without progress), an established session after it was idle for `idle_timeout`. Session IDs are
 //! random, so an off-path sender cannot name another peer's session. Each session answers a
 //! retransmitted request (same peer, message ID, token and length) with the cached response
 //! instead of a second handshake step (RFC 7252 §4.5). Every refusal is counted in

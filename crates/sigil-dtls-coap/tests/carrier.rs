@@ -893,8 +893,10 @@ fn a_half_open_handshake_expires_after_its_timeout_however_often_it_is_asked_for
 #[test]
 fn a_full_table_gives_a_newcomer_the_oldest_half_open_handshake_of_the_heaviest_peer() {
     let trust = SENSOR_PSK;
+    // (A shield of 2 s: the first handshake may give way at 2 s, the second not yet.)
     let config = EndpointConfig {
         max_per_peer: 2,
+        handshake_shield: Duration::from_secs(2),
         ..EndpointConfig::default()
     };
     let mut server = psk_endpoint::<2>(&trust, config);
@@ -949,10 +951,10 @@ fn only_a_true_retransmission_gets_the_cached_answer() {
 }
 
 /// A table full of hosts holding one half-open handshake each gives way: a newcomer whose
-/// host holds none takes the place of the oldest stranger's once that one had a quarter of
-/// `crowded_handshake_timeout` for its round trips (before, 5.03); with more than half the
-/// table in handshakes, strangers' older than the crowded timeout are removed first; a known
-/// peer's handshake (the caller says so) is never pushed out for a newcomer.
+/// host holds none takes the place of the oldest stranger's once that one went
+/// `handshake_shield` without progress (2 s here; before, 5.03); with more than half the
+/// table in handshakes, strangers' without progress for the crowded timeout are removed
+/// first; a known peer's handshake (the caller says so) is never pushed out for a newcomer.
 #[test]
 fn a_full_table_of_one_handshake_per_host_gives_way_to_newcomers() {
     let trust = SENSOR_PSK;
@@ -961,6 +963,7 @@ fn a_full_table_of_one_handshake_per_host_gives_way_to_newcomers() {
         host_prefix: 4,
         handshake_timeout: Duration::from_secs(30),
         crowded_handshake_timeout: Duration::from_secs(8),
+        handshake_shield: Duration::from_secs(2),
         ..EndpointConfig::default()
     };
     let mut server = psk_endpoint::<4>(&trust, config);
@@ -1022,4 +1025,88 @@ fn a_full_table_of_one_handshake_per_host_gives_way_to_newcomers() {
     );
     assert_eq!(server.counters().evicted_oldest, 0);
     assert_eq!(server.counters().expired_crowded, 0);
+}
+
+/// Two hosts' half-open handshakes fill a table of two, 16 s old: past the default 15 s shield
+/// (one CoAP retransmission sequence), within a crowded timeout of 20 s.
+fn two_strangers_16_s_old() -> (EndpointConfig, [&'static [u8]; 2]) {
+    let config = EndpointConfig {
+        max_per_peer: 1,
+        host_prefix: 4,
+        handshake_timeout: Duration::from_secs(120),
+        crowded_handshake_timeout: Duration::from_secs(20),
+        ..EndpointConfig::default()
+    };
+    assert_eq!(config.handshake_shield, Duration::from_secs(15));
+    (config, [b"\x0a\x00\x00\x01:1", b"\x0a\x00\x00\x02:1"])
+}
+
+#[test]
+fn a_client_hello_the_handshake_refuses_pushes_no_one_out() {
+    let trust = SENSOR_PSK;
+    let (config, strangers) = two_strangers_16_s_old();
+    let mut server = psk_endpoint::<2>(&trust, config);
+    for (i, peer) in strangers.iter().enumerate() {
+        abandoned(&mut server, peer, 10 + i as u8, 0);
+    }
+    // A raw-public-key client at a PSK-only endpoint: its ClientHello has a valid cookie,
+    // then the handshake refuses it (4.03). Before, a stranger's slot was cleared first.
+    let (client_key, _) = key(60);
+    let mut client = Client::connect(
+        RustCrypto,
+        NoTrust,
+        CarrierConfig::default(),
+        &mut Counter::new(61, 37),
+        Credentials::RawPublicKey(Some(&client_key)),
+        at(16_000),
+    )
+    .unwrap();
+    let newcomer: &[u8] = b"\x0a\x00\x00\x09:1";
+    let mut link = Link::new(newcomer);
+    link.now = at(16_000);
+    assert!(!link.run(&mut client, &mut server, 17_000));
+    assert_eq!(
+        client.failure(),
+        Some(sigil_dtls_coap::Error::Refused(Code::FORBIDDEN))
+    );
+    let c = server.counters();
+    assert_eq!(c.refused_hello, 1);
+    assert_eq!((c.evicted, c.evicted_oldest, c.expired_crowded), (0, 0, 0));
+    assert_eq!(server.half_open(&[]), 2);
+    // A ClientHello the handshake takes, from the same host, gets in in a stranger's place.
+    handshake(&mut server, newcomer, 62, 17_000).unwrap();
+    assert_eq!(server.counters().evicted_oldest, 1);
+}
+
+#[test]
+fn a_strangers_handshake_is_safe_for_a_retransmission_sequence_and_evictions_are_budgeted() {
+    let trust = SENSOR_PSK;
+    let (config, _) = two_strangers_16_s_old();
+    let mut server = psk_endpoint::<4>(&trust, config);
+    for i in 0..4u8 {
+        abandoned(&mut server, &[10, 0, 1, i, b':', b'1'], 20 + i, 0);
+    }
+    let refused = sigil_dtls_coap::Error::Refused(Code::SERVICE_UNAVAILABLE);
+    // 14 s without progress: within a client's CoAP retransmissions (2 + 4 + 8 s), so no
+    // stranger's handshake gives way (before: any 2 s old did).
+    assert_eq!(
+        handshake(&mut server, b"\x0a\x00\x02\x01:1", 30, 14_000),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().table_full, 1);
+    assert_eq!(server.counters().evicted_oldest, 0);
+    // At 15 s, newcomers push out the oldest, as far as the budget's reserve (2) goes...
+    handshake(&mut server, b"\x0a\x00\x02\x02:1", 31, 15_000).unwrap();
+    handshake(&mut server, b"\x0a\x00\x02\x03:1", 32, 15_100).unwrap();
+    assert_eq!(server.counters().evicted_oldest, 2);
+    // ...then the budget (4 per 120 s here) refuses the next one for now.
+    assert_eq!(
+        handshake(&mut server, b"\x0a\x00\x02\x04:1", 33, 15_200),
+        Err(Some(refused))
+    );
+    assert_eq!(server.counters().eviction_budget, 1);
+    assert_eq!(server.counters().evicted_oldest, 2);
+    // 30 s later (120 s / 4) one more eviction is allowed.
+    handshake(&mut server, b"\x0a\x00\x02\x05:1", 34, 45_300).unwrap();
+    assert_eq!(server.counters().evicted_oldest, 3);
 }
