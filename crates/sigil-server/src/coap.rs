@@ -710,6 +710,10 @@ impl Dispatcher {
         // first KiB or so).
         let holds = ENTRY_OVERHEAD + key.1.len() + a.body.len() + part.len();
         let more = holds.saturating_sub(a.charged);
+        // A full table gives way to a transfer going on as to a new one.
+        if self.block1_budget.check(host, more) == Err(Over::Total) {
+            self.block1_give_way(host, more);
+        }
         if self.block1_budget.charge(host, more).is_err() {
             self.drop_assembly(&key);
             self.count("coap.block1.refused");

@@ -3,8 +3,11 @@
 //! byte budget counted: 16-byte first blocks from 3 addresses filled it with about 124 KB of
 //! its 4 MiB charged, and block-wise (kit) registrations got 5.03 for 247 s. Now it is
 //! bounded by bytes alone, every transfer is charged at least `BLOCK1_MIN_CHARGE`, and an
-//! unfinished transfer lives `block1_idle` (45 s) after its last block. Every figure asserted
-//! is the server's own accounting (`mem.block1.*`, `coap.block1.*`).
+//! unfinished transfer lives `block1_idle` (45 s) after its last block. A full table gives
+//! way: the least recently active transfer of the host holding the most goes for a newcomer
+//! whose host would hold less (tested from 256 hosts and from 67 at their share, beside a
+//! kit registering block-wise). Every figure asserted is the server's own accounting
+//! (`mem.block1.*`, `coap.block1.*`).
 
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{PublicKey, RustCrypto};
@@ -200,4 +203,69 @@ fn three_hosts_of_tiny_first_blocks_cannot_fill_the_block1_table() {
     assert_eq!(s.gauge("mem.block1.bytes"), 0);
     assert_eq!(s.gauge("mem.block1.hosts"), 0);
     assert_eq!(s.stats.get("coap.block1.expired"), transfers);
+}
+
+/// `hosts` hosts (10.1.x.y) send 16-byte first blocks from `ports` ports each, 4 transfers a
+/// port (each port's own limit). Returns the transfers the table took.
+fn fill(s: &mut Server, hosts: u32, ports: u16) -> u64 {
+    let mut refused = 0u64;
+    let mut sent = 0u64;
+    for port in 20_000..20_000 + ports {
+        let mut batch = Vec::new();
+        for h in 0..hosts {
+            let ip = [10, 1, (h / 256) as u8, (h % 256) as u8];
+            for k in 0..4u16 {
+                let ep = format!("m{h}-{port}-{k}");
+                batch.push((SocketAddr::from((ip, port)), first_block(k, &ep)));
+                sent += 1;
+            }
+        }
+        for (_, a) in s.deliver(batch) {
+            if Message::parse(&a).unwrap().code == Code::SERVICE_UNAVAILABLE {
+                refused += 1;
+            }
+        }
+    }
+    sent - refused
+}
+
+/// A full table (every host of the attack at or near its share, the total taken) still takes
+/// an honest kit's block-wise registration: the least recently active transfer of the host
+/// holding the most gives way to a newcomer whose host holds less (`coap.block1.gave_way`).
+/// Before, the kit got 5.03 until the attackers' transfers went idle (and they renew them).
+fn a_full_table_gives_way_to_a_kit(hosts: u32, ports: u16) {
+    let mut s = Server::new();
+    let caps = s.config.block1_caps;
+    let transfers = fill(&mut s, hosts, ports);
+    let held = s.gauge("mem.block1.bytes");
+    assert_eq!(s.gauge("mem.block1.hosts"), u64::from(hosts));
+    assert!(
+        held as usize + BLOCK1_MIN_CHARGE > caps.total,
+        "the table is full: {held} B of {} in {transfers} transfers",
+        caps.total
+    );
+    assert!(s.stats.get("coap.block1.refused") > 0);
+    let gave_way = s.stats.get("coap.block1.gave_way");
+    assert!(
+        kit_member_registers(&mut s, SocketAddr::from(([192, 0, 2, 9], 41_000)), 400),
+        "a block-wise registration beside {hosts} hosts filling the Block1 table"
+    );
+    assert!(s.stats.get("coap.block1.gave_way") > gave_way);
+    // The attackers' hosts each still hold no more than their share, the table no more than
+    // its total.
+    assert!(s.gauge("mem.block1.bytes") as usize <= caps.total);
+    assert!(s.gauge("mem.block1.peak") as usize <= caps.total);
+}
+
+#[test]
+fn a_block1_table_filled_from_256_hosts_gives_way_to_a_kit() {
+    // 256 hosts × 4 ports × 4 transfers: about 16 KiB a host, the 4 MiB total taken.
+    a_full_table_gives_way_to_a_kit(256, 4);
+}
+
+#[test]
+fn a_block1_table_filled_by_hosts_at_their_share_gives_way_to_a_kit() {
+    // Hosts at their 64 KiB share (16 ports × 4 transfers each, 58 held): 64 of them leave
+    // some 36 KiB (the minimum charge does not divide the share), so 67 take the total.
+    a_full_table_gives_way_to_a_kit(67, 16);
 }
