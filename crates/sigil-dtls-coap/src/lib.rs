@@ -43,7 +43,7 @@ pub mod client;
 pub mod server;
 
 pub use client::{CarrierConfig, Client};
-pub use server::{Counters, Endpoint, EndpointConfig, Established};
+pub use server::{Counters, Endpoint, EndpointConfig, Established, Standing};
 
 use sigil_coap::Code;
 

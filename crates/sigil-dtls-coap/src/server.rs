@@ -21,11 +21,12 @@
 //! flight that moved it on; 15 s by default, one CoAP retransmission sequence), those that
 //! never progressed first: the oldest such of the peer holding the most, if that peer holds
 //! more than the newcomer's would, else, for a newcomer whose host holds none (or a known
-//! peer), the oldest such of all. Evictions have a budget of `N` per `handshake_timeout` and a
+//! peer), the oldest such of all; a newcomer the caller calls a [`Standing::Suspect`] (its
+//! host's last handshake was dropped unfinished) takes only a free slot. Evictions have a budget of `N` per `handshake_timeout` and a
 //! reserve of [`EVICTION_RESERVE`]; past it, and with no candidate, the newcomer gets 5.03. A
 //! handshake expires `handshake_timeout` after it was created (with more than half the table in
-//! handshakes, a stranger's once it went `crowded_handshake_timeout`, at least the shield,
-//! without progress), an established session after it was idle for `idle_timeout`. Session IDs are
+//! handshakes, a stranger's once it went `crowded_handshake_timeout`, at least a third more
+//! than the shield, without progress), an established session after it was idle for `idle_timeout`. Session IDs are
 //! random, so an off-path sender cannot name another peer's session. Each session answers a
 //! retransmitted request (same peer, message ID, token and length) with the cached response
 //! instead of a second handshake step (RFC 7252 §4.5). Every refusal is counted in
@@ -66,7 +67,8 @@ pub struct EndpointConfig {
     pub handshake_timeout: Duration,
     /// With more than half the table in handshakes, a stranger's handshake (see
     /// [`Endpoint::handle_datagram_from`])     /// without progress (a client flight that moved it on) for this long is removed first
-    /// (never less than `handshake_shield`).
+    /// (never less than a third more than `handshake_shield`, so a newcomer has a while to
+    /// push out what went the shield without progress before it expires).
     pub crowded_handshake_timeout: Duration,
     /// A newcomer may push out a stranger's half-open handshake only once it had no progress
     /// for this long: one CoAP retransmission sequence (RFC 7252 §4.8: 2 + 4 + 8 s), so a
@@ -257,8 +259,9 @@ pub struct Endpoint<'a, C, T, const N: usize> {
     cookies: CookieKey,
     sessions: [Option<Session<C, T>>; N],
     counters: Counters,
-    /// Whether the datagram in hand comes from a known peer ([`Endpoint::handle_datagram_from`]).
-    known: bool,
+    /// What the caller knows of the peer of the datagram in hand
+    /// ([`Endpoint::handle_datagram_from`]).
+    standing: Standing,
     /// Evictions left (thousandths), refilled at `N` per `handshake_timeout`, at most
     /// [`EVICTION_RESERVE`], as of `evictions_at`.
     evictions: u64,
@@ -348,7 +351,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             cookies: CookieKey::new(cookie_secret),
             sessions: core::array::from_fn(|_| None),
             counters: Counters::default(),
-            known: false,
+            standing: Standing::Stranger,
             evictions: EVICTION_RESERVE * 1000,
             evictions_at: None,
         }
@@ -523,25 +526,26 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         self.handle_datagram_with(now, peer, datagram, &offer, &mut |_| true, rng, out)
     }
 
-    /// [`Endpoint::handle_datagram_with`] for a peer that completed a handshake before
-    /// (`known`, e.g. the caller holds a session for its address or the session it asks to
-    /// resume): when the table is full it may push out a stranger's half-open handshake, and
-    /// its own is kept over strangers' when the table is crowded.
+    /// [`Endpoint::handle_datagram_with`] for a peer of the given [`Standing`]: a
+    /// [`Standing::Known`] peer (e.g. the caller holds a session for its address, or made
+    /// the session it asks to resume for its host) may push out a stranger's half-open
+    /// handshake when the table is full, and its own is kept over strangers' when the table
+    /// is crowded; a [`Standing::Suspect`] one takes only a free slot.
     #[allow(clippy::too_many_arguments)]
     pub fn handle_datagram_from(
         &mut self,
         now: Instant,
         peer: &[u8],
-        known: bool,
+        standing: Standing,
         datagram: &[u8],
         offer: &ServerCredentials<'_>,
         admit: &mut dyn FnMut(&[u8]) -> bool,
         rng: &mut dyn Rng,
         out: &mut [u8],
     ) -> Option<usize> {
-        self.known = known;
+        self.standing = standing;
         let r = self.handle_datagram_with(now, peer, datagram, offer, admit, rng, out);
-        self.known = false;
+        self.standing = Standing::Stranger;
         r
     }
 
@@ -613,7 +617,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                     request_len: datagram.len(),
                     offer,
                     admit,
-                    known: self.known,
+                    known: self.standing == Standing::Known,
+                    may_evict: self.standing != Standing::Suspect,
                 };
                 self.hello(now, peer, &req, hello, rng, out)
             }
@@ -701,7 +706,10 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         });
         let (slot, evicting) = match free {
             Some(slot) => (slot, None),
-            None => match self.eviction_for(now, host, hello.known) {
+            None => match self
+                .eviction_for(now, host, hello.known)
+                .filter(|_| hello.may_evict)
+            {
                 Some(_) if !self.eviction_left(now) => {
                     self.counters.eviction_budget += 1;
                     return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
@@ -791,10 +799,11 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         if half_open * 2 <= N {
             return;
         }
+        let shield = self.config.handshake_shield;
         let short = self
             .config
             .crowded_handshake_timeout
-            .max(self.config.handshake_shield)
+            .max(shield.saturating_add(shield / 3))
             .min(self.config.handshake_timeout);
         for slot in &mut self.sessions {
             let old = slot.as_ref().is_some_and(|s| {
@@ -1079,10 +1088,27 @@ fn host_part(peer: &[u8], prefix: usize) -> &[u8] {
     }
 }
 
+/// What the caller knows of a peer ([`Endpoint::handle_datagram_from`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// It completed a handshake before: when the table is full it may push out a stranger's
+    /// half-open handshake, and its own is never pushed out or expired early for a stranger.
+    Known,
+    /// Nothing: when the table is full it may push out a stranger's half-open handshake if
+    /// its host holds none (or less than the host holding the most).
+    Stranger,
+    /// Its host's last handshake was dropped unfinished (the caller keeps that): it takes
+    /// only a free slot, so hosts that hold handshakes without finishing them cannot push out
+    /// others' in turn.
+    Suspect,
+}
+
 /// What `PUT /dtls` needs besides the request.
 struct Hello<'o, 'f> {
     request_len: usize,
     known: bool,
+    /// Whether it may push anyone out (not a [`Standing::Suspect`]).
+    may_evict: bool,
     offer: &'o ServerCredentials<'o>,
     admit: &'f mut dyn FnMut(&[u8]) -> bool,
 }

@@ -1008,7 +1008,7 @@ fn a_full_table_of_one_handshake_per_host_gives_way_to_newcomers() {
             .handle_datagram_from(
                 at(0),
                 known,
-                true,
+                sigil_dtls_coap::Standing::Known,
                 &buf[..n],
                 &PSK_ONLY,
                 &mut |_| true,
@@ -1109,4 +1109,44 @@ fn a_strangers_handshake_is_safe_for_a_retransmission_sequence_and_evictions_are
     // 30 s later (120 s / 4) one more eviction is allowed.
     handshake(&mut server, b"\x0a\x00\x02\x05:1", 34, 45_300).unwrap();
     assert_eq!(server.counters().evicted_oldest, 3);
+}
+
+#[test]
+fn a_suspect_takes_only_a_free_slot() {
+    let trust = SENSOR_PSK;
+    let (config, strangers) = two_strangers_16_s_old();
+    let mut server = psk_endpoint::<2>(&trust, config);
+    for (i, peer) in strangers.iter().enumerate() {
+        abandoned(&mut server, peer, 70 + i as u8, 0);
+    }
+    // A newcomer the caller calls a suspect (its host's last handshake was dropped
+    // unfinished) gets 5.03 where a stranger would push out one of the two.
+    let mut client = psk_client(72, CarrierConfig::default());
+    let (mut buf, mut out) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM]);
+    let mut rng = Counter::new(8, 1);
+    let peer: &[u8] = b"\x0a\x00\x00\x30:1";
+    let mut last = None;
+    for _ in 0..2 {
+        let n = client.poll_transmit(at(16_000), &mut buf).unwrap();
+        let r = server
+            .handle_datagram_from(
+                at(16_000),
+                peer,
+                sigil_dtls_coap::Standing::Suspect,
+                &buf[..n],
+                &PSK_ONLY,
+                &mut |_| true,
+                &mut rng,
+                &mut out,
+            )
+            .unwrap();
+        last = Some(Message::parse(&out[..r]).unwrap().code);
+        let _ = client.handle_datagram(at(16_000), &out[..r], &mut rng);
+    }
+    assert_eq!(last, Some(Code::SERVICE_UNAVAILABLE));
+    assert_eq!(server.counters().table_full, 1);
+    assert_eq!(server.counters().evicted_oldest, 0);
+    assert_eq!(server.half_open(&[]), 2);
+    handshake(&mut server, b"\x0a\x00\x00\x31:1", 73, 16_100).unwrap();
+    assert_eq!(server.counters().evicted_oldest, 1);
 }

@@ -15,13 +15,18 @@
 //! [`SESSION_BYTES`], [`RESUMPTION_BYTES`]). A cookie proves only that the address receives,
 //! so a host that returns cookies from many ports still gets one host's share of half-open
 //! handshakes (`max_handshakes_per_host`); beyond it, its ClientHellos are refused after the
-//! cookie check, before any handshake work. When the handshake table is full, a newcomer
-//! pushes out the oldest half-open handshake of the host holding the most, if that host holds
-//! more than the newcomer's host would; else, if its host holds none (or its peer completed a
-//! handshake before), the oldest stranger's half-open handshake that has had a quarter of
-//! `crowded_handshake_timeout`; otherwise it is refused. Above half full, strangers'
-//! handshakes older than `crowded_handshake_timeout` expire first. A live session is never
-//! pushed out by newcomers, so a flood of ClientHellos cannot cut off devices that are already
+//! cookie check, before any handshake work. When the handshake table is full, a ClientHello is
+//! first accepted by the handshake (one it refuses pushes no one out); then it may push out a
+//! stranger's half-open handshake that went [`HANDSHAKE_SHIELD`] (7 s) without progress (a
+//! client flight that moved it on), those that never progressed first: the one of the host
+//! holding the most, if that host holds more than the newcomer's host would, else, if the
+//! newcomer's host holds none (or it is a known peer), the first of all; within a total budget
+//! of evictions (`max_handshakes` per `handshake_timeout`, and a reserve); otherwise it is
+//! refused. Above half full, strangers' handshakes without progress for
+//! `crowded_handshake_timeout` expire first. A known peer is one at the address of a live
+//! session, or one resuming a cached session made from its own host (one such handshake per
+//! cached session): a session ID alone, seen on the wire, makes no one known. A live session
+//! is never pushed out by newcomers, so a flood of ClientHellos cannot cut off devices that are already
 //! connected; stale entries (a handshake older than `handshake_timeout`, a session idle longer
 //! than `session_idle`, a resumable session older than `session_lifetime`) expire and their
 //! memory is returned. A ClientHello from the address of an established session (a device
@@ -56,7 +61,7 @@ use sigil_dtls::{
     Config, Connection, CookieKey, Peer as DtlsPeer, SavedAssociation, ServerCredentials, Session,
     Stateless, Traffic, Trust, MAX_DATAGRAM,
 };
-use sigil_dtls_coap::{Endpoint, EndpointConfig};
+use sigil_dtls_coap::{Endpoint, EndpointConfig, Standing};
 use sigil_identity::Identity;
 use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -108,9 +113,10 @@ pub struct DtlsConfig {
     pub handshakes_per_host_per_sec: u32,
     /// A handshake older than this is stale (evictable).
     pub handshake_timeout: Duration,
-    /// Above half full, a half-open handshake older than this is dropped first (on either
-    /// carrier), unless its peer completed a handshake before: under pressure a handshake
-    /// must finish in this long, so slots an attacker renews slowly give way.
+    /// Above half full, a half-open handshake without progress for this long is dropped
+    /// first (on either carrier; never less than the carrier's shield, [`HANDSHAKE_SHIELD`] or
+    /// [`CARRIER_HANDSHAKE_SHIELD`]), unless its peer is known: under pressure a handshake
+    /// must move on within this long, so slots an attacker holds without progress give way.
     pub crowded_handshake_timeout: Duration,
     /// A session without traffic for this long is stale (evictable).
     pub session_idle: Duration,
@@ -359,8 +365,9 @@ struct Peer<K> {
     /// What the handshake's peer claimed (PSK identity or key identity), for the log line if
     /// the handshake fails; `None` before it claims and for a session.
     claimed: Option<String>,
-    /// A handshake whose peer completed one before (its address has a session, or it asks to
-    /// resume a cached one): kept over strangers' handshakes when the table is crowded.
+    /// A handshake whose peer completed one before (its address has a session, or it resumes
+    /// a cached session made from its host, the only known handshake resuming it): kept over
+    /// strangers' handshakes when the table is crowded.
     known: bool,
     /// A session made over the CoAP carrier: its resource's ID (`dtls/<id>`), whose `DELETE`
     /// is answered 4.05 for as long as the session lives.
@@ -648,6 +655,10 @@ pub struct SecureLayer {
     /// Cached session IDs a known half-open handshake over the CoAP carrier asked to resume,
     /// and from which address: one known handshake per cached session.
     carrier_resuming: HashMap<[u8; 32], SocketAddr>,
+    /// Hosts whose last handshake started (on either carrier) has not completed, and when it
+    /// started: while it is younger than `handshake_timeout` and the host holds no half-open
+    /// handshake, the host is a suspect and takes only free slots (at most [`RATE_HOSTS`]).
+    unfinished: HashMap<Host, Instant>,
     next_sweep: Instant,
     next_cookie_rotation: Instant,
     log: LogLimiter,
@@ -764,6 +775,7 @@ impl SecureLayer {
             start_rate,
             evictions,
             carrier_resuming: HashMap::new(),
+            unfinished: HashMap::new(),
             next_sweep: Instant::ZERO,
             next_cookie_rotation: Instant::ZERO.saturating_add(COOKIE_ROTATION),
             log: LogLimiter::default(),
@@ -1418,6 +1430,10 @@ impl SecureLayer {
             self.expire_handshakes(now);
             self.expire_sessions(now);
             self.expire_resumable(now);
+            let stale = self.config.handshake_timeout;
+            self.unfinished
+                .retain(|_, t| now.saturating_since(*t) < stale);
+            shrink_if_sparse(&mut self.unfinished);
             for ep in &mut self.carrier {
                 ep.handle_timeout(now);
             }
@@ -1715,6 +1731,12 @@ impl SecureLayer {
                     carrier_id: None,
                 };
                 self.count("dtls.handshake_started");
+                note_unfinished(
+                    &mut self.unfinished,
+                    host,
+                    now,
+                    self.config.handshake_timeout,
+                );
                 if restarted.is_some() {
                     self.count("dtls.handshake_restarted");
                 }
@@ -1730,6 +1752,18 @@ impl SecureLayer {
                 }
             }
         }
+    }
+
+    /// Whether `host` holds no half-open handshake here and its last one started (on either
+    /// carrier) within `handshake_timeout` did not complete: it was pushed out, expired or
+    /// failed. Such a host takes only free slots (`dtls.refused_tables_full` otherwise), so
+    /// hosts that hold handshakes without finishing them cannot push out others' in turn.
+    fn suspect(&self, host: Host, now: Instant) -> bool {
+        self.handshake_bytes.held_by(host) == 0
+            && self
+                .unfinished
+                .get(&host)
+                .is_some_and(|t| now.saturating_since(*t) < self.config.handshake_timeout)
     }
 
     /// Whether the cached session `id` may be resumed and was made from `host`.
@@ -1837,6 +1871,9 @@ impl SecureLayer {
         known: bool,
         restarted: bool,
     ) -> Option<(SocketAddr, &'static str)> {
+        if !known && self.suspect(host, now) {
+            return None;
+        }
         let candidate =
             |p: &Peer<Conn>| !p.known && now.saturating_since(p.progress) >= HANDSHAKE_SHIELD;
         let order = |p: &Peer<Conn>| (p.progressed, p.progress, p.created);
@@ -1888,6 +1925,7 @@ impl SecureLayer {
     ) -> Vec<Delivered> {
         self.handshake_bytes.refund(p.host, HANDSHAKE_BYTES);
         shrink_if_sparse(&mut self.handshakes);
+        self.unfinished.remove(&p.host);
         let Peer {
             conn,
             host,
@@ -2065,7 +2103,16 @@ impl SecureLayer {
             cid.as_ref(),
             resume.as_ref(),
         );
+        let standing = if known {
+            Standing::Known
+        } else if self.suspect(host, now) {
+            Standing::Suspect
+        } else {
+            Standing::Stranger
+        };
         let start_rate = &mut self.start_rate;
+        let unfinished = &mut self.unfinished;
+        let stale = self.config.handshake_timeout;
         let mut refusal = None;
         let mut admit = |_: &[u8]| {
             if let Err(r) = room {
@@ -2076,6 +2123,7 @@ impl SecureLayer {
                 refusal = Some(Refusal::HostRate);
                 return false;
             }
+            note_unfinished(unfinished, host, now, stale);
             true
         };
         let ep = &mut carrier[shard];
@@ -2094,7 +2142,7 @@ impl SecureLayer {
         let answer = ep.handle_datagram_from(
             now,
             &key,
-            known,
+            standing,
             datagram,
             &offer,
             &mut admit,
@@ -2149,6 +2197,7 @@ impl SecureLayer {
             if let Some(p) = self.sessions.get_mut(&peer) {
                 p.carrier_id = Some(id);
                 self.count("dtls_coap.handshake_completed");
+                self.unfinished.remove(&host);
             }
         }
         self.carrier = carrier;
@@ -2232,13 +2281,26 @@ impl SecureLayer {
 }
 
 /// How long, under pressure (the table above half full), a stranger's half-open handshake
-/// lives after its last progress: `crowded_handshake_timeout`, never less than
-/// [`HANDSHAKE_SHIELD`] (nor more than `handshake_timeout`).
+/// lives after its last progress: `crowded_handshake_timeout`, never less than a third more
+/// than [`HANDSHAKE_SHIELD`] (so a newcomer has a while to push out what went the shield
+/// without progress before it expires), nor more than `handshake_timeout`.
 fn crowded_lifetime(config: &DtlsConfig) -> Duration {
     config
         .crowded_handshake_timeout
-        .max(HANDSHAKE_SHIELD)
+        .max(HANDSHAKE_SHIELD + HANDSHAKE_SHIELD / 3)
         .min(config.handshake_timeout)
+}
+
+/// Notes that `host` started a handshake at `now` (kept for at most [`RATE_HOSTS`] hosts:
+/// entries older than `stale` go first; with none of those, the host is not noted).
+fn note_unfinished(map: &mut HashMap<Host, Instant>, host: Host, now: Instant, stale: Duration) {
+    if !map.contains_key(&host) && map.len() >= RATE_HOSTS {
+        map.retain(|_, t| now.saturating_since(*t) < stale);
+        if map.len() >= RATE_HOSTS {
+            return;
+        }
+    }
+    map.insert(host, now);
 }
 
 /// The server's certificate chain, leaf first (empty without X.509).

@@ -894,3 +894,34 @@ fn an_honest_handshake_that_loses_a_flight_completes_while_300_hosts_churn() {
         s.count("dtls.handshake_evicted")
     );
 }
+
+#[test]
+fn a_host_whose_handshake_was_pushed_out_takes_only_free_slots() {
+    // Eight hosts hold the whole table. A ninth pushes one of them out once its handshake
+    // went 7 s without progress. The host pushed out (its handshake never finished) may not
+    // push out another in turn within the handshake timeout: before, every host holding none
+    // could, so hosts that never finish kept pushing out each other and newcomers alike.
+    let mut s = Server::new(|c| c.max_handshakes = 8);
+    let hosts: Vec<SocketAddr> = (0..8u8)
+        .map(|i| SocketAddr::from(([203, 0, 113, i], 4000)))
+        .collect();
+    for (i, a) in hosts.iter().enumerate() {
+        assert!(half_open(&mut s, *a, 0, i as u64, None, |d| d));
+    }
+    let ninth = SocketAddr::from(([203, 0, 113, 50], 4000));
+    assert!(half_open(&mut s, ninth, 7_100, 50, None, |d| d));
+    assert_eq!(s.count("dtls.handshake_evicted_oldest"), 1);
+    let gone = *hosts
+        .iter()
+        .find(|a| s.layer.handshake_budget().held_by(Host::of(**a)) == 0)
+        .expect("one gave way");
+    let refused = s.count("dtls.refused_tables_full");
+    let again = SocketAddr::new(gone.ip(), 4001);
+    assert!(!half_open(&mut s, again, 7_200, 51, None, |d| d));
+    assert_eq!(s.count("dtls.refused_tables_full"), refused + 1);
+    assert_eq!(s.count("dtls.handshake_evicted"), 1);
+    // A fresh host still gets in.
+    let tenth = SocketAddr::from(([203, 0, 113, 60], 4000));
+    assert!(half_open(&mut s, tenth, 7_300, 60, None, |d| d));
+    assert_eq!(s.count("dtls.handshake_evicted_oldest"), 2);
+}
