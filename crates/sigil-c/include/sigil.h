@@ -121,7 +121,7 @@
  Size of [`sigil_diet_node`] in 8-byte words: room for the state on every target the
  library builds for (checked below at compile time).
  */
-#define SIGIL_DIET_NODE_WORDS 480
+#define SIGIL_DIET_NODE_WORDS 528
 
 /*
  Size of [`sigil_diet_node`] in bytes.
@@ -469,8 +469,9 @@ typedef enum {
    */
   SIGIL_DIET_REFUSED_OTHER = 10,
   /*
-   A hello that proved nothing, again within the hello interval (`hello_initial_ms`)
-   of the challenge it had: refused before its signature is checked.
+   A hello that proved nothing (a recorded, repeated or forged one) within the hello
+   interval (`hello_initial_ms`) of the last one verified from the same neighbour:
+   refused before its signature is checked.
    */
   SIGIL_DIET_REFUSED_BUDGET = 11,
 } sigil_diet_refusal;

@@ -43,7 +43,7 @@ pub const SIGIL_DIET_MAX_NEIGHBOURS: usize = 8;
 pub const SIGIL_DIET_UNKNOWN_NEIGHBOUR: u32 = 0xFFFF_FFFF;
 /// Size of [`sigil_diet_node`] in 8-byte words: room for the state on every target the
 /// library builds for (checked below at compile time).
-pub const SIGIL_DIET_NODE_WORDS: usize = 480;
+pub const SIGIL_DIET_NODE_WORDS: usize = 528;
 /// Size of [`sigil_diet_node`] in bytes.
 pub const SIGIL_DIET_NODE_SIZE: usize = 8 * SIGIL_DIET_NODE_WORDS;
 
@@ -442,8 +442,9 @@ pub enum sigil_diet_refusal {
     SIGIL_DIET_REFUSED_TABLE_FULL = 9,
     /// Anything else.
     SIGIL_DIET_REFUSED_OTHER = 10,
-    /// A hello that proved nothing, again within the hello interval (`hello_initial_ms`)
-    /// of the challenge it had: refused before its signature is checked.
+    /// A hello that proved nothing (a recorded, repeated or forged one) within the hello
+    /// interval (`hello_initial_ms`) of the last one verified from the same neighbour:
+    /// refused before its signature is checked.
     SIGIL_DIET_REFUSED_BUDGET = 11,
 }
 

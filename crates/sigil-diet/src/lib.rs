@@ -57,11 +57,12 @@ pub enum Error {
     Replay,
     /// A hello of an earlier epoch than the one held for its key (a replayed hello).
     StaleHello,
-    /// The neighbour table is full.
+    /// The neighbour table is full, or the hello came from the address of an established
+    /// neighbour with another key (an address is never taken from one in a run).
     TableFull,
-    /// A hello from an address that has not proved itself, over the challenge budget: one
-    /// challenge per address and per key each hello interval, and a total rate
-    /// ([`Config`](node::Config)).
+    /// A hello that proved nothing, over the budget checked before its signature: one
+    /// verification per address and per known key each hello interval, a newcomer's key's
+    /// challenges held, and a total rate ([`Config`](node::Config)).
     Budget,
     /// The output buffer is too small.
     BufferTooSmall,

@@ -11,11 +11,18 @@
 //! proved it is live: every hello carries a fresh nonce (ours to that address) and echoes the
 //! receiver's latest. Keys are derived, a neighbour is moved to a new address, or re-keyed
 //! under a new epoch, only on a signed hello that echoes the nonce sent to the address it
-//! came from. Any other trusted hello is answered with a challenge (our hello with a fresh
-//! nonce), within a budget: one per address and per key each `Config::initial`, and
-//! `Config::challenges_per_second` in total, checked before the signature is verified. So a
-//! recorded hello replayed from any address makes no slot, resets no window and draws at most
-//! one hello (no data) to that address.
+//! came from; a proven hello spends the nonce, so its copy proves nothing. Any other trusted
+//! hello is answered with a challenge (our hello with a fresh nonce), within a budget checked
+//! before the signature is verified: one per address each `Config::initial` (at an
+//! established or configured neighbour's address too), one per known key, at most
+//! [`PENDING_PER_KEY`] held for a newcomer's key, and `Config::challenges_per_second` in total.
+//! A challenge goes at most `Config::attempts` times and is answerable for `Config::max` after
+//! it was issued. So a recorded hello replayed from any address makes no slot, resets no
+//! window and draws at most one hello (no data) to that address.
+//!
+//! An address held by an established neighbour is never given to another key in this run
+//! (refused [`Error::TableFull`]): a slot with keys is never freed, so no key's send counter
+//! or receive window ever starts over under the same keys.
 //!
 //! Freshness across restarts: every node runs under an `epoch` the caller keeps in storage and
 //! raises at each start (or each key change). Both epochs enter the key derivation, so
@@ -37,6 +44,13 @@ pub const KDF_LABEL: &[u8] = b"sigil-diet v3";
 pub const NONCE_LABEL: &[u8] = b"sigil-diet v3 nonce";
 /// Challenges to newcomers held at once (each the size of a key and a few nonces).
 pub const PENDING: usize = 8;
+/// Challenges held at once for one newcomer's key, each at another address: a replayer of
+/// its hello holds one of them, not the key.
+pub const PENDING_PER_KEY: usize = 2;
+/// Addresses charged for an unverified hello that are remembered at once: each gets one
+/// verification per hello interval, and while all are young a hello from any other address
+/// waits.
+pub const SOURCES: usize = 8;
 
 type Nonce = [u8; NONCE_LEN];
 const NO_NONCE: Nonce = [0; NONCE_LEN];
@@ -88,9 +102,12 @@ impl NodeKeys {
 /// hellos, after which the neighbour is [`Phase::Unreachable`] until added again.
 ///
 /// Challenges (our hello to an address that has not proved itself: a newcomer's, or a known
-/// key's claimed new address) are budgeted: one per address and one per key each `initial`,
-/// and `challenges_per_second` in total with bursts of `challenge_burst`; a challenge is
-/// answerable for `max`.
+/// key's claimed new address) are budgeted before the hello's signature is verified: one per
+/// address each `initial` (at most [`SOURCES`] addresses an interval), one per known key
+/// each `initial`, and `challenges_per_second` in total with bursts of `challenge_burst`, of
+/// which newcomers may not take the last quarter of the burst (it is kept for known
+/// neighbours that moved). A challenge is answerable for `max` after it was issued and goes
+/// at most `attempts` times.
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     pub initial: Duration,
@@ -159,14 +176,30 @@ struct Keys {
 }
 
 /// A challenge to an address that has not proved itself: our nonce sent there, the nonce its
-/// hello carried (echoed in ours) and when.
+/// hello carried (echoed in ours), when it was issued, when and how often it went.
 #[derive(Clone, Copy)]
 struct Challenge<A> {
     addr: A,
     nonce: Nonce,
     peer_nonce: Nonce,
     at: Instant,
+    last: Instant,
+    sent: u8,
     due: bool,
+}
+
+impl<A> Challenge<A> {
+    fn new(addr: A, nonce: Nonce, peer_nonce: Nonce, now: Instant) -> Self {
+        Self {
+            addr,
+            nonce,
+            peer_nonce,
+            at: now,
+            last: now,
+            sent: 1,
+            due: true,
+        }
+    }
 }
 
 struct Neighbour<A> {
@@ -183,8 +216,11 @@ struct Neighbour<A> {
     /// A hello is due to `addr`; with `ACK` when `answer_ack`.
     answer_due: bool,
     answer_ack: bool,
-    /// When we last answered an unproven hello here.
+    /// When we last verified an unproven hello from here (charged before verifying).
     challenged_at: Option<Instant>,
+    /// When we last verified a hello for this key from another address (charged before
+    /// verifying).
+    claimed_at: Option<Instant>,
     /// The neighbour's key claimed another address: our challenge there.
     moving: Option<Challenge<A>>,
 }
@@ -202,7 +238,8 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn take(&mut self, now: Instant, per_second: u16, burst: u16) -> bool {
+    /// A token, if more than `keep` thousandths stay.
+    fn take(&mut self, now: Instant, per_second: u16, burst: u16, keep: u64) -> bool {
         let cap = u64::from(burst) * 1000;
         if now > self.at {
             let ms = now.saturating_since(self.at).as_millis() as u64;
@@ -212,7 +249,7 @@ impl Bucket {
                 .min(cap);
             self.at = now;
         }
-        if self.milli >= 1000 {
+        if self.milli >= 1000 + keep {
             self.milli -= 1000;
             true
         } else {
@@ -229,6 +266,7 @@ pub struct Node<C, A, const N: usize> {
     config: Config,
     table: [Option<Neighbour<A>>; N],
     pending: [Option<Pending<A>>; PENDING],
+    sources: [Option<(A, Instant)>; SOURCES],
     bucket: Bucket,
     nonce_key: [u8; 32],
     nonces: u32,
@@ -257,6 +295,7 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
             config,
             table: core::array::from_fn(|_| None),
             pending: core::array::from_fn(|_| None),
+            sources: [None; SOURCES],
             bucket: Bucket {
                 milli: u64::from(config.challenge_burst) * 1000,
                 at: Instant::ZERO,
@@ -405,6 +444,7 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
             answer_due: false,
             answer_ack: false,
             challenged_at: None,
+            claimed_at: None,
             moving: None,
         });
         Ok(i)
@@ -600,24 +640,34 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         let n = self.table[i].as_ref().expect("found");
         let same_run = Self::compare(n.keys.as_ref().expect("held"), hello)?;
         let proven = hello.echo() == n.nonce;
-        // Unproven hellos from here (a repeat of the one we hold, or a new run) are verified
-        // and answered once per hello interval: a sender of recorded hellos from this
-        // address costs one verification and one hello an interval.
-        if !proven && n.challenged_at.is_some_and(|t| young(t, now, initial)) {
-            return Err(Error::Budget);
+        // Unproven hellos from here (a repeat of the one we hold, a new run, or a forgery)
+        // are verified and answered once per hello interval, charged before the signature is
+        // checked: a sender of recorded or forged hellos from this address costs one
+        // verification and one hello an interval.
+        if !proven {
+            if n.challenged_at.is_some_and(|t| young(t, now, initial)) {
+                return Err(Error::Budget);
+            }
+            self.table[i].as_mut().expect("found").challenged_at = Some(now);
         }
         self.verify_hello(hello)?;
+        // A proven hello spends our nonce: its copy proves nothing next time.
+        let fresh = if proven {
+            Some(self.fresh_nonce())
+        } else {
+            None
+        };
         let n = self.table[i].as_mut().expect("found");
         n.peer_nonce = hello.nonce();
         if n.moving.is_some_and(|m| hello.echo() == m.nonce) {
             // Our challenge to a claimed new address came back from here: it has not moved.
             n.moving = None;
         }
-        if !proven {
-            n.challenged_at = Some(now);
-        }
         if same_run {
             // The hello we hold, repeated: answered if it asks, nothing else changes.
+            if let Some(nonce) = fresh {
+                n.nonce = nonce;
+            }
             n.answer_due |= !hello.ack();
             n.answer_ack = true;
             return Ok(Received::Hello { new_keys: false });
@@ -644,30 +694,32 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         let (initial, max) = (self.config.initial, self.config.max);
         let n = self.table[i].as_ref().expect("found");
         let same_run = Self::compare(n.keys.as_ref().expect("held"), hello)?;
+        if self.held_by_keys(&from) {
+            // Another key is established there: its keys, window and send counter are never
+            // given up (set up again, they would start over).
+            return Err(Error::TableFull);
+        }
+        let n = self.table[i].as_ref().expect("found");
         let answered = n
             .moving
             .filter(|m| m.addr == from && hello.echo() == m.nonce && young(m.at, now, max));
         if answered.is_none() {
-            if n.moving.is_some_and(|m| young(m.at, now, initial)) {
+            // Charged before the signature is checked: the key, the address, the total.
+            if n.claimed_at.is_some_and(|t| young(t, now, initial))
+                || !self.charge_source(now, from)
+                || !self.take_token(now, false)
+            {
                 return Err(Error::Budget);
             }
-            if !self.take_token(now) {
-                return Err(Error::Budget);
-            }
+            self.table[i].as_mut().expect("found").claimed_at = Some(now);
             self.verify_hello(hello)?;
             let nonce = self.fresh_nonce();
             let n = self.table[i].as_mut().expect("found");
-            n.moving = Some(Challenge {
-                addr: from,
-                nonce,
-                peer_nonce: hello.nonce(),
-                at: now,
-                due: true,
-            });
+            n.moving = Some(Challenge::new(from, nonce, hello.nonce(), now));
             return Ok(Received::Challenged);
         }
         self.verify_hello(hello)?;
-        // Proven live at `from`: whatever else the table holds there is gone.
+        // Proven live at `from`: a configured neighbour without keys there gives way.
         if let Some(j) = self.find(&from) {
             self.table[j] = None;
         }
@@ -699,8 +751,12 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         let initial = self.config.initial;
         let n = self.table[i].as_ref().expect("found");
         let proven = hello.echo() == n.nonce;
-        if !proven && n.challenged_at.is_some_and(|t| young(t, now, initial)) {
-            return Err(Error::Budget);
+        if !proven {
+            // Charged before the signature is checked, as at an established neighbour's.
+            if n.challenged_at.is_some_and(|t| young(t, now, initial)) {
+                return Err(Error::Budget);
+            }
+            self.table[i].as_mut().expect("found").challenged_at = Some(now);
         }
         self.verify_hello(hello)?;
         let n = self.table[i].as_mut().expect("found");
@@ -708,15 +764,13 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         if !proven {
             n.answer_due = true;
             n.answer_ack = false;
-            n.challenged_at = Some(now);
             return Ok(Received::Challenged);
         }
         self.establish(i, hello, peer_sig)?;
         Ok(Received::Hello { new_keys: true })
     }
 
-    /// A trusted key not in the table, from an address without a configured neighbour (or
-    /// one held by another key).
+    /// A trusted key not in the table, from an address without a neighbour.
     fn hello_newcomer(
         &mut self,
         now: Instant,
@@ -725,6 +779,11 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         peer_sig: PublicKey,
     ) -> Result<Received, Error> {
         let (initial, max) = (self.config.initial, self.config.max);
+        if self.held_by_keys(&from) {
+            // Another key is established there: it keeps the address (its keys, window and
+            // send counter are never given up in this run).
+            return Err(Error::TableFull);
+        }
         let key = *hello.signing_public();
         let at = self
             .pending
@@ -739,108 +798,161 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
                     self.pending[j] = None;
                     return Err(e);
                 }
-                let i = match self.find(&from) {
-                    Some(i) => {
-                        // Another key was held here: the address is this one's now.
-                        self.table[i] = None;
-                        let nonce = self.fresh_nonce();
-                        self.insert(from, nonce)?
-                    }
-                    None => {
-                        let nonce = self.fresh_nonce();
-                        self.insert(from, nonce)?
-                    }
-                };
+                let nonce = self.fresh_nonce();
+                let i = self.insert(from, nonce)?;
                 self.pending[j] = None;
                 self.table[i].as_mut().expect("inserted").peer_nonce = hello.nonce();
                 self.establish(i, hello, peer_sig)?;
                 return Ok(Received::Hello { new_keys: true });
             }
-            if young(p.challenge.at, now, initial) {
-                return Err(Error::Budget);
-            }
         }
-        // One challenge per key at a time: a replayed hello from many addresses gets one.
-        let same_key = self.pending.iter().position(|p| {
-            p.as_ref()
-                .is_some_and(|p| p.key == key && p.challenge.addr != from)
+        // The same challenge again to an address that has one for this key (its answer was
+        // lost), at most `attempts` times while answerable.
+        let again = at.filter(|&j| {
+            self.pending[j]
+                .as_ref()
+                .is_some_and(|p| p.key == key && young(p.challenge.at, now, max))
         });
-        if let Some(k) = same_key {
-            if young(
-                self.pending[k].as_ref().expect("found").challenge.at,
-                now,
-                initial,
-            ) {
-                return Err(Error::Budget);
+        let slot = match (again, at) {
+            (Some(j), _) => {
+                if self.pending[j].as_ref().expect("found").challenge.sent >= self.config.attempts {
+                    return Err(Error::Budget);
+                }
+                j
             }
-        }
-        if !self.take_token(now) {
+            (None, Some(j)) => {
+                // Another key's challenge (or an expired one) here: replaced once it had a
+                // hello interval to be answered.
+                let c = &self.pending[j].as_ref().expect("found").challenge;
+                if young(c.at, now, initial) {
+                    return Err(Error::Budget);
+                }
+                j
+            }
+            (None, None) => self.free_pending(now, &key).ok_or(Error::Budget)?,
+        };
+        if !self.charge_source(now, from) || !self.take_token(now, true) {
             return Err(Error::Budget);
         }
         self.verify_hello(hello)?;
-        let nonce = match at {
-            // The same address again (its first answer was lost): the same challenge.
-            Some(j) => self.pending[j].as_ref().expect("found").challenge.nonce,
-            None => self.fresh_nonce(),
-        };
-        let slot = at.or(same_key).unwrap_or_else(|| {
-            self.pending
-                .iter()
-                .position(Option::is_none)
-                .unwrap_or_else(|| {
-                    // Full: the oldest challenge gives way.
-                    let mut oldest = 0;
-                    for (j, p) in self.pending.iter().enumerate() {
-                        let t = p.as_ref().map_or(Instant::ZERO, |p| p.challenge.at);
-                        if t < self.pending[oldest]
-                            .as_ref()
-                            .map_or(Instant::ZERO, |p| p.challenge.at)
-                        {
-                            oldest = j;
-                        }
-                    }
-                    oldest
-                })
-        });
+        if again.is_some() {
+            let c = &mut self.pending[slot].as_mut().expect("found").challenge;
+            c.peer_nonce = hello.nonce();
+            c.due = true;
+            c.last = now;
+            c.sent += 1;
+            return Ok(Received::Challenged);
+        }
+        let nonce = self.fresh_nonce();
         self.pending[slot] = Some(Pending {
             key,
-            challenge: Challenge {
-                addr: from,
-                nonce,
-                peer_nonce: hello.nonce(),
-                at: now,
-                due: true,
-            },
+            challenge: Challenge::new(from, nonce, hello.nonce(), now),
         });
         Ok(Received::Challenged)
     }
 
+    /// Room for a newcomer's challenge under `key`: never one issued less than a hello
+    /// interval ago (so each is answerable for at least that); among this key's, at most
+    /// [`PENDING_PER_KEY`], its oldest giving way; otherwise a free entry, an expired one or
+    /// the oldest.
+    fn free_pending(&self, now: Instant, key: &[u8; PUBLIC_KEY_LEN]) -> Option<usize> {
+        let (initial, max) = (self.config.initial, self.config.max);
+        let oldest = |only_key: bool| {
+            self.pending
+                .iter()
+                .enumerate()
+                .filter_map(|(j, p)| p.as_ref().map(|p| (j, p)))
+                .filter(|(_, p)| !only_key || (p.key == *key && young(p.challenge.at, now, max)))
+                .min_by_key(|(_, p)| p.challenge.at)
+                .map(|(j, p)| (j, p.challenge.at))
+        };
+        let mine = self
+            .pending
+            .iter()
+            .flatten()
+            .filter(|p| p.key == *key && young(p.challenge.at, now, max))
+            .count();
+        let (j, at) = if mine >= PENDING_PER_KEY {
+            oldest(true)?
+        } else if let Some(j) = self.pending.iter().position(Option::is_none) {
+            return Some(j);
+        } else {
+            oldest(false)?
+        };
+        (!young(at, now, initial)).then_some(j)
+    }
+
     /// A message from an address we challenged: its sender holds keys, so our challenge's
     /// answer (its acknowledgement) was lost. The same challenge goes again, at most once a
-    /// hello interval and while it is answerable: one hello (216 bytes) for a message (77
-    /// bytes or more).
+    /// hello interval, `attempts` times in all and while it is answerable (`max` after it was
+    /// issued), each from the total budget: one hello (216 bytes) for a message (77 bytes or
+    /// more).
     fn challenge_again(&mut self, now: Instant, from: &A) {
-        let (initial, max) = (self.config.initial, self.config.max);
-        if let Some(p) = self
-            .pending
-            .iter_mut()
-            .flatten()
-            .find(|p| p.challenge.addr == *from && young(p.challenge.at, now, max))
-        {
-            let c = &mut p.challenge;
-            if !young(c.at, now, initial) {
-                c.due = true;
-                c.at = now;
+        let (initial, max, attempts) = (self.config.initial, self.config.max, self.config.attempts);
+        let Some(j) = self.pending.iter().position(|p| {
+            p.as_ref().is_some_and(|p| {
+                let c = &p.challenge;
+                c.addr == *from
+                    && young(c.at, now, max)
+                    && c.sent < attempts
+                    && !young(c.last, now, initial)
+            })
+        }) else {
+            return;
+        };
+        if !self.take_token(now, true) {
+            return;
+        }
+        let c = &mut self.pending[j].as_mut().expect("found").challenge;
+        c.due = true;
+        c.last = now;
+        c.sent += 1;
+    }
+
+    /// Is `addr` an established neighbour's?
+    fn held_by_keys(&self, addr: &A) -> bool {
+        self.find(addr)
+            .is_some_and(|j| self.table[j].as_ref().is_some_and(|n| n.keys.is_some()))
+    }
+
+    /// Charges `from` for one unverified hello: refused if it had one less than a hello
+    /// interval ago, or if [`SOURCES`] other addresses had one in that interval.
+    fn charge_source(&mut self, now: Instant, from: A) -> bool {
+        let initial = self.config.initial;
+        if let Some(s) = self.sources.iter_mut().flatten().find(|s| s.0 == from) {
+            if young(s.1, now, initial) {
+                return false;
             }
+            s.1 = now;
+            return true;
+        }
+        let slot = self.sources.iter().position(|s| s.is_none()).or_else(|| {
+            self.sources
+                .iter()
+                .position(|s| s.is_some_and(|s| !young(s.1, now, initial)))
+        });
+        match slot {
+            Some(j) => {
+                self.sources[j] = Some((from, now));
+                true
+            }
+            None => false,
         }
     }
 
-    fn take_token(&mut self, now: Instant) -> bool {
+    /// A token from the total challenge budget; a newcomer's leaves the last quarter of the
+    /// burst to known neighbours that moved.
+    fn take_token(&mut self, now: Instant, newcomer: bool) -> bool {
         let (rate, burst) = (
             self.config.challenges_per_second,
             self.config.challenge_burst,
         );
-        self.bucket.take(now, rate, burst)
+        let keep = if newcomer {
+            u64::from(burst / 4) * 1000
+        } else {
+            0
+        };
+        self.bucket.take(now, rate, burst, keep)
     }
 
     fn drop_pending(&mut self, addr: &A) {
@@ -866,6 +978,7 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         n.answer_due = !hello.ack();
         n.answer_ack = true;
         n.challenged_at = None;
+        n.claimed_at = None;
         n.moving = None;
         Ok(())
     }
