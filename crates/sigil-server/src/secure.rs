@@ -656,8 +656,8 @@ pub struct SecureLayer {
     /// and from which address: one known handshake per cached session.
     carrier_resuming: HashMap<[u8; 32], SocketAddr>,
     /// Hosts whose last handshake started (on either carrier) has not completed, and when it
-    /// started: while it is younger than `handshake_timeout` and the host holds no half-open
-    /// handshake, the host is a suspect and takes only free slots (at most [`RATE_HOSTS`]).
+    /// started: for [`SUSPECT_MEMORY`] after it, unless the host completes one, a host holding
+    /// no half-open handshake is a suspect and takes only free slots (at most [`RATE_HOSTS`]).
     unfinished: HashMap<Host, Instant>,
     next_sweep: Instant,
     next_cookie_rotation: Instant,
@@ -1430,9 +1430,8 @@ impl SecureLayer {
             self.expire_handshakes(now);
             self.expire_sessions(now);
             self.expire_resumable(now);
-            let stale = self.config.handshake_timeout;
             self.unfinished
-                .retain(|_, t| now.saturating_since(*t) < stale);
+                .retain(|_, t| now.saturating_since(*t) < SUSPECT_MEMORY);
             shrink_if_sparse(&mut self.unfinished);
             for ep in &mut self.carrier {
                 ep.handle_timeout(now);
@@ -1731,12 +1730,7 @@ impl SecureLayer {
                     carrier_id: None,
                 };
                 self.count("dtls.handshake_started");
-                note_unfinished(
-                    &mut self.unfinished,
-                    host,
-                    now,
-                    self.config.handshake_timeout,
-                );
+                note_unfinished(&mut self.unfinished, host, now);
                 if restarted.is_some() {
                     self.count("dtls.handshake_restarted");
                 }
@@ -1755,15 +1749,16 @@ impl SecureLayer {
     }
 
     /// Whether `host` holds no half-open handshake here and its last one started (on either
-    /// carrier) within `handshake_timeout` did not complete: it was pushed out, expired or
-    /// failed. Such a host takes only free slots (`dtls.refused_tables_full` otherwise), so
-    /// hosts that hold handshakes without finishing them cannot push out others' in turn.
+    /// carrier) within [`SUSPECT_MEMORY`] did not complete: it was pushed out, expired or
+    /// failed, and none completed since. Such a host takes only free slots
+    /// (`dtls.refused_tables_full` otherwise), so hosts that hold handshakes without finishing
+    /// them cannot push out others' in turn.
     fn suspect(&self, host: Host, now: Instant) -> bool {
         self.handshake_bytes.held_by(host) == 0
             && self
                 .unfinished
                 .get(&host)
-                .is_some_and(|t| now.saturating_since(*t) < self.config.handshake_timeout)
+                .is_some_and(|t| now.saturating_since(*t) < SUSPECT_MEMORY)
     }
 
     /// Whether the cached session `id` may be resumed and was made from `host`.
@@ -2112,7 +2107,6 @@ impl SecureLayer {
         };
         let start_rate = &mut self.start_rate;
         let unfinished = &mut self.unfinished;
-        let stale = self.config.handshake_timeout;
         let mut refusal = None;
         let mut admit = |_: &[u8]| {
             if let Err(r) = room {
@@ -2123,7 +2117,7 @@ impl SecureLayer {
                 refusal = Some(Refusal::HostRate);
                 return false;
             }
-            note_unfinished(unfinished, host, now, stale);
+            note_unfinished(unfinished, host, now);
             true
         };
         let ep = &mut carrier[shard];
@@ -2291,11 +2285,16 @@ fn crowded_lifetime(config: &DtlsConfig) -> Duration {
         .min(config.handshake_timeout)
 }
 
+/// How long a host whose handshake did not complete stays a suspect (unless it completes one):
+/// longer than an attacker's cycle of holding a slot until it expires and starting again, so
+/// hosts that never finish a handshake push out at most one each.
+pub const SUSPECT_MEMORY: Duration = Duration::from_secs(600);
+
 /// Notes that `host` started a handshake at `now` (kept for at most [`RATE_HOSTS`] hosts:
-/// entries older than `stale` go first; with none of those, the host is not noted).
-fn note_unfinished(map: &mut HashMap<Host, Instant>, host: Host, now: Instant, stale: Duration) {
+/// entries older than [`SUSPECT_MEMORY`] go first; with none of those, the host is not noted).
+fn note_unfinished(map: &mut HashMap<Host, Instant>, host: Host, now: Instant) {
     if !map.contains_key(&host) && map.len() >= RATE_HOSTS {
-        map.retain(|_, t| now.saturating_since(*t) < stale);
+        map.retain(|_, t| now.saturating_since(*t) < SUSPECT_MEMORY);
         if map.len() >= RATE_HOSTS {
             return;
         }
