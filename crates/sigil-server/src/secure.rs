@@ -32,9 +32,10 @@
 //! memory is returned. A ClientHello from the address of an established session (a device
 //! that rebooted) starts a new handshake beside it, and replaces the session only once the new
 //! handshake completes (RFC 6347 §4.2.8). A session's read mark (the highest record of its
-//! peer it took) is stored before what a batch delivered is acted on
-//! ([`SecureLayer::persist_read_marks`]), so a restored session takes none of those records
-//! again. Log lines a peer can cause go through a
+//! peer it took, whatever the record carried) is stored before what a batch delivered is
+//! acted on ([`SecureLayer::persist_read_marks`]), so a restored session takes none of those
+//! records again; a session whose save fails ends, and what it delivered in the batch is
+//! dropped. Log lines a peer can cause go through a
 //! [`LogLimiter`]; the counters stay exact. docs/security.md, "DTLS tables under a flood".
 //!
 //! The same port also serves the handshake as a CoAP resource ([`sigil_dtls_coap`], the
@@ -676,6 +677,9 @@ pub struct SecureLayer {
     carrier: Vec<Box<Carrier>>,
     /// Sessions that accepted records above their persisted read mark in this batch.
     marks_due: HashSet<SocketAddr>,
+    /// The addresses of sessions ended in this batch because a save failed while their read
+    /// mark was due: what they delivered there earlier in the batch is dropped.
+    unmarked: Vec<SocketAddr>,
     /// The trust's generation the sessions were last checked against for revocations.
     trust_seen: u64,
     /// Picks a host's table.
@@ -787,6 +791,7 @@ impl SecureLayer {
             wall: UnixTime::from_secs(0),
             carrier,
             marks_due: HashSet::new(),
+            unmarked: Vec::new(),
             shard_of: Default::default(),
             trust_seen: 0,
         };
@@ -945,8 +950,9 @@ impl SecureLayer {
     /// Persists the read mark of every session that accepted records above it since the last
     /// call (one row write per such session per batch): call after the batch's datagrams and
     /// before acting on what they delivered. Returns the peers whose mark could not be
-    /// stored: their sessions are ended, and what they delivered must be dropped (after a
-    /// restart it could be taken again).
+    /// stored, and the addresses of sessions ended earlier in the batch by a failed save
+    /// while their mark was due: those sessions are ended, and what they delivered there must
+    /// be dropped (after a restart it could be taken again).
     pub fn persist_read_marks(&mut self, now: Instant) -> Vec<SocketAddr> {
         let due: Vec<SocketAddr> = std::mem::take(&mut self.marks_due)
             .into_iter()
@@ -956,7 +962,7 @@ impl SecureLayer {
                     .is_some_and(|p| p.conn.core().read_mark_passed())
             })
             .collect();
-        let mut failed = Vec::new();
+        let mut failed = std::mem::take(&mut self.unmarked);
         let mut rows = Vec::new();
         for peer in due {
             match self
@@ -1235,8 +1241,9 @@ impl SecureLayer {
                 }
             },
         };
+        let from = moved_from.unwrap_or(peer);
         if p.conn.core().reserved_left() == 0 && !self.save_session(now, peer, &mut p) {
-            self.release_session(p);
+            self.release_unsaved(from, p);
             return Vec::new();
         }
         let before = p.conn.dropped();
@@ -1261,7 +1268,7 @@ impl SecureLayer {
             Some(old) if !authenticated => old,
             Some(_) => {
                 if !self.save_session(now, peer, &mut p) {
-                    self.release_session(p);
+                    self.release_unsaved(from, p);
                     return Vec::new();
                 }
                 self.count("dtls.address_changed");
@@ -1277,11 +1284,13 @@ impl SecureLayer {
         };
         if !delivered.is_empty() {
             p.last_seen = now;
-            // Its read mark is persisted before what it delivered is acted on
-            // ([`SecureLayer::persist_read_marks`], once per batch).
-            if p.conn.core().read_mark_passed() && self.saved.is_some() {
-                self.marks_due.insert(at);
-            }
+        }
+        // Its read mark is persisted before what it delivered is acted on
+        // ([`SecureLayer::persist_read_marks`], once per batch), whatever the records carried:
+        // one that delivered nothing (a retransmitted Finished, an alert) moved the window
+        // too, and taken again after a restart it would move the session by connection ID.
+        if p.conn.core().read_mark_passed() && self.saved.is_some() {
+            self.marks_due.insert(at);
         }
         if let Some(cid) = p.cid {
             self.by_cid.insert(cid, at);
@@ -1331,6 +1340,16 @@ impl SecureLayer {
     fn release_handshake(&mut self, p: Peer<Conn>) {
         self.handshake_bytes.refund(p.host, HANDSHAKE_BYTES);
         shrink_if_sparse(&mut self.handshakes);
+    }
+
+    /// Ends session `p`, last at `from`, whose save failed. If its read mark was due (it
+    /// delivered there earlier in this batch), [`SecureLayer::persist_read_marks`] returns
+    /// `from` with the failed peers, so that what it delivered is dropped too.
+    fn release_unsaved(&mut self, from: SocketAddr, p: Peer<Traffic<RustCrypto>>) {
+        if self.marks_due.remove(&from) {
+            self.unmarked.push(from);
+        }
+        self.release_session(p);
     }
 
     /// A session that left the table for good (closed, replaced, idle).

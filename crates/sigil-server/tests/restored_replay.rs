@@ -7,6 +7,9 @@
 //! passed the record layer again and were answered, and the session followed the replayer's
 //! address. Now each session's read mark (the highest record it acted on) is stored before
 //! what a batch delivered is acted on, and a restored session accepts only records above it.
+//! The same server in memory, with virtual time, for what needs one exact batch: a record
+//! that delivered nothing (a retransmitted Finished) is marked too, and a session ended by a
+//! failed save takes what it delivered earlier in the batch with it.
 //! Every figure asserted is the server's own accounting.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
@@ -333,4 +336,265 @@ fn a_stored_session_without_a_read_mark_is_dropped_with_its_reason() {
         .unwrap()
         .is_empty());
     rt.block_on(server.shutdown());
+}
+
+/// The server in memory (its DTLS layer, dispatcher and service over one database) with
+/// virtual time, for what needs one batch of datagrams exactly or a database refusing writes.
+struct InMemory {
+    d: sigil_server::Dispatcher,
+    layer: sigil_server::secure::SecureLayer,
+    rng: Seeded,
+    stats: Stats,
+}
+
+const NOW: i64 = 1_700_000_000;
+
+impl InMemory {
+    /// A server process over `db`, restoring the sessions stored there (and storing its own).
+    fn start(db: &Path, seed: u64) -> Self {
+        use sigil_server::secure::{SecureLayer, SharedTrust};
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
+        config.service.verify_workers = 1;
+        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
+        let mut svc = sigil_server::service::Service::new(
+            Store::open(db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+            .unwrap();
+        let mut layer = SecureLayer::new(
+            dc,
+            key,
+            [seed as u8; 32],
+            SharedTrust::default(),
+            stats.clone(),
+        );
+        if let Some(c) = svc.changed_credentials() {
+            layer.trust().replace(c);
+        }
+        layer.restore_sessions(
+            Store::open(db).unwrap(),
+            Instant::from_millis(0),
+            sigil_time::UnixTime::from_secs(NOW),
+        );
+        Self {
+            d: sigil_server::Dispatcher::new(config, svc, stats.clone(), [seed as u8; 32]),
+            layer,
+            rng: Seeded(seed),
+            stats,
+        }
+    }
+
+    /// One batch of datagrams at `now_ms`; what the server sends.
+    fn handle(
+        &mut self,
+        now_ms: u64,
+        batch: Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_secure_at(
+            &mut self.layer,
+            batch,
+            Instant::from_millis(now_ms),
+            sigil_time::UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
+            &mut self.rng,
+        )
+    }
+
+    fn count(&self, key: &str) -> u64 {
+        self.stats.get(key)
+    }
+}
+
+/// A provisioned PSK device in a fresh database.
+fn provisioned(db: &Path, seed: u64) -> String {
+    let device = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(seed))
+        .unwrap();
+    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
+    let s = Store::open(db).unwrap();
+    s.add_identity(&id, IdentityKind::Device, "", NOW).unwrap();
+    s.set_psk(&id, &PSK, NOW).unwrap();
+    id.to_string()
+}
+
+/// The tls12_cid records of a datagram (RFC 9146: type 25), from the first one on.
+fn cid_records(datagram: &[u8]) -> Option<Vec<u8>> {
+    let mut at = 0;
+    while at + 13 <= datagram.len() {
+        if datagram[at] == 25 {
+            return Some(datagram[at..].to_vec());
+        }
+        let len = u16::from_be_bytes([datagram[at + 11], datagram[at + 12]]) as usize;
+        at += 13 + len;
+    }
+    None
+}
+
+/// Finding 6 of the read-mark review: a record the session accepted that delivered no
+/// application data (here the client's Finished, retransmitted because the server's final
+/// flight was lost) moves the window too, so its mark is stored as well. Before, only records
+/// delivering data were marked: if such a record was the session's last before a restart,
+/// its recording passed the restored window, and sent by connection ID from another address
+/// it moved the session there and drew the server's final flight to the replayer.
+#[test]
+fn a_retransmitted_finished_is_marked_and_not_taken_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let text = provisioned(&db, 71);
+    let mut s = InMemory::start(&db, 1);
+    let device: SocketAddr = "10.0.0.1:40001".parse().unwrap();
+    let mut client = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config {
+            connection_id: true,
+            ..Config::default()
+        },
+        &mut Seeded(72),
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &PSK,
+        },
+        Instant::from_millis(0),
+    )
+    .unwrap();
+    let mut now = 0u64;
+    let mut buf = [0u8; 2048];
+    let mut lost_final_flight = false;
+    let mut retransmitted = None;
+    while !client.is_established() {
+        assert!(now < 30_000, "no handshake");
+        let _ = client.handle_timeout(Instant::from_millis(now));
+        let mut sent = vec![];
+        while let Some(n) = client.poll_transmit(Instant::from_millis(now), &mut buf) {
+            sent.push((device, buf[..n].to_vec()));
+        }
+        if lost_final_flight {
+            // The client's final flight again: its Finished under fresh record numbers.
+            if let Some(r) = sent.iter().find_map(|(_, d)| cid_records(d)) {
+                retransmitted.get_or_insert(r);
+            }
+        }
+        for (_, d) in s.handle(now, sent) {
+            // The server's final flight (ChangeCipherSpec first) is lost once.
+            if d[0] == 20 && !lost_final_flight {
+                lost_final_flight = true;
+                continue;
+            }
+            let _ = client.handle_datagram(Instant::from_millis(now), &d);
+        }
+        now += 50;
+    }
+    let finished = retransmitted.expect("the client's Finished went again, as a tls12_cid record");
+    assert_eq!(s.count("dtls.handshake_completed"), 1);
+    assert_eq!(s.count("dtls.app_records"), 0, "no application data");
+
+    // The server crashes; the same database.
+    drop(s);
+    let mut s = InMemory::start(&db, 2);
+    assert_eq!(s.count("dtls.session_restored"), 1);
+    // The recorded Finished, by connection ID from another address: refused, nothing sent.
+    let replayer: SocketAddr = "10.0.0.2:40002".parse().unwrap();
+    let out = s.handle(now, vec![(replayer, finished.clone())]);
+    assert!(
+        out.iter().all(|(to, _)| *to != replayer),
+        "the replayer drew the final flight"
+    );
+    assert_eq!(
+        s.count("dtls.address_changed"),
+        0,
+        "the session did not move"
+    );
+    assert_eq!(s.count("dtls.records_dropped"), 1);
+    // From the device's own address: refused too.
+    let out = s.handle(now + 10, vec![(device, finished)]);
+    assert!(out.is_empty(), "the recorded Finished was answered");
+    assert_eq!(s.count("dtls.records_dropped"), 2);
+}
+
+/// Finding 7 of the read-mark review: a session that delivers a request at its address and,
+/// later in the same batch, follows its connection ID to a new address whose save fails is
+/// ended, and the request it delivered before is dropped with it: nothing is acted on without
+/// a persisted read mark. Before, the marks to store were looked up by address, the ended
+/// session was at none, and its earlier request was acted on.
+#[test]
+fn a_session_ended_by_a_failed_save_takes_its_earlier_deliveries_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let text = provisioned(&db, 81);
+    let mut s = InMemory::start(&db, 3);
+    let device: SocketAddr = "10.0.0.1:40001".parse().unwrap();
+    let mut client = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config {
+            connection_id: true,
+            ..Config::default()
+        },
+        &mut Seeded(82),
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &PSK,
+        },
+        Instant::from_millis(0),
+    )
+    .unwrap();
+    let mut now = 0u64;
+    let mut buf = [0u8; 2048];
+    while !client.is_established() {
+        assert!(now < 30_000, "no handshake");
+        let _ = client.handle_timeout(Instant::from_millis(now));
+        let mut sent = vec![];
+        while let Some(n) = client.poll_transmit(Instant::from_millis(now), &mut buf) {
+            sent.push((device, buf[..n].to_vec()));
+        }
+        for (_, d) in s.handle(now, sent) {
+            let _ = client.handle_datagram(Instant::from_millis(now), &d);
+        }
+        now += 50;
+    }
+    assert!(s.count("dtls.session_saved") >= 1);
+
+    // The database now refuses every write of a session row (a full disk, say).
+    let db_conn = rusqlite::Connection::open(&db).unwrap();
+    db_conn
+        .execute_batch(
+            "CREATE TRIGGER no_insert BEFORE INSERT ON dtls_sessions
+               BEGIN SELECT RAISE(FAIL, 'disk full'); END;
+             CREATE TRIGGER no_update BEFORE UPDATE ON dtls_sessions
+               BEGIN SELECT RAISE(FAIL, 'disk full'); END;",
+        )
+        .unwrap();
+
+    // One batch: a question from the device's address, then one by connection ID from a new
+    // address (a NAT rebinding), whose move cannot be saved.
+    let mut records = vec![];
+    for mid in 1..=2u16 {
+        client.send(&get(mid)).unwrap();
+        while let Some(n) = client.poll_transmit(Instant::from_millis(now), &mut buf) {
+            records.push(buf[..n].to_vec());
+        }
+    }
+    assert_eq!(records.len(), 2);
+    let moved: SocketAddr = "10.0.0.3:40003".parse().unwrap();
+    let received_before = s.count("coap.received");
+    let out = s.handle(
+        now,
+        vec![(device, records[0].clone()), (moved, records[1].clone())],
+    );
+    assert!(
+        s.count("dtls.session_save_failed") >= 1,
+        "the move's save failed"
+    );
+    assert_eq!(s.layer.sessions(), 0, "the session ended");
+    assert_eq!(
+        s.count("coap.received") - received_before,
+        0,
+        "a request was acted on without a persisted read mark"
+    );
+    assert!(out.is_empty());
 }
