@@ -636,7 +636,6 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         hello: &Hello<'_>,
         peer_sig: PublicKey,
     ) -> Result<Received, Error> {
-        let initial = self.config.initial;
         let n = self.table[i].as_ref().expect("found");
         let same_run = Self::compare(n.keys.as_ref().expect("held"), hello)?;
         let proven = hello.echo() == n.nonce;
@@ -645,10 +644,7 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         // checked: a sender of recorded or forged hellos from this address costs one
         // verification and one hello an interval.
         if !proven {
-            if n.challenged_at.is_some_and(|t| young(t, now, initial)) {
-                return Err(Error::Budget);
-            }
-            self.table[i].as_mut().expect("found").challenged_at = Some(now);
+            self.charge_slot(now, i)?;
         }
         self.verify_hello(hello)?;
         // A proven hello spends our nonce: its copy proves nothing next time.
@@ -672,14 +668,8 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
             n.answer_ack = true;
             return Ok(Received::Hello { new_keys: false });
         }
-        if !proven {
-            // A new run of the neighbour, or a replayed hello of one: challenge it.
-            n.answer_due = true;
-            n.answer_ack = false;
-            return Ok(Received::Challenged);
-        }
-        self.establish(i, hello, peer_sig)?;
-        Ok(Received::Hello { new_keys: true })
+        // Unproven: a new run of the neighbour, or a replayed hello of one: challenge it.
+        self.challenge_or_establish(i, proven, hello, peer_sig)
     }
 
     /// A hello for a key held at another address: a neighbour that moved, or a replay.
@@ -748,20 +738,40 @@ impl<C: CryptoProvider, A: Copy + Eq, const N: usize> Node<C, A, N> {
         hello: &Hello<'_>,
         peer_sig: PublicKey,
     ) -> Result<Received, Error> {
-        let initial = self.config.initial;
         let n = self.table[i].as_ref().expect("found");
         let proven = hello.echo() == n.nonce;
         if !proven {
             // Charged before the signature is checked, as at an established neighbour's.
-            if n.challenged_at.is_some_and(|t| young(t, now, initial)) {
-                return Err(Error::Budget);
-            }
-            self.table[i].as_mut().expect("found").challenged_at = Some(now);
+            self.charge_slot(now, i)?;
         }
         self.verify_hello(hello)?;
         let n = self.table[i].as_mut().expect("found");
         n.peer_nonce = hello.nonce();
+        self.challenge_or_establish(i, proven, hello, peer_sig)
+    }
+
+    /// One verification and one answer per hello interval for a slot's unproven hellos,
+    /// charged before the signature is checked.
+    fn charge_slot(&mut self, now: Instant, i: usize) -> Result<(), Error> {
+        let initial = self.config.initial;
+        let n = self.table[i].as_mut().expect("found");
+        if n.challenged_at.is_some_and(|t| young(t, now, initial)) {
+            return Err(Error::Budget);
+        }
+        n.challenged_at = Some(now);
+        Ok(())
+    }
+
+    /// After a verified hello at slot `i`: keys from a proven one, our challenge to any other.
+    fn challenge_or_establish(
+        &mut self,
+        i: usize,
+        proven: bool,
+        hello: &Hello<'_>,
+        peer_sig: PublicKey,
+    ) -> Result<Received, Error> {
         if !proven {
+            let n = self.table[i].as_mut().expect("found");
             n.answer_due = true;
             n.answer_ack = false;
             return Ok(Received::Challenged);
