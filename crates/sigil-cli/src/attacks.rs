@@ -351,6 +351,12 @@ pub mod many_hosts {
         pub bytes_received: u64,
         /// Answers by CoAP code (a signed answer as e.g. "4.09 signed"), or "dtls".
         pub codes: BTreeMap<String, u64>,
+        /// Datagrams sent from an address the attacker does not hold (a spoofed source):
+        /// counted in `datagrams_sent` too; their answers go to that address, not here.
+        pub spoofed_sent: u64,
+        /// Bytes sent and bytes received, per attacking address (where an attack keeps them).
+        #[serde(skip)]
+        pub per_host: BTreeMap<IpAddr, [u64; 2]>,
     }
 
     pub type Load = Arc<Mutex<HostsLoad>>;
@@ -773,15 +779,90 @@ pub mod many_hosts {
         Ok(())
     }
 
+    /// A UDP datagram sent from `from`, an address this process does not hold (a raw
+    /// IPPROTO_RAW socket, which receives nothing; the IPv4 and UDP headers are written
+    /// here). Needs CAP_NET_RAW.
+    pub struct Spoofer {
+        fd: libc::c_int,
+        from: std::net::SocketAddrV4,
+    }
+
+    impl Spoofer {
+        pub fn new(from: SocketAddr) -> Result<Self> {
+            let SocketAddr::V4(from) = from else {
+                anyhow::bail!("only IPv4 sources are spoofed");
+            };
+            // SAFETY: a plain socket call; the descriptor is owned by the value returned.
+            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error()).context("a raw IPv4 socket");
+            }
+            Ok(Self { fd, from })
+        }
+
+        /// `payload` to `to` from the spoofed address (UDP checksum 0: none, which IPv4
+        /// allows; the kernel fills in the IPv4 header's checksum and identification).
+        pub fn send(&self, to: SocketAddr, payload: &[u8]) -> Result<()> {
+            let SocketAddr::V4(to) = to else {
+                anyhow::bail!("only IPv4 destinations");
+            };
+            let udp_len = u16::try_from(payload.len() + 8).context("datagram too long")?;
+            let total = udp_len.checked_add(20).context("datagram too long")?;
+            let mut d = Vec::with_capacity(usize::from(total));
+            d.extend_from_slice(&[0x45, 0]);
+            d.extend_from_slice(&total.to_be_bytes());
+            d.extend_from_slice(&[0, 0, 0, 0, 64, 17, 0, 0]);
+            d.extend_from_slice(&self.from.ip().octets());
+            d.extend_from_slice(&to.ip().octets());
+            d.extend_from_slice(&self.from.port().to_be_bytes());
+            d.extend_from_slice(&to.port().to_be_bytes());
+            d.extend_from_slice(&udp_len.to_be_bytes());
+            d.extend_from_slice(&[0, 0]);
+            d.extend_from_slice(payload);
+            // SAFETY: sockaddr_in is plain data (all-zero is valid); `d` and `sa` outlive
+            // the call and the lengths are theirs.
+            let n = unsafe {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_addr.s_addr = u32::from(*to.ip()).to_be();
+                libc::sendto(
+                    self.fd,
+                    d.as_ptr().cast(),
+                    d.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error()).context("sending a spoofed datagram");
+            }
+            Ok(())
+        }
+    }
+
+    impl Drop for Spoofer {
+        fn drop(&mut self) {
+            // SAFETY: the descriptor is this value's own.
+            unsafe {
+                libc::close(self.fd);
+            }
+        }
+    }
+
     /// A CryptoDiet replayer: `datagrams` (a node's recorded hello, then its recorded
-    /// messages) sent to `node` from `hosts` addresses, one round every `period`. What the node
-    /// sends back to those addresses is counted as answers: a node that holds no slot for an
-    /// unproven address sends it nothing.
+    /// messages) sent to `node` from `hosts` addresses, one round every `period`, and, when
+    /// `spoof_as` is given (the recorded node's own address as the node sees it), from that
+    /// address too (a raw socket; where the machine refuses one, said on stderr and left
+    /// out). What the node sends back to the attacker's addresses is counted as answers, per
+    /// address: a node that holds no slot for an unproven address sends it nothing.
+    #[allow(clippy::too_many_arguments)]
     pub async fn diet_replayers(
         node: SocketAddr,
         block: u8,
         hosts: usize,
         datagrams: Arc<Mutex<Vec<Vec<u8>>>>,
+        spoof_as: Option<SocketAddr>,
         period: Duration,
         l: Load,
         stop: watch::Receiver<bool>,
@@ -790,6 +871,23 @@ pub mod many_hosts {
         for i in 0..hosts {
             socks.push(socket(host(block, i), node).await?);
         }
+        let spoofer = spoof_as.and_then(|a| match Spoofer::new(a) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!(
+                    "soak: the CryptoDiet replay from the node's own address is left out: {e:#}"
+                );
+                None
+            }
+        });
+        let mut per_host = vec![[0u64; 2]; hosts];
+        let drain_host = |s: &UdpSocket, mine: &mut [u64; 2]| {
+            let mut buf = [0u8; 2048];
+            while let Ok(n) = s.try_recv(&mut buf) {
+                mine[1] += n as u64;
+                answered(&l, &buf[..n]);
+            }
+        };
         let mut stop = stop;
         while !*stop.borrow() {
             let round = Instant::now();
@@ -797,19 +895,35 @@ pub mod many_hosts {
             for (i, s) in socks.iter().enumerate() {
                 for d in &recorded {
                     sent(&l, d.len());
+                    per_host[i][0] += d.len() as u64;
                     let _ = s.send(d).await;
                 }
-                drain(s, &l);
+                drain_host(s, &mut per_host[i]);
                 if i % 32 == 31 {
                     tokio::task::yield_now().await;
+                }
+            }
+            if let Some(sp) = &spoofer {
+                for d in &recorded {
+                    if sp.send(node, d).is_ok() {
+                        sent(&l, d.len());
+                        if let Ok(mut l) = l.lock() {
+                            l.spoofed_sent += 1;
+                        }
+                    }
                 }
             }
             pause(period.saturating_sub(round.elapsed()), &mut stop).await;
         }
         // What the node sent since the last round.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        for s in &socks {
-            drain(s, &l);
+        for (i, s) in socks.iter().enumerate() {
+            drain_host(s, &mut per_host[i]);
+        }
+        if let Ok(mut l) = l.lock() {
+            for (i, b) in per_host.into_iter().enumerate() {
+                l.per_host.insert(IpAddr::V4(host(block, i)), b);
+            }
         }
         Ok(())
     }

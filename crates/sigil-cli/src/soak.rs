@@ -100,7 +100,8 @@ pub struct Check {
     pub what: String,
     pub ok: bool,
     pub observed: String,
-    /// A failed check fails the soak; one not enforced is printed as "not yet held".
+    /// A failed check fails the soak. Not enforced only where the soak ended before what it
+    /// judges could happen (printed "not judged: the soak was too short").
     pub enforced: bool,
 }
 
@@ -931,6 +932,8 @@ struct DietRig {
     recorded: Arc<Mutex<Vec<Vec<u8>>>>,
     relay: tokio::task::JoinHandle<()>,
     d_started: Option<Instant>,
+    /// When A and C were started.
+    started: Instant,
 }
 
 impl DietRig {
@@ -949,6 +952,7 @@ impl DietRig {
             );
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         };
+        let started = Instant::now();
         let (a_id, c_id, d_id) = (identity("a")?, identity("c")?, identity("d")?);
         // A trusts C and D by identity list, so their hellos are taken from any address:
         // the case where a replay of C's recorded hello from elsewhere could make a slot.
@@ -1073,6 +1077,7 @@ impl DietRig {
             recorded,
             relay,
             d_started: None,
+            started,
         })
     }
 
@@ -1081,7 +1086,7 @@ impl DietRig {
         self.count(|v| v["event"] == "message" && v["identity"] == self.c_id.as_str())
     }
 
-    fn count(&self, f: impl Fn(&serde_json::Value) -> bool) -> usize {
+    fn count(&self, mut f: impl FnMut(&serde_json::Value) -> bool) -> usize {
         self.events
             .lock()
             .map(|e| e.iter().filter(|(_, v)| f(v)).count())
@@ -1118,18 +1123,45 @@ impl DietRig {
         )
     }
 
-    /// C's messages and slots A accepted from any address other than C's.
-    fn replays_accepted(&self) -> (usize, usize) {
-        let elsewhere = |v: &serde_json::Value, what: &str| {
-            v["event"] == what
-                && (v["identity"] == self.c_id.as_str())
-                && v["from"] != self.c_seen_at.to_string().as_str()
-                && v["peer"] != self.c_seen_at.to_string().as_str()
+    /// When A had established C at C's address and verified C's first message there, from
+    /// the nodes' start.
+    fn c_served(&self) -> Option<Duration> {
+        let at = self.c_seen_at.to_string();
+        let e = self.events.lock().ok()?;
+        let first = |what: &str, field: &str| {
+            e.iter()
+                .find(|(_, v)| {
+                    v["event"] == what
+                        && v["identity"] == self.c_id.as_str()
+                        && v[field] == at.as_str()
+                })
+                .map(|(t, _)| *t)
         };
-        (
-            self.count(|v| elsewhere(v, "message")),
-            self.count(|v| elsewhere(v, "established")),
-        )
+        let served = first("established", "peer")?.max(first("message", "from")?);
+        Some(served.saturating_duration_since(self.started))
+    }
+
+    /// What A accepted of C's that C did not send it: messages, new slots and moves of C at
+    /// any address other than C's, and messages of C taken twice (each of C's messages
+    /// carries its own number, so a second copy is a replay, whichever address it came
+    /// from, C's own included).
+    fn replays_accepted(&self) -> ReplaysAccepted {
+        let at = self.c_seen_at.to_string();
+        let elsewhere = |v: &serde_json::Value, what: &str, field: &str| {
+            v["event"] == what && v["identity"] == self.c_id.as_str() && v[field] != at.as_str()
+        };
+        let mut texts = std::collections::HashSet::new();
+        let twice = self.count(|v| {
+            v["event"] == "message"
+                && v["identity"] == self.c_id.as_str()
+                && !texts.insert(v["text"].to_string())
+        });
+        ReplaysAccepted {
+            messages: self.count(|v| elsewhere(v, "message", "from")),
+            slots: self.count(|v| elsewhere(v, "established", "peer")),
+            moves: self.count(|v| elsewhere(v, "moved", "peer")),
+            twice,
+        }
     }
 
     /// What A refused, by reason: from its summary when it printed one at the end, else
@@ -1189,6 +1221,15 @@ impl DietRig {
             .find(|(_, v)| v["event"] == "summary")
             .map(|(_, v)| v.clone())
     }
+}
+
+/// What a CryptoDiet node accepted of a trusted node's that the node did not send it.
+#[derive(Debug, Clone, Copy)]
+struct ReplaysAccepted {
+    messages: usize,
+    slots: usize,
+    moves: usize,
+    twice: usize,
 }
 
 /// Server counters whose names start with one of `prefixes`, as changed between `before`
@@ -1499,6 +1540,7 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
                     7,
                     300,
                     rig.recorded.clone(),
+                    Some(rig.c_seen_at),
                     Duration::from_secs(3),
                     l.clone(),
                     astop_rx.clone(),
@@ -1594,14 +1636,20 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
     let mut diet_refusals = BTreeMap::new();
     if let Some(rig) = diet.take() {
         let (first, n) = rig.newcomer_served();
-        if rig.d_started.is_some() {
+        // Due once the other newcomers were: one that did not start is never served.
+        if rig.d_started.is_some() || newcomer_plans.is_none() {
             newcomers_out.push(Newcomer {
                 what: "CryptoDiet neighbour (a message verified by the node)".into(),
                 first_served_s: first.map(|d| d.as_secs_f64()),
                 acknowledged: n,
             });
         }
-        diet_outcome = Some((rig.c_messages(), rig.replays_accepted()));
+        diet_outcome = Some((
+            rig.c_messages(),
+            rig.c_served(),
+            rig.started.elapsed(),
+            rig.replays_accepted(),
+        ));
         let events = rig.events.clone();
         let summary = rig.stop().await;
         diet_refusals = DietRig::refusals_of(&events, summary.as_ref());
@@ -1737,8 +1785,20 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
                 hosts_errors.join("; "),
             ));
         }
-        // A newcomer that ran less than the bound (a soak cut short) is reported, not judged.
+        // Every many-hosts attack that could not run fails the soak.
+        for a in &many_hosts {
+            if let Some(why) = &a.not_run {
+                checks.push(Check::new(
+                    format!("the many-hosts attack ran: {}", a.load.name),
+                    false,
+                    why.clone(),
+                ));
+            }
+        }
+        // A newcomer is judged unless the soak ended before it could have been served in the
+        // bound (it started less than the bound before the end).
         let newcomers_ran = seconds - newcomers_at.as_secs_f64();
+        let judged = newcomers_ran >= NEWCOMER_BOUND.as_secs_f64();
         for n in &newcomers_out {
             let ok = n
                 .first_served_s
@@ -1757,43 +1817,89 @@ pub async fn run(opts: SoakOptions) -> Result<SoakReport> {
                     None => format!("never served in {newcomers_ran:.0} s"),
                 },
             );
-            checks.push(if newcomers_ran > NEWCOMER_BOUND.as_secs_f64() + 1.0 {
+            checks.push(if judged || ok { c } else { c.not_enforced() });
+        }
+        if newcomers_out.is_empty() {
+            let c = Check::new(
+                "newcomers during the many-hosts attacks served",
+                false,
+                if newcomer_plans.is_some() {
+                    "not started (the soak ended before they were due)".to_string()
+                } else {
+                    "none started".to_string()
+                },
+            );
+            checks.push(if judged { c } else { c.not_enforced() });
+        }
+        if let Some((c_messages, c_served, nodes_ran, replays)) = diet_outcome {
+            let ok = c_served.is_some_and(|t| t <= NEWCOMER_BOUND);
+            let c = Check::new(
+                format!(
+                    "CryptoDiet: A established C and verified a message of C within {} s",
+                    NEWCOMER_BOUND.as_secs()
+                ),
+                ok,
+                match c_served {
+                    Some(t) => format!(
+                        "after {:.2} s; {c_messages} messages of C verified through its own address",
+                        t.as_secs_f64()
+                    ),
+                    None => format!("not in {:.0} s", nodes_ran.as_secs_f64()),
+                },
+            );
+            // Not judged only when the nodes ran less than the bound.
+            checks.push(if ok || nodes_ran >= NEWCOMER_BOUND {
                 c
             } else {
                 c.not_enforced()
             });
-        }
-        if newcomers_out.is_empty() {
-            checks.push(
-                Check::new(
-                    "newcomers during the many-hosts attacks served",
-                    false,
-                    "not started (the soak ended before they were due)",
-                )
-                .not_enforced(),
-            );
-        }
-        if let Some((c_messages, (messages, slots))) = diet_outcome {
-            let c = Check::new(
-                "CryptoDiet: nothing a trusted node sent is accepted again from other addresses",
-                c_messages > 0 && messages == 0 && slots == 0,
-                format!(
-                    "{c_messages} messages of C verified through its own address; replayed from others: {messages} accepted, {slots} slots made"
-                ),
-            );
-            // Without a message of C through its own address (a soak cut short) there was
-            // nothing to replay: reported, not judged.
-            checks.push(if c_messages > 0 { c } else { c.not_enforced() });
-            if let Some(d) = many_hosts
+            let d = many_hosts
                 .iter()
-                .find(|a| a.load.name.contains("CryptoDiet"))
-            {
+                .find(|a| a.load.name.contains("CryptoDiet"));
+            let (sent, spoofed) =
+                d.map_or((0, 0), |d| (d.load.datagrams_sent, d.load.spoofed_sent));
+            let ReplaysAccepted {
+                messages,
+                slots,
+                moves,
+                twice,
+            } = replays;
+            checks.push(Check::new(
+                "CryptoDiet: nothing a trusted node sent is accepted again, from other addresses or its own",
+                sent > 0 && messages == 0 && slots == 0 && moves == 0 && twice == 0,
+                format!(
+                    "{sent} datagrams replayed ({spoofed} from C's own address); accepted as C: {messages} messages and {slots} slots at other addresses, {moves} moves away from C, {twice} messages taken twice"
+                ),
+            ));
+            if let Some(d) = d {
+                let over: Vec<String> = d
+                    .load
+                    .per_host
+                    .iter()
+                    .filter(|(_, [out, back])| back > out)
+                    .map(|(ip, [out, back])| format!("{ip} {back}/{out}"))
+                    .collect();
+                let most = d
+                    .load
+                    .per_host
+                    .values()
+                    .filter(|[out, _]| *out > 0)
+                    .map(|[out, back]| *back as f64 / *out as f64)
+                    .fold(0.0, f64::max);
                 checks.push(Check::new(
-                    "CryptoDiet: the node sends the replaying addresses no more than they sent",
-                    d.load.bytes_received <= d.load.bytes_sent,
+                    "CryptoDiet: the node sends each replaying address no more than it sent",
+                    !d.load.per_host.is_empty() && over.is_empty(),
                     format!(
-                        "{} datagrams, {} bytes to the replayers for {} bytes sent",
-                        d.load.answers, d.load.bytes_received, d.load.bytes_sent
+                        "{} datagrams, {} bytes to {} replaying addresses for {} bytes sent; largest back/sent at one address {most:.2}{}",
+                        d.load.answers,
+                        d.load.bytes_received,
+                        d.load.per_host.len(),
+                        d.load.bytes_sent,
+                        if over.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; more back than sent: {}", over.join(", "))
+                        }
                     ),
                 ));
             }
@@ -1907,7 +2013,7 @@ pub fn print_report(r: &SoakReport) {
             match (c.ok, c.enforced) {
                 (true, _) => "ok",
                 (false, true) => "FAILED",
-                (false, false) => "not yet held",
+                (false, false) => "not judged: the soak was too short",
             },
             c.what,
             c.observed
