@@ -710,7 +710,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 .eviction_for(now, host, hello.known)
                 .filter(|_| hello.may_evict)
             {
-                Some(_) if !self.eviction_left(now) => {
+                // A known peer's push-out is not held to the budget strangers spend.
+                Some(_) if !hello.known && !self.eviction_left(now) => {
                     self.counters.eviction_budget += 1;
                     return write_reply(req, &Reply::code(Code::SERVICE_UNAVAILABLE), out);
                 }
@@ -750,7 +751,9 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         };
         if let Some(oldest) = evicting {
             self.sessions[slot] = None;
-            self.evictions = self.evictions.saturating_sub(1000);
+            if !hello.known {
+                self.evictions = self.evictions.saturating_sub(1000);
+            }
             if oldest {
                 self.counters.evicted_oldest += 1;
             } else {
@@ -1091,8 +1094,9 @@ fn host_part(peer: &[u8], prefix: usize) -> &[u8] {
 /// What the caller knows of a peer ([`Endpoint::handle_datagram_from`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
-    /// It completed a handshake before: when the table is full it may push out a stranger's
-    /// half-open handshake, and its own is never pushed out or expired early for a stranger.
+    /// It (or a device at its host) completed a handshake before: when the table is full it
+    /// may push out a stranger's half-open handshake, not held to the budget of evictions
+    /// strangers spend, and its own is never pushed out or expired early for a stranger.
     Known,
     /// Nothing: when the table is full it may push out a stranger's half-open handshake if
     /// its host holds none (or less than the host holding the most).

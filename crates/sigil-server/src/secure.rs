@@ -1656,6 +1656,7 @@ impl SecureLayer {
         // already resuming it as known. Session IDs travel in clear, so naming one alone
         // proves nothing.
         let known = self.sessions.contains_key(&peer)
+            || self.vouched(host)
             || requested.is_some_and(|id| {
                 self.resumable_from(&id, host, now)
                     && !self
@@ -1716,7 +1717,9 @@ impl SecureLayer {
             Ok(conn) => {
                 if let Some((at, why)) = victim {
                     if let Some(p) = self.handshakes.remove(&at) {
-                        self.evictions.take(now);
+                        if !known {
+                            self.evictions.take(now);
+                        }
                         self.release_handshake(p);
                         self.count("dtls.handshake_evicted");
                         self.count(why);
@@ -1780,6 +1783,14 @@ impl SecureLayer {
                 .is_some_and(|t| now.saturating_since(*t) < SUSPECT_MEMORY)
     }
 
+    /// Whether `host` holds a live session: a device there completed an authenticated
+    /// handshake, so the host's newcomers count as known (not suspects, not held to the
+    /// eviction budget strangers spend). A host an attacker shares with honest devices (one
+    /// NAT) is vouched for too; it stays within the host's share and handshake rate.
+    fn vouched(&self, host: Host) -> bool {
+        self.session_bytes.held_by(host) > 0
+    }
+
     /// Whether the cached session `id` may be resumed and was made from `host`.
     fn resumable_from(&self, id: &[u8; 32], host: Host, now: Instant) -> bool {
         self.cache.get(id).is_some_and(|c| {
@@ -1822,7 +1833,8 @@ impl SecureLayer {
                 let Some(v) = self.victim(now, host, known, restarted) else {
                     return Err(Refusal::Handshakes);
                 };
-                if !self.evictions.has(now) {
+                // A known peer's push-out is not held to the budget: it is spent by strangers.
+                if !known && !self.evictions.has(now) {
                     return Err(Refusal::EvictionBudget);
                 }
                 victim = Some(v);
@@ -2085,7 +2097,8 @@ impl SecureLayer {
             self.resumable_from(&id, host, now)
                 && self.carrier_resuming.get(&id).is_none_or(|a| *a == peer)
         });
-        let known = is_put && (self.sessions.contains_key(&peer) || resumed_here);
+        let known =
+            is_put && (self.sessions.contains_key(&peer) || self.vouched(host) || resumed_here);
         if is_put && resumed_here {
             if let Some(id) = requested {
                 self.carrier_resuming.insert(id, peer);

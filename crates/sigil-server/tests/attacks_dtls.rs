@@ -925,3 +925,67 @@ fn a_host_whose_handshake_was_pushed_out_takes_only_free_slots() {
     assert!(half_open(&mut s, tenth, 7_300, 60, None, |d| d));
     assert_eq!(s.count("dtls.handshake_evicted_oldest"), 2);
 }
+
+#[test]
+fn a_newcomer_from_a_host_with_a_live_session_gets_in_when_strangers_spent_the_budget() {
+    // A device behind a host that already holds an authenticated session (the other devices of
+    // one border router or NAT) is vouched for: its handshake may push out a stranger's even
+    // when the host's own last handshake was pushed out (a suspect otherwise) and strangers
+    // have spent the budget of evictions. Before, such a newcomer got 5.03 until the
+    // strangers' first tries were over (the soak's carrier newcomer, ten minutes at most).
+    let mut s = Server::new(|c| c.max_handshakes = 8);
+    let key = [7; 16];
+    let text = s.provision_psk(3, &key);
+    let router = [198, 51, 100, 7];
+    let mut now = 0;
+    let mut first = Client::psk(SocketAddr::from((router, 5000)), &text, &key, 90, now);
+    run(&mut s, &mut [&mut first], &mut now, 200);
+    assert!(first.conn.is_established());
+    // Strangers fill the table, then push each other out until the budget is spent.
+    let t0 = now + 100;
+    for i in 0..8u8 {
+        assert!(half_open(
+            &mut s,
+            SocketAddr::from(([203, 0, 113, i], 4000)),
+            t0,
+            u64::from(i),
+            None,
+            |d| d
+        ));
+    }
+    let mut t = t0 + 7_100;
+    let mut i = 0u8;
+    while s.count("dtls.refused_eviction_budget") == 0 {
+        let _ = half_open(
+            &mut s,
+            SocketAddr::from(([203, 0, 114, i], 4000)),
+            t,
+            1000 + u64::from(i),
+            None,
+            |d| d,
+        );
+        i = i
+            .checked_add(1)
+            .expect("the budget is spent before 256 strangers");
+        t += 10;
+    }
+    // A stranger from a new host is refused now; the router's new device gets in.
+    let evicted = s.count("dtls.handshake_evicted");
+    assert!(!half_open(
+        &mut s,
+        SocketAddr::from(([203, 0, 115, 1], 4000)),
+        t,
+        5000,
+        None,
+        |d| d
+    ));
+    assert!(half_open(
+        &mut s,
+        SocketAddr::from((router, 5001)),
+        t,
+        5001,
+        None,
+        |d| d
+    ));
+    assert_eq!(s.count("dtls.handshake_evicted"), evicted + 1);
+}
