@@ -105,6 +105,13 @@ pub struct DtlsConfig {
     /// behind one NAT address needs one per device, so this is a large fraction of
     /// `max_sessions`, never all of it.
     pub max_sessions_per_host: usize,
+    /// Most sessions one authenticated identity (a PSK's, a key's, a token's subject) holds
+    /// at once, from however many addresses and hosts: at the cap, its least recently active
+    /// session gives way to its new one (closed with an alert, `dtls.gave_way.identity_cap`).
+    /// So one provisioned identity cannot fill the session table from many hosts and lock
+    /// every new device out. Sessions without client authentication have no identity and
+    /// are held only to the host and total budgets.
+    pub max_sessions_per_identity: usize,
     /// Handshakes one source host may start (each costs the server its key exchange and,
     /// with keys, a signature) in a burst, then `handshakes_per_host_per_sec` sustained: a
     /// token bucket per host, so a host that fails its handshakes at once to start new ones
@@ -152,6 +159,7 @@ impl DtlsConfig {
             max_handshakes_per_host: 16,
             max_sessions: 4096,
             max_sessions_per_host: 1024,
+            max_sessions_per_identity: 16,
             handshake_burst_per_host: 32,
             handshakes_per_host_per_sec: 8,
             handshake_timeout: Duration::from_secs(30),
@@ -1992,6 +2000,9 @@ impl SecureLayer {
             self.count("dtls.session_replaced");
             self.release_session(old);
         }
+        if let Some(a) = &auth {
+            self.make_room_for_identity(now, a.identity(), out);
+        }
         self.next_row += 1;
         let mut p = Peer {
             conn: Box::new(traffic),
@@ -2037,6 +2048,42 @@ impl SecureLayer {
         }
         self.sessions.insert(peer, p);
         delivered
+    }
+
+    /// Before `identity` gets a new session: if it holds `max_sessions_per_identity`
+    /// already, its least recently active one is closed (an alert to its address) and its
+    /// bytes go back, whatever host it is charged to.
+    fn make_room_for_identity(
+        &mut self,
+        now: Instant,
+        identity: &Identity,
+        out: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        let cap = self.config.max_sessions_per_identity.max(1);
+        loop {
+            let mut held = 0usize;
+            let mut oldest: Option<(Instant, SocketAddr)> = None;
+            for (addr, p) in &self.sessions {
+                if p.auth.as_ref().is_some_and(|a| a.identity() == identity) {
+                    held += 1;
+                    if oldest.is_none_or(|(t, _)| p.last_seen < t) {
+                        oldest = Some((p.last_seen, *addr));
+                    }
+                }
+            }
+            let Some((_, addr)) = oldest.filter(|_| held >= cap) else {
+                return;
+            };
+            let Some(mut p) = self.sessions.remove(&addr) else {
+                return;
+            };
+            self.count("dtls.gave_way.identity_cap");
+            crate::limited!(self.log, Self::secs(now), "dtls.gave_way.identity_cap", info, peer = %addr, identity = %identity, cap, "DTLS session closed: its identity opened a new one at its cap");
+            if p.conn.close().is_ok() {
+                self.flush(now, addr, &mut p, out);
+            }
+            self.release_session(p);
+        }
     }
 
     /// The carrier's table of `host`, out of `tables`.

@@ -20,7 +20,7 @@ use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
 use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust};
 use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
-use sigil_server::secure::HANDSHAKE_BYTES;
+use sigil_server::secure::{HANDSHAKE_BYTES, SESSION_BYTES};
 use sigil_server::store::IdentityKind;
 use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
 use sigil_testkit::Seeded;
@@ -55,6 +55,7 @@ struct Running {
     stats: Stats,
     dtls: SocketAddr,
     identity: String,
+    other: String,
     _dir: tempfile::TempDir,
 }
 
@@ -62,21 +63,37 @@ impl Running {
     /// A server on 127.0.0.1 (or `::1`) with its defaults (256 half-open handshakes on the
     /// record layer, 8 tables of 8 over CoAP) and one identity with a PSK.
     fn start(listen: IpAddr) -> Self {
+        Self::start_with(listen, |_| {})
+    }
+
+    /// [`Running::start`] with `configure` applied to the DTLS settings, and a second
+    /// identity with the same PSK (`other`), for the tests where one provisioned identity
+    /// is the attacker.
+    fn start_with(listen: IpAddr, configure: impl FnOnce(&mut DtlsConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let device = RustCrypto
-            .generate(SignatureAlgorithm::Ed25519, &mut Seeded(41))
-            .unwrap();
-        let id =
-            Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
+        let ids: Vec<Identity> = [41, 42]
+            .into_iter()
+            .map(|seed| {
+                let device = RustCrypto
+                    .generate(SignatureAlgorithm::Ed25519, &mut Seeded(seed))
+                    .unwrap();
+                Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"")
+                    .unwrap()
+            })
+            .collect();
         {
             let s = Store::open(&db).unwrap();
-            s.add_identity(&id, IdentityKind::Device, "", 1_700_000_000)
-                .unwrap();
-            s.set_psk(&id, &PSK, 1_700_000_000).unwrap();
+            for id in &ids {
+                s.add_identity(id, IdentityKind::Device, "", 1_700_000_000)
+                    .unwrap();
+                s.set_psk(id, &PSK, 1_700_000_000).unwrap();
+            }
         }
         let mut config = ServerConfig::new(SocketAddr::new(listen, 0), db);
-        config.dtls = Some(DtlsConfig::new(SocketAddr::new(listen, 0)));
+        let mut dtls = DtlsConfig::new(SocketAddr::new(listen, 0));
+        configure(&mut dtls);
+        config.dtls = Some(dtls);
         let stats = Stats::default();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -92,7 +109,8 @@ impl Running {
             server: Some(server),
             stats,
             dtls,
-            identity: id.to_string(),
+            identity: ids[0].to_string(),
+            other: ids[1].to_string(),
             _dir: dir,
         }
     }
@@ -294,10 +312,77 @@ fn coap_get(mid: u16) -> Vec<u8> {
     buf[..n].to_vec()
 }
 
+/// A PSK handshake over records from `sock`, up to an established Traffic: given up after
+/// [`RENEW`] without a word from the server (as a device starts over), or at
+/// [`NEWCOMER_DEADLINE`] (and `think`) after `start`. A slow device: its key exchange flight goes `think` after the server's
+/// flight that asked for it (a device computing its ECDHE share or signature for seconds).
+fn records_handshake(
+    sock: &UdpSocket,
+    server: SocketAddr,
+    creds: Credentials<'_>,
+    start: std::time::Instant,
+    rng: &mut Seeded,
+    think: Duration,
+) -> Option<Traffic<RustCrypto>> {
+    let mut buf = [0u8; 2048];
+    let mut c = Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config::default(),
+        rng,
+        creds,
+        at(start),
+    )
+    .unwrap();
+    let mut heard = start.elapsed();
+    let mut thought = think.is_zero();
+    loop {
+        let _ = c.handle_timeout(at(start));
+        while let Some(n) = c.poll_transmit(at(start), &mut buf) {
+            // The first record of the client's second flight: a plaintext handshake record
+            // (type 22) whose message is a Certificate (11) or ClientKeyExchange (16).
+            if !thought && n > 13 && buf[0] == 22 && matches!(buf[13], 11 | 16) {
+                thought = true;
+                std::thread::sleep(think);
+                heard = start.elapsed();
+            }
+            let _ = sock.send_to(&buf[..n], server);
+        }
+        if c.is_established() || c.failure().is_some() {
+            break;
+        }
+        if start.elapsed() >= NEWCOMER_DEADLINE + think || start.elapsed() - heard > RENEW {
+            break;
+        }
+        if let Ok((m, _)) = sock.recv_from(&mut buf) {
+            heard = start.elapsed();
+            let d = buf[..m].to_vec();
+            let _ = c.handle_datagram(at(start), &d);
+        }
+    }
+    if c.is_established() {
+        c.into_traffic().ok()
+    } else {
+        None
+    }
+}
+
 /// An honest device at `from`: completes a handshake over `carrier` (trying again a second
 /// after a refusal, as the sensor does) and asks for `/.well-known/core` inside its session.
 /// True once the answer (2.05) came, within [`NEWCOMER_DEADLINE`].
 fn newcomer_served(from: IpAddr, server: SocketAddr, identity: &str, carrier: Carrier) -> bool {
+    slow_newcomer_served(from, server, identity, carrier, Duration::ZERO)
+}
+
+/// [`newcomer_served`] for a device that pauses `think` before its key exchange flight
+/// (records only).
+fn slow_newcomer_served(
+    from: IpAddr,
+    server: SocketAddr,
+    identity: &str,
+    carrier: Carrier,
+    think: Duration,
+) -> bool {
     let sock = UdpSocket::bind(SocketAddr::new(from, 0)).expect("bind newcomer");
     sock.set_read_timeout(Some(Duration::from_millis(20)))
         .unwrap();
@@ -309,45 +394,13 @@ fn newcomer_served(from: IpAddr, server: SocketAddr, identity: &str, carrier: Ca
     let mut rng = Seeded(9_000);
     let mut buf = [0u8; 2048];
     let mut attempt = 0u64;
-    while start.elapsed() < NEWCOMER_DEADLINE {
+    let deadline = NEWCOMER_DEADLINE + think;
+    while start.elapsed() < deadline {
         attempt += 1;
         rng = Seeded(rng.0.wrapping_add(attempt));
         // The handshake, by records or as a CoAP resource, up to an established Traffic.
         let traffic: Option<Traffic<RustCrypto>> = match carrier {
-            Carrier::Records => {
-                let mut c = Connection::connect(
-                    RustCrypto,
-                    AnyServer,
-                    Config::default(),
-                    &mut rng,
-                    creds(),
-                    at(start),
-                )
-                .unwrap();
-                let began = start.elapsed();
-                loop {
-                    let _ = c.handle_timeout(at(start));
-                    while let Some(n) = c.poll_transmit(at(start), &mut buf) {
-                        let _ = sock.send_to(&buf[..n], server);
-                    }
-                    if c.is_established() || c.failure().is_some() {
-                        break;
-                    }
-                    // A handshake that got nowhere in 5 s starts over (as a device would).
-                    if start.elapsed() >= NEWCOMER_DEADLINE || start.elapsed() - began > RENEW {
-                        break;
-                    }
-                    if let Ok((m, _)) = sock.recv_from(&mut buf) {
-                        let d = buf[..m].to_vec();
-                        let _ = c.handle_datagram(at(start), &d);
-                    }
-                }
-                if c.is_established() {
-                    c.into_traffic().ok()
-                } else {
-                    None
-                }
-            }
+            Carrier::Records => records_handshake(&sock, server, creds(), start, &mut rng, think),
             Carrier::Coap => {
                 let mut c = CoapClient::connect(
                     RustCrypto,
@@ -388,7 +441,7 @@ fn newcomer_served(from: IpAddr, server: SocketAddr, identity: &str, carrier: Ca
         };
         t.send(&coap_get(attempt as u16)).unwrap();
         let asked = start.elapsed();
-        while start.elapsed() < NEWCOMER_DEADLINE && start.elapsed() - asked < RENEW {
+        while start.elapsed() < deadline && start.elapsed() - asked < RENEW {
             while let Some(n) = t.poll_transmit(at(start), &mut buf) {
                 let _ = sock.send_to(&buf[..n], server);
             }
@@ -423,7 +476,7 @@ fn ipv4_hosts() -> Vec<IpAddr> {
 }
 
 /// The record layer: the table (256 half-open handshakes) full of one per host.
-fn records_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
+fn records_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr, think: Duration) {
     let began = std::time::Instant::now();
     let attack = Attack::start(hosts, server.dtls, Carrier::Records);
     // Every address has had its go, and every slot is taken, one per host.
@@ -442,7 +495,13 @@ fn records_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
     // without progress) and tries again each second until one of them gives way.
     std::thread::sleep(Duration::from_millis(2_500));
     let completed = server.count("dtls.handshake_completed");
-    let served = newcomer_served(newcomer, server.dtls, &server.identity, Carrier::Records);
+    let served = slow_newcomer_served(
+        newcomer,
+        server.dtls,
+        &server.identity,
+        Carrier::Records,
+        think,
+    );
     let hellos = attack.hellos.load(Ordering::Relaxed);
     drop(attack);
     let secs = began.elapsed().as_secs() + 1;
@@ -459,8 +518,14 @@ fn records_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
     assert!(
         served,
         "the newcomer was never served beside 256 hosts holding one half-open handshake each \
-         (refused_tables_full {})",
-        server.count("dtls.refused_tables_full")
+         (refused_tables_full {}; {:?})",
+        server.count("dtls.refused_tables_full"),
+        server
+            .stats
+            .snapshot()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("dtls."))
+            .collect::<Vec<_>>()
     );
     assert!(gave_way >= 1, "a stranger's half-open handshake gave way");
     assert!(server.count("dtls.handshake_completed") > completed);
@@ -509,13 +574,89 @@ fn carrier_attack(server: &Running, hosts: Vec<IpAddr>, newcomer: IpAddr) {
 #[test]
 fn a_newcomer_completes_a_record_layer_handshake_beside_256_hosts_holding_one_each() {
     let server = Running::start(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    records_attack(&server, ipv4_hosts(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    records_attack(
+        &server,
+        ipv4_hosts(),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Duration::ZERO,
+    );
+}
+
+/// A slow device (one that computes for 5 s before its key exchange flight, as an 8-bit
+/// node does its ECDHE share) still completes while 256 hosts keep the table full: its
+/// handshake made progress when its ClientHello with the cookie was taken, and the shield
+/// (7 s from the last progress) and the crowded lifetime (8 s) both outlast its pause, so no
+/// stranger's ClientHello pushes it out and it does not expire.
+#[test]
+fn a_slow_newcomer_that_pauses_5_s_completes_beside_256_hosts_holding_one_each() {
+    let server = Running::start(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    records_attack(
+        &server,
+        ipv4_hosts(),
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Duration::from_secs(5),
+    );
 }
 
 #[test]
 fn a_newcomer_completes_a_coap_carrier_handshake_beside_256_hosts_holding_one_each() {
     let server = Running::start(IpAddr::V4(Ipv4Addr::LOCALHOST));
     carrier_attack(&server, ipv4_hosts(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+}
+
+/// One provisioned identity (a leaked PSK, a device gone rogue) opens a session from each of
+/// 256 hosts into a session table of 64. Without a per-identity cap the table filled at its
+/// 64th session and every other device's handshake was refused (`dtls.refused_sessions_full`)
+/// for as long as the attacker kept its sessions alive (`session_idle`, an hour from each
+/// one's last record). With it the identity holds at most `max_sessions_per_identity` (16):
+/// each new session of it closes its least recently active one, whatever host that one is
+/// charged to, and a device of another identity is served beside it.
+#[test]
+fn one_identity_from_256_hosts_holds_only_its_cap_of_sessions_and_a_newcomer_is_served() {
+    let server = Running::start_with(IpAddr::V4(Ipv4Addr::LOCALHOST), |d| d.max_sessions = 64);
+    let cap = DtlsConfig::new(server.dtls).max_sessions_per_identity;
+    assert_eq!(cap, 16, "the default cap");
+    let mut rng = Seeded(77);
+    let mut established = 0usize;
+    let hosts = ipv4_hosts();
+    for host in &hosts {
+        let sock = UdpSocket::bind(SocketAddr::new(*host, 0)).expect("bind attacker");
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let creds = Credentials::Psk {
+            identity: server.other.as_bytes(),
+            key: &PSK,
+        };
+        let start = std::time::Instant::now();
+        if records_handshake(&sock, server.dtls, creds, start, &mut rng, Duration::ZERO).is_none() {
+            break; // refused: the table is full (what the cap prevents)
+        }
+        established += 1;
+    }
+    assert_eq!(
+        established,
+        hosts.len(),
+        "each of the identity's handshakes completes (its oldest session gives way)"
+    );
+    assert_eq!(
+        server.count("dtls.gave_way.identity_cap"),
+        (hosts.len() - cap) as u64
+    );
+    assert_eq!(server.count("dtls.refused_sessions_full"), 0);
+    server.wait_for(Duration::from_secs(5), "the sessions' gauge", |s| {
+        s.count("mem.dtls_sessions.bytes") == (cap * SESSION_BYTES) as u64
+    });
+    assert_eq!(server.count("mem.dtls_sessions.hosts"), cap as u64);
+    assert!(
+        newcomer_served(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            server.dtls,
+            &server.identity,
+            Carrier::Records
+        ),
+        "a device of another identity is served beside the attacker's sessions"
+    );
+    assert_eq!(server.count("dtls.refused_sessions_full"), 0);
 }
 
 /// A /56 on `lo` (its 256 /64s are 256 hosts): one address in each, added for the test and
@@ -602,7 +743,12 @@ fn an_ipv6_slash_56_is_256_hosts_and_still_gives_way_to_a_newcomer_on_both_carri
         return;
     };
     let server = Running::start(IpAddr::V6(Ipv6Addr::LOCALHOST));
-    records_attack(&server, net.hosts(), IpAddr::V6(Slash56::newcomer()));
+    records_attack(
+        &server,
+        net.hosts(),
+        IpAddr::V6(Slash56::newcomer()),
+        Duration::ZERO,
+    );
     drop(server);
     let server = Running::start(IpAddr::V6(Ipv6Addr::LOCALHOST));
     carrier_attack(&server, net.hosts(), IpAddr::V6(Slash56::newcomer()));

@@ -501,6 +501,55 @@ fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_c
     assert_eq!(code, Code::CREATED, "{}", description(&body));
 }
 
+/// The same identity from 256 hosts, one after the other: each host makes a session and asks
+/// for a token at once. The identity holds at most `max_sessions_per_identity` (16) sessions
+/// at a time (each new one closes its least recently active, `dtls.gave_way.identity_cap`), so
+/// the 16 sessions of the test above are as many as it can hold; and however many hosts and
+/// sessions it goes through, `/token` issues it only the subject's rate.
+#[test]
+fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate() {
+    let mut s = Server::new();
+    let mut now = 0;
+    let m = s.reader(41);
+    let start = now;
+    let mut created = 0u64;
+    for port in 1..=256u16 {
+        let mut c = Client::psk(port, &m, 41, now);
+        run(&mut s, &mut [&mut c], &mut now, 200);
+        assert!(c.conn.is_established(), "host {port}: a session");
+        let (code, body) = ask_token(&mut s, &mut c, &token_request(None, false), &mut now);
+        match code {
+            Code::CREATED => created += 1,
+            Code::SERVICE_UNAVAILABLE => assert!(
+                description(&body).starts_with("rate limited"),
+                "{}",
+                description(&body)
+            ),
+            other => panic!("host {port}: {other:?} {}", description(&body)),
+        }
+    }
+    let elapsed_secs = (now - start) / 1000 + 1;
+    let allowed = u64::from(SUBJECT_RATE.burst) + elapsed_secs / u64::from(SUBJECT_RATE.every_secs);
+    assert_eq!(s.count("token.issued"), created);
+    assert!(
+        created <= allowed,
+        "{created} issued, the rate allows {allowed}"
+    );
+    assert_eq!(s.count("dtls.gave_way.identity_cap"), 256 - 16);
+    s.layer.publish();
+    assert_eq!(
+        s.count("mem.dtls_sessions.bytes"),
+        16 * sigil_server::secure::SESSION_BYTES as u64
+    );
+
+    // Another client is served meanwhile.
+    let h = s.reader(42);
+    let mut ch = Client::psk(300, &h, 42, now);
+    run(&mut s, &mut [&mut ch], &mut now, 300);
+    let (code, body) = ask_token(&mut s, &mut ch, &token_request(None, false), &mut now);
+    assert_eq!(code, Code::CREATED, "{}", description(&body));
+}
+
 /// Revoking a subject drops its held tokens and their `cti`s at once: the byte gauges of both
 /// tables fall to what the other subject holds, and the revoked subject's token, posted before,
 /// opens nothing and is refused when posted again.

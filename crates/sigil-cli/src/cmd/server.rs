@@ -76,6 +76,10 @@ pub struct ServerArgs {
     /// Most DTLS sessions charged to one source host (a NAT'd site needs one per device).
     #[arg(long, default_value_t = 1024)]
     pub dtls_max_sessions_per_host: usize,
+    /// Most DTLS sessions one authenticated identity holds at once, from any number of
+    /// addresses; its least recently active session gives way to a new one.
+    #[arg(long, default_value_t = 16)]
+    pub dtls_max_sessions_per_identity: usize,
     /// X.509: the server's certificate chain (PEM, leaf first) for clients that use
     /// certificates (`--dtls cert`).
     #[arg(long, requires = "dtls_cert_key")]
@@ -117,6 +121,7 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
         d.handshakes_per_host_per_sec = a.dtls_handshake_rate;
         d.max_sessions = a.dtls_max_sessions.max(1);
         d.max_sessions_per_host = a.dtls_max_sessions_per_host.max(1);
+        d.max_sessions_per_identity = a.dtls_max_sessions_per_identity.max(1);
         d.resumption = !a.dtls_no_resumption;
         if let (Some(c), Some(k)) = (&a.dtls_cert, &a.dtls_cert_key) {
             d.certificate_chain = read_certs(c)?;
