@@ -61,6 +61,11 @@ pub struct Inbound {
 }
 
 /// A remembered exchange: `None` while the first copy is still being handled.
+/// Most dedup entries that give way to make room for one new entry or answer.
+const DEDUP_GIVE_WAY: usize = 16;
+/// How far into the oldest dedup entries a give-way looks for one to drop.
+const DEDUP_GIVE_WAY_SCAN: usize = 1024;
+
 struct DedupEntry {
     response: Option<Vec<u8>>,
     at: Instant,
@@ -517,12 +522,14 @@ impl Dispatcher {
                 }
                 return None;
             }
-            // Over the host's share (or the table's), the exchange is not remembered: a
-            // retransmission is handled again. Readings are deduplicated by their sequence
-            // number anyway (docs/security.md); nobody else's entry is evicted for it.
+            // Over the host's share, the exchange is not remembered: a retransmission is
+            // handled again (readings are deduplicated by their sequence number anyway,
+            // docs/security.md). With the table full, the oldest entry of a host holding more
+            // than this one would gives way (`dedup_room`), so many hosts
+            // filling the total cannot keep a newcomer's exchanges from being remembered.
             let host = Host::of(d.from.addr);
             if self.dedup.len() >= self.config.dedup_capacity
-                || self.dedup_budget.charge(host, ENTRY_OVERHEAD).is_err()
+                || !self.dedup_room(host, ENTRY_OVERHEAD, None)
             {
                 self.count("coap.dedup.not_remembered");
             } else {
@@ -906,6 +913,59 @@ impl Dispatcher {
         Some(smaller)
     }
 
+    /// Charges `bytes` of a dedup entry to `host`. When the table (not the host's share) is
+    /// what is full, the oldest entries of hosts that would still hold more than `host`
+    /// give way, at most [`DEDUP_GIVE_WAY`] of them, looked for among the oldest
+    /// [`DEDUP_GIVE_WAY_SCAN`] (`coap.dedup.gave_way`); `keep` (the exchange whose answer
+    /// is being charged) is passed over. False if no room was made: not remembered.
+    fn dedup_room(&mut self, host: Host, bytes: usize, keep: Option<(Endpoint, u16)>) -> bool {
+        let mut evicted = 0;
+        loop {
+            match self.dedup_budget.charge(host, bytes) {
+                Ok(()) => return true,
+                Err(crate::budget::Over::Host) => return false,
+                Err(crate::budget::Over::Total) if evicted >= DEDUP_GIVE_WAY => return false,
+                Err(crate::budget::Over::Total) => {}
+            }
+            self.drop_stale_dedup_order();
+            let mine = self.dedup_budget.held_by(host).saturating_add(bytes);
+            let victim = self
+                .dedup_order
+                .iter()
+                .take(DEDUP_GIVE_WAY_SCAN)
+                .position(|(k, at)| {
+                    Some(*k) != keep
+                        && self.dedup.get(k).is_some_and(|e| e.at == *at)
+                        && self.dedup_budget.held_by(Host::of(k.0.addr)) > mine
+                });
+            let Some(i) = victim else {
+                return false;
+            };
+            let Some((k, _)) = self.dedup_order.remove(i) else {
+                return false;
+            };
+            if let Some(e) = self.dedup.remove(&k) {
+                self.dedup_budget.refund(Host::of(k.0.addr), e.charged);
+                self.count("coap.dedup.gave_way");
+            }
+            evicted += 1;
+        }
+    }
+
+    /// Drops the dedup order's entries whose exchange is no longer in the cache (forgotten
+    /// over a share, or given way): those at the front at once, all of them once they are
+    /// more than the live ones, so a give-way's scan meets live entries.
+    fn drop_stale_dedup_order(&mut self) {
+        let dedup = &self.dedup;
+        let live = |(k, at): &((Endpoint, u16), Instant)| dedup.get(k).is_some_and(|e| e.at == *at);
+        while self.dedup_order.front().is_some_and(|e| !live(e)) {
+            self.dedup_order.pop_front();
+        }
+        if self.dedup_order.len() > 2 * self.dedup.len() + 64 {
+            self.dedup_order.retain(|e| live(e));
+        }
+    }
+
     /// Keeps `answer` in the dedup entry of `key` for retransmissions, charged to the
     /// sender's host; over its share the exchange is forgotten instead.
     fn remember(&mut self, key: (Endpoint, u16), answer: Option<Vec<u8>>) {
@@ -917,7 +977,11 @@ impl Dispatcher {
         let new = answer.as_ref().map_or(0, Vec::len);
         self.dedup_budget.refund(host, old);
         e.charged -= old;
-        if self.dedup_budget.charge(host, new).is_ok() {
+        if self.dedup_room(host, new, Some(key)) {
+            let Some(e) = self.dedup.get_mut(&key) else {
+                self.dedup_budget.refund(host, new);
+                return;
+            };
             e.charged += new;
             e.response = answer;
         } else if let Some(e) = self.dedup.remove(&key) {

@@ -474,3 +474,147 @@ fn attack_6_one_host_with_256_ports_cannot_hold_every_block1_slot() {
     assert!(s.stats.get("coap.block1_continue") > 0);
     assert!(s.gauge("mem.block1.bytes") <= caps.total as u64);
 }
+
+/// 256 hosts (10.1.x.y), no address of which any honest peer uses.
+fn many_hosts() -> impl Iterator<Item = [u8; 4]> {
+    (0..256u16).map(|i| [10, 1, (i / 200) as u8, 1 + (i % 200) as u8])
+}
+
+/// The dedup cache against 256 hosts (issue 25): each host verifies its address by Echo and
+/// then sends Confirmable GETs of a ~1 KiB answer, far more in all than the total holds. The
+/// total is never exceeded. A newcomer device that registers and publishes while the cache is
+/// full gets its exchanges remembered all the same: the oldest entries of hosts holding more
+/// give way (`coap.dedup.gave_way`), so its retransmissions are answered from the cache.
+/// Before, its exchanges were not remembered, and the retransmission of its registration
+/// (whose ACK was lost) was handled again and refused 4.01 "stale sq": a device told its
+/// registration failed because strangers filled a table.
+#[test]
+fn many_hosts_fill_the_dedup_total_and_a_newcomers_exchanges_are_still_remembered() {
+    let caps = Caps {
+        total: 1 << 20,
+        per_host: 64 << 10,
+    };
+    let mut s = Server::new(|c| c.dedup_caps = caps);
+    let dev = sensor_with_history(&mut s, 20);
+    let history = format!("{}?n=100", dev.topic());
+    let base_remembered = s.stats.get("coap.dedup.not_remembered");
+    for (h, host) in many_hosts().enumerate() {
+        let from = addr(host, 7000);
+        let e = echo_of(&s.one(from, get(1, &[9], &history, None))[0]);
+        let batch = (0..12u16)
+            .map(|i| (from, get(10 + i, &[9], &history, Some(&e))))
+            .collect();
+        let answers = s.deliver(batch);
+        assert!(answers.iter().all(|(_, a)| a.len() > 1024), "host {h}");
+        assert!(s.gauge("mem.dedup.bytes") <= caps.total as u64);
+    }
+    assert!(
+        s.gauge("mem.dedup.bytes") > (caps.total as u64) * 9 / 10,
+        "the hosts filled the total: {}",
+        s.gauge("mem.dedup.bytes")
+    );
+    assert!(s.gauge("mem.dedup.peak") <= caps.total as u64);
+    // Hosts that came late pushed out earlier ones' entries (they held more), or were not
+    // remembered where that would have made them hold more than the others.
+    let gave_way = s.stats.get("coap.dedup.gave_way");
+    assert!(gave_way > 0);
+    // Without give-way the first ~70 hosts (12 answers of > 1 KiB each) would hold it all.
+    let hosts = s.gauge("mem.dedup.hosts");
+    assert!(
+        hosts > (caps.total / (12 * 1100)) as u64,
+        "{hosts} hosts share the table"
+    );
+    assert!(s.stats.get("coap.dedup.not_remembered") > base_remembered);
+
+    // A newcomer registers and publishes; each of its Confirmables arrives twice (its ACK
+    // lost), and the second copy is answered from the cache.
+    let duplicates = s.stats.get("coap.duplicate");
+    let mut newcomer = registered(&mut s, 7);
+    let registration = newcomer.sent.last().unwrap().clone();
+    let first = Message::parse(&newcomer_answer(&mut s, &newcomer, registration.clone()))
+        .unwrap()
+        .code;
+    assert!(
+        first.is_success(),
+        "{first:?}; not remembered {}, gave way {}, bytes {}",
+        s.stats.get("coap.dedup.not_remembered"),
+        s.stats.get("coap.dedup.gave_way"),
+        s.gauge("mem.dedup.bytes")
+    );
+    assert_eq!(s.stats.get("coap.duplicate"), duplicates + 1);
+    newcomer.publish(&mut s, 21.5);
+    let put = newcomer.sent.last().unwrap().clone();
+    let stored = Store::open(&s.db).unwrap().reading_count().unwrap();
+    let again = Message::parse(&newcomer_answer(&mut s, &newcomer, put))
+        .unwrap()
+        .code;
+    assert_eq!(again, Code::CHANGED);
+    assert_eq!(s.stats.get("coap.duplicate"), duplicates + 2);
+    assert_eq!(
+        Store::open(&s.db).unwrap().reading_count().unwrap(),
+        stored,
+        "the reading is stored once"
+    );
+    assert!(s.gauge("mem.dedup.bytes") <= caps.total as u64);
+
+    // All of it is given back after EXCHANGE_LIFETIME.
+    s.now += s.config.transmission.exchange_lifetime().as_millis() as u64 + 1;
+    s.d.handle_timeout(Instant::from_millis(s.now));
+    assert_eq!(s.gauge("mem.dedup.bytes"), 0);
+    assert_eq!(s.gauge("mem.dedup.hosts"), 0);
+}
+
+/// `sensor`'s `datagram` delivered again; the one answer.
+fn newcomer_answer(s: &mut Server, sensor: &Sensor, datagram: Vec<u8>) -> Vec<u8> {
+    let mut a = s.one(sensor.addr, datagram);
+    assert_eq!(a.len(), 1);
+    a.remove(0)
+}
+
+/// The table of Echo-verified addresses against 256 hosts (issue 25): each host verifies 8
+/// addresses (ports), more in all than the table holds. The total is never exceeded, and a
+/// newcomer reader at a new address still gets its large answer by sending the Echo value
+/// with its request each time (RFC 9175 §2.4): it is answered, only not remembered.
+#[test]
+fn many_hosts_fill_the_verified_address_table_and_a_newcomer_still_gets_large_answers() {
+    let caps = Caps {
+        total: 64 << 10,
+        per_host: 16 << 10,
+    };
+    let mut s = Server::new(|c| c.verified_caps = caps);
+    let dev = sensor_with_history(&mut s, 20);
+    let history = format!("{}?n=100", dev.topic());
+    for host in many_hosts() {
+        for port in 7000..7008u16 {
+            let from = addr(host, port);
+            let e = echo_of(&s.one(from, get(1, &[5], &history, None))[0]);
+            let a = s.one(from, get(2, &[5], &history, Some(&e)));
+            assert!(a[0].len() > 1024, "an address that echoes gets the answer");
+        }
+        assert!(s.gauge("mem.verified.bytes") <= caps.total as u64);
+    }
+    assert!(
+        s.gauge("mem.verified.bytes") + 256 > caps.total as u64,
+        "the hosts filled the table: {}",
+        s.gauge("mem.verified.bytes")
+    );
+    assert!(s.stats.get("coap.echo.not_remembered") > 1000);
+
+    // The newcomer: its first request is answered 4.01 with Echo, its repetition with the
+    // value gets the whole answer, and so does every later request that carries it.
+    let newcomer = addr([127, 0, 0, 1], 41_000);
+    let e = echo_of(&s.one(newcomer, get(1, &[6], &history, None))[0]);
+    for mid in 2..6u16 {
+        let a = s.one(newcomer, get(mid, &[6], &history, Some(&e)));
+        let m = Message::parse(&a[0]).unwrap();
+        assert_eq!(m.code, Code::CONTENT);
+        assert!(a[0].len() > 1024);
+    }
+    // Without the value it is still an unverified address (the table had no room for it).
+    echo_of(&s.one(newcomer, get(9, &[6], &history, None))[0]);
+
+    // After ECHO_LIFETIME_S the table is given back.
+    s.now += sigil_server::echo::ECHO_LIFETIME_S * 1000 + 1;
+    s.d.handle_timeout(Instant::from_millis(s.now));
+    assert_eq!(s.gauge("mem.verified.bytes"), 0);
+}
