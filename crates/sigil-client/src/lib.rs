@@ -19,6 +19,7 @@
 pub mod ace;
 pub mod app;
 pub mod coap;
+pub mod diagnose;
 pub mod os;
 pub mod pem;
 pub mod sensor_rs;
