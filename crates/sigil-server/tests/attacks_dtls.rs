@@ -7,201 +7,24 @@
 //! kept the handshake table full for as long as it went on, and new devices got no handshake
 //! until the flood had stopped and its entries had gone stale.
 
-use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::{Config, Connection, Credentials, Trust};
-use sigil_identity::Identity;
+use sigil_crypto::RustCrypto;
+use sigil_dtls::{Config, Connection, Credentials};
 use sigil_server::budget::Host;
-use sigil_server::secure::{
-    DtlsConfig, SecureLayer, SharedTrust, HANDSHAKE_BYTES, RESUMPTION_BYTES, SESSION_BYTES,
-};
-use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::secure::{HANDSHAKE_BYTES, RESUMPTION_BYTES, SESSION_BYTES};
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const NOW: i64 = 1_700_000_000;
-
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
-
-struct Server {
-    d: Dispatcher,
-    layer: SecureLayer,
-    rng: Seeded,
-    stats: Stats,
-    _dir: tempfile::TempDir,
-    db: std::path::PathBuf,
-}
+mod common;
+use common::{coap_get, ms, run, step, AnyServer, Client, Peer, Secure as Server};
 
 impl Server {
-    fn new(tune: impl FnOnce(&mut DtlsConfig)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
-        tune(&mut dc);
-        let svc = sigil_server::service::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        let key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-            .unwrap();
-        let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
-        Self {
-            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
-            layer,
-            rng: Seeded(1234),
-            stats,
-            _dir: dir,
-            db,
-        }
-    }
-
     /// A provisioned identity with PSK `key`; returns its text (the PSK identity).
     fn provision_psk(&self, seed: u8, key: &[u8; 16]) -> String {
-        let id = Identity::of_key(
-            &RustCrypto,
-            &RustCrypto
-                .public_key(
-                    &RustCrypto
-                        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(u64::from(seed)))
-                        .unwrap(),
-                )
-                .unwrap(),
-            b"",
-        )
-        .unwrap();
-        let s = Store::open(&self.db).unwrap();
-        s.add_identity(&id, IdentityKind::Device, "", NOW).unwrap();
-        s.set_psk(&id, key, NOW).unwrap();
+        let id = common::ed25519_identity(u64::from(seed));
+        self.provision(&id, Some(key));
         id.to_string()
     }
-
-    fn handle(
-        &mut self,
-        now_ms: u64,
-        datagrams: Vec<(SocketAddr, Vec<u8>)>,
-    ) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d.handle_secure_at(
-            &mut self.layer,
-            datagrams,
-            ms(now_ms),
-            UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
-            &mut self.rng,
-        )
-    }
-
-    fn count(&self, key: &str) -> u64 {
-        self.stats.get(key)
-    }
-}
-
-/// Trusts the server's key whatever it is (these tests are about the server's side).
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
-    }
-}
-
-/// A PSK client at `addr` that asks CoAP questions inside its session.
-struct Client {
-    addr: SocketAddr,
-    conn: Connection<RustCrypto, AnyServer>,
-    inbox: Vec<Vec<u8>>,
-}
-
-impl Client {
-    fn psk(addr: SocketAddr, identity: &str, key: &[u8; 16], seed: u64, now: u64) -> Self {
-        let conn = Connection::connect(
-            RustCrypto,
-            AnyServer,
-            Config::default(),
-            &mut Seeded(seed),
-            Credentials::Psk {
-                identity: identity.as_bytes(),
-                key,
-            },
-            ms(now),
-        )
-        .unwrap();
-        Self {
-            addr,
-            conn,
-            inbox: vec![],
-        }
-    }
-
-    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        let _ = self.conn.handle_timeout(ms(now));
-        let mut out = vec![];
-        let mut buf = [0u8; 1500];
-        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
-            out.push((self.addr, buf[..n].to_vec()));
-        }
-        out
-    }
-
-    fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        let _ = self.conn.handle_datagram(ms(now), datagram);
-        let mut buf = [0u8; 2048];
-        while let Some(n) = self.conn.poll_app_data(&mut buf) {
-            self.inbox.push(buf[..n].to_vec());
-        }
-    }
-
-    /// The answers to its CoAP requests that were 2.05 Content.
-    fn answered(&self) -> usize {
-        self.inbox
-            .iter()
-            .filter(|m| Message::parse(m).is_ok_and(|m| m.code == Code::CONTENT))
-            .count()
-    }
-}
-
-/// Exchanges datagrams between the clients and the server at `now` until both are quiet.
-fn step(s: &mut Server, clients: &mut [&mut Client], now: u64) {
-    loop {
-        let mut sent = vec![];
-        for c in clients.iter_mut() {
-            sent.extend(c.outgoing(now));
-        }
-        let replies = s.handle(now, sent.clone());
-        for (to, bytes) in &replies {
-            if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
-                c.incoming(now, bytes);
-            }
-        }
-        if sent.is_empty() && replies.is_empty() {
-            break;
-        }
-    }
-}
-
-fn run(s: &mut Server, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
-    let until = *now + for_ms;
-    while *now < until {
-        step(s, clients, *now);
-        *now += 10;
-    }
-}
-
-fn coap_get(path: &str, mid: u16) -> Vec<u8> {
-    let mut buf = [0u8; 128];
-    let mut b =
-        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
-    b.uri_path(path).unwrap();
-    let n = b.finish_with_payload(&[]).unwrap();
-    buf[..n].to_vec()
 }
 
 /// A host that answers cookies: each new port runs the stateless exchange and sends its
@@ -812,6 +635,7 @@ fn hosts_naming_a_sniffed_session_id_are_strangers_and_give_way_to_a_newcomer() 
         )
         .unwrap(),
         inbox: vec![],
+        mid: 0,
     };
     let mut t = start + 8_200;
     run(&mut s, &mut [&mut again], &mut t, 100);

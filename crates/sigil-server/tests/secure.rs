@@ -9,107 +9,56 @@ use sigil_dtls::{Config, Connection, Credentials, Session, Traffic, Trust};
 use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
-use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
-use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::secure::DtlsConfig;
+use sigil_server::Store;
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_time::UnixTime;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const NOW: i64 = 1_700_000_000;
+mod common;
+use common::{addr, coap_get, ms, run, AnyServer, Peer, Process, Restore, Secure as Server, NOW};
 
-/// The tests' virtual clock (milliseconds) as the DTLS layer takes it.
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
-
-struct Server {
-    d: Dispatcher,
-    layer: SecureLayer,
-    /// The server's randomness (the driver passes the OS's in; these tests a seeded one).
-    rng: Seeded,
-    stats: Stats,
-    _dir: tempfile::TempDir,
-    db: std::path::PathBuf,
+/// The server with its access-control server, which signs with the server's key; tokens
+/// live 60 s here.
+fn server(tune: impl FnOnce(&mut DtlsConfig)) -> Server {
+    Server::with_service(tune, |_| {})
 }
 
 impl Server {
-    fn new(tune: impl FnOnce(&mut DtlsConfig)) -> Self {
-        Self::with_service(tune, |_| {})
-    }
-
     fn with_service(
         tune: impl FnOnce(&mut DtlsConfig),
         service: impl FnOnce(&mut sigil_server::service::ServiceConfig),
     ) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        service(&mut config.service);
-        let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
-        tune(&mut dc);
-        let mut svc = sigil_server::service::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
+        Self::fresh(
+            tune,
+            service,
+            Process {
+                authority: true,
+                ..Process::default()
+            },
         )
-        .unwrap();
-        let key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-            .unwrap();
-        // The access-control server signs with the server's key; tokens live 60 s here.
-        svc.set_authority(
-            sigil_server::authz::Authority::new(key.clone(), [5; 16], 60, Box::new(Seeded(77)))
-                .unwrap(),
-        );
-        let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
-        Self {
-            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
-            layer,
-            rng: Seeded(1234),
-            stats,
-            _dir: dir,
-            db,
-        }
     }
 
     /// The server after a crash: everything in memory is gone (no close_notify, no clean
     /// shutdown), the database stays; the new process keeps its sessions in it, restoring
     /// what it holds. Returns how many sessions came back.
     fn restart(self) -> (Self, usize) {
-        let Server { _dir, db, .. } = self;
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
-        let mut svc = sigil_server::service::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        let key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-            .unwrap();
-        let mut layer = SecureLayer::new(dc, key, [8; 32], SharedTrust::default(), stats.clone());
-        if let Some(c) = svc.changed_credentials() {
-            layer.trust().replace(c);
-        }
-        let n = layer.restore_sessions(Store::open(&db).unwrap(), ms(0), UnixTime::from_secs(NOW));
-        (
-            Self {
-                d: Dispatcher::new(config, svc, stats.clone(), [8; 32]),
-                layer,
-                rng: Seeded(4321),
-                stats,
-                _dir,
-                db,
+        let Server { dir, db, .. } = self;
+        let mut s = Server::start(
+            db,
+            |_| {},
+            |_| {},
+            Process {
+                secret: 8,
+                rng: 4321,
+                restore: Restore::WithCredentials,
+                ..Process::default()
             },
-            n,
-        )
+        );
+        s.dir = dir;
+        let n = s.restored;
+        (s, n)
     }
 
     fn stored_sessions(&self) -> i64 {
@@ -117,40 +66,6 @@ impl Server {
             .unwrap()
             .query_row("SELECT count(*) FROM dtls_sessions", [], |r| r.get(0))
             .unwrap()
-    }
-
-    fn provision(&self, id: &Identity, psk: Option<&[u8]>) {
-        let s = Store::open(&self.db).unwrap();
-        s.add_identity(id, IdentityKind::Device, "", NOW).unwrap();
-        if let Some(k) = psk {
-            s.set_psk(id, k, NOW).unwrap();
-        }
-    }
-
-    fn handle(
-        &mut self,
-        now_ms: u64,
-        datagrams: Vec<(SocketAddr, Vec<u8>)>,
-    ) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d.handle_secure_at(
-            &mut self.layer,
-            datagrams,
-            ms(now_ms),
-            UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
-            &mut self.rng,
-        )
-    }
-
-    fn count(&self, key: &str) -> u64 {
-        self.stats.snapshot().get(key).copied().unwrap_or(0)
-    }
-}
-
-/// Trusts the server's key whatever it is (these tests are about the server's side).
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
     }
 }
 
@@ -168,10 +83,6 @@ struct Client {
     events: Vec<Event>,
     /// CoAP messages the device sent.
     sent: Vec<Vec<u8>>,
-}
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from(([10, 0, (port >> 8) as u8, port as u8], 40000 + port))
 }
 
 impl Client {
@@ -319,26 +230,17 @@ impl Client {
     }
 }
 
-/// Runs clients and the server for `for_ms` of virtual time in 10 ms steps.
-fn run(s: &mut Server, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
-    let until = *now + for_ms;
-    while *now < until {
-        loop {
-            let mut sent = vec![];
-            for c in clients.iter_mut() {
-                sent.extend(c.outgoing(*now));
-            }
-            let replies = s.handle(*now, sent.clone());
-            for (to, bytes) in &replies {
-                if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
-                    c.incoming(*now, bytes);
-                }
-            }
-            if sent.is_empty() && replies.is_empty() {
-                break;
-            }
-        }
-        *now += 10;
+impl Peer for Client {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        Client::outgoing(self, now)
+    }
+
+    fn incoming(&mut self, now: u64, datagram: &[u8]) {
+        Client::incoming(self, now, datagram)
     }
 }
 
@@ -449,18 +351,9 @@ fn assert_discovery_works(s: &mut Server, c: &mut Client, now: &mut u64, mid: u1
     );
 }
 
-fn coap_get(path: &str, mid: u16) -> Vec<u8> {
-    let mut buf = [0u8; 128];
-    let mut b =
-        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
-    b.uri_path(path).unwrap();
-    let n = b.finish_with_payload(&[]).unwrap();
-    buf[..n].to_vec()
-}
-
 #[test]
 fn psk_device_registers_and_publishes_over_coaps() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let (dev, st) = device(1, SignatureAlgorithm::Ed25519);
     let id = *dev.identity();
     s.provision(&id, Some(&[9; 16]));
@@ -499,7 +392,7 @@ fn psk_device_registers_and_publishes_over_coaps() {
 
 #[test]
 fn rpk_device_pinned_to_its_identity_registers_and_publishes() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let (dev, st) = device(2, SignatureAlgorithm::EcdsaP256);
     let id = *dev.identity();
     s.provision(&id, None);
@@ -523,7 +416,7 @@ fn st_key(st: &MemoryStorage) -> Vec<u8> {
 
 #[test]
 fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     // The victim device and an attacker that holds a valid PSK for its own identity.
     let (victim, vst) = device(3, SignatureAlgorithm::Ed25519);
     let (attacker, _) = device(4, SignatureAlgorithm::Ed25519);
@@ -610,7 +503,7 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
 
 #[test]
 fn unknown_psk_and_unpinned_keys_get_no_session() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let mut now = 0;
     let mut c = Client::new(
         5,
@@ -647,7 +540,7 @@ fn unknown_psk_and_unpinned_keys_get_no_session() {
 
 #[test]
 fn a_revoked_identity_loses_its_psk_at_the_next_handshake() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let (dev, _) = device(12, SignatureAlgorithm::Ed25519);
     let id = *dev.identity();
     s.provision(&id, Some(&[4; 16]));
@@ -686,7 +579,7 @@ fn first_client_hello(seed: u64) -> Vec<u8> {
 
 #[test]
 fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions() {
-    let mut s = Server::new(|c| {
+    let mut s = server(|c| {
         c.max_handshakes = 16;
         c.max_sessions = 64;
         c.handshake_timeout = Duration::from_secs(10);
@@ -763,7 +656,7 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
 
 #[test]
 fn a_full_session_table_evicts_only_idle_sessions() {
-    let mut s = Server::new(|c| {
+    let mut s = server(|c| {
         c.max_sessions = 3;
         c.session_idle = Duration::from_secs(60);
     });
@@ -836,7 +729,7 @@ fn a_full_session_table_evicts_only_idle_sessions() {
 
 #[test]
 fn a_rebooted_client_replaces_its_session_after_a_new_handshake() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let text = provisioned_psk_device(&mut s, 80, [8; 16]);
     let mut now = 0;
     let mut c = psk_client(80, &text, &[8; 16], 81, now);
@@ -853,7 +746,7 @@ fn a_rebooted_client_replaces_its_session_after_a_new_handshake() {
 
 #[test]
 fn a_connection_id_keeps_the_session_across_an_address_change() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let text = provisioned_psk_device(&mut s, 90, [9; 16]);
     let mut now = 0;
     let config = Config {
@@ -926,7 +819,7 @@ fn run_with(s: &mut Server, c: &mut Client, now: &mut u64, sent: Vec<(SocketAddr
 
 #[test]
 fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let (dev, _) = device(100, SignatureAlgorithm::Ed25519);
     let id = *dev.identity();
     s.provision(&id, Some(&[7; 16]));
@@ -958,7 +851,7 @@ fn a_cached_session_resumes_with_its_identity_until_the_identity_is_revoked() {
 
 #[test]
 fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let text = provisioned_psk_device(&mut s, 110, [3; 16]);
     let mut now = 0;
     // The first attempt gets as far as the server's flight, then the device reboots.
@@ -999,7 +892,7 @@ fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
 /// a session whose identity was revoked meanwhile is not restored, and its row is deleted.
 #[test]
 fn sessions_in_the_database_survive_a_server_crash() {
-    let s = Server::new(|_| {});
+    let s = server(|_| {});
     let (mut s, restored) = s.restart();
     assert_eq!(restored, 0);
     let (dev, st) = device(31, SignatureAlgorithm::Ed25519);
@@ -1057,7 +950,7 @@ fn sessions_in_the_database_survive_a_server_crash() {
 /// A row the server did not write (another server's key, or altered) is not restored.
 #[test]
 fn a_stored_session_from_another_key_is_refused() {
-    let s = Server::new(|_| {});
+    let s = server(|_| {});
     let (mut s, _) = s.restart();
     let (dev, _) = device(41, SignatureAlgorithm::Ed25519);
     let id = *dev.identity();
@@ -1117,7 +1010,7 @@ fn open_half_over_coap(s: &mut Server, c: &mut Client, now: u64) -> Vec<Code> {
 
 #[test]
 fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives_a_crash() {
-    let s = Server::new(|_| {});
+    let s = server(|_| {});
     let (mut s, _) = s.restart();
     let mut now = 0;
     let (mut c, id) = coap_carrier_device(&mut s, 41, 41, now);
@@ -1161,7 +1054,7 @@ fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives
 
 #[test]
 fn handshakes_over_coap_share_the_hosts_rate_and_an_unknown_psk_gets_no_session() {
-    let mut s = Server::new(|c| {
+    let mut s = server(|c| {
         c.handshake_burst_per_host = 1;
         c.handshakes_per_host_per_sec = 0;
     });
@@ -1204,7 +1097,7 @@ fn handshakes_over_coap_share_the_hosts_rate_and_an_unknown_psk_gets_no_session(
 
 #[test]
 fn a_host_opening_many_handshakes_over_coap_holds_only_its_share_and_sessions_stay() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let mut now = 0;
     // A device from another host with an established session.
     let (mut honest, id) = coap_carrier_device(&mut s, 70, 70, now);
@@ -1243,7 +1136,7 @@ fn a_host_opening_many_handshakes_over_coap_holds_only_its_share_and_sessions_st
 
 #[test]
 fn handshakes_over_coap_in_progress_count_against_the_hosts_sessions() {
-    let mut s = Server::new(|c| c.max_sessions_per_host = 2);
+    let mut s = server(|c| c.max_sessions_per_host = 2);
     let mut now = 0;
     let (mut a, _) = coap_carrier_device(&mut s, 90, 90, now);
     run(&mut s, &mut [&mut a], &mut now, 2_000);
@@ -1269,7 +1162,7 @@ fn handshakes_over_coap_in_progress_count_against_the_hosts_sessions() {
 
 #[test]
 fn a_replayed_client_hello_with_its_cookie_opens_nothing_two_cookie_rotations_later() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let mut c = psk_client(95, "x", &[1; 16], 95, 0);
     // The ClientHello, its HelloVerifyRequest, and the ClientHello with the cookie, kept.
     let first = c.outgoing(0);
@@ -1854,7 +1747,7 @@ fn stored_protection(s: &Server, id: &Identity) -> Vec<(u64, String)> {
 #[test]
 fn a_psk_only_node_registers_over_its_session_and_publishes_maced_readings() {
     use sigil_objects::mac::{mac_reading, ReadingKey};
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let mut now = 0;
     let id = Identity::from_bytes([0x5a; 16]);
     let psk = [0x33; 16];
@@ -1980,7 +1873,7 @@ fn a_psk_only_node_registers_over_its_session_and_publishes_maced_readings() {
 /// without the node's session (plain CoAP, or another identity's session) is refused.
 #[test]
 fn unprotected_readings_are_taken_only_over_the_nodes_own_session() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let mut now = 0;
     let id = Identity::from_bytes([0x7c; 16]);
     let (mut c, topic) = psk_only_node(&mut s, id, &[0x21; 16], 112, &mut now);
@@ -2034,7 +1927,7 @@ fn unprotected_readings_are_taken_only_over_the_nodes_own_session() {
 #[test]
 fn the_reading_key_is_disclosed_only_to_granted_readers_over_coaps() {
     use sigil_objects::mac::ReadingKey;
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let mut now = 0;
     let id = Identity::from_bytes([0x1d; 16]);
     let psk = [0x55; 16];
@@ -2129,7 +2022,7 @@ impl std::io::Write for Captured {
 
 #[test]
 fn a_refused_handshake_is_logged_with_its_own_peers_claim_on_either_carrier() {
-    let mut s = Server::new(|_| {});
+    let mut s = server(|_| {});
     let sink = Captured::default();
     let writer = sink.clone();
     let subscriber = tracing_subscriber::fmt()

@@ -10,197 +10,55 @@
 //! - Revoking a subject drops its held tokens and `cti`s at once and gives their bytes back.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
-use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
+use sigil_dtls::{Config, Credentials};
 use sigil_identity::Identity;
 use sigil_server::authz::{SUBJECT_RATE, TOKENS_PER_SUBJECT};
-use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
-use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::Store;
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
-use std::net::SocketAddr;
 
-const NOW: i64 = 1_700_000_000;
+mod common;
+use common::{addr, run, Client, Process, Secure as Server, NOW};
 
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
-
-struct Server {
-    d: Dispatcher,
-    layer: SecureLayer,
-    rng: Seeded,
-    stats: Stats,
-    _dir: tempfile::TempDir,
-    db: std::path::PathBuf,
+/// The server with its access-control server (tokens live 60 s here).
+fn server() -> Server {
+    Server::fresh(
+        |_| {},
+        |_| {},
+        Process {
+            authority: true,
+            ..Process::default()
+        },
+    )
 }
 
 impl Server {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
-        let mut svc = sigil_server::service::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        let key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-            .unwrap();
-        // Tokens live 60 s here.
-        svc.set_authority(
-            sigil_server::authz::Authority::new(key.clone(), [5; 16], 60, Box::new(Seeded(77)))
-                .unwrap(),
-        );
-        let layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
-        Self {
-            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
-            layer,
-            rng: Seeded(1234),
-            stats,
-            _dir: dir,
-            db,
-        }
-    }
-
     /// A provisioned identity with the PSK `[seed; 16]` (an Ed25519 key's identity).
     fn reader(&self, seed: u8) -> Identity {
-        let sk = RustCrypto
-            .generate(SignatureAlgorithm::Ed25519, &mut Seeded(u64::from(seed)))
-            .unwrap();
-        let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap();
-        let s = Store::open(&self.db).unwrap();
-        s.add_identity(&id, IdentityKind::Device, "", NOW).unwrap();
-        s.set_psk(&id, &[seed; 16], NOW).unwrap();
+        let id = common::ed25519_identity(u64::from(seed));
+        self.provision(&id, Some(&[seed; 16]));
         id
     }
-
-    fn handle(
-        &mut self,
-        now_ms: u64,
-        datagrams: Vec<(SocketAddr, Vec<u8>)>,
-    ) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d.handle_secure_at(
-            &mut self.layer,
-            datagrams,
-            ms(now_ms),
-            UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
-            &mut self.rng,
-        )
-    }
-
-    fn count(&self, key: &str) -> u64 {
-        self.stats.snapshot().get(key).copied().unwrap_or(0)
-    }
 }
 
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
-    }
+/// A DTLS client at port `port`'s address; its message IDs count on from `port` × 1000.
+fn client(port: u16, creds: Credentials<'_>, seed: u64, now: u64) -> Client {
+    let mut c = Client::connect(addr(port), Config::default(), creds, seed, now);
+    c.mid = port.wrapping_mul(1000);
+    c
 }
 
-/// A DTLS client at its own address; the CoAP answers it got, in order.
-struct Client {
-    addr: SocketAddr,
-    conn: Connection<RustCrypto, AnyServer>,
-    inbox: Vec<Vec<u8>>,
-    mid: u16,
-}
-
-/// Port `n`'s address: 10.0.x.y, a host of its own for each `n`.
-fn addr(n: u16) -> SocketAddr {
-    SocketAddr::from(([10, 0, (n >> 8) as u8, n as u8], 40000 + n))
-}
-
-impl Client {
-    fn new(port: u16, creds: Credentials<'_>, seed: u64, now: u64) -> Self {
-        let conn = Connection::connect(
-            RustCrypto,
-            AnyServer,
-            Config::default(),
-            &mut Seeded(seed),
-            creds,
-            ms(now),
-        )
-        .unwrap();
-        Self {
-            addr: addr(port),
-            conn,
-            inbox: vec![],
-            mid: port.wrapping_mul(1000),
-        }
-    }
-
-    fn psk(port: u16, id: &Identity, seed: u8, now: u64) -> Self {
-        let text = id.to_string();
-        Self::new(
-            port,
-            Credentials::Psk {
-                identity: text.as_bytes(),
-                key: &[seed; 16],
-            },
-            u64::from(seed) + u64::from(port),
-            now,
-        )
-    }
-
-    fn send(&mut self, msg: &[u8]) {
-        self.conn.send(msg).unwrap();
-    }
-
-    fn next_mid(&mut self) -> u16 {
-        self.mid = self.mid.wrapping_add(1);
-        self.mid
-    }
-
-    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        let _ = self.conn.handle_timeout(ms(now));
-        let mut out = vec![];
-        let mut buf = [0u8; 1500];
-        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
-            out.push((self.addr, buf[..n].to_vec()));
-        }
-        out
-    }
-
-    fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        let _ = self.conn.handle_datagram(ms(now), datagram);
-        let mut buf = [0u8; 2048];
-        while let Some(n) = self.conn.poll_app_data(&mut buf) {
-            self.inbox.push(buf[..n].to_vec());
-        }
-    }
-}
-
-/// Runs clients and the server for `for_ms` of virtual time in 10 ms steps.
-fn run(s: &mut Server, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
-    let until = *now + for_ms;
-    while *now < until {
-        loop {
-            let mut sent = vec![];
-            for c in clients.iter_mut() {
-                sent.extend(c.outgoing(*now));
-            }
-            let replies = s.handle(*now, sent.clone());
-            for (to, bytes) in &replies {
-                if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
-                    c.incoming(*now, bytes);
-                }
-            }
-            if sent.is_empty() && replies.is_empty() {
-                break;
-            }
-        }
-        *now += 10;
-    }
+fn psk_client(port: u16, id: &Identity, seed: u8, now: u64) -> Client {
+    let text = id.to_string();
+    client(
+        port,
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &[seed; 16],
+        },
+        u64::from(seed) + u64::from(port),
+        now,
+    )
 }
 
 fn coap(
@@ -300,11 +158,11 @@ fn p256(seed: u64) -> SecretKey {
 /// the client's proof that it holds it, signed over the client's own identity.
 #[test]
 fn a_client_gets_no_token_bound_to_another_clients_key() {
-    let mut s = Server::new();
+    let mut s = server();
     let mut now = 0;
     let (a, b) = (s.reader(31), s.reader(32));
-    let mut ca = Client::psk(1, &a, 31, now);
-    let mut cb = Client::psk(2, &b, 32, now);
+    let mut ca = psk_client(1, &a, 31, now);
+    let mut cb = psk_client(2, &b, 32, now);
     run(&mut s, &mut [&mut ca, &mut cb], &mut now, 3_000);
     assert!(ca.conn.is_established() && cb.conn.is_established());
     let k = p256(300);
@@ -382,7 +240,7 @@ fn a_client_gets_no_token_bound_to_another_clients_key() {
     let (code, body) = post_token(&mut s, &mut ca, &token_a, &mut now);
     assert_eq!(code, Code::CREATED, "{}", description(&body));
     assert_eq!(s.count("authz.refused.other_subject"), 0);
-    let mut holder = Client::new(3, Credentials::RawPublicKey(Some(&k)), 303, now);
+    let mut holder = client(3, Credentials::RawPublicKey(Some(&k)), 303, now);
     run(&mut s, &mut [&mut holder], &mut now, 3_000);
     assert!(holder.conn.is_established(), "A's token binds K");
     let mid = holder.next_mid();
@@ -402,10 +260,10 @@ fn a_client_gets_no_token_bound_to_another_clients_key() {
 /// oldest giving way, each refusal is counted and says why, and another client is served.
 #[test]
 fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_cap() {
-    let mut s = Server::new();
+    let mut s = server();
     let mut now = 0;
     let m = s.reader(41);
-    let mut sessions: Vec<Client> = (1..=16).map(|p| Client::psk(p, &m, 41, 0)).collect();
+    let mut sessions: Vec<Client> = (1..=16).map(|p| psk_client(p, &m, 41, 0)).collect();
     {
         let mut all: Vec<&mut Client> = sessions.iter_mut().collect();
         run(&mut s, &mut all, &mut now, 3_000);
@@ -495,7 +353,7 @@ fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_c
 
     // Another client asks at once: served.
     let h = s.reader(42);
-    let mut ch = Client::psk(200, &h, 42, now);
+    let mut ch = psk_client(200, &h, 42, now);
     run(&mut s, &mut [&mut ch], &mut now, 3_000);
     let (code, body) = ask_token(&mut s, &mut ch, &token_request(None, false), &mut now);
     assert_eq!(code, Code::CREATED, "{}", description(&body));
@@ -508,13 +366,13 @@ fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_c
 /// sessions it goes through, `/token` issues it only the subject's rate.
 #[test]
 fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate() {
-    let mut s = Server::new();
+    let mut s = server();
     let mut now = 0;
     let m = s.reader(41);
     let start = now;
     let mut created = 0u64;
     for port in 1..=256u16 {
-        let mut c = Client::psk(port, &m, 41, now);
+        let mut c = psk_client(port, &m, 41, now);
         run(&mut s, &mut [&mut c], &mut now, 200);
         assert!(c.conn.is_established(), "host {port}: a session");
         let (code, body) = ask_token(&mut s, &mut c, &token_request(None, false), &mut now);
@@ -544,7 +402,7 @@ fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate
 
     // Another client is served meanwhile.
     let h = s.reader(42);
-    let mut ch = Client::psk(300, &h, 42, now);
+    let mut ch = psk_client(300, &h, 42, now);
     run(&mut s, &mut [&mut ch], &mut now, 300);
     let (code, body) = ask_token(&mut s, &mut ch, &token_request(None, false), &mut now);
     assert_eq!(code, Code::CREATED, "{}", description(&body));
@@ -555,11 +413,11 @@ fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate
 /// opens nothing and is refused when posted again.
 #[test]
 fn revoking_a_subject_drops_its_tokens_and_ctis_and_frees_their_bytes() {
-    let mut s = Server::new();
+    let mut s = server();
     let mut now = 0;
     let (m, o) = (s.reader(51), s.reader(52));
-    let mut cm = Client::psk(1, &m, 51, now);
-    let mut co = Client::psk(2, &o, 52, now);
+    let mut cm = psk_client(1, &m, 51, now);
+    let mut co = psk_client(2, &o, 52, now);
     run(&mut s, &mut [&mut cm, &mut co], &mut now, 3_000);
 
     // The other subject holds one token.
@@ -597,7 +455,7 @@ fn revoking_a_subject_drops_its_tokens_and_ctis_and_frees_their_bytes() {
     assert_eq!(s.count("authz.tokens_held"), 6);
     assert!(s.count("mem.authz.tokens.bytes") > others_bytes);
     let key16: [u8; 16] = key.try_into().unwrap();
-    let mut tm = Client::new(
+    let mut tm = client(
         3,
         Credentials::Psk {
             identity: &kid,
@@ -641,7 +499,7 @@ fn revoking_a_subject_drops_its_tokens_and_ctis_and_frees_their_bytes() {
     // posted again is refused as revoked.
     assert!(!tm.conn.is_established(), "the token's session ended");
     assert!(!cm.conn.is_established(), "and the subject's own");
-    let mut again = Client::new(
+    let mut again = client(
         4,
         Credentials::Psk {
             identity: &kid,

@@ -1,0 +1,362 @@
+//! The in-memory harnesses the server's integration tests share: the real dispatcher and
+//! service over one database (with the DTLS layer for coaps://) on a virtual clock, DTLS
+//! clients at addresses of their own, and the CoAP requests they send. Each test binary uses
+//! a part of it.
+#![allow(dead_code)]
+
+use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_identity::Identity;
+use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
+use sigil_server::service::ServiceConfig;
+use sigil_server::store::IdentityKind;
+use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::Seeded;
+use sigil_time::UnixTime;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The wall clock at the virtual clock's origin (seconds since 1970).
+pub const NOW: i64 = 1_700_000_000;
+
+/// The tests' virtual clock (milliseconds) as the DTLS layer takes it.
+pub use sigil_testkit::dtls::at as ms;
+
+/// The wall clock `t` milliseconds after the virtual clock's origin.
+pub fn wall(t: u64) -> UnixTime {
+    UnixTime::from_secs(NOW + (t / 1000) as i64)
+}
+
+/// Port `n`'s address: 10.0.x.y, a host of its own for each `n`.
+pub fn addr(n: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, (n >> 8) as u8, n as u8], 40000 + n))
+}
+
+/// Trusts the server's key whatever it is (these tests are about the server's side).
+pub struct AnyServer;
+impl Trust for AnyServer {
+    fn trusted_key(&self, _: &PublicKey) -> bool {
+        true
+    }
+}
+
+/// The identity of the Ed25519 key drawn from `seed`.
+pub fn ed25519_identity(seed: u64) -> Identity {
+    let sk = RustCrypto
+        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(seed))
+        .unwrap();
+    Identity::of_key(&RustCrypto, &RustCrypto.public_key(&sk).unwrap(), b"").unwrap()
+}
+
+/// Adds `id` as a device to the database at `db`, with its PSK if given.
+pub fn provision(db: &Path, id: &Identity, psk: Option<&[u8]>) {
+    let s = Store::open(db).unwrap();
+    s.add_identity(id, IdentityKind::Device, "", NOW).unwrap();
+    if let Some(k) = psk {
+        s.set_psk(id, k, NOW).unwrap();
+    }
+}
+
+/// The plain coap:// server's parts over `db` (one verify worker, `tweak` on its config): the
+/// dispatcher with the dispatcher secret `[secret; 32]`, its stats and the config it took.
+pub fn plain_dispatcher(
+    db: &Path,
+    secret: u8,
+    tweak: impl FnOnce(&mut ServerConfig),
+) -> (Dispatcher, Stats, ServerConfig) {
+    let stats = Stats::default();
+    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
+    config.service.verify_workers = 1;
+    tweak(&mut config);
+    let svc = sigil_server::Service::new(
+        Store::open(db).unwrap(),
+        config.service.clone(),
+        stats.clone(),
+    )
+    .unwrap();
+    (
+        Dispatcher::new(config.clone(), svc, stats.clone(), [secret; 32]),
+        stats,
+        config,
+    )
+}
+
+/// How a [`Secure`] server process is made.
+pub struct Process {
+    /// Installs the access-control server: it signs with the server's key, tokens live 60 s.
+    pub authority: bool,
+    /// The DTLS layer's and the dispatcher's secrets are `[secret; 32]`.
+    pub secret: u8,
+    /// The seed of the server's randomness (the driver passes the OS's in).
+    pub rng: u64,
+    /// Restores the sessions stored in the database (as `sigil server` does at its start).
+    pub restore: Restore,
+}
+
+/// Whether a server process restores the sessions stored in its database.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    No,
+    /// Restores them.
+    Sessions,
+    /// Takes the database's credentials first, then restores them.
+    WithCredentials,
+}
+
+impl Default for Process {
+    fn default() -> Self {
+        Self {
+            authority: false,
+            secret: 7,
+            rng: 1234,
+            restore: Restore::No,
+        }
+    }
+}
+
+/// The coaps:// server in memory: its DTLS layer, dispatcher and service over one database,
+/// with virtual time.
+pub struct Secure {
+    pub d: Dispatcher,
+    pub layer: SecureLayer,
+    /// The server's randomness (the driver passes the OS's in; these tests a seeded one).
+    pub rng: Seeded,
+    pub stats: Stats,
+    pub db: PathBuf,
+    /// The temporary directory holding `db`, when the server made it.
+    pub dir: Option<tempfile::TempDir>,
+    /// How many stored sessions the process restored at its start.
+    pub restored: usize,
+}
+
+impl Secure {
+    /// A server on a fresh database, its DTLS config passed through `tune`.
+    pub fn new(tune: impl FnOnce(&mut DtlsConfig)) -> Self {
+        Self::fresh(tune, |_| {}, Process::default())
+    }
+
+    /// A server on a fresh database in a temporary directory.
+    pub fn fresh(
+        tune: impl FnOnce(&mut DtlsConfig),
+        service: impl FnOnce(&mut ServiceConfig),
+        process: Process,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let mut s = Self::start(db, tune, service, process);
+        s.dir = Some(dir);
+        s
+    }
+
+    /// A server process over the database at `db`.
+    pub fn start(
+        db: PathBuf,
+        tune: impl FnOnce(&mut DtlsConfig),
+        service: impl FnOnce(&mut ServiceConfig),
+        process: Process,
+    ) -> Self {
+        let stats = Stats::default();
+        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
+        config.service.verify_workers = 1;
+        service(&mut config.service);
+        let mut dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
+        tune(&mut dc);
+        let mut svc = sigil_server::service::Service::new(
+            Store::open(&db).unwrap(),
+            config.service.clone(),
+            stats.clone(),
+        )
+        .unwrap();
+        let key = RustCrypto
+            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+            .unwrap();
+        if process.authority {
+            svc.set_authority(
+                sigil_server::authz::Authority::new(key.clone(), [5; 16], 60, Box::new(Seeded(77)))
+                    .unwrap(),
+            );
+        }
+        let secret = [process.secret; 32];
+        let mut layer = SecureLayer::new(dc, key, secret, SharedTrust::default(), stats.clone());
+        if process.restore == Restore::WithCredentials {
+            if let Some(c) = svc.changed_credentials() {
+                layer.trust().replace(c);
+            }
+        }
+        let restored = match process.restore {
+            Restore::No => 0,
+            Restore::Sessions | Restore::WithCredentials => {
+                layer.restore_sessions(Store::open(&db).unwrap(), ms(0), UnixTime::from_secs(NOW))
+            }
+        };
+        Self {
+            d: Dispatcher::new(config, svc, stats.clone(), secret),
+            layer,
+            rng: Seeded(process.rng),
+            stats,
+            db,
+            dir: None,
+            restored,
+        }
+    }
+
+    /// Adds `id` as a device, with its PSK if given.
+    pub fn provision(&self, id: &Identity, psk: Option<&[u8]>) {
+        provision(&self.db, id, psk);
+    }
+
+    /// One batch of datagrams at `now_ms`; what the server sends.
+    pub fn handle(
+        &mut self,
+        now_ms: u64,
+        datagrams: Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_secure_at(
+            &mut self.layer,
+            datagrams,
+            ms(now_ms),
+            wall(now_ms),
+            &mut self.rng,
+        )
+    }
+
+    pub fn count(&self, key: &str) -> u64 {
+        self.stats.get(key)
+    }
+}
+
+/// A client in the virtual network: what it sends at `now`, and a datagram for it.
+pub trait Peer {
+    fn addr(&self) -> SocketAddr;
+    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)>;
+    fn incoming(&mut self, now: u64, datagram: &[u8]);
+}
+
+/// Exchanges datagrams between the clients and the server at `now` until both are quiet.
+pub fn step<P: Peer>(s: &mut Secure, clients: &mut [&mut P], now: u64) {
+    loop {
+        let mut sent = vec![];
+        for c in clients.iter_mut() {
+            sent.extend(c.outgoing(now));
+        }
+        let replies = s.handle(now, sent.clone());
+        for (to, bytes) in &replies {
+            if let Some(c) = clients.iter_mut().find(|c| c.addr() == *to) {
+                c.incoming(now, bytes);
+            }
+        }
+        if sent.is_empty() && replies.is_empty() {
+            break;
+        }
+    }
+}
+
+/// Runs clients and the server for `for_ms` of virtual time in 10 ms steps.
+pub fn run<P: Peer>(s: &mut Secure, clients: &mut [&mut P], now: &mut u64, for_ms: u64) {
+    let until = *now + for_ms;
+    while *now < until {
+        step(s, clients, *now);
+        *now += 10;
+    }
+}
+
+/// A DTLS client at `addr`; the CoAP answers it got inside its session, in order.
+pub struct Client {
+    pub addr: SocketAddr,
+    pub conn: Connection<RustCrypto, AnyServer>,
+    pub inbox: Vec<Vec<u8>>,
+    /// The last message ID it used.
+    pub mid: u16,
+}
+
+impl Client {
+    pub fn connect(
+        addr: SocketAddr,
+        config: Config,
+        creds: Credentials<'_>,
+        seed: u64,
+        now: u64,
+    ) -> Self {
+        let conn = Connection::connect(
+            RustCrypto,
+            AnyServer,
+            config,
+            &mut Seeded(seed),
+            creds,
+            ms(now),
+        )
+        .unwrap();
+        Self {
+            addr,
+            conn,
+            inbox: vec![],
+            mid: 0,
+        }
+    }
+
+    /// A PSK client with the PSK identity `identity`.
+    pub fn psk(addr: SocketAddr, identity: &str, key: &[u8], seed: u64, now: u64) -> Self {
+        Self::connect(
+            addr,
+            Config::default(),
+            Credentials::Psk {
+                identity: identity.as_bytes(),
+                key,
+            },
+            seed,
+            now,
+        )
+    }
+
+    pub fn send(&mut self, msg: &[u8]) {
+        self.conn.send(msg).unwrap();
+    }
+
+    pub fn next_mid(&mut self) -> u16 {
+        self.mid = self.mid.wrapping_add(1);
+        self.mid
+    }
+
+    /// The answers to its CoAP requests that were 2.05 Content.
+    pub fn answered(&self) -> usize {
+        self.inbox
+            .iter()
+            .filter(|m| Message::parse(m).is_ok_and(|m| m.code == Code::CONTENT))
+            .count()
+    }
+}
+
+impl Peer for Client {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        let _ = self.conn.handle_timeout(ms(now));
+        let mut out = vec![];
+        let mut buf = [0u8; 1500];
+        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
+            out.push((self.addr, buf[..n].to_vec()));
+        }
+        out
+    }
+
+    fn incoming(&mut self, now: u64, datagram: &[u8]) {
+        let _ = self.conn.handle_datagram(ms(now), datagram);
+        let mut buf = [0u8; 2048];
+        while let Some(n) = self.conn.poll_app_data(&mut buf) {
+            self.inbox.push(buf[..n].to_vec());
+        }
+    }
+}
+
+/// A Confirmable GET of `path` (token `[1]`).
+pub fn coap_get(path: &str, mid: u16) -> Vec<u8> {
+    let mut buf = [0u8; 128];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[1]).unwrap();
+    b.uri_path(path).unwrap();
+    let n = b.finish_with_payload(&[]).unwrap();
+    buf[..n].to_vec()
+}
