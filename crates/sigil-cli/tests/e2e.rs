@@ -1400,3 +1400,93 @@ fn a_reader_gets_a_token_from_the_cli_and_reads_through_it() {
     srv.kill().unwrap();
     srv.wait().unwrap();
 }
+
+/// The `/token` rates are the operator's: `sigil server --token-rate-subject 2,3600` lets one
+/// subject have two tokens at once and then one an hour, over however many sessions; the third
+/// `sigil token` (each a session of its own) is refused with the subject's bucket named, and
+/// another subject is still served.
+#[test]
+fn the_operator_sets_the_token_rate_per_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sigil.db");
+    let dbs = db.to_str().unwrap();
+    let (port, dport) = (free_port(), free_port());
+    let ids: Vec<String> = ["sensor", "reader", "other"]
+        .iter()
+        .map(|m| {
+            let st = dir.path().join(m);
+            first_line(sigil(&[
+                "sensor",
+                "--state",
+                st.to_str().unwrap(),
+                "--print-identity",
+            ]))
+        })
+        .collect();
+    let sensor = &ids[0];
+    let mut psks = Vec::new();
+    for id in &ids {
+        assert!(sigil(&["provision", "--db", dbs, "add", id])
+            .status
+            .success());
+        psks.push(first_line(sigil(&["provision", "--db", dbs, "psk", id])));
+    }
+    for reader in &ids[1..] {
+        assert!(sigil(&["provision", "--db", dbs, "grant", reader, sensor])
+            .status
+            .success());
+    }
+    let mut srv = secure_server_with(
+        &db,
+        port,
+        dport,
+        &["--authorize-reads", "--token-rate-subject", "2,3600"],
+    );
+    wait_ready(port);
+    let server_uri = format!("coaps://127.0.0.1:{dport}");
+    let out_file = dir.path().join("token.cwt");
+    let token = |who: usize| {
+        sigil(&[
+            "token",
+            "--out",
+            out_file.to_str().unwrap(),
+            "--server",
+            server_uri.as_str(),
+            "--scope",
+            sensor.as_str(),
+            "--dtls",
+            "psk",
+            "--psk",
+            psks[who].as_str(),
+            "--psk-identity",
+            ids[who].as_str(),
+        ])
+    };
+    for i in 0..2 {
+        let out = token(1);
+        assert!(
+            out.status.success(),
+            "token {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = token(1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a third token within the hour");
+    assert!(
+        err.contains("rate limited") && err.contains("5.03"),
+        "the refusal says why: {err}"
+    );
+    let out = token(2);
+    assert!(
+        out.status.success(),
+        "another subject: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A malformed rate is refused at start, with the form it takes.
+    let bad = sigil(&["server", "--db", dbs, "--token-rate-subject", "12"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("BURST,SECONDS"));
+    srv.kill().unwrap();
+    srv.wait().unwrap();
+}

@@ -331,6 +331,29 @@ pub struct Rate {
     pub every_secs: u32,
 }
 
+impl std::str::FromStr for Rate {
+    type Err = String;
+
+    /// `BURST,SECONDS` (`12,5`: 12 at once, then one every 5 s); both at least 1.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad =
+            || format!("{s:?}: expected BURST,SECONDS (e.g. 12,5: 12 at once, then one every 5 s)");
+        let (b, e) = s.split_once(',').ok_or_else(bad)?;
+        let burst: u32 = b.trim().parse().map_err(|_| bad())?;
+        let every_secs: u32 = e.trim().trim_end_matches('s').parse().map_err(|_| bad())?;
+        if burst == 0 || every_secs == 0 {
+            return Err(bad());
+        }
+        Ok(Self { burst, every_secs })
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{},{}", self.burst, self.every_secs)
+    }
+}
+
 /// Caps of the token table and the replay cache, and how fast `/token` issues.
 #[derive(Clone, Copy, Debug)]
 pub struct TokenCaps {
@@ -1393,6 +1416,23 @@ mod tests {
 
     fn host(n: u8) -> Host {
         Host::of(std::net::SocketAddr::from(([10, 0, 0, n], 5683)))
+    }
+
+    #[test]
+    fn a_rate_is_burst_comma_seconds() {
+        assert_eq!(
+            "12,5".parse::<Rate>(),
+            Ok(Rate {
+                burst: 12,
+                every_secs: 5
+            })
+        );
+        assert_eq!("2, 3600s".parse::<Rate>().map(|r| r.every_secs), Ok(3600));
+        assert_eq!(SUBJECT_RATE.to_string().parse::<Rate>(), Ok(SUBJECT_RATE));
+        for bad in ["12", "0,5", "5,0", "a,b", "", "1,2,3"] {
+            let e = bad.parse::<Rate>().unwrap_err();
+            assert!(e.contains("BURST,SECONDS"), "{bad}: {e}");
+        }
     }
 
     fn scope(object: &str) -> Vec<(String, u32)> {

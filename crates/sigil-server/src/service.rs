@@ -54,6 +54,8 @@ pub struct ServiceConfig {
     pub authorize_reads: bool,
     /// Seconds an access token from `/token` stays valid.
     pub token_lifetime: u32,
+    /// The token tables' caps and how fast `/token` issues, per subject and per session.
+    pub token_caps: crate::authz::TokenCaps,
     /// The budget of signature verifications for unauthenticated datagrams
     /// ([`crate::verify`]).
     pub verify_rates: crate::verify::VerifyRates,
@@ -72,6 +74,7 @@ impl Default for ServiceConfig {
             retry_after_full_secs: 30,
             authorize_reads: false,
             token_lifetime: 3600,
+            token_caps: Default::default(),
             verify_rates: Default::default(),
         }
     }
@@ -140,6 +143,7 @@ fn grants_by_reader(grants: Vec<(Identity, Identity)>) -> HashMap<Identity, Hash
 impl Service {
     pub fn new(store: Store, config: ServiceConfig, stats: Stats) -> Result<Self, StoreError> {
         let verify_rates = config.verify_rates;
+        let token_caps = config.token_caps;
         let mut state = State {
             crypto: RustCrypto,
             config,
@@ -174,7 +178,7 @@ impl Service {
             local: BTreeMap::new(),
             log: crate::log::LogLimiter::default(),
             authority: None,
-            tokens: Tokens::default(),
+            tokens: Tokens::new(token_caps),
             tokens_seen: 0,
         })
     }

@@ -42,6 +42,16 @@ pub struct ServerArgs {
     /// Seconds an access token from `/token` stays valid.
     #[arg(long, default_value_t = 3600)]
     pub token_lifetime: u32,
+    /// Access tokens held for one subject at `/authz-info`; at the cap its oldest gives way.
+    #[arg(long, default_value_t = sigil_server::authz::TOKENS_PER_SUBJECT)]
+    pub tokens_per_subject: usize,
+    /// `/token` requests one subject may make over all its sessions, as BURST,SECONDS: BURST
+    /// at once, then one every SECONDS (each may cost an ECDSA signature).
+    #[arg(long, default_value_t = sigil_server::authz::SUBJECT_RATE)]
+    pub token_rate_subject: sigil_server::authz::Rate,
+    /// `/token` requests one session may make, as BURST,SECONDS.
+    #[arg(long, default_value_t = sigil_server::authz::SESSION_RATE)]
+    pub token_rate_session: sigil_server::authz::Rate,
     /// The coaps:// (CoAP over DTLS) address to listen on: an IP address or a host name, with
     /// the port.
     #[arg(long, default_value = "127.0.0.1:5684")]
@@ -110,6 +120,9 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
     config.service.danger_trust_on_first_use = a.danger_trust_on_first_use;
     config.service.authorize_reads = a.authorize_reads;
     config.service.token_lifetime = a.token_lifetime.max(1);
+    config.service.token_caps.per_subject = a.tokens_per_subject.max(1);
+    config.service.token_caps.subject_rate = a.token_rate_subject;
+    config.service.token_caps.session_rate = a.token_rate_session;
     config.transmission = a.transmission.parameters()?;
     if !a.no_dtls {
         let mut d = sigil_server::DtlsConfig::new(resolve_addr(&a.dtls_listen, "--dtls-listen")?);
