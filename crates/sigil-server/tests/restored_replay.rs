@@ -13,11 +13,9 @@
 //! Every figure asserted is the server's own accounting.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust};
+use sigil_crypto::{CryptoProvider, RustCrypto};
+use sigil_dtls::{Config, Connection, Credentials, Traffic};
 use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
-use sigil_identity::Identity;
-use sigil_server::store::IdentityKind;
 use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::Instant;
@@ -27,12 +25,8 @@ use std::time::Duration;
 
 const PSK: [u8; 16] = *b"replay-test-psk!";
 
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
-    }
-}
+mod common;
+use common::{AnyServer, Process, Restore, Secure as InMemory};
 
 fn start(rt: &tokio::runtime::Runtime, db: &Path) -> (ServerHandle, Stats, SocketAddr) {
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), db.to_path_buf());
@@ -73,6 +67,72 @@ fn received(sock: &UdpSocket, wait: Duration) -> Vec<Vec<u8>> {
     got
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A UDP socket bound to `at` that waits 20 ms for a datagram.
+fn socket(at: &str) -> UdpSocket {
+    let sock = UdpSocket::bind(at).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    sock
+}
+
+/// Runs `c`'s handshake from `sock` with the server at `dtls` (real time, from `t0`).
+fn handshake(
+    c: &mut Connection<RustCrypto, AnyServer>,
+    sock: &UdpSocket,
+    dtls: SocketAddr,
+    t0: std::time::Instant,
+) {
+    let at = || Instant::from_millis(t0.elapsed().as_millis() as u64);
+    let mut buf = [0u8; 2048];
+    while !c.is_established() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
+        let _ = c.handle_timeout(at());
+        while let Some(n) = c.poll_transmit(at(), &mut buf) {
+            sock.send_to(&buf[..n], dtls).unwrap();
+        }
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let d = buf[..n].to_vec();
+            let _ = c.handle_datagram(at(), &d);
+        }
+    }
+}
+
+/// Asks question `mid` inside `client`'s session from `sock`, keeping the datagrams it sent
+/// in `recorded`: whether a 2.05 Content came within `wait_ms`.
+fn ask(
+    client: &mut Traffic<RustCrypto>,
+    sock: &UdpSocket,
+    dtls: SocketAddr,
+    at: impl Fn() -> Instant,
+    mid: u16,
+    wait_ms: u64,
+    recorded: &mut Vec<Vec<u8>>,
+) -> bool {
+    let mut buf = [0u8; 2048];
+    client.send(&get(mid)).unwrap();
+    while let Some(n) = client.poll_transmit(at(), &mut buf) {
+        recorded.push(buf[..n].to_vec());
+        sock.send_to(&buf[..n], dtls).unwrap();
+    }
+    let mut answered = false;
+    for d in received(sock, Duration::from_millis(wait_ms)) {
+        let _ = client.handle_datagram(at(), &d);
+        let mut app = [0u8; 2048];
+        while let Some(n) = client.poll_app_data(&mut app) {
+            answered |= Message::parse(&app[..n]).is_ok_and(|m| m.code == Code::CONTENT);
+        }
+    }
+    answered
+}
+
 #[test]
 fn recorded_records_of_a_restored_session_are_not_taken_again_nor_move_it() {
     replayed_after_a_restart(false);
@@ -88,29 +148,13 @@ fn the_same_holds_for_a_session_made_over_the_coap_carrier() {
 fn replayed_after_a_restart(over_coap: bool) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
-    let device = RustCrypto
-        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(51))
-        .unwrap();
-    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
-    {
-        let s = Store::open(&db).unwrap();
-        s.add_identity(&id, IdentityKind::Device, "", 1_700_000_000)
-            .unwrap();
-        s.set_psk(&id, &PSK, 1_700_000_000).unwrap();
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let text = provisioned(&db, 51);
+    let rt = runtime();
     let (server, stats, dtls) = start(&rt, &db);
 
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
+    let sock = socket("127.0.0.1:0");
     let t0 = std::time::Instant::now();
     let at = || Instant::from_millis(t0.elapsed().as_millis() as u64);
-    let text = id.to_string();
     let creds = Credentials::Psk {
         identity: text.as_bytes(),
         key: &PSK,
@@ -151,36 +195,14 @@ fn replayed_after_a_restart(over_coap: bool) {
         let mut c =
             Connection::connect(RustCrypto, AnyServer, config, &mut Seeded(52), creds, at())
                 .unwrap();
-        while !c.is_established() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
-            let _ = c.handle_timeout(at());
-            while let Some(n) = c.poll_transmit(at(), &mut buf) {
-                sock.send_to(&buf[..n], dtls).unwrap();
-            }
-            if let Ok((n, _)) = sock.recv_from(&mut buf) {
-                let d = buf[..n].to_vec();
-                let _ = c.handle_datagram(at(), &d);
-            }
-        }
+        handshake(&mut c, &sock, dtls, t0);
         c.into_traffic().ok().unwrap()
     };
 
     // Three questions, each answered; the eavesdropper keeps the datagrams.
     let mut recorded = vec![];
     for mid in 1..=3u16 {
-        client.send(&get(mid)).unwrap();
-        while let Some(n) = client.poll_transmit(at(), &mut buf) {
-            recorded.push(buf[..n].to_vec());
-            sock.send_to(&buf[..n], dtls).unwrap();
-        }
-        let mut answered = false;
-        for d in received(&sock, Duration::from_millis(500)) {
-            let _ = client.handle_datagram(at(), &d);
-            let mut app = [0u8; 2048];
-            while let Some(n) = client.poll_app_data(&mut app) {
-                answered |= Message::parse(&app[..n]).is_ok_and(|m| m.code == Code::CONTENT);
-            }
-        }
+        let answered = ask(&mut client, &sock, dtls, at, mid, 500, &mut recorded);
         assert!(answered, "question {mid} answered before the restart");
     }
     assert_eq!(recorded.len(), 3);
@@ -202,10 +224,7 @@ fn replayed_after_a_restart(over_coap: bool) {
         "a recorded record was answered after the restart"
     );
     // From another address, by connection ID: none answered, and the session stays.
-    let replayer = UdpSocket::bind("127.0.0.2:0").unwrap();
-    replayer
-        .set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
+    let replayer = socket("127.0.0.2:0");
     for r in &recorded {
         replayer.send_to(r, dtls).unwrap();
     }
@@ -226,18 +245,7 @@ fn replayed_after_a_restart(over_coap: bool) {
     );
 
     // The client's own next record, above the mark, is taken and answered at its address.
-    client.send(&get(4)).unwrap();
-    while let Some(n) = client.poll_transmit(at(), &mut buf) {
-        sock.send_to(&buf[..n], dtls).unwrap();
-    }
-    let mut answered = false;
-    for d in received(&sock, Duration::from_millis(800)) {
-        let _ = client.handle_datagram(at(), &d);
-        let mut app = [0u8; 2048];
-        while let Some(n) = client.poll_app_data(&mut app) {
-            answered |= Message::parse(&app[..n]).is_ok_and(|m| m.code == Code::CONTENT);
-        }
-    }
+    let answered = ask(&mut client, &sock, dtls, at, 4, 800, &mut vec![]);
     assert!(
         answered,
         "the client's own next question answered after the restart"
@@ -254,28 +262,12 @@ fn a_stored_session_without_a_read_mark_is_dropped_with_its_reason() {
     use sigil_dtls::SavedAssociation;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
-    let device = RustCrypto
-        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(61))
-        .unwrap();
-    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
-    {
-        let s = Store::open(&db).unwrap();
-        s.add_identity(&id, IdentityKind::Device, "", 1_700_000_000)
-            .unwrap();
-        s.set_psk(&id, &PSK, 1_700_000_000).unwrap();
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let text = provisioned(&db, 61);
+    let rt = runtime();
     let (server, stats, dtls) = start(&rt, &db);
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
+    let sock = socket("127.0.0.1:0");
     let t0 = std::time::Instant::now();
     let at = || Instant::from_millis(t0.elapsed().as_millis() as u64);
-    let text = id.to_string();
     let mut client = Connection::connect(
         RustCrypto,
         AnyServer,
@@ -288,18 +280,7 @@ fn a_stored_session_without_a_read_mark_is_dropped_with_its_reason() {
         at(),
     )
     .unwrap();
-    let mut buf = [0u8; 2048];
-    while !client.is_established() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "no handshake");
-        let _ = client.handle_timeout(at());
-        while let Some(n) = client.poll_transmit(at(), &mut buf) {
-            sock.send_to(&buf[..n], dtls).unwrap();
-        }
-        if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            let d = buf[..n].to_vec();
-            let _ = client.handle_datagram(at(), &d);
-        }
-    }
+    handshake(&mut client, &sock, dtls, t0);
     let wait = std::time::Instant::now() + Duration::from_secs(5);
     while stats.get("dtls.session_saved") == 0 && std::time::Instant::now() < wait {
         std::thread::sleep(Duration::from_millis(20));
@@ -339,86 +320,76 @@ fn a_stored_session_without_a_read_mark_is_dropped_with_its_reason() {
 }
 
 /// The server in memory (its DTLS layer, dispatcher and service over one database) with
-/// virtual time, for what needs one batch of datagrams exactly or a database refusing writes.
-struct InMemory {
-    d: sigil_server::Dispatcher,
-    layer: sigil_server::secure::SecureLayer,
-    rng: Seeded,
-    stats: Stats,
-}
-
-const NOW: i64 = 1_700_000_000;
-
-impl InMemory {
-    /// A server process over `db`, restoring the sessions stored there (and storing its own).
-    fn start(db: &Path, seed: u64) -> Self {
-        use sigil_server::secure::{SecureLayer, SharedTrust};
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
-        config.service.verify_workers = 1;
-        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
-        let mut svc = sigil_server::service::Service::new(
-            Store::open(db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        let key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-            .unwrap();
-        let mut layer = SecureLayer::new(
-            dc,
-            key,
-            [seed as u8; 32],
-            SharedTrust::default(),
-            stats.clone(),
-        );
-        if let Some(c) = svc.changed_credentials() {
-            layer.trust().replace(c);
-        }
-        layer.restore_sessions(
-            Store::open(db).unwrap(),
-            Instant::from_millis(0),
-            sigil_time::UnixTime::from_secs(NOW),
-        );
-        Self {
-            d: sigil_server::Dispatcher::new(config, svc, stats.clone(), [seed as u8; 32]),
-            layer,
-            rng: Seeded(seed),
-            stats,
-        }
-    }
-
-    /// One batch of datagrams at `now_ms`; what the server sends.
-    fn handle(
-        &mut self,
-        now_ms: u64,
-        batch: Vec<(SocketAddr, Vec<u8>)>,
-    ) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d.handle_secure_at(
-            &mut self.layer,
-            batch,
-            Instant::from_millis(now_ms),
-            sigil_time::UnixTime::from_secs(NOW + (now_ms / 1000) as i64),
-            &mut self.rng,
-        )
-    }
-
-    fn count(&self, key: &str) -> u64 {
-        self.stats.get(key)
-    }
+/// virtual time, for what needs one batch of datagrams exactly or a database refusing writes:
+/// a server process over `db`, restoring the sessions stored there (and storing its own).
+fn in_memory(db: &Path, seed: u64) -> InMemory {
+    InMemory::start(
+        db.to_path_buf(),
+        |_| {},
+        |_| {},
+        Process {
+            secret: seed as u8,
+            rng: seed,
+            restore: Restore::WithCredentials,
+            ..Process::default()
+        },
+    )
 }
 
 /// A provisioned PSK device in a fresh database.
 fn provisioned(db: &Path, seed: u64) -> String {
-    let device = RustCrypto
-        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(seed))
-        .unwrap();
-    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
-    let s = Store::open(db).unwrap();
-    s.add_identity(&id, IdentityKind::Device, "", NOW).unwrap();
-    s.set_psk(&id, &PSK, NOW).unwrap();
+    let id = common::ed25519_identity(seed);
+    common::provision(db, &id, Some(&PSK));
     id.to_string()
+}
+
+/// A PSK client with a connection ID.
+fn cid_client(text: &str, seed: u64) -> Connection<RustCrypto, AnyServer> {
+    Connection::connect(
+        RustCrypto,
+        AnyServer,
+        Config {
+            connection_id: true,
+            ..Config::default()
+        },
+        &mut Seeded(seed),
+        Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &PSK,
+        },
+        Instant::from_millis(0),
+    )
+    .unwrap()
+}
+
+/// Runs `client`'s handshake at `device` against `s` in 50 ms steps from `*now`; `sent` sees
+/// each step's datagrams of the client, and a datagram of the server's for which `lost` says
+/// so does not reach the client.
+fn handshake_in_memory(
+    s: &mut InMemory,
+    client: &mut Connection<RustCrypto, AnyServer>,
+    device: SocketAddr,
+    now: &mut u64,
+    mut sent: impl FnMut(&[(SocketAddr, Vec<u8>)]),
+    mut lost: impl FnMut(&[u8]) -> bool,
+) {
+    let mut buf = [0u8; 2048];
+    while !client.is_established() {
+        assert!(*now < 30_000, "no handshake");
+        let _ = client.handle_timeout(Instant::from_millis(*now));
+        let mut out = vec![];
+        while let Some(n) = client.poll_transmit(Instant::from_millis(*now), &mut buf) {
+            out.push((device, buf[..n].to_vec()));
+        }
+        sent(&out);
+        for (_, d) in s.handle(*now, out) {
+            if lost(&d) {
+                continue;
+            }
+            let _ = client.handle_datagram(Instant::from_millis(*now), &d);
+        }
+        *now += 50;
+    }
 }
 
 /// The tls12_cid records of a datagram (RFC 9146: type 25), from the first one on.
@@ -445,57 +416,41 @@ fn a_retransmitted_finished_is_marked_and_not_taken_again_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let text = provisioned(&db, 71);
-    let mut s = InMemory::start(&db, 1);
+    let mut s = in_memory(&db, 1);
     let device: SocketAddr = "10.0.0.1:40001".parse().unwrap();
-    let mut client = Connection::connect(
-        RustCrypto,
-        AnyServer,
-        Config {
-            connection_id: true,
-            ..Config::default()
-        },
-        &mut Seeded(72),
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &PSK,
-        },
-        Instant::from_millis(0),
-    )
-    .unwrap();
+    let mut client = cid_client(&text, 72);
     let mut now = 0u64;
-    let mut buf = [0u8; 2048];
-    let mut lost_final_flight = false;
+    let lost_final_flight = std::cell::Cell::new(false);
     let mut retransmitted = None;
-    while !client.is_established() {
-        assert!(now < 30_000, "no handshake");
-        let _ = client.handle_timeout(Instant::from_millis(now));
-        let mut sent = vec![];
-        while let Some(n) = client.poll_transmit(Instant::from_millis(now), &mut buf) {
-            sent.push((device, buf[..n].to_vec()));
-        }
-        if lost_final_flight {
-            // The client's final flight again: its Finished under fresh record numbers.
-            if let Some(r) = sent.iter().find_map(|(_, d)| cid_records(d)) {
-                retransmitted.get_or_insert(r);
+    handshake_in_memory(
+        &mut s,
+        &mut client,
+        device,
+        &mut now,
+        |sent| {
+            if lost_final_flight.get() {
+                // The client's final flight again: its Finished under fresh record numbers.
+                if let Some(r) = sent.iter().find_map(|(_, d)| cid_records(d)) {
+                    retransmitted.get_or_insert(r);
+                }
             }
-        }
-        for (_, d) in s.handle(now, sent) {
+        },
+        |d| {
             // The server's final flight (ChangeCipherSpec first) is lost once.
-            if d[0] == 20 && !lost_final_flight {
-                lost_final_flight = true;
-                continue;
+            if d[0] == 20 && !lost_final_flight.get() {
+                lost_final_flight.set(true);
+                return true;
             }
-            let _ = client.handle_datagram(Instant::from_millis(now), &d);
-        }
-        now += 50;
-    }
+            false
+        },
+    );
     let finished = retransmitted.expect("the client's Finished went again, as a tls12_cid record");
     assert_eq!(s.count("dtls.handshake_completed"), 1);
     assert_eq!(s.count("dtls.app_records"), 0, "no application data");
 
     // The server crashes; the same database.
     drop(s);
-    let mut s = InMemory::start(&db, 2);
+    let mut s = in_memory(&db, 2);
     assert_eq!(s.count("dtls.session_restored"), 1);
     // The recorded Finished, by connection ID from another address: refused, nothing sent.
     let replayer: SocketAddr = "10.0.0.2:40002".parse().unwrap();
@@ -526,37 +481,12 @@ fn a_session_ended_by_a_failed_save_takes_its_earlier_deliveries_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let text = provisioned(&db, 81);
-    let mut s = InMemory::start(&db, 3);
+    let mut s = in_memory(&db, 3);
     let device: SocketAddr = "10.0.0.1:40001".parse().unwrap();
-    let mut client = Connection::connect(
-        RustCrypto,
-        AnyServer,
-        Config {
-            connection_id: true,
-            ..Config::default()
-        },
-        &mut Seeded(82),
-        Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &PSK,
-        },
-        Instant::from_millis(0),
-    )
-    .unwrap();
+    let mut client = cid_client(&text, 82);
     let mut now = 0u64;
+    handshake_in_memory(&mut s, &mut client, device, &mut now, |_| {}, |_| false);
     let mut buf = [0u8; 2048];
-    while !client.is_established() {
-        assert!(now < 30_000, "no handshake");
-        let _ = client.handle_timeout(Instant::from_millis(now));
-        let mut sent = vec![];
-        while let Some(n) = client.poll_transmit(Instant::from_millis(now), &mut buf) {
-            sent.push((device, buf[..n].to_vec()));
-        }
-        for (_, d) in s.handle(now, sent) {
-            let _ = client.handle_datagram(Instant::from_millis(now), &d);
-        }
-        now += 50;
-    }
     assert!(s.count("dtls.session_saved") >= 1);
 
     // The database now refuses every write of a session row (a full disk, say).

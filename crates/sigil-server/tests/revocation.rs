@@ -9,19 +9,18 @@
 //! reinstating does.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
-use sigil_dtls::{Config, Connection, Credentials, Trust};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
-use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, Endpoint, Inbound, ServerConfig, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
-const NOW: i64 = 1_700_000_000;
+mod common;
+use common::{run, Client, Process, Restore, Secure, NOW};
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -414,70 +413,20 @@ fn trust_on_first_use_does_not_bring_a_revoked_identity_back() {
 
 // ---- coaps:// ----
 
-/// The server's side of coaps:// in memory, with virtual time.
-struct Secure {
-    d: Dispatcher,
-    layer: SecureLayer,
-    rng: Seeded,
-    stats: Stats,
-    db: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
-    }
-}
-
-/// A PSK client at `addr`, with the CoAP answers it got.
-struct Client {
-    addr: SocketAddr,
-    conn: Connection<RustCrypto, AnyServer>,
-    inbox: Vec<Vec<u8>>,
+/// The server's side of coaps:// in memory, with virtual time; sessions are kept in the
+/// database, as `sigil server` keeps them.
+fn secure() -> Secure {
+    Secure::fresh(
+        |_| {},
+        |_| {},
+        Process {
+            restore: Restore::Sessions,
+            ..Process::default()
+        },
+    )
 }
 
 impl Secure {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        let svc = sigil_server::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        let key = RustCrypto
-            .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-            .unwrap();
-        let dc = DtlsConfig::new("127.0.0.1:5684".parse().unwrap());
-        let mut layer = SecureLayer::new(dc, key, [7; 32], SharedTrust::default(), stats.clone());
-        // Sessions are kept in the database, as `sigil server` keeps them.
-        layer.restore_sessions(
-            Store::open(&db).unwrap(),
-            Instant::ZERO,
-            UnixTime::from_secs(NOW),
-        );
-        Self {
-            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
-            layer,
-            rng: Seeded(1234),
-            stats,
-            db,
-            _dir: dir,
-        }
-    }
-
-    fn provision(&self, id: &Identity, psk: &[u8]) {
-        let s = Store::open(&self.db).unwrap();
-        s.add_identity(id, IdentityKind::Device, "", NOW).unwrap();
-        s.set_psk(id, psk, NOW).unwrap();
-    }
-
     fn stored_sessions(&self) -> Vec<String> {
         Store::open(&self.db)
             .unwrap()
@@ -487,67 +436,9 @@ impl Secure {
             .map(|r| r.identity)
             .collect()
     }
-
-    /// Runs the clients and the server for `for_ms` of virtual time in 10 ms steps.
-    fn run(&mut self, clients: &mut [&mut Client], now: &mut u64, for_ms: u64) {
-        let until = *now + for_ms;
-        while *now < until {
-            loop {
-                let mut sent = vec![];
-                let mut buf = [0u8; 1500];
-                for c in clients.iter_mut() {
-                    let _ = c.conn.handle_timeout(Instant::from_millis(*now));
-                    while let Some(n) = c.conn.poll_transmit(Instant::from_millis(*now), &mut buf) {
-                        sent.push((c.addr, buf[..n].to_vec()));
-                    }
-                }
-                let replies = self.d.handle_secure_at(
-                    &mut self.layer,
-                    sent.clone(),
-                    Instant::from_millis(*now),
-                    UnixTime::from_secs(NOW + (*now / 1000) as i64),
-                    &mut self.rng,
-                );
-                for (to, bytes) in &replies {
-                    if let Some(c) = clients.iter_mut().find(|c| c.addr == *to) {
-                        let _ = c.conn.handle_datagram(Instant::from_millis(*now), bytes);
-                        let mut app = [0u8; 2048];
-                        while let Some(n) = c.conn.poll_app_data(&mut app) {
-                            c.inbox.push(app[..n].to_vec());
-                        }
-                    }
-                }
-                if sent.is_empty() && replies.is_empty() {
-                    break;
-                }
-            }
-            *now += 10;
-        }
-    }
 }
 
 impl Client {
-    fn psk(port: u16, id: &Identity, key: &[u8; 16], seed: u64, now: u64) -> Self {
-        let text = id.to_string();
-        let conn = Connection::connect(
-            RustCrypto,
-            AnyServer,
-            Config::default(),
-            &mut Seeded(seed),
-            Credentials::Psk {
-                identity: text.as_bytes(),
-                key,
-            },
-            Instant::from_millis(now),
-        )
-        .unwrap();
-        Self {
-            addr: addr(port),
-            conn,
-            inbox: vec![],
-        }
-    }
-
     /// Asks for `/.well-known/core` in the session: whether an answer came.
     fn discovery_answered(&mut self, s: &mut Secure, now: &mut u64, mid: u16) -> bool {
         let before = self.inbox.len();
@@ -558,7 +449,7 @@ impl Client {
         {
             return false;
         }
-        s.run(&mut [&mut *self], now, 300);
+        run(s, &mut [&mut *self], now, 300);
         self.inbox.len() > before
     }
 }
@@ -572,14 +463,14 @@ fn identity(seed: u8) -> Identity {
 /// identity's session carries on; the revoked one cannot open a new one.
 #[test]
 fn a_revoked_identitys_live_session_ends_and_its_stored_row_goes() {
-    let mut s = Secure::new();
+    let mut s = secure();
     let (revoked, kept) = (identity(0x51), identity(0x52));
-    s.provision(&revoked, &[0x51; 16]);
-    s.provision(&kept, &[0x52; 16]);
+    s.provision(&revoked, Some(&[0x51; 16]));
+    s.provision(&kept, Some(&[0x52; 16]));
     let mut now = 0;
-    let mut a = Client::psk(51, &revoked, &[0x51; 16], 51, now);
-    let mut b = Client::psk(52, &kept, &[0x52; 16], 52, now);
-    s.run(&mut [&mut a, &mut b], &mut now, 2_000);
+    let mut a = Client::psk(addr(51), &revoked.to_string(), &[0x51; 16], 51, now);
+    let mut b = Client::psk(addr(52), &kept.to_string(), &[0x52; 16], 52, now);
+    run(&mut s, &mut [&mut a, &mut b], &mut now, 2_000);
     assert!(a.conn.is_established() && b.conn.is_established());
     assert!(a.discovery_answered(&mut s, &mut now, 1));
     assert_eq!(s.layer.sessions(), 2);
@@ -594,7 +485,7 @@ fn a_revoked_identitys_live_session_ends_and_its_stored_row_goes() {
     // `sigil provision revoke` deleted the stored row; the server ends the live session at
     // its next call, even with no datagram from that peer.
     assert_eq!(s.stored_sessions(), vec![kept.to_string()]);
-    s.run(&mut [&mut a, &mut b], &mut now, 100);
+    run(&mut s, &mut [&mut a, &mut b], &mut now, 100);
     assert_eq!(s.layer.sessions(), 1);
     assert_eq!(s.stats.get("dtls.session_revoked"), 1);
     assert!(
@@ -607,8 +498,8 @@ fn a_revoked_identitys_live_session_ends_and_its_stored_row_goes() {
     assert_eq!(s.stored_sessions(), vec![kept.to_string()]);
 
     // A new handshake with the same PSK gets no session.
-    let mut again = Client::psk(53, &revoked, &[0x51; 16], 53, now);
-    s.run(&mut [&mut again], &mut now, 2_000);
+    let mut again = Client::psk(addr(53), &revoked.to_string(), &[0x51; 16], 53, now);
+    run(&mut s, &mut [&mut again], &mut now, 2_000);
     assert!(!again.conn.is_established());
     assert_eq!(s.layer.sessions(), 1);
 }
