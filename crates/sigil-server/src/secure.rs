@@ -828,6 +828,8 @@ impl SecureLayer {
         self.saved = Some(store);
         let lifetime = i64::try_from(self.config.session_lifetime.as_secs()).unwrap_or(i64::MAX);
         let mut restored = 0;
+        let mut rows = rows;
+        rows.sort_by_key(|r| std::cmp::Reverse(r.saved_at));
         for row in rows {
             match self.restore_row(now, &row, lifetime) {
                 Ok(()) => {
@@ -879,13 +881,28 @@ impl SecureLayer {
             return Err("connection ID taken");
         }
         let host = Host::of(peer);
-        if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
-            return Err("no room in the session table");
-        }
         let traffic = Traffic::restore(RustCrypto, saved);
         let auth = auth_of(&traffic, &self.trust);
         if self.trust.is_psk_node(auth.as_ref()) {
             return Err("a PSK-only node's session is not kept");
+        }
+        // The identity's cap holds across a restart too (the most recently saved first).
+        if let Some(a) = &auth {
+            let held = self
+                .sessions
+                .values()
+                .filter(|p| {
+                    p.auth
+                        .as_ref()
+                        .is_some_and(|b| b.identity() == a.identity())
+                })
+                .count();
+            if held >= self.config.max_sessions_per_identity.max(1) {
+                return Err("its identity holds its cap of sessions");
+            }
+        }
+        if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
+            return Err("no room in the session table");
         }
         let mut p = Peer {
             conn: Box::new(traffic),

@@ -90,20 +90,13 @@ impl Running {
                 s.set_psk(id, &PSK, 1_700_000_000).unwrap();
             }
         }
-        let mut config = ServerConfig::new(SocketAddr::new(listen, 0), db);
-        let mut dtls = DtlsConfig::new(SocketAddr::new(listen, 0));
-        configure(&mut dtls);
-        config.dtls = Some(dtls);
-        let stats = Stats::default();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        let server = rt
-            .block_on(Server::start(config, stats.clone()))
-            .expect("server starts");
-        let dtls = server.dtls.as_ref().unwrap().addr;
+        let stats = Stats::default();
+        let (server, dtls) = Self::launch(&rt, listen, db, &stats, configure);
         Self {
             rt,
             server: Some(server),
@@ -113,6 +106,38 @@ impl Running {
             other: ids[1].to_string(),
             _dir: dir,
         }
+    }
+
+    /// A server on `db` (port 0 for both listeners), counting into `stats`.
+    fn launch(
+        rt: &tokio::runtime::Runtime,
+        listen: IpAddr,
+        db: std::path::PathBuf,
+        stats: &Stats,
+        configure: impl FnOnce(&mut DtlsConfig),
+    ) -> (ServerHandle, SocketAddr) {
+        let mut config = ServerConfig::new(SocketAddr::new(listen, 0), db);
+        let mut dtls = DtlsConfig::new(SocketAddr::new(listen, 0));
+        configure(&mut dtls);
+        config.dtls = Some(dtls);
+        let server = rt
+            .block_on(Server::start(config, stats.clone()))
+            .expect("server starts");
+        let addr = server.dtls.as_ref().unwrap().addr;
+        (server, addr)
+    }
+
+    /// Stops the server and starts it again on the same database (its stored sessions are
+    /// restored), with fresh counters and `configure` applied.
+    fn restart(&mut self, configure: impl FnOnce(&mut DtlsConfig)) {
+        if let Some(s) = self.server.take() {
+            self.rt.block_on(s.shutdown());
+        }
+        self.stats = Stats::default();
+        let db = self._dir.path().join("s.db");
+        let (server, dtls) = Self::launch(&self.rt, self.dtls.ip(), db, &self.stats, configure);
+        self.server = Some(server);
+        self.dtls = dtls;
     }
 
     fn count(&self, key: &str) -> u64 {
@@ -580,6 +605,36 @@ fn a_newcomer_completes_a_record_layer_handshake_beside_256_hosts_holding_one_ea
         IpAddr::V4(Ipv4Addr::LOCALHOST),
         Duration::ZERO,
     );
+}
+
+/// The cap per identity holds across a restart: sessions stored by a server with a larger cap
+/// are restored up to the cap of the server that starts (the most recently saved first), the
+/// rest deleted.
+#[test]
+fn a_restart_restores_no_more_sessions_of_one_identity_than_its_cap() {
+    let mut server = Running::start_with(IpAddr::V4(Ipv4Addr::LOCALHOST), |_| {});
+    let mut rng = Seeded(78);
+    let mut kept = Vec::new();
+    for host in ipv4_hosts().into_iter().take(16) {
+        let sock = UdpSocket::bind(SocketAddr::new(host, 0)).expect("bind");
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let creds = Credentials::Psk {
+            identity: server.other.as_bytes(),
+            key: &PSK,
+        };
+        let start = std::time::Instant::now();
+        let t = records_handshake(&sock, server.dtls, creds, start, &mut rng, Duration::ZERO);
+        assert!(t.is_some(), "a session from {host}");
+        kept.push((sock, t));
+    }
+    assert_eq!(server.count("dtls.gave_way.identity_cap"), 0);
+    server.restart(|d| d.max_sessions_per_identity = 4);
+    assert_eq!(server.count("dtls.session_restored"), 4);
+    assert_eq!(server.count("dtls.session_not_restored"), 12);
+    server.wait_for(Duration::from_secs(5), "the sessions' gauge", |s| {
+        s.count("mem.dtls_sessions.bytes") == (4 * SESSION_BYTES) as u64
+    });
 }
 
 /// A slow device (one that computes for 5 s before its key exchange flight, as an 8-bit
