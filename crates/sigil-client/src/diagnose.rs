@@ -83,7 +83,7 @@ pub fn explain(e: &sigil_dtls::Error, security: &Security) -> String {
             "the server's trust anchors (--dtls-ca) do not reach this certificate's issuer".into()
         }
         sigil_dtls::wire::AlertDescription::CLOSE_NOTIFY => {
-            "the server ended the session (it stopped, or the identity was revoked)".into()
+            "the server ended the session (it stopped, the identity was revoked, or the identity opened more sessions than the server keeps for one, `--dtls-max-sessions-per-identity`, and this was its least recently active)".into()
         }
         sigil_dtls::wire::AlertDescription::INTERNAL_ERROR => {
             "the server failed (see its log)".into()
