@@ -63,8 +63,10 @@ pub struct Inbound {
 /// A remembered exchange: `None` while the first copy is still being handled.
 /// Most dedup entries that give way to make room for one new entry or answer.
 const DEDUP_GIVE_WAY: usize = 16;
-/// How far into the oldest dedup entries a give-way looks for one to drop.
-const DEDUP_GIVE_WAY_SCAN: usize = 1024;
+/// How far into the oldest dedup entries a give-way looks for one to drop: few, so that a
+/// host whose exchanges find nothing to push out (it holds as much as the others) costs the
+/// server no more than a few lookups per datagram.
+const DEDUP_GIVE_WAY_SCAN: usize = 64;
 
 struct DedupEntry {
     response: Option<Vec<u8>>,
