@@ -13,78 +13,16 @@ use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::budget::Caps;
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::Store;
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
-const NOW: i64 = 1_700_000_000;
-
-fn wall(ms: u64) -> UnixTime {
-    UnixTime::from_secs(NOW + (ms / 1000) as i64)
-}
+mod common;
+use common::{Plain as Server, NOW};
 
 fn addr(ip: [u8; 4], port: u16) -> SocketAddr {
     SocketAddr::from((ip, port))
-}
-
-struct Server {
-    d: Dispatcher,
-    stats: Stats,
-    db: PathBuf,
-    config: ServerConfig,
-    now: u64,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn new(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        tweak(&mut config);
-        let svc = sigil_server::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        Self {
-            d: Dispatcher::new(config.clone(), svc, stats.clone(), [42; 32]),
-            stats,
-            db,
-            config,
-            now: 0,
-            _dir: dir,
-        }
-    }
-
-    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d
-            .handle_at(batch, Instant::from_millis(self.now), wall(self.now))
-    }
-
-    /// One datagram; its answers.
-    fn one(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Vec<u8>> {
-        self.deliver(vec![(from, datagram)])
-            .into_iter()
-            .map(|(_, b)| b)
-            .collect()
-    }
-
-    fn gauge(&self, name: &str) -> u64 {
-        self.stats.get(name)
-    }
-
-    fn provision(&self, id: &Identity, kind: IdentityKind) {
-        Store::open(&self.db)
-            .unwrap()
-            .add_identity(id, kind, "", NOW)
-            .unwrap();
-    }
 }
 
 /// A Confirmable GET of `path` (with `?query`), with an Echo option if given.

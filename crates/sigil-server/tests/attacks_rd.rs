@@ -11,10 +11,12 @@ use sigil_identity::{Identity, KeyAnnouncement};
 use sigil_objects::resync::{sign_statement, Operation, OperationKind};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, Endpoint, Inbound, PeerAuth, ServerConfig, Stats, Store};
+use sigil_server::{Dispatcher, Endpoint, Inbound, PeerAuth, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
+
+mod common;
 
 const NOW: i64 = 1_700_000_000;
 const DEVICE: SocketAddr =
@@ -55,15 +57,7 @@ impl Rig {
     fn new(via: Via) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        let svc = sigil_server::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
+        let (d, stats, _) = common::plain_dispatcher(&db, 7, |_| {});
         let mut storage = MemoryStorage::default();
         let device = Device::boot(
             RustCrypto,
@@ -79,7 +73,7 @@ impl Rig {
             .add_identity(device.identity(), IdentityKind::Device, "", NOW)
             .unwrap();
         let mut rig = Self {
-            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
+            d,
             stats,
             device,
             storage,

@@ -36,6 +36,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 /// The first `n` attacking addresses: 127.0.1.1 onwards, never an honest device's.
 fn ipv4_attackers(n: usize) -> Vec<IpAddr> {
     (0..n)
@@ -113,6 +115,17 @@ fn provision(db: &Path, id: &Identity) {
         .unwrap()
         .add_identity(id, IdentityKind::Device, "", 0)
         .unwrap();
+}
+
+/// A device booted from `seed`, provisioned in `db`.
+fn provisioned(
+    db: &Path,
+    seed: u64,
+    algorithm: SignatureAlgorithm,
+) -> (Device<RustCrypto>, MemoryStorage) {
+    let d = boot(seed, algorithm);
+    provision(db, d.0.identity());
+    d
 }
 
 impl Node {
@@ -254,6 +267,25 @@ impl Node {
     }
 }
 
+/// A node for each of `devices`, the `i`th at 127.0.`subnet`.(1 + `i`).
+fn spawn_all(
+    devices: Vec<(Device<RustCrypto>, MemoryStorage)>,
+    key: PublicKey,
+    subnet: u8,
+    to: SocketAddr,
+    every: Duration,
+    clock: std::time::Instant,
+) -> Vec<Node> {
+    devices
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let at = v4(127, 0, subnet, 1 + i as u8);
+            Node::spawn(d, key, at, to, every, clock)
+        })
+        .collect()
+}
+
 /// Waits until `f` holds, for at most `secs` seconds.
 fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
     let until = std::time::Instant::now() + Duration::from_secs(secs);
@@ -332,6 +364,54 @@ fn flood(
     sent
 }
 
+/// A flood on a thread of its own (see [`flood`]), from when it started on the test's clock.
+struct Flooder {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+    started: f64,
+}
+
+impl Flooder {
+    /// Starts the flood and lets it run 1.5 s.
+    fn start(
+        clock: std::time::Instant,
+        sockets: Vec<UdpSocket>,
+        to: SocketAddr,
+        period: Duration,
+        kinds: usize,
+        datagram: impl Fn(usize, usize) -> Vec<u8> + Send + 'static,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = clock.elapsed().as_secs_f64();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || flood(&sockets, to, period, &stop, kinds, datagram))
+        };
+        std::thread::sleep(Duration::from_millis(1500));
+        Self {
+            stop,
+            thread,
+            started,
+        }
+    }
+
+    /// Stops the flood: the datagrams it sent, and the seconds it ran (one more).
+    fn stop(self, clock: std::time::Instant) -> (usize, f64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let sent = self.thread.join().unwrap();
+        (sent, clock.elapsed().as_secs_f64() - self.started + 1.0)
+    }
+}
+
+/// The server's counters whose names start with one of `prefixes`.
+fn counters(stats: &Stats, prefixes: &[&str]) -> Vec<(String, u64)> {
+    stats
+        .snapshot()
+        .into_iter()
+        .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
+        .collect()
+}
+
 /// The most operations a set of rates allows in `secs` seconds.
 fn allowed(total_burst: f64, total_per_second: f64, secs: f64) -> u64 {
     (total_burst + total_per_second * secs).ceil() as u64
@@ -345,11 +425,9 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
     let clock = std::time::Instant::now();
     // A device whose latest reading is public, and a newcomer that requires signed answers.
     let (a, b) = (
-        boot(11, SignatureAlgorithm::Ed25519),
-        boot(12, SignatureAlgorithm::Ed25519),
+        provisioned(&db, 11, SignatureAlgorithm::Ed25519),
+        provisioned(&db, 12, SignatureAlgorithm::Ed25519),
     );
-    provision(&db, a.0.identity());
-    provision(&db, b.0.identity());
     let server = start(&db, v4(127, 0, 0, 1), false).await;
     let to = server.local_addr;
     let stats = server.stats.clone();
@@ -378,17 +456,9 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
             reading.payload,
         )
     };
-    let stop = Arc::new(AtomicBool::new(false));
     let sockets = attackers(&ipv4_attackers(400));
-    let flood_start = clock.elapsed().as_secs_f64();
-    let flooder = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            // 400 addresses at 10 a second each: 4,000 replays a second.
-            flood(&sockets, to, Duration::from_millis(100), &stop, 1, replay)
-        })
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    // 400 addresses at 10 a second each: 4,000 replays a second.
+    let flooder = Flooder::start(clock, sockets, to, Duration::from_millis(100), 1, replay);
     let since = clock.elapsed().as_millis() as u64;
     let b = Node::spawn(
         b,
@@ -399,20 +469,12 @@ async fn replays_from_400_addresses_never_spend_the_signatures_registrations_nee
         clock,
     );
     let served = wait_for(25, || b.registered() && b.acknowledged_since(since) >= 3);
-    stop.store(true, Ordering::Relaxed);
-    let replays = flooder.join().unwrap();
-    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    let (replays, secs) = flooder.stop(clock);
     let b = b.stop();
     a.stop();
-    let s = stats.snapshot();
     eprintln!(
         "{replays} replays from 400 addresses in {secs:.0} s; counters: {:?}",
-        s.iter()
-            .filter(|(k, _)| k.starts_with("answer.")
-                || k.starts_with("verify.")
-                || k.starts_with("publish.")
-                || k.starts_with("register."))
-            .collect::<Vec<_>>()
+        counters(&stats, &["answer.", "verify.", "publish.", "register."])
     );
     assert!(
         served,
@@ -456,23 +518,13 @@ async fn spoofing_16_devices_addresses_never_spends_another_devices_signed_4_09(
     let db = dir.path().join("s.db");
     let clock = std::time::Instant::now();
     let devices: Vec<_> = (0..17u64)
-        .map(|i| boot(100 + i, SignatureAlgorithm::Ed25519))
+        .map(|i| provisioned(&db, 100 + i, SignatureAlgorithm::Ed25519))
         .collect();
-    for d in &devices {
-        provision(&db, d.0.identity());
-    }
     let server = start(&db, v4(127, 0, 0, 1), false).await;
     let to = server.local_addr;
     let stats = server.stats.clone();
     let key = server.answer_key;
-    let nodes: Vec<Node> = devices
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let at = v4(127, 0, 4, 1 + i as u8);
-            Node::spawn(d, key, at, to, Duration::from_millis(400), clock)
-        })
-        .collect();
+    let nodes = spawn_all(devices, key, 4, to, Duration::from_millis(400), clock);
     assert!(
         wait_for(30, || nodes.iter().all(|n| n.acknowledged_since(0) >= 1)),
         "the devices publish"
@@ -507,18 +559,15 @@ async fn spoofing_16_devices_addresses_never_spends_another_devices_signed_4_09(
         })
         .collect();
     let puts: Vec<Vec<u8>> = last[..16].iter().map(|(_, p)| p.clone()).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flood_start = clock.elapsed().as_secs_f64();
-    let flooder = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            // 16 addresses at 20 a second each.
-            flood(&spoofed, to, Duration::from_millis(50), &stop, 1, |i, _| {
-                replay_of(&puts[i], i as u16)
-            })
-        })
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    // 16 addresses at 20 a second each.
+    let flooder = Flooder::start(
+        clock,
+        spoofed,
+        to,
+        Duration::from_millis(50),
+        1,
+        move |i, _| replay_of(&puts[i], i as u16),
+    );
     // The device that lost its state sends an old number from its own address, five times.
     let (at, put) = &last[16];
     let me = UdpSocket::bind(at).expect("bind the device's address");
@@ -550,15 +599,10 @@ async fn spoofing_16_devices_addresses_never_spends_another_devices_signed_4_09(
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    stop.store(true, Ordering::Relaxed);
-    let replays = flooder.join().unwrap();
-    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
-    let s = stats.snapshot();
+    let (replays, secs) = flooder.stop(clock);
     eprintln!(
         "{replays} replays from 16 devices' addresses in {secs:.0} s; the device's answers {answers:?}; counters: {:?}",
-        s.iter()
-            .filter(|(k, _)| k.starts_with("answer.") || k.starts_with("publish."))
-            .collect::<Vec<_>>()
+        counters(&stats, &["answer.", "publish."])
     );
     assert!(
         stats.get("publish.rejected.replay") >= 300,
@@ -591,24 +635,14 @@ async fn forgeries_from_8_proven_addresses_never_starve_the_other_proven_devices
     let db = dir.path().join("s.db");
     let clock = std::time::Instant::now();
     let devices: Vec<_> = (0..10u64)
-        .map(|i| boot(200 + i, SignatureAlgorithm::EcdsaP256))
+        .map(|i| provisioned(&db, 200 + i, SignatureAlgorithm::EcdsaP256))
         .collect();
-    for d in &devices {
-        provision(&db, d.0.identity());
-    }
     let kids: Vec<Identity> = devices.iter().map(|d| *d.0.identity()).collect();
     let server = start(&db, v4(127, 0, 0, 1), false).await;
     let to = server.local_addr;
     let stats = server.stats.clone();
     let key = server.answer_key;
-    let nodes: Vec<Node> = devices
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let at = v4(127, 0, 5, 1 + i as u8);
-            Node::spawn(d, key, at, to, Duration::from_millis(250), clock)
-        })
-        .collect();
+    let nodes = spawn_all(devices, key, 5, to, Duration::from_millis(250), clock);
     assert!(
         wait_for(30, || nodes.iter().all(|n| n.acknowledged_since(0) >= 2)),
         "the devices publish"
@@ -630,18 +664,15 @@ async fn forgeries_from_8_proven_addresses_never_starve_the_other_proven_devices
         })
         .collect();
     let sockets = attackers(&(0..8).map(|i| v4(127, 0, 5, 1 + i)).collect::<Vec<_>>());
-    let stop = Arc::new(AtomicBool::new(false));
-    let flood_start = clock.elapsed().as_secs_f64();
-    let flooder = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            // 8 addresses at 200 a second each.
-            flood(&sockets, to, Duration::from_millis(5), &stop, 40, |i, k| {
-                forged[i][k].clone()
-            })
-        })
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    // 8 addresses at 200 a second each.
+    let flooder = Flooder::start(
+        clock,
+        sockets,
+        to,
+        Duration::from_millis(5),
+        40,
+        move |i, k| forged[i][k].clone(),
+    );
     let since = clock.elapsed().as_millis() as u64;
     let honest = &nodes[8..];
     let served = wait_for(40, || {
@@ -649,18 +680,13 @@ async fn forgeries_from_8_proven_addresses_never_starve_the_other_proven_devices
     });
     let acknowledged: Vec<usize> = honest.iter().map(|n| n.acknowledged_since(since)).collect();
     let deferred: Vec<usize> = honest.iter().map(|n| n.deferred_since(since)).collect();
-    stop.store(true, Ordering::Relaxed);
-    let sent = flooder.join().unwrap();
-    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    let (sent, secs) = flooder.stop(clock);
     for n in nodes {
         n.stop();
     }
-    let s = stats.snapshot();
     eprintln!(
         "{sent} forgeries from 8 proven addresses in {secs:.0} s; the other devices acknowledged {acknowledged:?}, deferred {deferred:?}; counters: {:?}",
-        s.iter()
-            .filter(|(k, _)| k.starts_with("verify.") || k.starts_with("publish."))
-            .collect::<Vec<_>>()
+        counters(&stats, &["verify.", "publish."])
     );
     assert!(stats.get("verify.failed") > 0, "the forgeries arrived");
     assert!(
@@ -708,16 +734,7 @@ fn a_captured_reading_sent_30_times_in_one_batch_is_verified_once() {
     let mut device =
         Device::boot(RustCrypto, config, &mut storage, &mut Seeded(300), &[], &[]).unwrap();
     provision(&db, device.identity());
-    let stats = Stats::default();
-    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-    config.service.verify_workers = 2;
-    let svc = sigil_server::Service::new(
-        Store::open(&db).unwrap(),
-        config.service.clone(),
-        stats.clone(),
-    )
-    .unwrap();
-    let mut d = sigil_server::Dispatcher::new(config, svc, stats.clone(), [42; 32]);
+    let (mut d, stats, _) = common::plain_dispatcher(&db, 42, |c| c.service.verify_workers = 2);
     let wall = sigil_time::UnixTime::from_secs(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -971,10 +988,8 @@ async fn verification_flood(
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let clock = std::time::Instant::now();
-    let v = boot(21, SignatureAlgorithm::EcdsaP256);
-    let n = boot(22, SignatureAlgorithm::EcdsaP256);
-    provision(&db, v.0.identity());
-    provision(&db, n.0.identity());
+    let v = provisioned(&db, 21, SignatureAlgorithm::EcdsaP256);
+    let n = provisioned(&db, 22, SignatureAlgorithm::EcdsaP256);
     let kid = *v.0.identity();
     let server = start(&db, listen, true).await;
     let to = server.local_addr;
@@ -1058,17 +1073,9 @@ async fn verification_flood(
             }
         }
     };
-    let stop = Arc::new(AtomicBool::new(false));
     let sockets = attackers(&attacking);
-    let flood_start = clock.elapsed().as_secs_f64();
-    let flooder = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            // 256 addresses at 10 a second each: 2,560 forgeries a second.
-            flood(&sockets, to, Duration::from_millis(100), &stop, 3, forge)
-        })
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    // 256 addresses at 10 a second each: 2,560 forgeries a second.
+    let flooder = Flooder::start(clock, sockets, to, Duration::from_millis(100), 3, forge);
     let since = clock.elapsed().as_millis() as u64;
     // A newcomer registers during the flood.
     let n = Node::spawn(n, key, newcomer_at, to, Duration::from_millis(500), clock);
@@ -1076,9 +1083,7 @@ async fn verification_flood(
     // The honest device keeps publishing, every reading acknowledged, while the flood goes on.
     let honest = wait_for(30, || v.acknowledged_since(since) >= 10);
     let acknowledged = v.acknowledged_since(since);
-    stop.store(true, Ordering::Relaxed);
-    let forged = flooder.join().unwrap();
-    let secs = clock.elapsed().as_secs_f64() - flood_start + 1.0;
+    let (forged, secs) = flooder.stop(clock);
     n.stop();
     let deferred = v
         .seen
@@ -1098,16 +1103,10 @@ async fn verification_flood(
         })
         .count();
     v.stop();
-    let s = stats.snapshot();
     eprintln!(
         "{forged} forgeries from {} addresses in {secs:.0} s; honest acknowledged {acknowledged}; counters: {:?}",
         attacking.len(),
-        s.iter()
-            .filter(|(k, _)| k.starts_with("verify.")
-                || k.starts_with("authz.")
-                || k.starts_with("publish.")
-                || k.starts_with("register."))
-            .collect::<Vec<_>>()
+        counters(&stats, &["verify.", "authz.", "publish.", "register."])
     );
     let r = VerifyRates::default();
     let bound = [r.proven, r.strangers, r.newcomers]

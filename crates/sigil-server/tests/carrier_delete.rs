@@ -5,30 +5,20 @@
 //! finding 9). In memory against the server's DTLS layer, virtual time.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::{Credentials, Trust};
+use sigil_crypto::RustCrypto;
+use sigil_dtls::Credentials;
 use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
-use sigil_identity::Identity;
-use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
-use sigil_server::Credentials as Provisioned;
+use sigil_server::secure::SecureLayer;
 use sigil_server::Stats;
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_time::UnixTime;
 use std::net::SocketAddr;
 
 const UNIX: UnixTime = UnixTime::from_secs(1_700_000_000);
 const PSK: &[u8; 16] = b"0123456789abcdef";
 
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
-    }
-}
-
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
+mod common;
+use common::{ms, AnyServer};
 
 fn delete(mid: u16, id: u32) -> Vec<u8> {
     let mut buf = [0u8; 64];
@@ -41,26 +31,8 @@ fn delete(mid: u16, id: u32) -> Vec<u8> {
 
 #[test]
 fn delete_of_an_established_carrier_session_answers_4_05_as_documented() {
-    let device = RustCrypto
-        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(5))
-        .unwrap();
-    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
-    let mut provisioned = Provisioned::default();
-    provisioned.authorized.insert(id);
-    provisioned.psks.insert(id, PSK.to_vec());
-    let trust = SharedTrust::default();
-    trust.replace(provisioned);
-    let key = RustCrypto
-        .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-        .unwrap();
     let stats = Stats::default();
-    let mut layer = SecureLayer::new(
-        DtlsConfig::new("127.0.0.1:5684".parse().unwrap()),
-        key,
-        [7; 32],
-        trust,
-        stats.clone(),
-    );
+    let (mut layer, id) = common::one_psk_layer(PSK, stats.clone());
     let addr: SocketAddr = "10.0.0.9:40009".parse().unwrap();
     let text = id.to_string();
     let mut rng = Seeded(1234);

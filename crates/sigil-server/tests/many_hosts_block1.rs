@@ -15,58 +15,13 @@ use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_identity::Identity;
 use sigil_server::coap::BLOCK1_MIN_CHARGE;
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::Store;
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_time::Instant;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
-const NOW: i64 = 1_700_000_000;
-
-struct Server {
-    d: Dispatcher,
-    stats: Stats,
-    db: PathBuf,
-    config: ServerConfig,
-    now: u64,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        let svc = sigil_server::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
-        Self {
-            d: Dispatcher::new(config.clone(), svc, stats.clone(), [42; 32]),
-            stats,
-            db,
-            config,
-            now: 0,
-            _dir: dir,
-        }
-    }
-
-    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d.handle_at(
-            batch,
-            Instant::from_millis(self.now),
-            UnixTime::from_secs(NOW + (self.now / 1000) as i64),
-        )
-    }
-
-    fn gauge(&self, name: &str) -> u64 {
-        self.stats.get(name)
-    }
-}
+mod common;
+use common::{Plain as Server, NOW};
 
 /// A first Block1 block of 16 bytes (SZX 0, more to come) of a registration.
 fn first_block(mid: u16, ep: &str) -> Vec<u8> {
@@ -153,7 +108,7 @@ fn kit_member_registers(s: &mut Server, addr: SocketAddr, seed: u64) -> bool {
 
 #[test]
 fn three_hosts_of_tiny_first_blocks_cannot_fill_the_block1_table() {
-    let mut s = Server::new();
+    let mut s = Server::new(|_| {});
     let caps = s.config.block1_caps;
     // Three hosts, 400 source ports each, 4 transfers per port (each port's own limit):
     // 4,800 first blocks of 16 bytes.
@@ -234,7 +189,7 @@ fn fill(s: &mut Server, hosts: u32, ports: u16) -> u64 {
 /// holding the most gives way to a newcomer whose host holds less (`coap.block1.gave_way`).
 /// Before, the kit got 5.03 until the attackers' transfers went idle (and they renew them).
 fn a_full_table_gives_way_to_a_kit(hosts: u32, ports: u16) {
-    let mut s = Server::new();
+    let mut s = Server::new(|_| {});
     let caps = s.config.block1_caps;
     let transfers = fill(&mut s, hosts, ports);
     let held = s.gauge("mem.block1.bytes");

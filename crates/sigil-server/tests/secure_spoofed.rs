@@ -2,45 +2,24 @@
 //! addresses are not authenticated): plaintext records sent in the client's name must not end
 //! its session, nor move its replay window, and the client's own records keep flowing.
 
-use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
+use sigil_crypto::RustCrypto;
 use sigil_dtls::{Config, Connection, Credentials, NoTrust};
-use sigil_identity::Identity;
-use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
-use sigil_server::Credentials as Provisioned;
+use sigil_server::secure::SecureLayer;
 use sigil_server::Stats;
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_time::UnixTime;
 use std::net::SocketAddr;
 
 const UNIX: UnixTime = UnixTime::from_secs(1_700_000_000);
 const PSK: &[u8; 16] = b"0123456789abcdef";
 
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
+mod common;
+use common::ms;
 
 /// A server layer with one PSK identity provisioned, and a client of that identity at
 /// `addr` with an established session.
 fn session(addr: SocketAddr) -> (SecureLayer, Connection<RustCrypto, NoTrust>, Seeded) {
-    let device = RustCrypto
-        .generate(SignatureAlgorithm::Ed25519, &mut Seeded(5))
-        .unwrap();
-    let id = Identity::of_key(&RustCrypto, &RustCrypto.public_key(&device).unwrap(), b"").unwrap();
-    let mut provisioned = Provisioned::default();
-    provisioned.authorized.insert(id);
-    provisioned.psks.insert(id, PSK.to_vec());
-    let trust = SharedTrust::default();
-    trust.replace(provisioned);
-    let key = RustCrypto
-        .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
-        .unwrap();
-    let mut layer = SecureLayer::new(
-        DtlsConfig::new("127.0.0.1:5684".parse().unwrap()),
-        key,
-        [7; 32],
-        trust,
-        Stats::default(),
-    );
+    let (mut layer, id) = common::one_psk_layer(PSK, Stats::default());
     let text = id.to_string();
     let mut client = Connection::connect(
         RustCrypto,

@@ -360,3 +360,77 @@ pub fn coap_get(path: &str, mid: u16) -> Vec<u8> {
     let n = b.finish_with_payload(&[]).unwrap();
     buf[..n].to_vec()
 }
+
+/// The coap:// server in memory: the dispatcher and service over a fresh database, with its
+/// own virtual clock (`now`, milliseconds).
+pub struct Plain {
+    pub d: Dispatcher,
+    pub stats: Stats,
+    pub db: PathBuf,
+    pub config: ServerConfig,
+    pub now: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Plain {
+    /// A server whose config `tweak` changed (after one verify worker was set).
+    pub fn new(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let (d, stats, config) = plain_dispatcher(&db, 42, tweak);
+        Self {
+            d,
+            stats,
+            db,
+            config,
+            now: 0,
+            _dir: dir,
+        }
+    }
+
+    /// One batch of datagrams at `now`; what the server sends.
+    pub fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_at(batch, ms(self.now), wall(self.now))
+    }
+
+    /// One datagram; its answers.
+    pub fn one(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Vec<u8>> {
+        self.deliver(vec![(from, datagram)])
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    pub fn gauge(&self, name: &str) -> u64 {
+        self.stats.get(name)
+    }
+
+    pub fn provision(&self, id: &Identity, kind: IdentityKind) {
+        Store::open(&self.db)
+            .unwrap()
+            .add_identity(id, kind, "", NOW)
+            .unwrap();
+    }
+}
+
+/// The DTLS layer alone, trusting one device (the Ed25519 key of seed 5) with the PSK `psk`:
+/// the layer and that device's identity.
+pub fn one_psk_layer(psk: &[u8], stats: Stats) -> (SecureLayer, Identity) {
+    let id = ed25519_identity(5);
+    let mut provisioned = sigil_server::Credentials::default();
+    provisioned.authorized.insert(id);
+    provisioned.psks.insert(id, psk.to_vec());
+    let trust = SharedTrust::default();
+    trust.replace(provisioned);
+    let key = RustCrypto
+        .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(99))
+        .unwrap();
+    let layer = SecureLayer::new(
+        DtlsConfig::new("127.0.0.1:5684".parse().unwrap()),
+        key,
+        [7; 32],
+        trust,
+        stats,
+    );
+    (layer, id)
+}
