@@ -9,7 +9,6 @@
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
-use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::budget::Caps;
 use sigil_server::store::IdentityKind;
@@ -385,23 +384,7 @@ fn attack_6_one_host_with_256_ports_cannot_hold_every_block1_slot() {
     assert!(s.gauge("mem.block1.peak") <= caps.per_host as u64);
 
     // Meanwhile a kit registers block-wise from another host.
-    let keys: Vec<PublicKey> = (0..2)
-        .map(|i| {
-            let mut st = MemoryStorage::default();
-            *Device::boot(
-                RustCrypto,
-                DeviceConfig::default(),
-                &mut st,
-                &mut Seeded(100 + i),
-                &[],
-                &[],
-            )
-            .unwrap()
-            .public_key()
-        })
-        .collect();
-    let group = Identity::of_group(&RustCrypto, &keys).unwrap();
-    s.provision(&group, IdentityKind::Group);
+    let keys = s.provision_kit(100);
     let config = DeviceConfig {
         block_szx: 2,
         ..Default::default()

@@ -10,18 +10,15 @@
 //! (`mem.block1.*`, `coap.block1.*`).
 
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_crypto::RustCrypto;
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
-use sigil_identity::Identity;
 use sigil_server::coap::BLOCK1_MIN_CHARGE;
-use sigil_server::store::IdentityKind;
-use sigil_server::Store;
 use sigil_testkit::Seeded;
 use sigil_time::Instant;
 use std::net::SocketAddr;
 
 mod common;
-use common::{Plain as Server, NOW};
+use common::Plain as Server;
 
 /// A first Block1 block of 16 bytes (SZX 0, more to come) of a registration.
 fn first_block(mid: u16, ep: &str) -> Vec<u8> {
@@ -45,26 +42,7 @@ fn first_block(mid: u16, ep: &str) -> Vec<u8> {
 
 /// A kit's member registers block-wise (Block1, 64-byte blocks) from `addr`.
 fn kit_member_registers(s: &mut Server, addr: SocketAddr, seed: u64) -> bool {
-    let keys: Vec<PublicKey> = (0..2)
-        .map(|i| {
-            let mut st = MemoryStorage::default();
-            *Device::boot(
-                RustCrypto,
-                DeviceConfig::default(),
-                &mut st,
-                &mut Seeded(seed + i),
-                &[],
-                &[],
-            )
-            .unwrap()
-            .public_key()
-        })
-        .collect();
-    let group = Identity::of_group(&RustCrypto, &keys).unwrap();
-    Store::open(&s.db)
-        .unwrap()
-        .add_identity(&group, IdentityKind::Group, "", NOW)
-        .unwrap();
+    let keys = s.provision_kit(seed);
     let config = DeviceConfig {
         block_szx: 2,
         ..Default::default()

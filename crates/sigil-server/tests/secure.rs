@@ -17,7 +17,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 mod common;
-use common::{addr, coap_get, ms, run, AnyServer, Peer, Process, Restore, Secure as Server, NOW};
+use common::{
+    addr, coap_get, ms, run, transmit, AnyServer, Peer, Process, Restore, Secure as Server, NOW,
+};
 
 /// The server with its access-control server, which signs with the server's key; tokens
 /// live 60 s here.
@@ -153,13 +155,7 @@ impl Client {
                 self.events.push(e);
             }
         }
-        let _ = self.conn.handle_timeout(ms(now));
-        let mut out = vec![];
-        let mut buf = [0u8; 1500];
-        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
-            out.push((self.addr, buf[..n].to_vec()));
-        }
-        out
+        transmit(&mut self.conn, self.addr, now)
     }
 
     fn outgoing_over_coap(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {

@@ -6,6 +6,7 @@
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
+use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_dtls::{Config, Connection, Credentials, Trust};
 use sigil_identity::Identity;
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
@@ -261,6 +262,21 @@ pub fn run<P: Peer>(s: &mut Secure, clients: &mut [&mut P], now: &mut u64, for_m
     }
 }
 
+/// What `conn` at `addr` sends at `now` (its timers run first).
+pub fn transmit(
+    conn: &mut Connection<RustCrypto, AnyServer>,
+    addr: SocketAddr,
+    now: u64,
+) -> Vec<(SocketAddr, Vec<u8>)> {
+    let _ = conn.handle_timeout(ms(now));
+    let mut out = vec![];
+    let mut buf = [0u8; 1500];
+    while let Some(n) = conn.poll_transmit(ms(now), &mut buf) {
+        out.push((addr, buf[..n].to_vec()));
+    }
+    out
+}
+
 /// A DTLS client at `addr`; the CoAP answers it got inside its session, in order.
 pub struct Client {
     pub addr: SocketAddr,
@@ -333,13 +349,7 @@ impl Peer for Client {
     }
 
     fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        let _ = self.conn.handle_timeout(ms(now));
-        let mut out = vec![];
-        let mut buf = [0u8; 1500];
-        while let Some(n) = self.conn.poll_transmit(ms(now), &mut buf) {
-            out.push((self.addr, buf[..n].to_vec()));
-        }
-        out
+        transmit(&mut self.conn, self.addr, now)
     }
 
     fn incoming(&mut self, now: u64, datagram: &[u8]) {
@@ -410,6 +420,29 @@ impl Plain {
             .unwrap()
             .add_identity(id, kind, "", NOW)
             .unwrap();
+    }
+
+    /// A kit of two members (the devices booted from `seed` and `seed + 1`) provisioned by
+    /// its group identity only: the members' keys.
+    pub fn provision_kit(&self, seed: u64) -> Vec<PublicKey> {
+        let keys: Vec<PublicKey> = (0..2)
+            .map(|i| {
+                let mut st = MemoryStorage::default();
+                *Device::boot(
+                    RustCrypto,
+                    DeviceConfig::default(),
+                    &mut st,
+                    &mut Seeded(seed + i),
+                    &[],
+                    &[],
+                )
+                .unwrap()
+                .public_key()
+            })
+            .collect();
+        let group = Identity::of_group(&RustCrypto, &keys).unwrap();
+        self.provision(&group, IdentityKind::Group);
+        keys
     }
 }
 
