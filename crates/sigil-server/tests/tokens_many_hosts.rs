@@ -146,6 +146,16 @@ fn description(body: &[u8]) -> String {
         .to_string()
 }
 
+/// Another provisioned client (identity 42) at port `port` makes a session within `for_ms`
+/// and is issued a token.
+fn another_client_gets_a_token(s: &mut Server, port: u16, for_ms: u64, now: &mut u64) {
+    let h = s.reader(42);
+    let mut ch = psk_client(port, &h, 42, *now);
+    run(s, &mut [&mut ch], now, for_ms);
+    let (code, body) = ask_token(s, &mut ch, &token_request(None, false), now);
+    assert_eq!(code, Code::CREATED, "{}", description(&body));
+}
+
 fn p256(seed: u64) -> SecretKey {
     RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(seed))
@@ -352,11 +362,7 @@ fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_c
     assert!(s.count("authz.accepted") > TOKENS_PER_SUBJECT as u64);
 
     // Another client asks at once: served.
-    let h = s.reader(42);
-    let mut ch = psk_client(200, &h, 42, now);
-    run(&mut s, &mut [&mut ch], &mut now, 3_000);
-    let (code, body) = ask_token(&mut s, &mut ch, &token_request(None, false), &mut now);
-    assert_eq!(code, Code::CREATED, "{}", description(&body));
+    another_client_gets_a_token(&mut s, 200, 3_000, &mut now);
 }
 
 /// The same identity from 256 hosts, one after the other: each host makes a session and asks
@@ -401,11 +407,7 @@ fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate
     );
 
     // Another client is served meanwhile.
-    let h = s.reader(42);
-    let mut ch = psk_client(300, &h, 42, now);
-    run(&mut s, &mut [&mut ch], &mut now, 300);
-    let (code, body) = ask_token(&mut s, &mut ch, &token_request(None, false), &mut now);
-    assert_eq!(code, Code::CREATED, "{}", description(&body));
+    another_client_gets_a_token(&mut s, 300, 300, &mut now);
 }
 
 /// Revoking a subject drops its held tokens and their `cti`s at once: the byte gauges of both
