@@ -60,7 +60,6 @@ pub struct Inbound {
     pub bytes: Vec<u8>,
 }
 
-/// A remembered exchange: `None` while the first copy is still being handled.
 /// Most dedup entries that give way to make room for one new entry or answer.
 const DEDUP_GIVE_WAY: usize = 16;
 /// How far into the oldest dedup entries a give-way looks for one to drop: few, so that a
@@ -68,6 +67,7 @@ const DEDUP_GIVE_WAY: usize = 16;
 /// server no more than a few lookups per datagram.
 const DEDUP_GIVE_WAY_SCAN: usize = 64;
 
+/// A remembered exchange: `response` is `None` while the first copy is still being handled.
 struct DedupEntry {
     response: Option<Vec<u8>>,
     at: Instant,
@@ -131,6 +131,7 @@ pub struct Dispatcher {
     stats: Stats,
     dedup: HashMap<(Endpoint, u16), DedupEntry>,
     dedup_order: VecDeque<((Endpoint, u16), Instant)>,
+    give_way_rate: GiveWayRate,
     dedup_budget: ByteBudget,
     assemblies: HashMap<(Endpoint, String), Assembly>,
     /// How many transfers each peer has in `assemblies` (no scan per first block).
@@ -159,6 +160,7 @@ impl Dispatcher {
             dedup_budget: ByteBudget::new("dedup", config.dedup_caps),
             block1_budget: ByteBudget::new("block1", config.block1_caps),
             verified: Verified::new(config.verified_caps),
+            give_way_rate: GiveWayRate::new(config.dedup_give_way_per_sec),
             echo: EchoKey::new(echo_secret),
             config,
             service,
@@ -355,7 +357,7 @@ impl Dispatcher {
             };
             let sent = bytes.and_then(|b| self.send(p.from, p.allowance, b, now, &mut out));
             if p.mtype == MessageType::Confirmable {
-                self.remember((p.from, p.mid), sent);
+                self.remember((p.from, p.mid), sent, now);
             }
         }
         self.handle_timeout(now);
@@ -530,9 +532,7 @@ impl Dispatcher {
             // than this one would gives way (`dedup_room`), so many hosts
             // filling the total cannot keep a newcomer's exchanges from being remembered.
             let host = Host::of(d.from.addr);
-            if self.dedup.len() >= self.config.dedup_capacity
-                || !self.dedup_room(host, ENTRY_OVERHEAD, None)
-            {
+            if !self.dedup_room(host, ENTRY_OVERHEAD, None, now) {
                 self.count("coap.dedup.not_remembered");
             } else {
                 self.dedup.insert(
@@ -838,7 +838,7 @@ impl Dispatcher {
         if let Some(b) = encode_response(&p, response, self.szx_for(peer), &self.stats) {
             let sent = self.send(peer, allowance, b, now, out);
             if msg.mtype == MessageType::Confirmable {
-                self.remember((peer, msg.message_id), sent);
+                self.remember((peer, msg.message_id), sent, now);
             }
         }
     }
@@ -915,34 +915,66 @@ impl Dispatcher {
         Some(smaller)
     }
 
-    /// Charges `bytes` of a dedup entry to `host`. When the table (not the host's share) is
-    /// what is full, the oldest entries of hosts that would still hold more than `host`
-    /// give way, at most [`DEDUP_GIVE_WAY`] of them, looked for among the oldest
-    /// [`DEDUP_GIVE_WAY_SCAN`] (`coap.dedup.gave_way`); `keep` (the exchange whose answer
-    /// is being charged) is passed over. False if no room was made: not remembered.
-    fn dedup_room(&mut self, host: Host, bytes: usize, keep: Option<(Endpoint, u16)>) -> bool {
+    /// Charges `bytes` of a dedup entry to `host` (for a new entry, `keep` is `None`, and the
+    /// entry count is held to `dedup_capacity` too). When the table, not the host's share, is
+    /// what is full, an entry of the host holding the most among the
+    /// [`DEDUP_GIVE_WAY_SCAN`] oldest answered entries gives way, if that host would still hold
+    /// more than `host` (`coap.dedup.gave_way`): at most [`DEDUP_GIVE_WAY`] for one charge,
+    /// and no faster in all than `dedup_give_way_per_sec` (a bucket of as many), so a flood,
+    /// from spoofed addresses too, cannot push entries out before their time much faster
+    /// than they expire. `keep` (the exchange whose answer is being charged) and exchanges
+    /// still in progress are passed over. False if no room was made: not remembered.
+    fn dedup_room(
+        &mut self,
+        host: Host,
+        bytes: usize,
+        keep: Option<(Endpoint, u16)>,
+        now: Instant,
+    ) -> bool {
         let mut evicted = 0;
         loop {
-            match self.dedup_budget.charge(host, bytes) {
-                Ok(()) => return true,
-                Err(crate::budget::Over::Host) => return false,
-                Err(crate::budget::Over::Total) if evicted >= DEDUP_GIVE_WAY => return false,
-                Err(crate::budget::Over::Total) => {}
+            let count_full = keep.is_none() && self.dedup.len() >= self.config.dedup_capacity;
+            if !count_full {
+                match self.dedup_budget.charge(host, bytes) {
+                    Ok(()) => return true,
+                    Err(crate::budget::Over::Host) => return false,
+                    Err(crate::budget::Over::Total) => {}
+                }
+            } else if self.dedup_budget.check(host, bytes) == Err(crate::budget::Over::Host) {
+                return false;
+            }
+            if evicted >= DEDUP_GIVE_WAY {
+                return false;
             }
             self.drop_stale_dedup_order();
             let mine = self.dedup_budget.held_by(host).saturating_add(bytes);
-            let victim = self
+            let mut victim: Option<(usize, usize)> = None;
+            for (i, (k, at)) in self
                 .dedup_order
                 .iter()
                 .take(DEDUP_GIVE_WAY_SCAN)
-                .position(|(k, at)| {
-                    Some(*k) != keep
-                        && self.dedup.get(k).is_some_and(|e| e.at == *at)
-                        && self.dedup_budget.held_by(Host::of(k.0.addr)) > mine
-                });
-            let Some(i) = victim else {
+                .enumerate()
+            {
+                if Some(*k) == keep
+                    || !self
+                        .dedup
+                        .get(k)
+                        .is_some_and(|e| e.at == *at && e.response.is_some())
+                {
+                    continue;
+                }
+                let held = self.dedup_budget.held_by(Host::of(k.0.addr));
+                if held > mine && victim.is_none_or(|(_, most)| held > most) {
+                    victim = Some((i, held));
+                }
+            }
+            let Some((i, _)) = victim else {
                 return false;
             };
+            if !self.give_way_rate.take(now) {
+                self.count("coap.dedup.give_way_rate_limited");
+                return false;
+            }
             let Some((k, _)) = self.dedup_order.remove(i) else {
                 return false;
             };
@@ -970,7 +1002,7 @@ impl Dispatcher {
 
     /// Keeps `answer` in the dedup entry of `key` for retransmissions, charged to the
     /// sender's host; over its share the exchange is forgotten instead.
-    fn remember(&mut self, key: (Endpoint, u16), answer: Option<Vec<u8>>) {
+    fn remember(&mut self, key: (Endpoint, u16), answer: Option<Vec<u8>>, now: Instant) {
         let host = Host::of(key.0.addr);
         let Some(e) = self.dedup.get_mut(&key) else {
             return;
@@ -979,7 +1011,7 @@ impl Dispatcher {
         let new = answer.as_ref().map_or(0, Vec::len);
         self.dedup_budget.refund(host, old);
         e.charged -= old;
-        if self.dedup_room(host, new, Some(key)) {
+        if self.dedup_room(host, new, Some(key), now) {
             let Some(e) = self.dedup.get_mut(&key) else {
                 self.dedup_budget.refund(host, new);
                 return;
@@ -989,6 +1021,42 @@ impl Dispatcher {
         } else if let Some(e) = self.dedup.remove(&key) {
             self.dedup_budget.refund(host, e.charged);
             self.count("coap.dedup.not_remembered");
+            // Its place in the order queue is stale now: the queue is kept within twice the
+            // live entries.
+            self.drop_stale_dedup_order();
+        }
+    }
+}
+
+/// A token bucket of dedup give-ways ([`ServerConfig::dedup_give_way_per_sec`]): as many at
+/// once as a second's worth, refilled by the time passed.
+struct GiveWayRate {
+    per_sec: f64,
+    tokens: f64,
+    at: Option<Instant>,
+}
+
+impl GiveWayRate {
+    fn new(per_sec: u32) -> Self {
+        let per_sec = f64::from(per_sec.max(1));
+        Self {
+            per_sec,
+            tokens: per_sec,
+            at: None,
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        if let Some(at) = self.at {
+            let secs = now.saturating_since(at).as_secs_f64();
+            self.tokens = (self.tokens + secs * self.per_sec).min(self.per_sec);
+        }
+        self.at = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
         }
     }
 }

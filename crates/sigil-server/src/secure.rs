@@ -2017,9 +2017,6 @@ impl SecureLayer {
             self.count("dtls.session_replaced");
             self.release_session(old);
         }
-        if let Some(a) = &auth {
-            self.make_room_for_identity(now, a.identity(), out);
-        }
         self.next_row += 1;
         let mut p = Peer {
             conn: Box::new(traffic),
@@ -2037,7 +2034,17 @@ impl SecureLayer {
             known: true,
             carrier_id: None,
         };
-        if self.session_bytes.charge(host, SESSION_BYTES).is_err() {
+        // At its identity's cap, the identity's least recently active session gives way
+        // ([`SecureLayer::make_room_for_identity`]): after the new one has its room, unless
+        // the room is what that session's bytes are needed for.
+        let mut charged = self.session_bytes.charge(host, SESSION_BYTES).is_ok();
+        if let Some(identity) = p.auth.as_ref().map(|a| *a.identity()) {
+            self.make_room_for_identity(now, &identity, out);
+            if !charged {
+                charged = self.session_bytes.charge(host, SESSION_BYTES).is_ok();
+            }
+        }
+        if !charged {
             // Room was checked when the handshake started, counting it; this happens only
             // if that room went to a session that moved here by connection ID since.
             self.count("dtls.refused_sessions_full");
@@ -2078,13 +2085,17 @@ impl SecureLayer {
     ) {
         let cap = self.config.max_sessions_per_identity.max(1);
         loop {
+            // The least recently active, preferring one that delivered nothing in this batch
+            // (whose read mark is not due); among sessions restored at once, the one stored
+            // first (row IDs grow).
             let mut held = 0usize;
-            let mut oldest: Option<(Instant, SocketAddr)> = None;
+            let mut oldest: Option<((bool, Instant, i64), SocketAddr)> = None;
             for (addr, p) in &self.sessions {
                 if p.auth.as_ref().is_some_and(|a| a.identity() == identity) {
                     held += 1;
-                    if oldest.is_none_or(|(t, _)| p.last_seen < t) {
-                        oldest = Some((p.last_seen, *addr));
+                    let rank = (self.marks_due.contains(addr), p.last_seen, p.row);
+                    if oldest.is_none_or(|(r, _)| rank < r) {
+                        oldest = Some((rank, *addr));
                     }
                 }
             }
@@ -2099,7 +2110,9 @@ impl SecureLayer {
             if p.conn.close().is_ok() {
                 self.flush(now, addr, &mut p, out);
             }
-            self.release_session(p);
+            // What it delivered in this batch is dropped with it, as for a failed save: its
+            // stored row (and read mark) goes, so those records must not be acted on.
+            self.release_unsaved(addr, p);
         }
     }
 

@@ -41,6 +41,11 @@ pub struct ServerConfig {
     /// address, and 32 hosts at their share fill the table. Over a share, answers are not
     /// remembered (docs/security.md).
     pub dedup_caps: Caps,
+    /// With the dedup table full, entries of the hosts holding the most give way to new
+    /// exchanges at most this many times a second (and as many at once): the table (some
+    /// 70,000 entries at 8 MiB) then cannot be turned over faster than its entries expire
+    /// anyway (EXCHANGE_LIFETIME, 247 s), whatever a flood sends.
+    pub dedup_give_way_per_sec: u32,
     /// Largest request body accepted through Block1.
     pub max_body: usize,
     /// Most concurrent Block1 reassemblies per peer address (the table as a whole is bounded
@@ -89,6 +94,7 @@ impl ServerConfig {
                 total: 8 << 20,
                 per_host: 256 << 10,
             },
+            dedup_give_way_per_sec: 200,
             max_body: 16 * 1024,
             max_assemblies_per_peer: 4,
             block1_idle: Duration::from_secs(45),

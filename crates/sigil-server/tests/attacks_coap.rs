@@ -419,7 +419,10 @@ fn many_hosts_fill_the_dedup_total_and_a_newcomers_exchanges_are_still_remembere
     let dev = sensor_with_history(&mut s, 20);
     let history = format!("{}?n=100", dev.topic());
     let base_remembered = s.stats.get("coap.dedup.not_remembered");
+    // One host every 100 ms: 25.6 s in all, so the give-way rate (200 a second) is not
+    // what limits the hosts that come late.
     for (h, host) in many_hosts().enumerate() {
+        s.now += 100;
         let from = addr(host, 7000);
         let e = echo_of(&s.one(from, get(1, &[9], &history, None))[0]);
         let batch = (0..12u16)
@@ -447,8 +450,24 @@ fn many_hosts_fill_the_dedup_total_and_a_newcomers_exchanges_are_still_remembere
     );
     assert!(s.stats.get("coap.dedup.not_remembered") > base_remembered);
 
-    // A newcomer registers and publishes; each of its Confirmables arrives twice (its ACK
-    // lost), and the second copy is answered from the cache.
+    // A flood of small requests from 10,000 spoofed addresses at once pushes out no more
+    // entries than the give-way rate allows (200 a second, as many at once).
+    s.now += 1_000;
+    let before = s.stats.get("coap.dedup.gave_way");
+    let flood = (0..10_000u32)
+        .map(|i| {
+            let from = addr([10, 2, (i >> 8) as u8, i as u8], 9000);
+            (from, get(1, &[1], ".well-known/core", None))
+        })
+        .collect();
+    s.deliver(flood);
+    let pushed = s.stats.get("coap.dedup.gave_way") - before;
+    assert!(pushed <= 200, "{pushed} entries pushed out by one flood");
+    assert!(s.stats.get("coap.dedup.give_way_rate_limited") > 0);
+
+    // A newcomer registers and publishes a second later; each of its Confirmables arrives
+    // twice (its ACK lost), and the second copy is answered from the cache.
+    s.now += 1_000;
     let duplicates = s.stats.get("coap.duplicate");
     let mut newcomer = registered(&mut s, 7);
     let registration = newcomer.sent.last().unwrap().clone();
