@@ -465,73 +465,115 @@ pub mod many_hosts {
         }
     }
 
-    /// One handshake taken to the server's first flight after the cookie exchange, then
-    /// abandoned: a half-open handshake held in the server's table. False when the server
-    /// stopped answering within a second.
-    async fn half_open_once(sock: &UdpSocket, coap: bool, identity: &str, l: &Load) -> bool {
-        let start = Instant::now();
+    /// A PSK client handshake in DTLS records or over the CoAP carrier (`PUT /dtls`). One
+    /// lives at a time in a task, and the two are of about the same size.
+    #[allow(clippy::large_enum_variant)]
+    enum Handshake {
+        Records(sigil_dtls::Connection<RustCrypto, sigil_dtls::NoTrust>),
+        Carrier(sigil_dtls_coap::Client<RustCrypto, sigil_dtls::NoTrust>),
+    }
+
+    impl Handshake {
+        fn poll_transmit(&mut self, now: sigil_time::Instant, out: &mut [u8]) -> Option<usize> {
+            match self {
+                Self::Records(c) => c.poll_transmit(now, out),
+                Self::Carrier(c) => c.poll_transmit(now, out),
+            }
+        }
+
+        /// False when the carrier refused the answer (a refusal in records is not one).
+        fn handle(&mut self, now: sigil_time::Instant, datagram: &[u8]) -> bool {
+            match self {
+                Self::Records(c) => {
+                    let _ = c.handle_datagram(now, datagram);
+                    true
+                }
+                Self::Carrier(c) => c.handle_datagram(now, datagram, &mut OsRng).is_ok(),
+            }
+        }
+    }
+
+    /// One handshake under a PSK identity nobody holds, in DTLS records or over the CoAP
+    /// carrier (`coap`), taken to the server's first flight after the cookie exchange
+    /// (ClientHello, HelloVerifyRequest or its 4.01, ClientHello with the cookie, the
+    /// server's flight), then abandoned: a half-open handshake held in the server's table.
+    /// `Ok(false)` when the server stopped answering within `wait`, the carrier refused an
+    /// answer or `stop` changed first; an error when the handshake could not start. `sent`
+    /// and `answered` count each datagram; the clock is the time since `start`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn half_open(
+        sock: &UdpSocket,
+        coap: bool,
+        identity: &str,
+        start: Instant,
+        wait: Duration,
+        mut stop: Option<&mut watch::Receiver<bool>>,
+        sent: impl Fn(usize),
+        answered: impl Fn(&[u8]),
+    ) -> Result<bool> {
         let now = || crate::util::since(start);
         let creds = sigil_dtls::Credentials::Psk {
             identity: identity.as_bytes(),
             key: &[7u8; 16],
         };
-        let mut buf = vec![0u8; 2048];
-        let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
-        let mut answers = 0;
-        if coap {
-            let Ok(mut hs) = sigil_dtls_coap::Client::connect(
-                RustCrypto,
-                sigil_dtls::NoTrust,
-                sigil_dtls_coap::CarrierConfig::default(),
-                &mut OsRng,
-                creds,
-                now(),
-            ) else {
-                return false;
-            };
-            while answers < 2 {
-                while let Some(n) = hs.poll_transmit(now(), &mut out) {
-                    sent(l, n);
-                    let _ = sock.send(&out[..n]).await;
-                }
-                match tokio::time::timeout(Duration::from_secs(1), sock.recv(&mut buf)).await {
-                    Ok(Ok(n)) => {
-                        answered(l, &buf[..n]);
-                        if hs.handle_datagram(now(), &buf[..n], &mut OsRng).is_err() {
-                            return false;
-                        }
-                        answers += 1;
-                    }
-                    _ => return false,
-                }
-            }
+        let mut hs = if coap {
+            Handshake::Carrier(
+                sigil_dtls_coap::Client::connect(
+                    RustCrypto,
+                    sigil_dtls::NoTrust,
+                    sigil_dtls_coap::CarrierConfig::default(),
+                    &mut OsRng,
+                    creds,
+                    now(),
+                )
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            )
         } else {
-            let Ok(mut conn) = sigil_dtls::Connection::connect(
-                RustCrypto,
-                sigil_dtls::NoTrust,
-                sigil_dtls::Config::default(),
-                &mut OsRng,
-                creds,
-                now(),
-            ) else {
-                return false;
-            };
-            while answers < 2 {
-                while let Some(n) = conn.poll_transmit(now(), &mut out) {
-                    sent(l, n);
-                    let _ = sock.send(&out[..n]).await;
-                }
-                match tokio::time::timeout(Duration::from_secs(1), sock.recv(&mut buf)).await {
-                    Ok(Ok(n)) => {
-                        answered(l, &buf[..n]);
-                        let _ = conn.handle_datagram(now(), &buf[..n]);
-                        answers += 1;
-                    }
-                    _ => return false,
-                }
+            Handshake::Records(
+                sigil_dtls::Connection::connect(
+                    RustCrypto,
+                    sigil_dtls::NoTrust,
+                    sigil_dtls::Config::default(),
+                    &mut OsRng,
+                    creds,
+                    now(),
+                )
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?,
+            )
+        };
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; sigil_dtls::MAX_DATAGRAM.max(sigil_dtls_coap::MAX_DATAGRAM)];
+        let mut answers = 0;
+        while answers < 2 {
+            if stop.as_ref().is_some_and(|s| *s.borrow()) {
+                return Ok(false);
             }
+            while let Some(n) = hs.poll_transmit(now(), &mut out) {
+                sent(n);
+                let _ = sock.send(&out[..n]).await;
+            }
+            let stopped = async {
+                match stop.as_mut() {
+                    Some(s) => {
+                        let _ = s.changed().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let got = tokio::select! {
+                r = tokio::time::timeout(wait, sock.recv(&mut buf)) => r,
+                _ = stopped => return Ok(false),
+            };
+            let Ok(Ok(n)) = got else {
+                return Ok(false);
+            };
+            answered(&buf[..n]);
+            if !hs.handle(now(), &buf[..n]) {
+                return Ok(false);
+            }
+            answers += 1;
         }
-        true
+        Ok(true)
     }
 
     /// Issue 25 finding 3: `hosts` addresses (127.0.`block`.*) each holding one half-open
@@ -555,7 +597,17 @@ pub mod many_hosts {
                 pause(offset, &mut stop).await;
                 let identity = format!("holder-{block}-{i}");
                 while !*stop.borrow() {
-                    half_open_once(&sock, coap, &identity, &l).await;
+                    let _ = half_open(
+                        &sock,
+                        coap,
+                        &identity,
+                        Instant::now(),
+                        Duration::from_secs(1),
+                        None,
+                        |n| sent(&l, n),
+                        |a| answered(&l, a),
+                    )
+                    .await;
                     pause(renew, &mut stop).await;
                 }
             }));

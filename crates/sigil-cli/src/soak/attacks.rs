@@ -3,10 +3,8 @@
 
 use super::AttackLoad;
 use anyhow::{Context, Result};
-use sigil_client::os::OsRng;
-use sigil_coap::message::option;
-use sigil_coap::{BlockOption, Code, ContentFormat, Message, MessageBuilder, MessageType};
-use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_coap::{BlockOption, Code, ContentFormat, Message};
+use sigil_crypto::PublicKey;
 use sigil_identity::KeyAnnouncement;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -55,10 +53,8 @@ async fn bind(host: u8) -> Result<UdpSocket> {
         .with_context(|| format!("binding {addr} (the soak needs the whole 127.0.0.0/8 on lo)"))
 }
 
-/// One attack datagram (every field of the header the attacks vary).
-#[allow(clippy::too_many_arguments)]
+/// One attack datagram: a Confirmable request whose token is its message ID.
 fn coap(
-    mtype: MessageType,
     code: Code,
     mid: u16,
     path: &[&str],
@@ -67,32 +63,8 @@ fn coap(
     cf: Option<u16>,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut buf = vec![0u8; payload.len() + 512];
     let token = mid.to_be_bytes();
-    let Ok(mut b) = MessageBuilder::new(&mut buf, mtype, code, mid, &token) else {
-        return Vec::new();
-    };
-    for p in path {
-        let _ = b.option(option::URI_PATH, p.as_bytes());
-    }
-    if let Some(cf) = cf {
-        let _ = b.uint_option(option::CONTENT_FORMAT, u32::from(cf));
-    }
-    for q in query {
-        let _ = b.option(option::URI_QUERY, q.as_bytes());
-    }
-    if let Some(b1) = block1 {
-        if let Ok((v, n)) = b1.encode() {
-            let _ = b.option(option::BLOCK1, &v[..n]);
-        }
-    }
-    match b.finish_with_payload(payload) {
-        Ok(n) => {
-            buf.truncate(n);
-            buf
-        }
-        Err(_) => Vec::new(),
-    }
+    crate::attacks::many_hosts::request(code, mid, &token, path, cf, query, block1, &[], payload)
 }
 
 /// One attacking socket: sends requests under fresh message IDs and notes each answer
@@ -178,7 +150,6 @@ pub(super) async fn control_plane(
             }
             let q = vec![format!("ep={}", v.ep), "lt=60".into()];
             out.push(coap(
-                MessageType::Confirmable,
                 Code::POST,
                 0,
                 &["rd"],
@@ -192,7 +163,6 @@ pub(super) async fn control_plane(
             let id = n.to_string();
             for lt in ["lt=1", "lt=60"] {
                 out.push(coap(
-                    MessageType::Confirmable,
                     Code::POST,
                     0,
                     &["rd", &id],
@@ -202,16 +172,7 @@ pub(super) async fn control_plane(
                     &[],
                 ));
             }
-            out.push(coap(
-                MessageType::Confirmable,
-                Code::DELETE,
-                0,
-                &["rd", &id],
-                &[],
-                None,
-                None,
-                &[],
-            ));
+            out.push(coap(Code::DELETE, 0, &["rd", &id], &[], None, None, &[]));
         }
         for d in out {
             a.send(d).await;
@@ -234,7 +195,6 @@ pub(super) async fn reflector(
     let mut a = Attacker::open(12, server, l).await?;
     let requests = [
         coap(
-            MessageType::Confirmable,
             Code::GET,
             0,
             &["ps", "1", "m"],
@@ -243,26 +203,8 @@ pub(super) async fn reflector(
             None,
             &[],
         ),
-        coap(
-            MessageType::Confirmable,
-            Code::GET,
-            0,
-            &["rd-lookup", "res"],
-            &[],
-            None,
-            None,
-            &[],
-        ),
-        coap(
-            MessageType::Confirmable,
-            Code::GET,
-            0,
-            &["ps"],
-            &[],
-            None,
-            None,
-            &[],
-        ),
+        coap(Code::GET, 0, &["rd-lookup", "res"], &[], None, None, &[]),
+        coap(Code::GET, 0, &["ps"], &[], None, None, &[]),
     ];
     while !*stop.borrow() {
         // 2,000 requests a second, in bursts of 100.
@@ -295,7 +237,6 @@ pub(super) async fn block1_holders(
         for s in &socks {
             mid = mid.wrapping_add(1);
             let d = coap(
-                MessageType::Confirmable,
                 Code::POST,
                 mid,
                 &["rd"],
@@ -320,7 +261,10 @@ pub(super) async fn block1_holders(
 }
 
 /// Attack 7: ClientHellos that return valid cookies, from 64 ports, as fast as the server
-/// answers; each handshake is abandoned after the server's first flight.
+/// answers; each handshake is abandoned after the server's first flight. Every other port
+/// carries its handshakes as a CoAP resource: `PUT /dtls`, its 4.01 with the
+/// HelloVerifyRequest, the `PUT` with the cookie and the server's 2.01 (a session resource in
+/// its handshake); then the same again from the same port, leaving each handshake half open.
 pub(super) async fn handshake_flood(
     server: SocketAddr,
     l: Shared,
@@ -337,49 +281,20 @@ pub(super) async fn handshake_flood(
             }
             let start = Instant::now();
             let identity = format!("flood-{i}");
-            let mut buf = vec![0u8; 2048];
-            let mut out = vec![0u8; sigil_dtls::MAX_DATAGRAM];
-            // Every other port carries its handshakes as a CoAP resource (`PUT /dtls`).
-            if i % 2 == 1 {
-                coap_handshake_flood(&sock, &identity, start, &l, &mut stop).await;
-                return;
-            }
             while !*stop.borrow() {
-                let now = crate::util::since(start);
-                let creds = sigil_dtls::Credentials::Psk {
-                    identity: identity.as_bytes(),
-                    key: &[7u8; 16],
-                };
-                let Ok(mut conn) = sigil_dtls::Connection::connect(
-                    RustCrypto,
-                    sigil_dtls::NoTrust,
-                    sigil_dtls::Config::default(),
-                    &mut OsRng,
-                    creds,
-                    now,
-                ) else {
+                let held = crate::attacks::many_hosts::half_open(
+                    &sock,
+                    i % 2 == 1,
+                    &identity,
+                    start,
+                    Duration::from_millis(500),
+                    Some(&mut stop),
+                    |n| note_sent(&l, n),
+                    |a| note_answer(&l, 0, a),
+                )
+                .await;
+                if held.is_err() {
                     return;
-                };
-                // ClientHello, HelloVerifyRequest, ClientHello with the cookie, then the
-                // server's flight: stop there, leaving a half-open handshake behind.
-                let mut flights = 0;
-                while flights < 2 && !*stop.borrow() {
-                    while let Some(n) = conn.poll_transmit(crate::util::since(start), &mut out) {
-                        note_sent(&l, n);
-                        let _ = sock.send(&out[..n]).await;
-                    }
-                    let got = tokio::select! {
-                        r = tokio::time::timeout(Duration::from_millis(500), sock.recv(&mut buf)) => r,
-                        _ = stop.changed() => break,
-                    };
-                    match got {
-                        Ok(Ok(n)) => {
-                            note_answer(&l, 0, &buf[..n]);
-                            let _ = conn.handle_datagram(crate::util::since(start), &buf[..n]);
-                            flights += 1;
-                        }
-                        _ => break,
-                    }
                 }
             }
         }));
@@ -391,58 +306,6 @@ pub(super) async fn handshake_flood(
     Ok(())
 }
 
-/// Attack 7 over CoAP: `PUT /dtls`, its 4.01 with the HelloVerifyRequest, the `PUT` with the
-/// cookie and the server's 2.01 (a session resource in its handshake); then the same again
-/// from the same port, leaving each handshake half open.
-async fn coap_handshake_flood(
-    sock: &UdpSocket,
-    identity: &str,
-    start: Instant,
-    l: &Shared,
-    stop: &mut watch::Receiver<bool>,
-) {
-    let mut buf = vec![0u8; 2048];
-    let mut out = vec![0u8; sigil_dtls_coap::MAX_DATAGRAM];
-    while !*stop.borrow() {
-        let creds = sigil_dtls::Credentials::Psk {
-            identity: identity.as_bytes(),
-            key: &[7u8; 16],
-        };
-        let Ok(mut hs) = sigil_dtls_coap::Client::connect(
-            RustCrypto,
-            sigil_dtls::NoTrust,
-            sigil_dtls_coap::CarrierConfig::default(),
-            &mut OsRng,
-            creds,
-            crate::util::since(start),
-        ) else {
-            return;
-        };
-        let mut answers = 0;
-        while answers < 2 && !*stop.borrow() {
-            while let Some(n) = hs.poll_transmit(crate::util::since(start), &mut out) {
-                note_sent(l, n);
-                let _ = sock.send(&out[..n]).await;
-            }
-            let got = tokio::select! {
-                r = tokio::time::timeout(Duration::from_millis(500), sock.recv(&mut buf)) => r,
-                _ = stop.changed() => break,
-            };
-            match got {
-                Ok(Ok(n)) => {
-                    note_answer(l, 0, &buf[..n]);
-                    let now = crate::util::since(start);
-                    if hs.handle_datagram(now, &buf[..n], &mut OsRng).is_err() {
-                        break;
-                    }
-                    answers += 1;
-                }
-                _ => break,
-            }
-        }
-    }
-}
-
 /// Attack 8: refused requests as fast as the socket takes them (1,000 a second).
 pub(super) async fn refusals(
     server: SocketAddr,
@@ -451,7 +314,6 @@ pub(super) async fn refusals(
 ) -> Result<()> {
     let mut a = Attacker::open(15, server, l).await?;
     let refused = coap(
-        MessageType::Confirmable,
         Code::POST,
         0,
         &["rd"],
