@@ -132,6 +132,7 @@ pub struct Dispatcher {
     dedup: HashMap<(Endpoint, u16), DedupEntry>,
     dedup_order: VecDeque<((Endpoint, u16), Instant)>,
     give_way_rate: GiveWayRate,
+    block1_give_way_rate: GiveWayRate,
     dedup_budget: ByteBudget,
     assemblies: HashMap<(Endpoint, String), Assembly>,
     /// How many transfers each peer has in `assemblies` (no scan per first block).
@@ -161,6 +162,7 @@ impl Dispatcher {
             block1_budget: ByteBudget::new("block1", config.block1_caps),
             verified: Verified::new(config.verified_caps),
             give_way_rate: GiveWayRate::new(config.dedup_give_way_per_sec),
+            block1_give_way_rate: GiveWayRate::new(config.block1_give_way_per_sec),
             echo: EchoKey::new(echo_secret),
             config,
             service,
@@ -682,9 +684,9 @@ impl Dispatcher {
                 self.count("coap.block1.refused");
                 return Err(Rejection::TooManyTransfers);
             }
-            // The table is full: the least recently active transfer of the host holding the
-            // most gives way, if that host holds more than this one's would.
-            if over == Err(Over::Total) && !self.block1_give_way(host, overhead) {
+            // The table is full: the least recently active transfer of a host holding at
+            // least as much as this one's would gives way (at a bounded rate).
+            if over == Err(Over::Total) && !self.block1_give_way(host, overhead, now) {
                 self.count("coap.block1.refused");
                 self.count("coap.block1.refused_total");
                 return Err(Rejection::TooManyTransfers);
@@ -721,7 +723,7 @@ impl Dispatcher {
         let more = holds.saturating_sub(a.charged);
         // A full table gives way to a transfer going on as to a new one.
         if self.block1_budget.check(host, more) == Err(Over::Total) {
-            self.block1_give_way(host, more);
+            self.block1_give_way(host, more, now);
         }
         if self.block1_budget.charge(host, more).is_err() {
             self.drop_assembly(&key);
@@ -747,30 +749,32 @@ impl Dispatcher {
         Ok(body)
     }
 
-    /// Makes room in a full Block1 table for a first block of `bytes` from `host`: the least
-    /// recently active transfer of the host holding the most bytes goes
-    /// (`coap.block1.gave_way`), as long as that host holds more than `host` would with this
-    /// one, until it fits. A scan of the table, only when it is full.
-    fn block1_give_way(&mut self, host: Host, bytes: usize) -> bool {
+    /// Makes room in a full Block1 table for `bytes` more from `host` (a first block, or a
+    /// later one): the least recently active transfer of another host that holds at least as
+    /// much as `host` would goes (`coap.block1.gave_way`), until it fits. Transfers that go on
+    /// stay recent, so a flood of first blocks that never continue (from spoofed addresses
+    /// too) pushes out its own kind first, not a kit's registration in progress. Each
+    /// give-way spends one of `block1_give_way_per_sec` (a bucket of as many), checked before
+    /// the scan of the table: a flood turns the table over no faster than that, and costs
+    /// the server at most that many scans a second (`coap.block1.give_way_rate_limited`).
+    fn block1_give_way(&mut self, host: Host, bytes: usize, now: Instant) -> bool {
         let would = self.block1_budget.held_by(host).saturating_add(bytes);
         for _ in 0..8 {
             if self.block1_budget.check(host, bytes).is_ok() {
                 return true;
             }
-            let mut held: HashMap<Host, usize> = HashMap::new();
-            for ((from, _), a) in &self.assemblies {
-                *held.entry(Host::of(from.addr)).or_insert(0) += a.charged;
-            }
-            let Some((heaviest, most)) = held.into_iter().max_by_key(|(_, n)| *n) else {
-                return false;
-            };
-            if most <= would {
+            if !self.block1_give_way_rate.take(now) {
+                self.count("coap.block1.give_way_rate_limited");
                 return false;
             }
+            let budget = &self.block1_budget;
             let Some(key) = self
                 .assemblies
                 .iter()
-                .filter(|((from, _), _)| Host::of(from.addr) == heaviest)
+                .filter(|((from, _), _)| {
+                    let h = Host::of(from.addr);
+                    h != host && budget.held_by(h) >= would
+                })
                 .min_by_key(|(_, a)| a.at)
                 .map(|(k, _)| k.clone())
             else {
@@ -1028,8 +1032,9 @@ impl Dispatcher {
     }
 }
 
-/// A token bucket of dedup give-ways ([`ServerConfig::dedup_give_way_per_sec`]): as many at
-/// once as a second's worth, refilled by the time passed.
+/// A token bucket of give-ways ([`ServerConfig::dedup_give_way_per_sec`],
+/// [`ServerConfig::block1_give_way_per_sec`]): as many at once as a second's worth, refilled
+/// by the time passed.
 struct GiveWayRate {
     per_sec: f64,
     tokens: f64,

@@ -59,6 +59,11 @@ pub struct ServerConfig {
     /// of `max_body`) and 4 × `max_body` per host (64 KiB): four full-size registrations at
     /// once from one address, or some forty of the usual 1-2 KiB.
     pub block1_caps: Caps,
+    /// With the Block1 table full, transfers give way to new ones at most this many times a
+    /// second (and as many at once). Below `block1_caps.total / BLOCK1_MIN_CHARGE /
+    /// block1_idle` (about 83 at the defaults), first blocks that never continue expire
+    /// faster than a flood can push them in by giving way.
+    pub block1_give_way_per_sec: u32,
     /// Bytes of the table of addresses verified by Echo (RFC 9175 §2.4), 96 bytes an
     /// address. Default 1 MiB (about 10,900 addresses) and 16 KiB (170) per host.
     pub verified_caps: Caps,
@@ -102,6 +107,7 @@ impl ServerConfig {
                 total: 4 << 20,
                 per_host: 4 * 16 * 1024,
             },
+            block1_give_way_per_sec: 50,
             verified_caps: Caps {
                 total: 1 << 20,
                 per_host: 16 << 10,

@@ -4,9 +4,10 @@
 //! its 4 MiB charged, and block-wise (kit) registrations got 5.03 for 247 s. Now it is
 //! bounded by bytes alone, every transfer is charged at least `BLOCK1_MIN_CHARGE`, and an
 //! unfinished transfer lives `block1_idle` (45 s) after its last block. A full table gives
-//! way: the least recently active transfer of the host holding the most goes for a newcomer
-//! whose host would hold less (tested from 256 hosts and from 67 at their share, beside a
-//! kit registering block-wise). Every figure asserted is the server's own accounting
+//! way: the least recently active transfer of another host holding at least as much as the
+//! newcomer's would goes, at most `block1_give_way_per_sec` (50) a second (tested from 256
+//! hosts and from 67 at their share, beside a kit registering block-wise, and against a
+//! spoofed flood of first blocks during a kit's registration). Every figure asserted is the server's own accounting
 //! (`mem.block1.*`, `coap.block1.*`).
 
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
@@ -42,6 +43,17 @@ fn first_block(mid: u16, ep: &str) -> Vec<u8> {
 
 /// A kit's member registers block-wise (Block1, 64-byte blocks) from `addr`.
 fn kit_member_registers(s: &mut Server, addr: SocketAddr, seed: u64) -> bool {
+    kit_member_registers_while(s, addr, seed, |_, _| {})
+}
+
+/// [`kit_member_registers`], with `during(server, n)` run after the member's `n`th datagram
+/// was answered.
+fn kit_member_registers_while(
+    s: &mut Server,
+    addr: SocketAddr,
+    seed: u64,
+    mut during: impl FnMut(&mut Server, usize),
+) -> bool {
     let keys = s.provision_kit(seed);
     let config = DeviceConfig {
         block_szx: 2,
@@ -58,6 +70,7 @@ fn kit_member_registers(s: &mut Server, addr: SocketAddr, seed: u64) -> bool {
     )
     .unwrap();
     let until = s.now + 10;
+    let mut sent = 0;
     loop {
         let now = Instant::from_millis(s.now);
         device.handle_timeout(now, &mut storage).unwrap();
@@ -71,6 +84,8 @@ fn kit_member_registers(s: &mut Server, addr: SocketAddr, seed: u64) -> bool {
             for (_, reply) in s.deliver(out) {
                 device.handle_datagram(now, &mut storage, &reply).unwrap();
             }
+            sent += 1;
+            during(s, sent);
             continue;
         }
         match device.poll_timeout() {
@@ -163,8 +178,8 @@ fn fill(s: &mut Server, hosts: u32, ports: u16) -> u64 {
 }
 
 /// A full table (every host of the attack at or near its share, the total taken) still takes
-/// an honest kit's block-wise registration: the least recently active transfer of the host
-/// holding the most gives way to a newcomer whose host holds less (`coap.block1.gave_way`).
+/// an honest kit's block-wise registration: the least recently active transfer of another
+/// host holding at least as much as the newcomer's would gives way (`coap.block1.gave_way`).
 /// Before, the kit got 5.03 until the attackers' transfers went idle (and they renew them).
 fn a_full_table_gives_way_to_a_kit(hosts: u32, ports: u16) {
     let mut s = Server::new(|_| {});
@@ -178,6 +193,10 @@ fn a_full_table_gives_way_to_a_kit(hosts: u32, ports: u16) {
         caps.total
     );
     assert!(s.stats.get("coap.block1.refused") > 0);
+    // The fill's own late first blocks pushed out earlier ones (hosts holding as much), up to
+    // the give-way rate; the kit comes a second later, when the bucket has refilled.
+    assert!(s.stats.get("coap.block1.gave_way") <= 50);
+    s.now += 1_000;
     let gave_way = s.stats.get("coap.block1.gave_way");
     assert!(
         kit_member_registers(&mut s, SocketAddr::from(([192, 0, 2, 9], 41_000)), 400),
@@ -201,4 +220,45 @@ fn a_block1_table_filled_by_hosts_at_their_share_gives_way_to_a_kit() {
     // Hosts at their 64 KiB share (16 ports × 4 transfers each, 58 held): 64 of them leave
     // some 36 KiB (the minimum charge does not divide the share), so 67 take the total.
     a_full_table_gives_way_to_a_kit(67, 16);
+}
+
+/// A flood of first blocks that never continue, from 10,000 fresh (spoofed) addresses at
+/// once, arrives while a kit's member is half-way through its block-wise registration in a
+/// full table. The flood pushes out at most the give-way rate's worth (50) of transfers, the
+/// least recently active first, and the member's transfer (active a moment ago) is not among
+/// them: the registration completes. Before, the transfer of the host holding the most bytes
+/// gave way, without a rate: the one flood pushed out 3,487 transfers (nearly the whole
+/// table), each datagram of it costing a scan of the table, and with the 256 hosts' transfers
+/// gone the member's, holding more than a first block, was next in line.
+#[test]
+fn a_spoofed_flood_of_first_blocks_does_not_push_out_a_kit_registering() {
+    let mut s = Server::new(|_| {});
+    fill(&mut s, 256, 4);
+    s.now += 1_000;
+    let mut pushed = 0;
+    let registered = kit_member_registers_while(
+        &mut s,
+        SocketAddr::from(([192, 0, 2, 10], 41_000)),
+        500,
+        |s, n| {
+            if n == 2 {
+                let before = s.stats.get("coap.block1.gave_way");
+                let flood = (0..10_000u32)
+                    .map(|i| {
+                        let from = SocketAddr::from(([10, 3, (i >> 8) as u8, i as u8], 9000));
+                        (from, first_block(1, &format!("s{i}")))
+                    })
+                    .collect();
+                s.deliver(flood);
+                pushed = s.stats.get("coap.block1.gave_way") - before;
+            }
+        },
+    );
+    assert!(pushed > 0, "the flood pushed transfers out");
+    assert!(pushed <= 50, "{pushed} transfers pushed out by one flood");
+    assert!(s.stats.get("coap.block1.give_way_rate_limited") > 0);
+    assert!(
+        registered,
+        "the member's registration completes through the flood"
+    );
 }
