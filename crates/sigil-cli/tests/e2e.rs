@@ -384,20 +384,7 @@ fn coaps_sensors_and_app_survive_a_server_kill() {
     let dbs = db.to_str().unwrap();
     let (port, dport) = (free_port(), free_port());
     let coaps = format!("coaps://127.0.0.1:{dport}");
-    let ids: Vec<String> = ["psk", "rpk"]
-        .iter()
-        .map(|m| {
-            let st = dir.path().join(m);
-            first_line(sigil(&[
-                "sensor",
-                "--state",
-                st.to_str().unwrap(),
-                "--alg",
-                "p256",
-                "--print-identity",
-            ]))
-        })
-        .collect();
+    let ids = p256_identities(dir.path(), &["psk", "rpk"]);
     for id in &ids {
         assert!(sigil(&["provision", "--db", dbs, "add", id])
             .status
@@ -1284,20 +1271,7 @@ fn a_reader_gets_a_token_from_the_cli_and_reads_through_it() {
     let db = dir.path().join("sigil.db");
     let dbs = db.to_str().unwrap();
     let (port, dport) = (free_port(), free_port());
-    let ids: Vec<String> = ["sensor", "reader"]
-        .iter()
-        .map(|m| {
-            let st = dir.path().join(m);
-            first_line(sigil(&[
-                "sensor",
-                "--state",
-                st.to_str().unwrap(),
-                "--alg",
-                "p256",
-                "--print-identity",
-            ]))
-        })
-        .collect();
+    let ids = p256_identities(dir.path(), &["sensor", "reader"]);
     let (sensor, reader) = (&ids[0], &ids[1]);
     for id in &ids {
         assert!(sigil(&["provision", "--db", dbs, "add", id])
@@ -1411,18 +1385,7 @@ fn the_operator_sets_the_token_rate_per_subject() {
     let db = dir.path().join("sigil.db");
     let dbs = db.to_str().unwrap();
     let (port, dport) = (free_port(), free_port());
-    let ids: Vec<String> = ["sensor", "reader", "other"]
-        .iter()
-        .map(|m| {
-            let st = dir.path().join(m);
-            first_line(sigil(&[
-                "sensor",
-                "--state",
-                st.to_str().unwrap(),
-                "--print-identity",
-            ]))
-        })
-        .collect();
+    let ids = p256_identities(dir.path(), &["sensor", "reader", "other"]);
     let sensor = &ids[0];
     let mut psks = Vec::new();
     for id in &ids {
@@ -1489,4 +1452,22 @@ fn the_operator_sets_the_token_rate_per_subject() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("BURST,SECONDS"));
     srv.kill().unwrap();
     srv.wait().unwrap();
+}
+
+/// The identities of new P-256 sensors, one state directory under `dir` per name.
+fn p256_identities(dir: &std::path::Path, names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|m| {
+            let st = dir.join(m);
+            first_line(sigil(&[
+                "sensor",
+                "--state",
+                st.to_str().unwrap(),
+                "--alg",
+                "p256",
+                "--print-identity",
+            ]))
+        })
+        .collect()
 }

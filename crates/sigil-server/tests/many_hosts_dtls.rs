@@ -607,6 +607,24 @@ fn a_newcomer_completes_a_record_layer_handshake_beside_256_hosts_holding_one_ea
     );
 }
 
+/// A session of the server's second identity (`other`, the attacker's) from `host`: its
+/// socket and traffic state, or `None` if the handshake was refused.
+fn other_session(
+    server: &Running,
+    host: IpAddr,
+    rng: &mut Seeded,
+) -> Option<(UdpSocket, Traffic<RustCrypto>)> {
+    let sock = UdpSocket::bind(SocketAddr::new(host, 0)).expect("bind");
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let creds = Credentials::Psk {
+        identity: server.other.as_bytes(),
+        key: &PSK,
+    };
+    let start = std::time::Instant::now();
+    records_handshake(&sock, server.dtls, creds, start, rng, Duration::ZERO).map(|t| (sock, t))
+}
+
 /// The cap per identity holds across a restart: sessions stored by a server with a larger cap
 /// are restored up to the cap of the server that starts (the most recently saved first), the
 /// rest deleted.
@@ -616,17 +634,9 @@ fn a_restart_restores_no_more_sessions_of_one_identity_than_its_cap() {
     let mut rng = Seeded(78);
     let mut kept = Vec::new();
     for host in ipv4_hosts().into_iter().take(16) {
-        let sock = UdpSocket::bind(SocketAddr::new(host, 0)).expect("bind");
-        sock.set_read_timeout(Some(Duration::from_millis(20)))
-            .unwrap();
-        let creds = Credentials::Psk {
-            identity: server.other.as_bytes(),
-            key: &PSK,
-        };
-        let start = std::time::Instant::now();
-        let t = records_handshake(&sock, server.dtls, creds, start, &mut rng, Duration::ZERO);
-        assert!(t.is_some(), "a session from {host}");
-        kept.push((sock, t));
+        let session = other_session(&server, host, &mut rng);
+        assert!(session.is_some(), "a session from {host}");
+        kept.push(session);
     }
     assert_eq!(server.count("dtls.gave_way.identity_cap"), 0);
     server.restart(|d| d.max_sessions_per_identity = 4);
@@ -675,15 +685,7 @@ fn one_identity_from_256_hosts_holds_only_its_cap_of_sessions_and_a_newcomer_is_
     let mut established = 0usize;
     let hosts = ipv4_hosts();
     for host in &hosts {
-        let sock = UdpSocket::bind(SocketAddr::new(*host, 0)).expect("bind attacker");
-        sock.set_read_timeout(Some(Duration::from_millis(20)))
-            .unwrap();
-        let creds = Credentials::Psk {
-            identity: server.other.as_bytes(),
-            key: &PSK,
-        };
-        let start = std::time::Instant::now();
-        if records_handshake(&sock, server.dtls, creds, start, &mut rng, Duration::ZERO).is_none() {
+        if other_session(&server, *host, &mut rng).is_none() {
             break; // refused: the table is full (what the cap prevents)
         }
         established += 1;
