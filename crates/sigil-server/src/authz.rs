@@ -408,6 +408,9 @@ impl Default for TokenCaps {
 struct Bucket {
     milli: u64,
     at: i64,
+    /// What the seconds counted so far gained beyond whole thousandths (in thousandths of a
+    /// request × `every_secs`), kept so that asking often loses nothing to rounding.
+    carry: u64,
 }
 
 impl Bucket {
@@ -415,13 +418,21 @@ impl Bucket {
         Self {
             milli: u64::from(rate.burst) * 1000,
             at: now,
+            carry: 0,
         }
     }
 
     fn refill(&mut self, rate: Rate, now: i64) {
         let secs = u64::try_from(now.saturating_sub(self.at)).unwrap_or(0);
-        let gained = secs.saturating_mul(1000) / u64::from(rate.every_secs.max(1));
-        self.milli = (self.milli.saturating_add(gained)).min(u64::from(rate.burst) * 1000);
+        let every = u64::from(rate.every_secs.max(1));
+        let units = secs.saturating_mul(1000).saturating_add(self.carry);
+        self.milli = self.milli.saturating_add(units / every);
+        self.carry = units % every;
+        let cap = u64::from(rate.burst) * 1000;
+        if self.milli >= cap {
+            self.milli = cap;
+            self.carry = 0;
+        }
         self.at = now;
     }
 
@@ -432,7 +443,8 @@ impl Bucket {
         }
         let missing = 1000 - self.milli;
         let every = u64::from(rate.every_secs.max(1));
-        u32::try_from((missing * every).div_ceil(1000)).unwrap_or(u32::MAX)
+        let units = (missing * every).saturating_sub(self.carry);
+        u32::try_from(units.div_ceil(1000)).unwrap_or(u32::MAX)
     }
 
     fn is_full(&self, rate: Rate) -> bool {
@@ -1416,6 +1428,28 @@ mod tests {
 
     fn host(n: u8) -> Host {
         Host::of(std::net::SocketAddr::from(([10, 0, 0, n], 5683)))
+    }
+
+    /// A bucket asked every second at a rate slower than one a thousand seconds still refills:
+    /// the seconds' fractions are carried, not lost to rounding each time it is asked.
+    #[test]
+    fn a_slow_bucket_asked_every_second_still_refills() {
+        let rate = Rate {
+            burst: 1,
+            every_secs: 1500,
+        };
+        let mut b = Bucket::full(rate, 0);
+        b.refill(rate, 0);
+        b.milli -= 1000;
+        let mut waits = Vec::new();
+        for now in 1..=1500 {
+            b.refill(rate, now);
+            waits.push(b.wait(rate));
+        }
+        assert_eq!(waits[0], 1499, "the wait counts down");
+        assert_eq!(waits[999], 500);
+        assert_eq!(*waits.last().unwrap(), 0, "full again after 1500 s");
+        assert!(b.milli >= 1000);
     }
 
     #[test]
