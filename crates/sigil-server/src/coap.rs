@@ -534,7 +534,8 @@ impl Dispatcher {
             // than this one would gives way (`dedup_room`), so many hosts
             // filling the total cannot keep a newcomer's exchanges from being remembered.
             let host = Host::of(d.from.addr);
-            if !self.dedup_room(host, ENTRY_OVERHEAD, None, now) {
+            let proven = d.from.secure || self.verified.contains(d.from.addr, now);
+            if !self.dedup_room(host, ENTRY_OVERHEAD, None, proven, now) {
                 self.count("coap.dedup.not_remembered");
             } else {
                 self.dedup.insert(
@@ -926,13 +927,17 @@ impl Dispatcher {
     /// more than `host` (`coap.dedup.gave_way`): at most [`DEDUP_GIVE_WAY`] for one charge,
     /// and no faster in all than `dedup_give_way_per_sec` (a bucket of as many), so a flood,
     /// from spoofed addresses too, cannot push entries out before their time much faster
-    /// than they expire. `keep` (the exchange whose answer is being charged) and exchanges
-    /// still in progress are passed over. False if no room was made: not remembered.
+    /// than they expire. A `proven` sender (over a DTLS session, or from an address that
+    /// answered Echo: it cannot be spoofed) is not held to that rate, so floods from spoofed
+    /// addresses cannot spend what coaps:// devices need. `keep` (the exchange whose answer
+    /// is being charged) and exchanges still in progress are passed over. False if no room
+    /// was made: not remembered.
     fn dedup_room(
         &mut self,
         host: Host,
         bytes: usize,
         keep: Option<(Endpoint, u16)>,
+        proven: bool,
         now: Instant,
     ) -> bool {
         let mut evicted = 0;
@@ -975,7 +980,7 @@ impl Dispatcher {
             let Some((i, _)) = victim else {
                 return false;
             };
-            if !self.give_way_rate.take(now) {
+            if !proven && !self.give_way_rate.take(now) {
                 self.count("coap.dedup.give_way_rate_limited");
                 return false;
             }
@@ -1015,7 +1020,8 @@ impl Dispatcher {
         let new = answer.as_ref().map_or(0, Vec::len);
         self.dedup_budget.refund(host, old);
         e.charged -= old;
-        if self.dedup_room(host, new, Some(key), now) {
+        let proven = key.0.secure || self.verified.contains(key.0.addr, now);
+        if self.dedup_room(host, new, Some(key), proven, now) {
             let Some(e) = self.dedup.get_mut(&key) else {
                 self.dedup_budget.refund(host, new);
                 return;

@@ -558,3 +558,58 @@ fn many_hosts_fill_the_verified_address_table_and_a_newcomer_still_gets_large_an
     s.d.handle_timeout(Instant::from_millis(s.now));
     assert_eq!(s.gauge("mem.verified.bytes"), 0);
 }
+
+/// A coaps:// device beside a flood of spoofed plain coap:// requests that fills the dedup
+/// table and spends its give-way rate: a session cannot be spoofed, so its exchanges are not
+/// held to that rate and are still remembered (its retransmission is answered from the
+/// cache). Before, the spoofed flood spent the rate they shared, and a coaps:// device's
+/// retransmitted registration was handled again and refused 4.01 `stale sq`.
+#[test]
+fn a_spoofed_flood_does_not_spend_what_coaps_exchanges_need_to_be_remembered() {
+    let mut s = common::Secure::new(|_| {});
+    let id = common::ed25519_identity(61);
+    s.provision(&id, Some(&[61; 16]));
+    let cap = {
+        s.d.handle_timeout(common::ms(0));
+        s.stats.get("mem.dedup.cap")
+    };
+    // The device's session first.
+    let mut c = common::Client::psk(common::addr(61), &id.to_string(), &[61; 16], 61, 0);
+    let mut now = 0;
+    common::run(&mut s, &mut [&mut c], &mut now, 300);
+    assert!(c.conn.is_established());
+    // Spoofed GETs (one per address) until the table is full, then a flood beyond it, all
+    // at one instant.
+    let mut i = 0u32;
+    let spoofed = |i: u32| {
+        let from = SocketAddr::from(([10, 4, (i >> 16) as u8, (i >> 8) as u8], i as u16));
+        (from, common::coap_get(".well-known/core", 1))
+    };
+    while s.stats.get("mem.dedup.bytes") + 1_024 < cap {
+        let batch = (i..i + 512).map(spoofed).collect();
+        i += 512;
+        s.d.handle_at(batch, common::ms(now), common::wall(now));
+        s.d.handle_timeout(common::ms(now));
+    }
+    let batch = (i..i + 512).map(spoofed).collect();
+    s.d.handle_at(batch, common::ms(now), common::wall(now));
+    assert!(
+        s.stats.get("coap.dedup.give_way_rate_limited") > 0,
+        "the rate is spent"
+    );
+
+    // One request of the device sent twice at that instant (its answer lost the first time).
+    let t = now;
+    let get = common::coap_get(".well-known/core", 77);
+    let duplicates = s.stats.get("coap.duplicate");
+    c.send(&get);
+    common::step(&mut s, &mut [&mut c], t);
+    c.send(&get);
+    common::step(&mut s, &mut [&mut c], t);
+    assert_eq!(
+        s.stats.get("coap.duplicate"),
+        duplicates + 1,
+        "the retransmission is answered from the cache"
+    );
+    assert!(s.stats.get("mem.dedup.bytes") <= cap);
+}
