@@ -35,6 +35,34 @@ pub(crate) struct Entry {
     /// or its session), since this server started: where a signed 4.09 may go
     /// ([`crate::answers`]).
     pub peer: Option<std::net::SocketAddr>,
+    /// The digest of the registration request that made this entry with a statement
+    /// ([`registration_digest`]), so that the same request repeated (a retransmission the
+    /// dedup cache did not keep) gets the same answer instead of 4.01 `stale sq`.
+    pub made_by: Option<[u8; 32]>,
+}
+
+/// How long after a registration an exact repeat of its request is answered as it was: a
+/// sender's retransmissions end within EXCHANGE_LIFETIME (RFC 7252 §4.8.2, 247 s).
+const REPEAT_WINDOW_SECS: i64 = 247;
+
+/// What identifies a registration request for [`Entry::made_by`]: its statement (`sq`,
+/// `ss`), lifetime, base and payload.
+fn registration_digest(crypto: &impl sigil_crypto::CryptoProvider, req: &Request) -> [u8; 32] {
+    let q = |k| req.query(k).unwrap_or("").as_bytes();
+    crypto.sha256(&[
+        b"sigil registration repeat v1\0",
+        q("ep"),
+        b"\0",
+        q("sq"),
+        b"\0",
+        q("ss"),
+        b"\0",
+        q("lt"),
+        b"\0",
+        q("base"),
+        b"\0",
+        &req.payload,
+    ])
 }
 
 impl Entry {
@@ -57,6 +85,7 @@ impl Entry {
             reg,
             resources,
             peer: None,
+            made_by: None,
         }
     }
 
@@ -369,8 +398,12 @@ impl Ctx<'_> {
             base: req.query("base"),
             payload: &req.payload,
         };
+        let digest = registration_digest(&self.svc.crypto, req);
         let proof = match self.proof(req, &ep, Some(&key), op, Rejection::StaleStatement) {
             Ok(p) => p,
+            Err(Rejection::StaleStatement) if self.is_repeat(&ep, req, &digest) => {
+                return self.answer_repeat(&ep, req);
+            }
             Err(why) => return self.refuse(why, req),
         };
         let owner = match self.live_entry_of(&ep) {
@@ -408,7 +441,7 @@ impl Ctx<'_> {
             expires_at: now.saturating_add(i64::from(lifetime)),
             owner,
         };
-        self.store_registration(b, req, reg)
+        self.store_registration(b, req, reg, proof.seq().map(|_| digest))
     }
 
     /// Registration of a node with only a pre-shared key (provisioned as one), over its own PSK
@@ -461,11 +494,17 @@ impl Ctx<'_> {
             expires_at: now.saturating_add(i64::from(lifetime)),
             owner,
         };
-        self.store_registration(b, req, reg)
+        self.store_registration(b, req, reg, None)
     }
 
     /// Stores a checked registration and answers with its location.
-    fn store_registration(&mut self, b: &Batch<'_>, req: &Request, reg: Registration) -> Handled {
+    fn store_registration(
+        &mut self,
+        b: &Batch<'_>,
+        req: &Request,
+        reg: Registration,
+        made_by: Option<[u8; 32]>,
+    ) -> Handled {
         let ep = reg.ep;
         let id = b.upsert_registration(&reg)?;
         let mut entry = Entry::new(reg);
@@ -473,6 +512,7 @@ impl Ctx<'_> {
         if entry.reg.owner != Ownership::Open {
             entry.peer = Some(req.peer);
         }
+        entry.made_by = made_by;
         self.new_entries.push(entry);
         self.count("register.accepted");
         let now = self.secs();
@@ -481,6 +521,33 @@ impl Ctx<'_> {
             code: Code::CREATED,
             location_path: vec!["rd".into(), id.to_string()],
             answer_for: Some(ep),
+            ..Default::default()
+        }))
+    }
+
+    /// Whether `req` repeats, from the same address, the request that made `ep`'s live
+    /// registration less than [`REPEAT_WINDOW_SECS`] ago (its digest is `digest`): a
+    /// retransmission whose exchange the dedup cache did not keep.
+    fn is_repeat(&self, ep: &Identity, req: &Request, digest: &[u8; 32]) -> bool {
+        let now = self.secs();
+        self.live_entry_of(ep).is_some_and(|e| {
+            e.made_by.as_ref() == Some(digest)
+                && e.peer == Some(req.peer)
+                && now.saturating_sub(e.reg.registered_at) < REPEAT_WINDOW_SECS
+        })
+    }
+
+    /// The answer the registration `req` repeats had: 2.01 with its location, changing
+    /// nothing (`register.repeat_answered`).
+    fn answer_repeat(&mut self, ep: &Identity, req: &Request) -> Handled {
+        let Some(id) = self.live_entry_of(ep).map(|e| e.reg.id) else {
+            return self.refuse(Rejection::StaleStatement, req);
+        };
+        self.count("register.repeat_answered");
+        Ok(Reply::Response(Response {
+            code: Code::CREATED,
+            location_path: vec!["rd".into(), id.to_string()],
+            answer_for: Some(*ep),
             ..Default::default()
         }))
     }

@@ -613,3 +613,51 @@ fn a_spoofed_flood_does_not_spend_what_coaps_exchanges_need_to_be_remembered() {
     );
     assert!(s.stats.get("mem.dedup.bytes") <= cap);
 }
+
+/// A registration's retransmission that no dedup cache kept (a full table, a flood spending
+/// its give-way rate, a host over its share) is answered as the registration was: 2.01 with
+/// the same location, changing nothing (`register.repeat_answered`). Before, it was handled
+/// again and refused 4.01 `stale sq`, so a device behind a lossy link never registered while
+/// a cheap flood kept the table full. Only the same request from the same address within
+/// EXCHANGE_LIFETIME counts as a repeat: from another address, or later, it is stale.
+#[test]
+fn a_registration_repeated_without_the_dedup_cache_gets_its_answer_again() {
+    let nothing = Caps {
+        total: 0,
+        per_host: 0,
+    };
+    let mut s = Server::new(|c| c.dedup_caps = nothing);
+    let dev = registered(&mut s, 9);
+    let registration = dev.sent.last().unwrap().clone();
+    let location = |a: &[u8]| {
+        let m = Message::parse(a).unwrap();
+        let path: Vec<String> = m
+            .option_values(option::LOCATION_PATH)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        (m.code, path.join("/"))
+    };
+    let registered_at = dev.device.location().unwrap().to_string();
+    let again = s.one(dev.addr, registration.clone());
+    assert_eq!(
+        location(&again[0]),
+        (
+            Code::CREATED,
+            registered_at.trim_start_matches('/').to_string()
+        )
+    );
+    assert_eq!(s.stats.get("register.repeat_answered"), 1);
+    assert_eq!(s.stats.get("coap.duplicate"), 0, "nothing was remembered");
+    assert_eq!(
+        Store::open(&s.db).unwrap().registrations().unwrap().len(),
+        1
+    );
+    // From another address: stale.
+    let other = s.one(addr([127, 0, 0, 1], 39_999), registration.clone());
+    assert_eq!(Message::parse(&other[0]).unwrap().code, Code::UNAUTHORIZED);
+    // After EXCHANGE_LIFETIME: stale.
+    s.now += 248_000;
+    let late = s.one(dev.addr, registration);
+    assert_eq!(Message::parse(&late[0]).unwrap().code, Code::UNAUTHORIZED);
+    assert_eq!(s.stats.get("register.repeat_answered"), 1);
+}
