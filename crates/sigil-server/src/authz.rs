@@ -340,7 +340,12 @@ impl std::str::FromStr for Rate {
             || format!("{s:?}: expected BURST,SECONDS (e.g. 12,5: 12 at once, then one every 5 s)");
         let (b, e) = s.split_once(',').ok_or_else(bad)?;
         let burst: u32 = b.trim().parse().map_err(|_| bad())?;
-        let every_secs: u32 = e.trim().trim_end_matches('s').parse().map_err(|_| bad())?;
+        let e = e.trim();
+        let every_secs: u32 = e
+            .strip_suffix('s')
+            .unwrap_or(e)
+            .parse()
+            .map_err(|_| bad())?;
         if burst == 0 || every_secs == 0 {
             return Err(bad());
         }
@@ -1463,7 +1468,7 @@ mod tests {
         );
         assert_eq!("2, 3600s".parse::<Rate>().map(|r| r.every_secs), Ok(3600));
         assert_eq!(SUBJECT_RATE.to_string().parse::<Rate>(), Ok(SUBJECT_RATE));
-        for bad in ["12", "0,5", "5,0", "a,b", "", "1,2,3"] {
+        for bad in ["12", "0,5", "5,0", "a,b", "", "1,2,3", "1,5ss"] {
             let e = bad.parse::<Rate>().unwrap_err();
             assert!(e.contains("BURST,SECONDS"), "{bad}: {e}");
         }
