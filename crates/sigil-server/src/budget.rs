@@ -200,6 +200,39 @@ impl Bucket {
     }
 }
 
+/// One token bucket of `burst` operations refilled at `per_second`, for a rate that is
+/// nobody's in particular (how fast a full table gives way, [`crate::coap`]); starts full.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenBucket {
+    per_second: f64,
+    burst: f64,
+    bucket: Option<Bucket>,
+}
+
+impl TokenBucket {
+    pub fn new(per_second: f64, burst: f64) -> Self {
+        Self {
+            per_second,
+            burst,
+            bucket: None,
+        }
+    }
+
+    /// Takes one operation at `now`, if there is one.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let b = self
+            .bucket
+            .get_or_insert_with(|| Bucket::full(self.burst, now));
+        b.refill(now, self.per_second, self.burst);
+        if b.level >= 1.0 {
+            b.level -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// Token buckets per source host and in total for an operation that costs CPU (a signature,
 /// a signature verification): [`RateBudget::take`] takes one from the host's bucket and the
 /// total, or neither. The table of hosts is bounded by `max_hosts`: hosts whose buckets are

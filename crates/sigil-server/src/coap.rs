@@ -14,7 +14,7 @@
 
 use crate::answers::{AnswerSigner, Unsigned};
 use crate::budget::{
-    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, Over, ENTRY_OVERHEAD,
+    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, Over, TokenBucket, ENTRY_OVERHEAD,
 };
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
 use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
@@ -131,8 +131,10 @@ pub struct Dispatcher {
     stats: Stats,
     dedup: HashMap<(Endpoint, u16), DedupEntry>,
     dedup_order: VecDeque<((Endpoint, u16), Instant)>,
-    give_way_rate: GiveWayRate,
-    block1_give_way_rate: GiveWayRate,
+    /// How fast a full dedup table and a full Block1 table give way (a second's worth at
+    /// once): `dedup_give_way_per_sec`, `block1_give_way_per_sec`.
+    give_way_rate: TokenBucket,
+    block1_give_way_rate: TokenBucket,
     dedup_budget: ByteBudget,
     assemblies: HashMap<(Endpoint, String), Assembly>,
     /// How many transfers each peer has in `assemblies` (no scan per first block).
@@ -161,8 +163,8 @@ impl Dispatcher {
             dedup_budget: ByteBudget::new("dedup", config.dedup_caps),
             block1_budget: ByteBudget::new("block1", config.block1_caps),
             verified: Verified::new(config.verified_caps),
-            give_way_rate: GiveWayRate::new(config.dedup_give_way_per_sec),
-            block1_give_way_rate: GiveWayRate::new(config.block1_give_way_per_sec),
+            give_way_rate: give_way_bucket(config.dedup_give_way_per_sec),
+            block1_give_way_rate: give_way_bucket(config.block1_give_way_per_sec),
             echo: EchoKey::new(echo_secret),
             config,
             service,
@@ -1038,40 +1040,6 @@ impl Dispatcher {
     }
 }
 
-/// A token bucket of give-ways ([`ServerConfig::dedup_give_way_per_sec`],
-/// [`ServerConfig::block1_give_way_per_sec`]): as many at once as a second's worth, refilled
-/// by the time passed.
-struct GiveWayRate {
-    per_sec: f64,
-    tokens: f64,
-    at: Option<Instant>,
-}
-
-impl GiveWayRate {
-    fn new(per_sec: u32) -> Self {
-        let per_sec = f64::from(per_sec.max(1));
-        Self {
-            per_sec,
-            tokens: per_sec,
-            at: None,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> bool {
-        if let Some(at) = self.at {
-            let secs = now.saturating_since(at).as_secs_f64();
-            self.tokens = (self.tokens + secs * self.per_sec).min(self.per_sec);
-        }
-        self.at = Some(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// Encodes a response: piggybacked in an ACK for a Confirmable request, Non-confirmable
 /// otherwise (§5.2); large bodies are cut into Block2 blocks (RFC 7959 §2.4).
 fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> Option<Vec<u8>> {
@@ -1156,4 +1124,10 @@ fn uncount(of: &mut HashMap<Endpoint, usize>, peer: &Endpoint) {
             of.remove(peer);
         }
     }
+}
+
+/// The bucket of a give-way rate of `per_sec` (at least 1): a second's worth at once.
+fn give_way_bucket(per_sec: u32) -> TokenBucket {
+    let r = f64::from(per_sec.max(1));
+    TokenBucket::new(r, r)
 }
