@@ -31,12 +31,13 @@ VARIANTS = [
 ]
 SESSIONS = 2  # PSK-CCM8, then ECDHE-ECDSA-CCM8 with the server's raw public key
 
-# The code sigil-dtls compiles only with `record-carrier` (crates/sigil-dtls/src/conn.rs,
-# flight.rs, handshake.rs): the record-layer connection and its handshake state, flights packed
-# into records, the retransmission timer, fragments kept ahead, and the reassembler.
+# The code sigil-dtls compiles only with `record-carrier` (crates/sigil-dtls/src/conn/
+# connection.rs and record_carrier.rs, flight.rs, handshake.rs): the record-layer connection and
+# its handshake state, flights packed into records, the retransmission timer, fragments kept
+# ahead, and the reassembler.
 RECORD_CARRIER = re.compile(
-    r"sigil_dtls::(conn::(Connection|Handshaking|RecordIo|Inner|pack_flight)\b"
-    r"|conn::RecordLayer::overhead\b|flight::(Ahead|Timer)\b|handshake::Reassembler\b)")
+    r"sigil_dtls::(conn::(connection|record_carrier)::"
+    r"|conn::record_layer::RecordLayer::overhead\b|flight::(Ahead|Timer)\b|handshake::Reassembler\b)")
 
 # DTLS-as-CoAP-resource (../shared/seeds/dtls-as-coap-resource.md), Table I, MagoNode
 # (ATmega128RFA1, TinyOS): (ROM bytes, RAM bytes).
@@ -329,7 +330,7 @@ def write(results, w):
         w("")
         ua, ub = sum(a["unrolled_moves"].values()), sum(b["unrolled_moves"].values())
         la, lb = dict(a["largest"]), dict(b["largest"])
-        core_a = la.get("sigil_dtls::conn::Handshaking::handle_fragment", 0)
+        core_a = la.get("sigil_dtls::conn::record_carrier::Handshaking::handle_fragment", 0)
         core_b = lb.get("sigil_dtls::whole::Handshaking::intake", 0)
         gap = b["flash"] - a["flash"]
         dropped = sum(s for _, s in a["record_carrier"])
@@ -344,7 +345,7 @@ def write(results, w):
           f"The functions only the record carrier has come to {dropped:,} B in its image (next "
           "paragraph), but most of that is the handshake states themselves, which both carriers "
           "drive and LTO inlines into one function per carrier, "
-          f"`conn::Handshaking::handle_fragment` ({core_a:,} B: the states, reassembly and the "
+          f"`conn::record_carrier::Handshaking::handle_fragment` ({core_a:,} B: the states, reassembly and the "
           f"messages ahead) against `whole::Handshaking::intake` ({core_b:,} B: the states, "
           "whole messages only, with the signing dispatch inlined that the record image keeps "
           "apart). The CoAP carrier then adds its client: "
