@@ -4,12 +4,15 @@
 //!   [`Error`], never a panic; [`MessageBuilder`] writes into a caller-owned buffer.
 //! - [`block`]: block-wise transfer options (RFC 7959).
 //! - [`link`]: CoRE Link Format (RFC 6690), parser and serializer.
+//! - [`exchange`]: the message core's state machines: Observe (RFC 7641) for servers and
+//!   clients.
 //! - [`reliability`]: Confirmable retransmission timing and the protocol constants of RFC 7252
 //!   §4.8, as pure functions of the time the caller passes in.
 #![no_std]
 #![forbid(unsafe_code)]
 
 pub mod block;
+pub mod exchange;
 pub mod link;
 pub mod message;
 pub mod reliability;

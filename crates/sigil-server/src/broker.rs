@@ -58,6 +58,17 @@ type Copies<'r> = (&'r [String], Option<u16>, &'r [u8]);
 /// What step 1 found for one request: `None` for a request that is no publication.
 pub(crate) type Check = Option<Result<Checked, Rejection>>;
 
+/// A reading a batch stored: what its topic's observers are sent once the batch commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The registration whose topics it belongs to.
+    pub registration: i64,
+    pub seq: u64,
+    pub content_format: u16,
+    /// The reading exactly as received (signed, or MACed, or as the session delivered it).
+    pub raw: Vec<u8>,
+}
+
 pub(crate) fn is_publish(req: &Request) -> bool {
     req.code == Code::PUT && req.path.first().is_some_and(|p| p == "ps") && req.path.len() == 3
 }
@@ -530,6 +541,12 @@ impl Ctx<'_> {
         })?;
         b.set_highest(&checked.ep, checked.seq, now)?;
         self.new_highest.insert(checked.ep, checked.seq);
+        self.published.push(Published {
+            registration: checked.reg_id,
+            seq: checked.seq,
+            content_format: checked.content_format,
+            raw: req.payload.clone(),
+        });
         self.count("publish.accepted");
         self.count(match checked.protection {
             Protection::Signed => "publish.accepted.signed",
@@ -580,6 +597,9 @@ impl Ctx<'_> {
                     payload: r.raw,
                     ..Default::default()
                 }),
+                // An observer of a topic with nothing published yet is registered: 2.05
+                // without a payload, and the first reading comes as a notification.
+                None if req.observe == Some(0) => respond(Code::CONTENT),
                 None => diagnostic(Code::NOT_FOUND, "no reading yet"),
             });
         }
@@ -618,6 +638,30 @@ impl Ctx<'_> {
 }
 
 impl Ctx<'_> {
+    /// Whether `req`, the request that registered an observation of a topic, may still be
+    /// told about it: the topic is still there, its sensor not revoked, and the reader still
+    /// allowed to read it (a withdrawn grant, an expired token or a revoked reader ends the
+    /// observation). The refusal is counted and is the observation's last notification.
+    pub(crate) fn observe_check(&mut self, req: &Request) -> Result<i64, Box<Reply>> {
+        let Some((entry, _)) = self
+            .topic_entry(req)
+            .filter(|(e, _)| e.is_live(self.secs()))
+        else {
+            return Err(Box::new(self.reject(Rejection::NotFound, req)));
+        };
+        if let Err(why) = self.may_read(req, &entry) {
+            return Err(Box::new(self.reject(why, req)));
+        }
+        if let Some(r) = self.entry_revoked(&entry) {
+            return Err(Box::new(self.reject_revoked(
+                Rejection::SensorRevoked,
+                r,
+                req,
+            )));
+        }
+        Ok(entry.reg.id)
+    }
+
     /// With `authorize_reads`: whether the request's session may read `entry`'s readings
     /// (the sensor itself, an identity granted the sensor or its kit, or a token's session
     /// whose scope allows it; [`crate::authz`]).

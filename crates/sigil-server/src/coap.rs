@@ -30,6 +30,9 @@ use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
+mod observe;
+pub use observe::ObserveConfig;
+
 /// A received datagram and its sender.
 pub type Datagram = (SocketAddr, Vec<u8>);
 
@@ -146,6 +149,8 @@ pub struct Dispatcher {
     log: crate::log::LogLimiter,
     /// The key and budget of signed answers ([`crate::answers`]).
     answers: AnswerSigner,
+    /// Observers of topics and their notifications ([`observe`]).
+    observe: observe::ObserveState,
 }
 
 impl Dispatcher {
@@ -166,6 +171,11 @@ impl Dispatcher {
             give_way_rate: give_way_bucket(config.dedup_give_way_per_sec),
             block1_give_way_rate: give_way_bucket(config.block1_give_way_per_sec),
             echo: EchoKey::new(echo_secret),
+            observe: observe::ObserveState::new(
+                &config.observe,
+                config.transmission,
+                u16::from_be_bytes([echo_secret[0], echo_secret[1]]),
+            ),
             config,
             service,
             stats,
@@ -246,6 +256,9 @@ impl Dispatcher {
                 layer.send(now, to.addr, &bytes, &mut out);
             }
         }
+        for (to, bytes) in self.take_notifications_for(true) {
+            layer.send(now, to, &bytes, &mut out);
+        }
         layer.handle_timeout(now, wall, &mut out);
         out
     }
@@ -296,6 +309,8 @@ impl Dispatcher {
         self.block1_budget.publish(&self.stats);
         self.verified.publish(&self.stats);
         self.answers.publish(&self.stats);
+        self.observe_timers(now);
+        self.observe.publish_gauges(&self.stats);
     }
 
     fn count(&self, key: &str) {
@@ -319,10 +334,24 @@ impl Dispatcher {
                 bytes,
             })
             .collect();
-        self.handle_inbound_at(batch, now, wall)
+        let mut out: Vec<Datagram> = self
+            .handle_inbound_at(batch, now, wall)
             .into_iter()
             .map(|(e, b)| (e.addr, b))
-            .collect()
+            .collect();
+        out.extend(self.take_notifications_for(false));
+        out
+    }
+
+    /// The notifications waiting for plain (`secure` false) or DTLS endpoints; the others
+    /// stay queued.
+    pub fn take_notifications_for(&mut self, secure: bool) -> Vec<Datagram> {
+        let (mine, others): (Vec<_>, Vec<_>) = self
+            .take_notifications()
+            .into_iter()
+            .partition(|(e, _)| e.secure == secure);
+        self.observe_requeue(others);
+        mine.into_iter().map(|(e, b)| (e.addr, b)).collect()
     }
 
     /// Handles a batch of CoAP messages from plain and secure endpoints; the answers go back
@@ -351,6 +380,7 @@ impl Dispatcher {
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
                 Reply::Response(mut r) => {
+                    self.observe_answer(p.from, &p.token, &p.request, &mut r, now);
                     if let (Some(device), Some(digest)) = (r.answer_for, p.answer_digest) {
                         self.sign_answer(&p, &mut r, &device, &digest, now);
                     }
@@ -364,6 +394,7 @@ impl Dispatcher {
                 self.remember((p.from, p.mid), sent, now);
             }
         }
+        self.notify_published(now, wall);
         self.handle_timeout(now);
         out
     }
@@ -496,8 +527,13 @@ impl Dispatcher {
         let allowance = self.allowance(d, msg.option(option::ECHO), now);
         match msg.mtype {
             MessageType::Acknowledgement | MessageType::Reset => {
-                // The server sends no Confirmable messages, so nothing waits for these.
-                self.count("coap.unexpected_ack_or_reset");
+                // Only notifications wait for these (the server sends no other Confirmable
+                // message).
+                let reset = msg.mtype == MessageType::Reset;
+                let empty = msg.code == Code::EMPTY;
+                if !(empty && self.observe_ack_or_reset(d.from, reset, msg.message_id, now)) {
+                    self.count("coap.unexpected_ack_or_reset");
+                }
                 return None;
             }
             _ => {}
@@ -660,7 +696,22 @@ impl Dispatcher {
                 origin: self.origin(d, &msg),
                 auth: d.auth.clone(),
                 signed_answer,
+                observe: msg.observe(),
             },
+        })
+        .filter(|p| {
+            // Notifications go only to addresses that proved they receive (RFC 9175 §2.4).
+            if !self.observe_needs_echo(&p.request, allowance == Allowance::Any) {
+                return true;
+            }
+            self.count("observe.echo_first");
+            if let Some(b) = self.echo_challenge(&msg, d.from, now) {
+                let sent = self.send(d.from, allowance, b, now, out);
+                if msg.mtype == MessageType::Confirmable {
+                    self.remember((d.from, msg.message_id), sent, now);
+                }
+            }
+            false
         })
     }
 
@@ -896,23 +947,7 @@ impl Dispatcher {
             .then(|| answer[..answer.len() - msg.payload.len() - 1].to_vec());
         let smaller = match bare {
             Some(b) if allowance.permits(b.len()) => b,
-            _ => {
-                let echo = self.echo.issue(to.addr, now);
-                let mut buf = vec![0u8; 4 + msg.token.len() + 3 + echo.len()];
-                let mut b = MessageBuilder::new(
-                    &mut buf,
-                    msg.mtype,
-                    Code::UNAUTHORIZED,
-                    msg.message_id,
-                    msg.token,
-                )
-                .ok()?;
-                b.option(option::ECHO, &echo).ok()?;
-                let n = b.finish();
-                buf.truncate(n);
-                self.count("coap.echo.issued");
-                buf
-            }
+            _ => self.echo_challenge_as(msg.mtype, msg.message_id, msg.token, to, now)?,
         };
         if !allowance.permits(smaller.len()) {
             self.count("coap.amplification.dropped");
@@ -920,6 +955,41 @@ impl Dispatcher {
         }
         out.push((to, smaller.clone()));
         Some(smaller)
+    }
+
+    /// 4.01 Unauthorized with an Echo value for `to` (RFC 9175 §2.4), answering `request`.
+    fn echo_challenge(
+        &mut self,
+        request: &Message<'_>,
+        to: Endpoint,
+        now: Instant,
+    ) -> Option<Vec<u8>> {
+        let (mtype, mid) = match request.mtype {
+            MessageType::Confirmable => (MessageType::Acknowledgement, request.message_id),
+            _ => (
+                MessageType::NonConfirmable,
+                request.message_id.wrapping_add(0x8000),
+            ),
+        };
+        self.echo_challenge_as(mtype, mid, request.token, to, now)
+    }
+
+    fn echo_challenge_as(
+        &mut self,
+        mtype: MessageType,
+        mid: u16,
+        token: &[u8],
+        to: Endpoint,
+        now: Instant,
+    ) -> Option<Vec<u8>> {
+        let echo = self.echo.issue(to.addr, now);
+        let mut buf = vec![0u8; 4 + token.len() + 3 + echo.len()];
+        let mut b = MessageBuilder::new(&mut buf, mtype, Code::UNAUTHORIZED, mid, token).ok()?;
+        b.option(option::ECHO, &echo).ok()?;
+        let n = b.finish();
+        buf.truncate(n);
+        self.count("coap.echo.issued");
+        Some(buf)
     }
 
     /// Charges `bytes` of a dedup entry to `host` (for a new entry, `keep` is `None`, and the
@@ -1086,6 +1156,9 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
     let mut b = MessageBuilder::new(&mut buf, mtype, r.code, mid, &p.token).ok()?;
     if let Some(etag) = &r.etag {
         b.option(option::ETAG, etag).ok()?;
+    }
+    if let Some(seq) = r.observe {
+        b.uint_option(option::OBSERVE, seq).ok()?;
     }
     for seg in &r.location_path {
         b.option(option::LOCATION_PATH, seg.as_bytes()).ok()?;

@@ -36,6 +36,8 @@ pub struct Request {
     pub auth: Option<PeerAuth>,
     /// A plain coap:// request asking for signed answers ([`crate::answers`]).
     pub signed_answer: bool,
+    /// The Observe option (RFC 7641): 0 registers, 1 deregisters.
+    pub observe: Option<u32>,
 }
 
 impl Request {
@@ -54,6 +56,7 @@ impl Request {
             origin: String::new(),
             auth: None,
             signed_answer: false,
+            observe: None,
         }
     }
 
@@ -142,6 +145,8 @@ pub struct Response {
     pub answer_for: Option<Identity>,
     /// The signature the message layer put on the answer.
     pub signature: Option<sigil_crypto::Signature>,
+    /// The Observe sequence number the message layer put on the answer (RFC 7641 §4.2).
+    pub observe: Option<u32>,
 }
 
 /// What to answer.
@@ -558,6 +563,8 @@ pub(crate) struct Ctx<'a> {
     pub authority: Option<&'a mut crate::authz::Authority>,
     /// The access tokens held as a resource server.
     pub tokens: &'a mut crate::authz::Tokens,
+    /// The readings this batch stored, for their observers once it commits.
+    pub published: &'a mut Vec<crate::broker::Published>,
 }
 
 impl Ctx<'_> {

@@ -19,6 +19,7 @@
 
 use crate::auth::Credentials;
 use crate::authz::{Authority, Tokens};
+use crate::broker::Published;
 use crate::context::{diagnostic, Ctx, Reply, Request, Response};
 use crate::rd::Entry;
 use crate::stats::Stats;
@@ -99,6 +100,8 @@ pub struct Service {
     /// handed to DTLS.
     tokens: Tokens,
     tokens_seen: u64,
+    /// Readings committed and not yet taken for their observers.
+    published: Vec<Published>,
 }
 
 /// What the service knows in memory (a cache of the database, updated after each commit).
@@ -180,6 +183,7 @@ impl Service {
             authority: None,
             tokens: Tokens::new(token_caps),
             tokens_seen: 0,
+            published: Vec::new(),
         })
     }
 
@@ -267,6 +271,37 @@ impl Service {
         self.store.prune_readings(before, limit)
     }
 
+    /// The readings stored since the last call, in the order they were committed.
+    pub fn take_published(&mut self) -> Vec<Published> {
+        std::mem::take(&mut self.published)
+    }
+
+    /// Whether the observation registered by `req` may go on at `now` (see
+    /// [`Ctx::observe_check`]): the observed registration's id, or the refusal that ends it.
+    pub fn observe_check(&mut self, req: &Request, now: UnixTime) -> Result<i64, Box<Reply>> {
+        self.refresh_authorized();
+        self.tokens.expire(now);
+        let (mut h, mut e, mut r, mut a, mut p) = Default::default();
+        let mut local = std::mem::take(&mut self.local);
+        let result = Ctx {
+            svc: &self.state,
+            now,
+            new_highest: &mut h,
+            new_entries: &mut e,
+            removed: &mut r,
+            new_authorized: &mut a,
+            counts: &mut local,
+            log: &mut self.log,
+            authority: self.authority.as_mut(),
+            tokens: &mut self.tokens,
+            published: &mut p,
+        }
+        .observe_check(req);
+        self.stats.merge(&mut local);
+        self.local = local;
+        result
+    }
+
     /// Handles a batch at wall-clock time `now` (registrations' lifetimes, stored
     /// timestamps); returns one reply per request, in order.
     pub fn handle_batch(&mut self, requests: &[Request], now: UnixTime) -> Vec<Reply> {
@@ -279,6 +314,7 @@ impl Service {
         let mut new_entries: Vec<Entry> = Vec::new();
         let mut removed: Vec<i64> = Vec::new();
         let mut new_authorized: Vec<Identity> = Vec::new();
+        let mut published = Vec::new();
         let mut local = std::mem::take(&mut self.local);
         let result = {
             let mut ctx = Ctx {
@@ -292,6 +328,7 @@ impl Service {
                 log: &mut self.log,
                 authority: self.authority.as_mut(),
                 tokens: &mut self.tokens,
+                published: &mut published,
             };
             // The handlers read the service's caches while writing through the transaction.
             let mut out = Vec::with_capacity(requests.len());
@@ -324,6 +361,7 @@ impl Service {
                     self.generation += 1;
                 }
                 replies.extend(out);
+                self.published.extend(published);
             }
             Err(e) => {
                 tracing::error!(error = %e, "batch transaction failed; nothing from it was stored");

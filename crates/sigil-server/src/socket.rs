@@ -79,6 +79,8 @@ pub struct ServerConfig {
     /// topic): at start, then every [`PRUNE_EVERY`], at most [`PRUNE_BATCH`] per turn of the
     /// datagram loop. `None`: kept for ever.
     pub retain: Option<Duration>,
+    /// Observers of topics (RFC 7641): caps and timing ([`crate::coap::ObserveConfig`]).
+    pub observe: crate::coap::ObserveConfig,
 }
 
 /// How often the server looks for readings past [`ServerConfig::retain`].
@@ -117,6 +119,7 @@ impl ServerConfig {
             dtls: None,
             answer_rates: Default::default(),
             retain: None,
+            observe: Default::default(),
         }
     }
 }
@@ -446,6 +449,9 @@ fn run(
         if let Some(t) = secure.as_ref().and_then(|(_, l)| l.poll_timeout()) {
             wait = wait.min(t.as_millis().saturating_sub(clock.now().as_millis()));
         }
+        if let Some(t) = d.observe_wake() {
+            wait = wait.min(t.as_millis().saturating_sub(clock.now().as_millis()));
+        }
         let (plain_ready, secure_ready) =
             wait_readable(&socket, secure.as_ref().map(|(s, _)| s), wait);
         let mut plain: Vec<Received> = Vec::new();
@@ -471,6 +477,12 @@ fn run(
             }
         } else {
             d.handle_timeout(clock.now());
+        }
+        for (peer, bytes) in d.take_notifications_for(false) {
+            if let Err(e) = socket.send_to(&bytes, peer) {
+                tracing::debug!(error = %e, %peer, "send failed (notification)");
+                stats.incr("server.send_failed");
+            }
         }
         if let Some((dsock, layer)) = &mut secure {
             let mut received: Vec<Received> = Vec::new();

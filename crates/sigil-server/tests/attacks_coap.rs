@@ -7,18 +7,15 @@
 //! 6. One host with 256 source ports starts Block1 transfers to hold every slot.
 
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{PublicKey, RustCrypto};
-use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
-use sigil_objects::senml::{Record, Value};
+use sigil_device::DeviceConfig;
 use sigil_server::budget::Caps;
-use sigil_server::store::IdentityKind;
 use sigil_server::Store;
-use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_time::Instant;
 use std::net::SocketAddr;
 
 mod common;
-use common::{Plain as Server, NOW};
+use common::sensor::{registered, sensor_with_history, Sensor};
+use common::Plain as Server;
 
 fn addr(ip: [u8; 4], port: u16) -> SocketAddr {
     SocketAddr::from((ip, port))
@@ -39,119 +36,6 @@ fn get(mid: u16, token: &[u8], path: &str, echo: Option<&[u8]>) -> Vec<u8> {
     }
     let n = b.finish();
     buf[..n].to_vec()
-}
-
-/// A sensor run against the server until nothing more happens.
-struct Sensor {
-    device: Device<RustCrypto>,
-    storage: MemoryStorage,
-    addr: SocketAddr,
-    events: Vec<Event>,
-    sent: Vec<Vec<u8>>,
-}
-
-impl Sensor {
-    fn new(seed: u64, addr: SocketAddr, config: DeviceConfig, kit: &[PublicKey]) -> Self {
-        let mut storage = MemoryStorage::default();
-        let device = Device::boot(
-            RustCrypto,
-            config,
-            &mut storage,
-            &mut Seeded(seed),
-            kit,
-            &[],
-        )
-        .unwrap();
-        Self {
-            device,
-            storage,
-            addr,
-            events: vec![],
-            sent: vec![],
-        }
-    }
-
-    fn step(&mut self, s: &mut Server, for_ms: u64) {
-        let until = s.now + for_ms;
-        loop {
-            let now = Instant::from_millis(s.now);
-            self.device.handle_timeout(now, &mut self.storage).unwrap();
-            let mut out = Vec::new();
-            let mut buf = [0u8; 2048];
-            while let Some(n) = self.device.poll_transmit(&mut buf) {
-                self.sent.push(buf[..n].to_vec());
-                out.push((self.addr, buf[..n].to_vec()));
-            }
-            while let Some(e) = self.device.poll_event() {
-                self.events.push(e);
-            }
-            if !out.is_empty() {
-                for (_, reply) in s.deliver(out) {
-                    self.device
-                        .handle_datagram(now, &mut self.storage, &reply)
-                        .unwrap();
-                }
-                continue;
-            }
-            match self.device.poll_timeout() {
-                Some(t) if t.as_millis() <= until => s.now = s.now.max(t.as_millis()),
-                _ => {
-                    s.now = until;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn publish(&mut self, s: &mut Server, v: f64) {
-        let r = [Record {
-            name: Some("t"),
-            value: Some(Value::Number(v)),
-            ..Default::default()
-        }];
-        self.device
-            .publish(
-                Instant::from_millis(s.now),
-                &mut self.storage,
-                &r,
-                Some(UnixTime::from_secs(NOW)),
-            )
-            .unwrap();
-        self.step(s, 1);
-    }
-
-    fn topic(&self) -> String {
-        let n = self.device.location().unwrap().rsplit('/').next().unwrap();
-        format!("ps/{n}/m")
-    }
-}
-
-/// A registered sensor with `readings` stored readings (its history answer is > 1 KiB from
-/// about a dozen).
-fn sensor_with_history(s: &mut Server, readings: u32) -> Sensor {
-    let mut dev = registered(s, 1);
-    for i in 0..readings {
-        dev.publish(s, f64::from(i));
-    }
-    dev
-}
-
-/// A sensor registered with a day's lifetime.
-fn registered(s: &mut Server, seed: u16) -> Sensor {
-    let config = DeviceConfig {
-        lifetime: std::time::Duration::from_secs(24 * 3600),
-        ..Default::default()
-    };
-    let mut dev = Sensor::new(
-        u64::from(seed),
-        addr([127, 0, 0, 1], 40000 + seed),
-        config,
-        &[],
-    );
-    s.provision(dev.device.identity(), IdentityKind::Device);
-    dev.step(s, 10);
-    assert!(dev.device.is_registered(), "{:?}", dev.events);
-    dev
 }
 
 /// The Echo value of a 4.01 answer.

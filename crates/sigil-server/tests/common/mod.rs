@@ -4,6 +4,8 @@
 //! a part of it.
 #![allow(dead_code)]
 
+pub mod sensor;
+
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
@@ -401,6 +403,13 @@ impl Plain {
     /// One batch of datagrams at `now`; what the server sends.
     pub fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
         self.d.handle_at(batch, ms(self.now), wall(self.now))
+    }
+
+    /// The server's timers at `now` (retransmitted and refreshed notifications, observers
+    /// given up on, expiry): what it sends to coap:// addresses.
+    pub fn tick(&mut self) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.d.handle_timeout(ms(self.now));
+        self.d.take_notifications_for(false)
     }
 
     /// One datagram; its answers.

@@ -1,0 +1,493 @@
+//! Observe (RFC 7641) on broker topics, over the message core's observer table
+//! ([`sigil_coap::exchange::observe`]).
+//!
+//! - `GET /ps/N/<href>` with Observe 0 and a 2.05 answer registers the observer (keyed by its
+//!   endpoint and token); Observe 1, a Reset to a notification, or a Confirmable notification
+//!   never acknowledged ends it. A request for the history (`n`, `after`) and every other
+//!   resource is answered without Observe: not observable (RFC 7641 §4.1).
+//! - Every reading a batch commits is notified to the observers of its registration's topics,
+//!   carrying the exact bytes the sensor sent, so each observer verifies it end to end. Before
+//!   each notification the registering request is checked again (the topic is still there,
+//!   the sensor not revoked, the reader still allowed: grant, token): a refusal is the last
+//!   notification (its 4.xx, without Observe) and ends the observation.
+//! - A registration from a coap:// address that has not proved it receives (RFC 9175 Echo,
+//!   [`crate::echo`]) is answered 4.01 with an Echo value: notifications are unsolicited, so
+//!   they go only to addresses that answered one.
+//! - Observers count against `max_per_host` and `max_observers`, and their bytes (the
+//!   registering request kept for the checks) against the `observe` byte budget per host
+//!   and in total.
+//! - Nothing sent to an observer for `refresh`: the current state again, checked again.
+//!   Notifications carry twice `refresh` as Max-Age: a client that hears nothing for that
+//!   long (its server restarted, its registration lost) registers again.
+
+use super::{Dispatcher, Endpoint};
+use crate::budget::{ByteBudget, Caps, Host, ENTRY_OVERHEAD};
+use crate::context::{Reply, Request, Response};
+use crate::stats::Stats;
+use sigil_coap::exchange::observe::{Due, Notice, ObserveParams, Observer, ObserverId, Observers};
+use sigil_coap::exchange::Token;
+use sigil_coap::message::option;
+use sigil_coap::{BlockOption, Code, MessageBuilder, MessageType};
+use sigil_time::{Instant, UnixTime};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The observers' limits and timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObserveConfig {
+    /// Observations in all.
+    pub max_observers: usize,
+    /// Observations one host (an IPv4 address, an IPv6 /64) may hold.
+    pub max_per_host: usize,
+    /// The bytes observers hold (the registering request), per host and in total.
+    pub caps: Caps,
+    /// Every this many notifications, one is Confirmable (and at least one a day).
+    pub confirmable_every: u16,
+    /// The current state is sent again to an observer nothing was sent to for this long; the
+    /// notifications' Max-Age is twice this.
+    pub refresh: Duration,
+}
+
+impl Default for ObserveConfig {
+    fn default() -> Self {
+        Self {
+            max_observers: 4096,
+            max_per_host: 64,
+            caps: Caps {
+                total: 4 << 20,
+                per_host: 64 << 10,
+            },
+            confirmable_every: 16,
+            refresh: Duration::from_secs(120),
+        }
+    }
+}
+
+type Table = Observers<Endpoint, Host, i64, Vec<Option<Observer<Endpoint, Host, i64>>>>;
+
+/// The registering request of one observation, checked again before each notification.
+struct Watch {
+    request: Request,
+    charged: usize,
+}
+
+/// The latest reading of an observed registration.
+struct Latest {
+    seq: u64,
+    content_format: u16,
+    raw: Vec<u8>,
+}
+
+/// The dispatcher's observers and the notifications waiting to be sent.
+pub(super) struct ObserveState {
+    table: Table,
+    watches: HashMap<ObserverId, Watch>,
+    latest: HashMap<i64, Latest>,
+    budget: ByteBudget,
+    next_mid: u16,
+    /// Notifications to send, to plain and secure endpoints.
+    outbox: Vec<(Endpoint, Vec<u8>)>,
+    /// The latest (monotonic, wall) pair, for the checks a timer makes.
+    clock: Option<(Instant, UnixTime)>,
+    max_age: u32,
+}
+
+impl ObserveState {
+    pub(super) fn new(
+        config: &ObserveConfig,
+        transmission: sigil_coap::TransmissionParameters,
+        seed: u16,
+    ) -> Self {
+        let params = ObserveParams {
+            max_observers: config.max_observers,
+            max_per_host: config.max_per_host,
+            confirmable_every: config.confirmable_every.max(1),
+            confirmable_interval: Duration::from_secs(24 * 3600),
+            refresh: Some(config.refresh),
+            transmission,
+        };
+        Self {
+            table: Observers::new((0..config.max_observers).map(|_| None).collect(), params),
+            watches: HashMap::new(),
+            latest: HashMap::new(),
+            budget: ByteBudget::new("observe", config.caps),
+            next_mid: seed,
+            outbox: Vec::new(),
+            clock: None,
+            max_age: u32::try_from(config.refresh.as_secs())
+                .unwrap_or(u32::MAX)
+                .saturating_mul(2)
+                .max(2),
+        }
+    }
+
+    fn mid(&mut self) -> u16 {
+        self.next_mid = self.next_mid.wrapping_add(1);
+        self.next_mid
+    }
+
+    /// Ends observation `id` and gives its bytes back.
+    fn end(&mut self, id: ObserverId) {
+        if let Some(o) = self.table.remove(id) {
+            self.forget(id, &o.peer);
+        }
+    }
+
+    fn forget(&mut self, id: ObserverId, peer: &Endpoint) {
+        if let Some(w) = self.watches.remove(&id) {
+            self.budget.refund(Host::of(peer.addr), w.charged);
+        }
+        if self.watches.is_empty() {
+            self.latest.clear();
+        }
+    }
+
+    /// When a notification is due to be sent again or refreshed.
+    pub(super) fn next_wake(&self) -> Option<Instant> {
+        self.table.next_wake()
+    }
+
+    pub(super) fn publish_gauges(&self, stats: &Stats) {
+        stats.set("observe.observers", self.table.len() as u64);
+        self.budget.publish(stats);
+    }
+}
+
+/// Whether `req` asks to observe a topic's latest reading.
+fn observable(req: &Request) -> bool {
+    req.code == Code::GET
+        && req.path.len() == 3
+        && req.path[0] == "ps"
+        && req.query("n").is_none()
+        && req.query("after").is_none()
+}
+
+impl Dispatcher {
+    /// A GET with Observe 0 from a coap:// address not yet proven (no Echo): true if it was
+    /// answered 4.01 with an Echo value for the client to repeat, instead of registering.
+    pub(super) fn observe_needs_echo(&self, req: &Request, proven: bool) -> bool {
+        req.observe == Some(0) && !proven && observable(req)
+    }
+
+    /// Applies the Observe option of `req`, whose answer is `r`, from `from`: registers (and
+    /// puts the sequence number and Max-Age on the answer) or deregisters.
+    pub(super) fn observe_answer(
+        &mut self,
+        from: Endpoint,
+        token: &[u8],
+        req: &Request,
+        r: &mut Response,
+        now: Instant,
+    ) {
+        let (Some(o), Some(token)) = (req.observe, Token::new(token)) else {
+            return;
+        };
+        let o = match o {
+            0 if observable(req) && r.code == Code::CONTENT => o,
+            0 => {
+                if observable(req) {
+                    // A refusal: whatever was registered under this token ends (§4.1).
+                    if let Some(id) = self.observe.table.find(&from, &token) {
+                        self.observe.end(id);
+                        self.count("observe.ended.refused");
+                    }
+                }
+                return;
+            }
+            _ => {
+                if let Some(id) = self.observe.table.find(&from, &token) {
+                    self.observe.end(id);
+                    self.count("observe.deregistered");
+                }
+                return;
+            }
+        };
+        debug_assert_eq!(o, 0);
+        let host = Host::of(from.addr);
+        let charge = ENTRY_OVERHEAD
+            + req
+                .path
+                .iter()
+                .chain(&req.query)
+                .map(String::len)
+                .sum::<usize>()
+            + req.origin.len();
+        let existing = self.observe.table.find(&from, &token);
+        if existing.is_none() {
+            if let Err(why) = self.observe.budget.charge(host, charge) {
+                self.count(match why {
+                    crate::budget::Over::Host => "observe.refused.host_bytes",
+                    crate::budget::Over::Total => "observe.refused.table_bytes",
+                });
+                return;
+            }
+        }
+        let Some(reg) = req.path.get(1).and_then(|n| n.parse::<i64>().ok()) else {
+            return;
+        };
+        match self.observe.table.register(from, host, reg, token, now) {
+            Ok((id, seq)) => {
+                if existing.is_none() {
+                    self.observe.watches.insert(
+                        id,
+                        Watch {
+                            request: req.clone(),
+                            charged: charge,
+                        },
+                    );
+                    self.count("observe.registered");
+                } else if let Some(w) = self.observe.watches.get_mut(&id) {
+                    w.request = req.clone();
+                    self.count("observe.reregistered");
+                }
+                if !r.payload.is_empty() {
+                    let seq_of = r
+                        .etag
+                        .as_deref()
+                        .and_then(|e| e.try_into().ok())
+                        .map_or(0, u64::from_be_bytes);
+                    self.observe.latest.insert(
+                        reg,
+                        Latest {
+                            seq: seq_of,
+                            content_format: r.content_format.unwrap_or(0),
+                            raw: r.payload.clone(),
+                        },
+                    );
+                }
+                r.observe = Some(seq);
+                r.max_age = Some(self.observe.max_age);
+            }
+            Err(why) => {
+                self.observe.budget.refund(host, charge);
+                self.count(match why {
+                    sigil_coap::exchange::observe::Refused::Full => "observe.refused.table_full",
+                    sigil_coap::exchange::observe::Refused::HostFull => "observe.refused.host_full",
+                });
+                let secs = (now.as_millis() / 1000) as i64;
+                crate::limited!(self.log, secs, "observe.refused", info, peer = %from.addr, reason = ?why, "observation refused; answered once without Observe");
+            }
+        }
+    }
+
+    /// Notifies the observers of every reading the service committed since the last call.
+    pub(super) fn notify_published(&mut self, now: Instant, wall: UnixTime) {
+        self.observe.clock = Some((now, wall));
+        for p in self.service.take_published() {
+            let ids: Vec<ObserverId> = self.observe.table.of(&p.registration).collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let newer = self
+                .observe
+                .latest
+                .get(&p.registration)
+                .is_none_or(|l| l.seq < p.seq);
+            if !newer {
+                continue;
+            }
+            self.observe.latest.insert(
+                p.registration,
+                Latest {
+                    seq: p.seq,
+                    content_format: p.content_format,
+                    raw: p.raw,
+                },
+            );
+            for id in ids {
+                self.notify(id, now, wall);
+            }
+        }
+    }
+
+    /// Checks observation `id` again and sends it the latest state, or the refusal that ends
+    /// it.
+    fn notify(&mut self, id: ObserverId, now: Instant, wall: UnixTime) {
+        let Some(w) = self.observe.watches.get(&id) else {
+            return;
+        };
+        let req = w.request.clone();
+        let Some(peer) = self.observe.table.get(id).map(|o| o.peer) else {
+            return;
+        };
+        match self.service.observe_check(&req, wall) {
+            Err(reply) => {
+                let Some(token) = self.observe.table.get(id).map(|o| o.token) else {
+                    return;
+                };
+                self.observe.end(id);
+                self.count("observe.ended.refused");
+                if let Reply::Response(r) = *reply {
+                    let mid = self.observe.mid();
+                    if let Some(b) = encode_final(&token, mid, &r) {
+                        self.observe.outbox.push((peer, b));
+                    }
+                }
+            }
+            Ok(reg) => {
+                let mid = self.observe.mid();
+                let jitter = u32::from(mid).wrapping_mul(2_654_435_761);
+                let Some(n) = self.observe.table.notification(id, now, mid, jitter) else {
+                    return;
+                };
+                self.send_notice(peer, reg, n);
+            }
+        }
+    }
+
+    fn send_notice(&mut self, peer: Endpoint, reg: i64, n: Notice) {
+        let szx = self.szx_for(peer);
+        let latest = self.observe.latest.get(&reg);
+        match encode_notification(&n, latest, self.observe.max_age, szx) {
+            Some(b) => {
+                self.count(if n.confirmable {
+                    "observe.notified.con"
+                } else {
+                    "observe.notified.non"
+                });
+                self.observe.outbox.push((peer, b));
+            }
+            None => self.count("observe.unencodable"),
+        }
+    }
+
+    /// An ACK or a Reset from `from`: true if it was for a notification.
+    pub(super) fn observe_ack_or_reset(
+        &mut self,
+        from: Endpoint,
+        reset: bool,
+        mid: u16,
+        now: Instant,
+    ) -> bool {
+        if reset {
+            let Some((id, o)) = self.observe.table.on_reset(&from, mid) else {
+                return false;
+            };
+            self.observe.forget(id, &o.peer);
+            self.count("observe.cancelled.reset");
+            return true;
+        }
+        if self.observe.table.on_ack(&from, mid, now).is_some() {
+            self.count("observe.acknowledged");
+            return true;
+        }
+        false
+    }
+
+    /// Retransmissions, refreshes and observers given up on, at `now`.
+    pub(super) fn observe_timers(&mut self, now: Instant) {
+        while let Some(due) = self.observe.table.poll(now) {
+            match due {
+                Due::Resend(id) => {
+                    let (Some(n), Some(o)) =
+                        (self.observe.table.last(id), self.observe.table.get(id))
+                    else {
+                        continue;
+                    };
+                    let (peer, reg) = (o.peer, o.resource);
+                    self.count("observe.retransmitted");
+                    self.send_notice(peer, reg, n);
+                }
+                Due::Refresh(id) => {
+                    let wall = match self.observe.clock {
+                        Some((then, wall)) => UnixTime::from_secs(
+                            wall.as_secs() + (now.saturating_since(then).as_secs() as i64),
+                        ),
+                        None => continue,
+                    };
+                    self.count("observe.refreshed");
+                    self.notify(id, now, wall);
+                }
+                Due::GaveUp { id, peer, .. } => {
+                    self.observe.forget(id, &peer);
+                    self.count("observe.gave_up");
+                    let secs = (now.as_millis() / 1000) as i64;
+                    crate::limited!(self.log, secs, "observe.gave_up", debug, peer = %peer.addr, "observer acknowledged no notification; observation ended");
+                }
+            }
+        }
+    }
+
+    /// The notifications waiting to be sent (drained).
+    pub fn take_notifications(&mut self) -> Vec<(Endpoint, Vec<u8>)> {
+        std::mem::take(&mut self.observe.outbox)
+    }
+
+    pub(super) fn observe_requeue(&mut self, items: Vec<(Endpoint, Vec<u8>)>) {
+        self.observe.outbox.extend(items);
+    }
+
+    /// When the observers' next timer is due.
+    pub fn observe_wake(&self) -> Option<Instant> {
+        self.observe.next_wake()
+    }
+}
+
+/// A notification (RFC 7641 §4.2): 2.05 with the observer's token and sequence number, the
+/// latest reading (or no payload before the first), its ETag (the reading's sequence
+/// number, as a GET answers) and Max-Age. A reading larger than a block goes as its first
+/// block (RFC 7959 §3.4): the client fetches the rest.
+fn encode_notification(
+    n: &Notice,
+    latest: Option<&Latest>,
+    max_age: u32,
+    szx: u8,
+) -> Option<Vec<u8>> {
+    let mtype = if n.confirmable {
+        MessageType::Confirmable
+    } else {
+        MessageType::NonConfirmable
+    };
+    let payload = latest.map_or(&[][..], |l| &l.raw);
+    let block_size = 1usize << (szx + 4);
+    let (body, block2) = if payload.len() > block_size {
+        let b = BlockOption::new(0, true, szx);
+        (&payload[..block_size], Some(b))
+    } else {
+        (payload, None)
+    };
+    let mut buf = vec![0u8; body.len() + 64];
+    let mut b =
+        MessageBuilder::new(&mut buf, mtype, Code::CONTENT, n.mid, n.token.as_bytes()).ok()?;
+    if let Some(l) = latest {
+        b.option(option::ETAG, &crate::broker::etag(l.seq)).ok()?;
+    }
+    b.uint_option(option::OBSERVE, n.seq).ok()?;
+    if let Some(l) = latest {
+        b.uint_option(option::CONTENT_FORMAT, u32::from(l.content_format))
+            .ok()?;
+    }
+    b.uint_option(option::MAX_AGE, max_age).ok()?;
+    if let Some(b2) = block2 {
+        let (v, len) = b2.encode().ok()?;
+        b.option(option::BLOCK2, &v[..len]).ok()?;
+        b.uint_option(option::SIZE2, payload.len() as u32).ok()?;
+    }
+    let len = b.finish_with_payload(body).ok()?;
+    buf.truncate(len);
+    Some(buf)
+}
+
+/// The last notification of an observation that may not go on: the refusal, Non-confirmable,
+/// without Observe (§3.2: a notification that is not 2.xx ends it).
+fn encode_final(token: &Token, mid: u16, r: &Response) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; r.payload.len() + 32];
+    let mut b = MessageBuilder::new(
+        &mut buf,
+        MessageType::NonConfirmable,
+        r.code,
+        mid,
+        token.as_bytes(),
+    )
+    .ok()?;
+    if r.content_format.is_some() {
+        b.uint_option(
+            option::CONTENT_FORMAT,
+            u32::from(r.content_format.unwrap_or(0)),
+        )
+        .ok()?;
+    }
+    let len = b.finish_with_payload(&r.payload).ok()?;
+    buf.truncate(len);
+    Some(buf)
+}

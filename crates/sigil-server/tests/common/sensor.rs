@@ -1,0 +1,147 @@
+//! A signing sensor (the real `sigil-device` state machine) run against the in-memory coap://
+//! server: registered, publishing, and only ever handed what the server sent to its address.
+
+use super::{Plain as Server, NOW};
+use sigil_crypto::{PublicKey, RustCrypto};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
+use sigil_objects::senml::{Record, Value};
+use sigil_server::store::IdentityKind;
+use sigil_testkit::Seeded;
+use sigil_time::{Instant, UnixTime};
+use std::net::SocketAddr;
+
+/// A sensor run against the server until nothing more happens.
+pub struct Sensor {
+    pub device: Device<RustCrypto>,
+    pub storage: MemoryStorage,
+    pub addr: SocketAddr,
+    pub events: Vec<Event>,
+    pub sent: Vec<Vec<u8>>,
+}
+
+impl Sensor {
+    pub fn new(seed: u64, addr: SocketAddr, config: DeviceConfig, kit: &[PublicKey]) -> Self {
+        let mut storage = MemoryStorage::default();
+        let device = Device::boot(
+            RustCrypto,
+            config,
+            &mut storage,
+            &mut Seeded(seed),
+            kit,
+            &[],
+        )
+        .unwrap();
+        Self {
+            device,
+            storage,
+            addr,
+            events: vec![],
+            sent: vec![],
+        }
+    }
+
+    pub fn step(&mut self, s: &mut Server, for_ms: u64) {
+        self.step_collecting(s, for_ms, &mut Vec::new());
+    }
+
+    /// [`Sensor::step`], keeping in `all` every datagram the server sent meanwhile (to this
+    /// sensor and to anyone else, e.g. the notifications of its readings).
+    pub fn step_collecting(
+        &mut self,
+        s: &mut Server,
+        for_ms: u64,
+        all: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        let until = s.now + for_ms;
+        loop {
+            let now = Instant::from_millis(s.now);
+            self.device.handle_timeout(now, &mut self.storage).unwrap();
+            let mut out = Vec::new();
+            let mut buf = [0u8; 2048];
+            while let Some(n) = self.device.poll_transmit(&mut buf) {
+                self.sent.push(buf[..n].to_vec());
+                out.push((self.addr, buf[..n].to_vec()));
+            }
+            while let Some(e) = self.device.poll_event() {
+                self.events.push(e);
+            }
+            if !out.is_empty() {
+                let sent = s.deliver(out);
+                all.extend(sent.iter().cloned());
+                for (_, reply) in sent.into_iter().filter(|(to, _)| *to == self.addr) {
+                    self.device
+                        .handle_datagram(now, &mut self.storage, &reply)
+                        .unwrap();
+                }
+                continue;
+            }
+            match self.device.poll_timeout() {
+                Some(t) if t.as_millis() <= until => s.now = s.now.max(t.as_millis()),
+                _ => {
+                    s.now = until;
+                    return;
+                }
+            }
+        }
+    }
+
+    pub fn publish(&mut self, s: &mut Server, v: f64) {
+        self.publish_collecting(s, v, &mut Vec::new());
+    }
+
+    /// [`Sensor::publish`], keeping in `all` every datagram the server sent meanwhile.
+    pub fn publish_collecting(
+        &mut self,
+        s: &mut Server,
+        v: f64,
+        all: &mut Vec<(SocketAddr, Vec<u8>)>,
+    ) {
+        let r = [Record {
+            name: Some("t"),
+            value: Some(Value::Number(v)),
+            ..Default::default()
+        }];
+        self.device
+            .publish(
+                Instant::from_millis(s.now),
+                &mut self.storage,
+                &r,
+                Some(UnixTime::from_secs(NOW)),
+            )
+            .unwrap();
+        self.step_collecting(s, 1, all);
+    }
+
+    pub fn topic(&self) -> String {
+        let n = self.device.location().unwrap().rsplit('/').next().unwrap();
+        format!("ps/{n}/m")
+    }
+}
+
+/// A registered sensor with `readings` stored readings (its history answer is > 1 KiB from
+/// about a dozen).
+pub fn sensor_with_history(s: &mut Server, readings: u32) -> Sensor {
+    let mut dev = registered(s, 1);
+    for i in 0..readings {
+        dev.publish(s, f64::from(i));
+    }
+    dev
+}
+
+/// A sensor registered with a day's lifetime.
+pub fn registered(s: &mut Server, seed: u16) -> Sensor {
+    let config = DeviceConfig {
+        lifetime: std::time::Duration::from_secs(24 * 3600),
+        ..Default::default()
+    };
+    let mut dev = Sensor::new(
+        u64::from(seed),
+        SocketAddr::from(([127, 0, 0, 1], 40000 + seed)),
+        config,
+        &[],
+    );
+    s.provision(dev.device.identity(), IdentityKind::Device);
+    dev.step(s, 10);
+    assert!(dev.device.is_registered(), "{:?}", dev.events);
+    dev
+}

@@ -1,0 +1,339 @@
+//! Observe (RFC 7641) on broker topics over coap://, in memory against the real `Dispatcher`
+//! and service with a virtual clock: a real signing sensor publishes, observers register with
+//! GET + Observe 0 and receive each stored reading as a notification carrying the exact
+//! bytes the sensor signed. Every figure asserted is the server's own accounting or the
+//! datagrams it sent.
+
+use sigil_coap::exchange::observe::Ordering;
+use sigil_coap::{option, Code, Message, MessageBuilder, MessageType};
+use sigil_crypto::RustCrypto;
+use sigil_objects::reading::{ReadingFormat, SignedReading};
+use sigil_time::Instant;
+use std::net::SocketAddr;
+
+mod common;
+use common::sensor::{registered, Sensor};
+use common::Plain as Server;
+
+/// A GET of `path` with Observe `observe` (and Echo).
+fn observe_get(mid: u16, token: &[u8], path: &str, observe: u32, echo: Option<&[u8]>) -> Vec<u8> {
+    let mut buf = [0u8; 256];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, token).unwrap();
+    b.uint_option(option::OBSERVE, observe).unwrap();
+    b.uri_path(path).unwrap();
+    if let Some(e) = echo {
+        b.option(option::ECHO, e).unwrap();
+    }
+    let n = b.finish();
+    buf[..n].to_vec()
+}
+
+/// A client observing one topic from `addr`: what it received, in order.
+struct Follower {
+    addr: SocketAddr,
+    token: Vec<u8>,
+    mid: u16,
+    got: Vec<Vec<u8>>,
+}
+
+impl Follower {
+    fn new(addr: SocketAddr, token: &[u8]) -> Self {
+        Self {
+            addr,
+            token: token.to_vec(),
+            mid: 100,
+            got: vec![],
+        }
+    }
+
+    /// Registers for `topic` the way aiocoap does: the 4.01 Echo challenge is answered by
+    /// repeating the request with the value. Returns the registration's answer.
+    fn register(&mut self, s: &mut Server, topic: &str) -> Vec<u8> {
+        self.mid += 1;
+        let first = s.one(
+            self.addr,
+            observe_get(self.mid, &self.token, topic, 0, None),
+        );
+        assert_eq!(first.len(), 1);
+        let m = Message::parse(&first[0]).unwrap();
+        assert_eq!(
+            m.code,
+            Code::UNAUTHORIZED,
+            "an unproven address is asked for Echo first"
+        );
+        assert_eq!(m.observe(), None);
+        let echo = m.option(option::ECHO).unwrap().to_vec();
+        self.mid += 1;
+        let second = s.one(
+            self.addr,
+            observe_get(self.mid, &self.token, topic, 0, Some(&echo)),
+        );
+        assert_eq!(second.len(), 1);
+        second[0].clone()
+    }
+
+    /// Keeps what `out` holds for this follower (and acknowledges a Confirmable one when
+    /// `ack`); returns the acknowledgements to deliver.
+    fn take(&mut self, out: &[(SocketAddr, Vec<u8>)], ack: bool) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut acks = vec![];
+        for (to, b) in out {
+            if *to != self.addr {
+                continue;
+            }
+            let m = Message::parse(b).unwrap();
+            if m.token != self.token.as_slice() {
+                continue;
+            }
+            if ack && m.mtype == MessageType::Confirmable {
+                acks.push((
+                    self.addr,
+                    sigil_coap::message::empty(MessageType::Acknowledgement, m.message_id).to_vec(),
+                ));
+            }
+            self.got.push(b.clone());
+        }
+        acks
+    }
+}
+
+/// The sensor publishes `v`; every datagram the server sends meanwhile.
+fn publish(s: &mut Server, dev: &mut Sensor, v: f64) -> Vec<(SocketAddr, Vec<u8>)> {
+    let before = dev.sent.len();
+    let mut all = vec![];
+    // The sensor's own run hands it only what was sent to its address; the rest is kept by
+    // running the same exchange through `deliver` here.
+    dev.publish_collecting(s, v, &mut all);
+    assert!(dev.sent.len() > before, "the sensor sent its reading");
+    all
+}
+
+/// Verifies a notification's reading end to end with the sensor's key: its sequence number.
+fn verify(n: &Message<'_>, dev: &Sensor) -> u64 {
+    let fmt = ReadingFormat::from_content_format(n.content_format().unwrap().0).unwrap();
+    let r = SignedReading::parse(fmt, n.payload).unwrap();
+    let key = dev.device.public_key();
+    let seq = r.full_seq().unwrap();
+    let mut scratch = vec![0u8; r.scratch_len()];
+    r.verify_end_to_end(&RustCrypto, key, dev.device.identity(), seq, &mut scratch)
+        .expect("the notification verifies with the sensor's key");
+    seq
+}
+
+#[test]
+fn an_observer_receives_every_stored_reading_as_signed_in_order() {
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut f = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[7, 7]);
+    let answer = f.register(&mut s, &topic);
+    let m = Message::parse(&answer).unwrap();
+    assert_eq!(m.code, Code::CONTENT);
+    assert!(m.payload.is_empty(), "nothing published yet");
+    let first_seq = m.observe().expect("registered: the answer carries Observe");
+    assert_eq!(
+        m.uint_option(option::MAX_AGE),
+        Some(240),
+        "twice the refresh"
+    );
+    assert_eq!(s.stats.get("observe.registered"), 1);
+    assert_eq!(s.stats.get("observe.echo_first"), 1);
+
+    let mut base = None;
+    let mut order = Ordering::new();
+    assert!(order.accept(first_seq, Instant::from_millis(s.now)));
+    for i in 0..20u32 {
+        let out = publish(&mut s, &mut dev, f64::from(i));
+        let acks = f.take(&out, true);
+        s.deliver(acks);
+        let n = Message::parse(f.got.last().unwrap()).unwrap();
+        assert_eq!(n.code, Code::CONTENT);
+        assert!(order.accept(n.observe().unwrap(), Instant::from_millis(s.now)));
+        // The exact bytes the sensor signed, and they verify end to end.
+        let seq = verify(&n, &dev);
+        let base = *base.get_or_insert(seq);
+        assert_eq!(seq, base + u64::from(i), "each reading once, in order");
+        assert!(
+            dev.sent
+                .iter()
+                .any(|d| Message::parse(d).is_ok_and(|m| m.payload == n.payload)),
+            "the bytes the sensor sent"
+        );
+        assert_eq!(n.option(option::ETAG), Some(&seq.to_be_bytes()[..]));
+    }
+    assert_eq!(f.got.len(), 20);
+    // One in 16 is Confirmable, and acknowledged.
+    assert_eq!(s.stats.get("observe.notified.con"), 1);
+    assert_eq!(s.stats.get("observe.notified.non"), 19);
+    assert_eq!(s.stats.get("observe.acknowledged"), 1);
+    assert_eq!(s.gauge("observe.observers"), 1);
+}
+
+#[test]
+fn observe_1_and_a_reset_end_an_observation() {
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut a = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    let mut b = Follower::new(SocketAddr::from(([127, 0, 0, 10], 5000)), &[2]);
+    a.register(&mut s, &topic);
+    b.register(&mut s, &topic);
+    let out = publish(&mut s, &mut dev, 1.0);
+    a.take(&out, true);
+    b.take(&out, true);
+    assert_eq!((a.got.len(), b.got.len()), (1, 1));
+    // a: GET with Observe 1 (the same token) deregisters and is answered without Observe.
+    a.mid += 1;
+    let r = s.one(a.addr, observe_get(a.mid, &a.token, &topic, 1, None));
+    let m = Message::parse(&r[0]).unwrap();
+    assert_eq!((m.code, m.observe()), (Code::CONTENT, None));
+    assert_eq!(s.stats.get("observe.deregistered"), 1);
+    // b: a Reset to the notification it got.
+    let mid = Message::parse(&b.got[0]).unwrap().message_id;
+    s.one(
+        b.addr,
+        sigil_coap::message::empty(MessageType::Reset, mid).to_vec(),
+    );
+    assert_eq!(s.stats.get("observe.cancelled.reset"), 1);
+    assert_eq!(s.gauge("observe.observers"), 0);
+    let out = publish(&mut s, &mut dev, 2.0);
+    a.take(&out, true);
+    b.take(&out, true);
+    assert_eq!((a.got.len(), b.got.len()), (1, 1), "nothing after the end");
+    assert_eq!(s.gauge("mem.observe.bytes"), 0, "the bytes given back");
+}
+
+#[test]
+fn an_observer_that_vanishes_is_dropped_after_the_retransmissions() {
+    let mut s = Server::new(|c| c.observe.confirmable_every = 1);
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut gone = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    let mut here = Follower::new(SocketAddr::from(([127, 0, 0, 10], 5000)), &[2]);
+    gone.register(&mut s, &topic);
+    here.register(&mut s, &topic);
+    let out = publish(&mut s, &mut dev, 1.0);
+    gone.take(&out, false);
+    s.deliver(here.take(&out, true));
+    let n = Message::parse(&gone.got[0]).unwrap();
+    assert_eq!(n.mtype, MessageType::Confirmable);
+    // Virtual time passes; the server sends the same notification again with exponential
+    // back-off (RFC 7252 §4.2), then forgets the observer.
+    let start = s.now;
+    let mut resent = vec![];
+    while s.now < start + 100_000 {
+        s.now += 100;
+        for (to, b) in s.tick() {
+            if to == gone.addr {
+                assert_eq!(b, gone.got[0], "the same message again");
+                resent.push(s.now - start);
+            }
+        }
+    }
+    assert_eq!(resent.len(), 4, "{resent:?}");
+    let first = resent[0];
+    assert!((2_000..=3_000).contains(&first), "{first}");
+    assert_eq!(s.stats.get("observe.gave_up"), 1);
+    assert_eq!(s.stats.get("observe.retransmitted"), 4);
+    assert_eq!(
+        s.gauge("observe.observers"),
+        1,
+        "the one that acknowledges stays"
+    );
+    let out = publish(&mut s, &mut dev, 2.0);
+    s.deliver(here.take(&out, true));
+    assert_eq!(here.got.len(), 2);
+    assert!(out.iter().all(|(to, _)| *to != gone.addr));
+}
+
+#[test]
+fn ten_thousand_observers_from_one_host_are_capped_and_other_hosts_are_served() {
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let cap = s.config.observe.max_per_host;
+    let mut registered_ok = 0;
+    for i in 0..10_000u32 {
+        let port = 10_000 + (i % 50_000) as u16;
+        let mut f = Follower::new(SocketAddr::from(([127, 0, 0, 66], port)), &i.to_be_bytes());
+        let m = f.register(&mut s, &topic);
+        if Message::parse(&m).unwrap().observe().is_some() {
+            registered_ok += 1;
+        }
+    }
+    assert_eq!(registered_ok, cap);
+    assert_eq!(
+        s.stats.get("observe.refused.host_full"),
+        10_000 - cap as u64
+    );
+    let mut other = Follower::new(SocketAddr::from(([127, 0, 0, 77], 5000)), &[9]);
+    let m = other.register(&mut s, &topic);
+    assert!(
+        Message::parse(&m).unwrap().observe().is_some(),
+        "another host is served"
+    );
+    let out = publish(&mut s, &mut dev, 1.0);
+    other.take(&out, true);
+    assert_eq!(other.got.len(), 1);
+    let to_flooder = out
+        .iter()
+        .filter(|(to, _)| to.ip() == std::net::Ipv4Addr::new(127, 0, 0, 66))
+        .count();
+    assert_eq!(to_flooder, cap, "one notification per observation held");
+}
+
+#[test]
+fn a_revoked_sensor_ends_the_observation_with_its_refusal() {
+    let mut s = Server::new(|c| c.observe.refresh = std::time::Duration::from_secs(60));
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut f = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    f.register(&mut s, &topic);
+    let out = publish(&mut s, &mut dev, 1.0);
+    f.take(&out, true);
+    // Nothing new for a refresh period: the current state again.
+    s.now += 61_000;
+    let out = s.tick();
+    s.deliver(f.take(&out, true));
+    assert_eq!(f.got.len(), 2);
+    assert_eq!(f.got[0].len(), f.got[1].len());
+    assert_eq!(s.stats.get("observe.refreshed"), 1);
+    // The sensor is revoked (by the operator's tool, in another connection): the next
+    // notification is the refusal, without Observe, and the observation ends.
+    sigil_server::Store::open(&s.db)
+        .unwrap()
+        .revoke_identity(dev.device.identity(), common::NOW + 100)
+        .unwrap();
+    s.now += 61_000;
+    let out = s.tick();
+    f.take(&out, true);
+    let last = Message::parse(f.got.last().unwrap()).unwrap();
+    assert_eq!(last.code, Code::FORBIDDEN);
+    assert_eq!(last.observe(), None);
+    assert_eq!(s.stats.get("observe.ended.refused"), 1);
+    assert_eq!(s.gauge("observe.observers"), 0);
+}
+
+#[test]
+fn history_and_other_resources_are_answered_without_observe() {
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    dev.publish(&mut s, 1.0);
+    let topic = format!("{}?n=2", dev.topic());
+    let mut f = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    f.mid += 1;
+    let (p, q) = topic.split_once('?').unwrap();
+    let mut buf = [0u8; 256];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, 9, &[1]).unwrap();
+    b.uint_option(option::OBSERVE, 0).unwrap();
+    b.uri_path(p).unwrap();
+    b.option(option::URI_QUERY, q.as_bytes()).unwrap();
+    let n = b.finish();
+    let r = s.one(f.addr, buf[..n].to_vec());
+    let m = Message::parse(&r[0]).unwrap();
+    assert_eq!(m.observe(), None, "the history is not observable");
+    let r = s.one(f.addr, observe_get(10, &[2], ".well-known/core", 0, None));
+    assert_eq!(Message::parse(&r[0]).unwrap().observe(), None);
+    assert_eq!(s.stats.get("observe.registered"), 0);
+}
