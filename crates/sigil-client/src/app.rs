@@ -224,7 +224,7 @@ pub fn load_psk_nodes(text: &str) -> Result<HashSet<Identity>> {
 
 /// Checks one announced sensor's key against its identity and the trust list
 /// (`sigil_identity::binding`, the same check the directory made at registration).
-fn bind_key(
+pub(crate) fn bind_key(
     a: &Announced,
     trust: Option<&HashSet<Identity>>,
 ) -> (Option<Identity>, bool, Option<bool>) {
@@ -251,6 +251,18 @@ pub fn verify_readings(
     key_ok: bool,
     reading_key: Option<&ReadingKey>,
 ) -> Vec<CheckedReading> {
+    verify_readings_after(a, raws, key_ok, reading_key, 0)
+}
+
+/// [`verify_readings`] of readings that follow one numbered `highest` already taken: each
+/// must be numbered above it (and low-bits numbers are reconstructed from it).
+pub fn verify_readings_after(
+    a: &Announced,
+    raws: &[Vec<u8>],
+    key_ok: bool,
+    reading_key: Option<&ReadingKey>,
+    mut highest: u64,
+) -> Vec<CheckedReading> {
     let protection = Protection::of_content_format(a.content_format);
     let format = match a.content_format {
         Some(110) => ReadingFormat::Jws,
@@ -259,7 +271,6 @@ pub fn verify_readings(
             .unwrap_or(ReadingFormat::Cose),
     };
     let ep = Identity::parse(&a.ep).ok();
-    let mut highest = 0u64;
     raws.iter()
         .enumerate()
         .map(|(i, raw)| {
@@ -395,7 +406,7 @@ pub struct Refused {
 }
 
 impl Refused {
-    fn new(code: Code, payload: &[u8], path: &str) -> Self {
+    pub(crate) fn new(code: Code, payload: &[u8], path: &str) -> Self {
         let diagnostic: String = String::from_utf8_lossy(payload)
             .chars()
             .filter(|c| !c.is_control())
@@ -635,55 +646,15 @@ pub async fn run_with(
 ) -> Result<AppReport> {
     let mut client = CoapClient::over(transport, TransmissionParameters::default());
     client.timeout = options.timeout;
-    let lookup = client
-        .get("rd-lookup/res", &["rt=sigil.env"])
-        .await
-        .context("resource directory lookup")?;
-    if lookup.code != Code::CONTENT {
-        let refused = Refused::new(lookup.code, &lookup.payload, "/rd-lookup/res");
-        match lookup.code {
-            Code::FORBIDDEN => anyhow::bail!(
-                "the resource directory refused the lookup ({} {}): this reader may not look sensors up (a token needs the `rd` scope)",
-                refused.code, refused.diagnostic
-            ),
-            Code::UNAUTHORIZED => anyhow::bail!(
-                "the resource directory refused the lookup ({} {}): this server answers lookups only over coaps:// sessions: use a coaps:// --server with --dtls",
-                refused.code, refused.diagnostic
-            ),
-            _ => anyhow::bail!("resource directory answered {} {}", refused.code, refused.diagnostic),
-        }
-    }
-    if lookup.content_format != Some(ContentFormat::LINK_FORMAT.0) {
-        anyhow::bail!(
-            "resource directory answered with content-format {:?}, not link format",
-            lookup.content_format
-        );
-    }
-    let mut announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
+    let (announced, missing) = lookup_sensors(&mut client, options).await?;
     let mut report = AppReport {
         identities: if trust.is_some() {
             IDENTITIES_TRUST_LIST
         } else {
             IDENTITIES_UNCHECKED
         },
-        ..Default::default()
+        sensors: missing,
     };
-    if let Some(select) = &options.select {
-        announced.retain(|a| Identity::parse(&a.ep).is_ok_and(|ep| select.contains(&ep)));
-        for id in select {
-            if !announced
-                .iter()
-                .any(|a| Identity::parse(&a.ep).ok() == Some(*id))
-            {
-                report.sensors.push(unreadable(
-                    &id.to_string(),
-                    Some(*id),
-                    "",
-                    "not in the directory: not registered, or its registration expired".into(),
-                ));
-            }
-        }
-    }
     let reader = options.reader.as_deref();
     for a in announced {
         let protection = Protection::of_content_format(a.content_format);
@@ -712,25 +683,12 @@ pub async fn run_with(
             }
         };
         let mut key_error = None;
-        if protection != Protection::Signed {
-            // A PSK-only node has no key to bind: only this application's own list can say
-            // the identity is one (the directory's `ct` and missing key prove nothing).
-            let listed = ep.is_some_and(|ep| psk_nodes.contains(&ep));
-            trusted = trust.map(|_| listed);
-            key_ok = listed && a.key.is_none();
-            if !key_ok {
-                key_error = Some(format!(
-                    "{} is not on this application's list as a psk-node: its unsigned readings are not taken",
-                    a.ep
-                ));
-            }
-        }
-        if trusted == Some(false) && key_ok && key_error.is_none() {
-            key_error = Some(format!(
-                "{} is not on this application's trust list (--trust)",
-                a.ep
-            ));
-        }
+        check_identity(
+            &a,
+            trust,
+            psk_nodes,
+            (&mut key_ok, &mut trusted, &mut key_error),
+        );
         let reading_key = match (protection, ep) {
             (Protection::Mac, Some(ep)) if key_ok => match reading_key(&mut client, &ep).await {
                 Ok(k) => Some(k),
@@ -780,9 +738,91 @@ pub async fn run_with(
     Ok(report)
 }
 
+/// What this application's own lists say of `a` beyond its key binding ([`bind_key`]): a
+/// PSK-only node's readings are taken only when the list names it one, and a sensor off the
+/// trust list is not verified as good. Sets `key_ok`, `trusted` and why not (`key_error`).
+pub(crate) fn check_identity(
+    a: &Announced,
+    trust: Option<&HashSet<Identity>>,
+    psk_nodes: &HashSet<Identity>,
+    (key_ok, trusted, key_error): (&mut bool, &mut Option<bool>, &mut Option<String>),
+) {
+    let ep = Identity::parse(&a.ep).ok();
+    if Protection::of_content_format(a.content_format) != Protection::Signed {
+        // A PSK-only node has no key to bind: only this application's own list can say
+        // the identity is one (the directory's `ct` and missing key prove nothing).
+        let listed = ep.is_some_and(|ep| psk_nodes.contains(&ep));
+        *trusted = trust.map(|_| listed);
+        *key_ok = listed && a.key.is_none();
+        if !*key_ok {
+            *key_error = Some(format!(
+                "{} is not on this application's list as a psk-node: its unsigned readings are not taken",
+                a.ep
+            ));
+        }
+    }
+    if *trusted == Some(false) && *key_ok && key_error.is_none() {
+        *key_error = Some(format!(
+            "{} is not on this application's trust list (--trust)",
+            a.ep
+        ));
+    }
+}
+
+/// The sensors the directory announces (`rd-lookup/res?rt=sigil.env`), only those of
+/// `options.select` if given, and the selected ones it does not announce, as not readable.
+pub(crate) async fn lookup_sensors(
+    client: &mut CoapClient,
+    options: &Options,
+) -> Result<(Vec<Announced>, Vec<SensorView>)> {
+    let lookup = client
+        .get("rd-lookup/res", &["rt=sigil.env"])
+        .await
+        .context("resource directory lookup")?;
+    if lookup.code != Code::CONTENT {
+        let refused = Refused::new(lookup.code, &lookup.payload, "/rd-lookup/res");
+        match lookup.code {
+            Code::FORBIDDEN => anyhow::bail!(
+                "the resource directory refused the lookup ({} {}): this reader may not look sensors up (a token needs the `rd` scope)",
+                refused.code, refused.diagnostic
+            ),
+            Code::UNAUTHORIZED => anyhow::bail!(
+                "the resource directory refused the lookup ({} {}): this server answers lookups only over coaps:// sessions: use a coaps:// --server with --dtls",
+                refused.code, refused.diagnostic
+            ),
+            _ => anyhow::bail!("resource directory answered {} {}", refused.code, refused.diagnostic),
+        }
+    }
+    if lookup.content_format != Some(ContentFormat::LINK_FORMAT.0) {
+        anyhow::bail!(
+            "resource directory answered with content-format {:?}, not link format",
+            lookup.content_format
+        );
+    }
+    let mut announced = parse_lookup(&String::from_utf8_lossy(&lookup.payload))?;
+    let mut missing = vec![];
+    if let Some(select) = &options.select {
+        announced.retain(|a| Identity::parse(&a.ep).is_ok_and(|ep| select.contains(&ep)));
+        for id in select {
+            if !announced
+                .iter()
+                .any(|a| Identity::parse(&a.ep).ok() == Some(*id))
+            {
+                missing.push(unreadable(
+                    &id.to_string(),
+                    Some(*id),
+                    "",
+                    "not in the directory: not registered, or its registration expired".into(),
+                ));
+            }
+        }
+    }
+    Ok((announced, missing))
+}
+
 /// Why a topic the lookup announced could not be read: the broker's answer with its fix
 /// ([`Refused::reason`]), no answer for it within `timeout`, or the error itself.
-fn topic_failure(
+pub(crate) fn topic_failure(
     e: &anyhow::Error,
     reader: Option<&str>,
     ep: &str,

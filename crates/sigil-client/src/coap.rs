@@ -3,6 +3,12 @@
 //! in both directions (RFC 7959), and the Echo option (RFC 9175 §2.4): a coap:// server that
 //! answers 4.01 Unauthorized with Echo gets the request again with that value, and the latest
 //! value is sent with later requests to the same server (§2.3), so large answers come at once.
+//!
+//! Observe (RFC 7641): [`CoapClient::observe`] registers, and [`CoapClient::next_notification`]
+//! hands over each notification once, in order (§3.4: an older or repeated one is discarded),
+//! acknowledging the Confirmable ones; a notification for a token this client does not hold
+//! is answered with Reset, so the server forgets it (§3.6). Notifications that arrive while a
+//! request waits for its answer are kept for the next call.
 
 use crate::transport::{Security, Transport};
 use anyhow::{anyhow, bail, Result};
@@ -19,6 +25,24 @@ pub struct ClientResponse {
     pub code: Code,
     pub content_format: Option<u16>,
     pub payload: Vec<u8>,
+    /// The Observe option (a registration's answer, or a notification).
+    pub observe: Option<u32>,
+    pub etag: Option<Vec<u8>>,
+    pub max_age: Option<u32>,
+    /// The token of the request it answers.
+    pub token: Vec<u8>,
+    /// Block2 says more of the body follows (a notification carries its first block).
+    pub more: bool,
+}
+
+/// The observations a client holds: token → the order of its notifications.
+#[derive(Default)]
+struct Observations {
+    held: std::collections::HashMap<Vec<u8>, sigil_coap::exchange::observe::Ordering>,
+    /// Notifications received while a request waited.
+    queued: std::collections::VecDeque<ClientResponse>,
+    /// Notifications discarded as older than one received (§3.4).
+    pub stale: u64,
 }
 
 pub struct CoapClient {
@@ -36,6 +60,7 @@ pub struct CoapClient {
     /// Give up on a request the server has not answered (not even with an empty ACK) within
     /// this time, instead of after MAX_TRANSMIT_WAIT (93 s with the default parameters).
     pub timeout: Option<Duration>,
+    observations: Observations,
 }
 
 /// One request's options.
@@ -46,6 +71,8 @@ pub struct RequestSpec<'a> {
     pub content_format: Option<u16>,
     pub accept: Option<u16>,
     pub payload: &'a [u8],
+    /// Observe (RFC 7641): 0 registers, 1 deregisters.
+    pub observe: Option<u32>,
 }
 
 impl CoapClient {
@@ -69,6 +96,7 @@ impl CoapClient {
             max_body: 4 << 20,
             echo: None,
             timeout: None,
+            observations: Observations::default(),
         }
     }
 
@@ -208,6 +236,9 @@ impl CoapClient {
         let mut buf =
             vec![0u8; payload.len() + 512 + spec.query.iter().map(|q| q.len() + 3).sum::<usize>()];
         let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, &token)?;
+        if let Some(o) = spec.observe {
+            b.uint_option(option::OBSERVE, o)?;
+        }
         b.uri_path(spec.path)?;
         if let Some(cf) = spec.content_format {
             b.uint_option(option::CONTENT_FORMAT, u32::from(cf))?;
@@ -258,7 +289,8 @@ impl CoapClient {
         retx: &mut Option<Retransmission>,
         give_up_at: sigil_time::Instant,
     ) -> Result<(ClientResponse, Option<BlockOption>, Option<Vec<u8>>)> {
-        let now = || crate::os::since(self.start);
+        let start = self.start;
+        let now = move || crate::os::since(start);
         loop {
             let deadline = retx
                 .as_ref()
@@ -312,18 +344,132 @@ impl CoapClient {
                                     .await?;
                             }
                             let block2 = msg.block2().and_then(|r| r.ok());
-                            let resp = ClientResponse {
-                                code: msg.code,
-                                content_format: msg.content_format().map(|c| c.0),
-                                payload: msg.payload.to_vec(),
-                            };
+                            let resp = response_of(&msg);
                             let echo = msg.option(option::ECHO).map(<[u8]>::to_vec);
                             return Ok((resp, block2, echo));
+                        }
+                        _ if msg.code.is_response()
+                            && self.observations.held.contains_key(msg.token) =>
+                        {
+                            if let Some(n) = self.take_notification(&msg).await? {
+                                self.observations.queued.push_back(n);
+                            }
                         }
                         _ => {}
                     }
                 }
             }
         }
+    }
+}
+
+/// What a client keeps of a response.
+fn response_of(msg: &Message<'_>) -> ClientResponse {
+    ClientResponse {
+        code: msg.code,
+        content_format: msg.content_format().map(|c| c.0),
+        payload: msg.payload.to_vec(),
+        observe: msg.observe(),
+        etag: msg.option(option::ETAG).map(<[u8]>::to_vec),
+        max_age: msg.uint_option(option::MAX_AGE),
+        token: msg.token.to_vec(),
+        more: msg.block2().and_then(|r| r.ok()).is_some_and(|b| b.more),
+    }
+}
+
+impl CoapClient {
+    /// Registers an observation of `path` (GET with Observe 0). The answer says whether it
+    /// was taken: with an Observe option it was, and the notifications that follow come from
+    /// [`CoapClient::next_notification`] with its `token`; without one, the server answered
+    /// once and will send nothing more.
+    pub async fn observe(&mut self, path: &str) -> Result<ClientResponse> {
+        let spec = RequestSpec {
+            path,
+            observe: Some(0),
+            ..Default::default()
+        };
+        let (r, _) = self.exchange(Code::GET, &spec, &[], None, None).await?;
+        if let Some(seq) = r.observe.filter(|_| r.code.is_success()) {
+            let mut order = sigil_coap::exchange::observe::Ordering::new();
+            order.accept(seq, crate::os::since(self.start));
+            self.observations.held.insert(r.token.clone(), order);
+        }
+        Ok(r)
+    }
+
+    /// Stops taking the notifications of `token`: the next one is answered with Reset and the
+    /// server forgets the observation (RFC 7641 §3.6).
+    pub fn forget_observation(&mut self, token: &[u8]) {
+        self.observations.held.remove(token);
+    }
+
+    /// Notifications discarded as older than one already received (RFC 7641 §3.4).
+    pub fn stale_notifications(&mut self) -> u64 {
+        self.observations.stale
+    }
+
+    /// The next notification of an observation this client holds, waiting at most `wait`:
+    /// each once, newest-first order kept (an older one is discarded). A notification that is
+    /// not 2.xx ends its observation (§3.2).
+    pub async fn next_notification(&mut self, wait: Duration) -> Result<Option<ClientResponse>> {
+        if let Some(n) = self.observations.queued.pop_front() {
+            return Ok(Some(n));
+        }
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let datagram = match tokio::time::timeout(left, self.transport.recv()).await {
+                Err(_) => return Ok(None),
+                Ok(Err(e)) => bail!("{e}"),
+                Ok(Ok(d)) => d,
+            };
+            let Ok(msg) = Message::parse(&datagram) else {
+                continue;
+            };
+            if !msg.code.is_response() {
+                continue;
+            }
+            if !self.observations.held.contains_key(msg.token) {
+                // Not ours (any more): Reset, so the server stops sending (§3.6).
+                if msg.mtype != MessageType::Acknowledgement {
+                    self.transport
+                        .send(&empty(MessageType::Reset, msg.message_id))
+                        .await?;
+                }
+                continue;
+            }
+            if let Some(n) = self.take_notification(&msg).await? {
+                return Ok(Some(n));
+            }
+        }
+    }
+
+    /// A notification for a held token: acknowledged if Confirmable; `None` if it is older than
+    /// one received before.
+    async fn take_notification(&mut self, msg: &Message<'_>) -> Result<Option<ClientResponse>> {
+        if msg.mtype == MessageType::Confirmable {
+            self.transport
+                .send(&empty(MessageType::Acknowledgement, msg.message_id))
+                .await?;
+        }
+        let now = crate::os::since(self.start);
+        let n = response_of(msg);
+        if !n.code.is_success() {
+            self.observations.held.remove(msg.token);
+            return Ok(Some(n));
+        }
+        let Some(order) = self.observations.held.get_mut(msg.token) else {
+            return Ok(None);
+        };
+        if let Some(seq) = n.observe {
+            if !order.accept(seq, now) {
+                self.observations.stale += 1;
+                return Ok(None);
+            }
+        }
+        Ok(Some(n))
     }
 }

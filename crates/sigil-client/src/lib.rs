@@ -8,6 +8,8 @@
 //! - [`app`]: the application of RFC 8387 §7: it looks sensors up in the Resource Directory,
 //!   fetches their readings from the broker and verifies each one itself, against its own trust
 //!   list. It trusts neither the directory nor the broker.
+//! - [`follow`]: the application following readings as they are published: it observes
+//!   every topic it may read (RFC 7641) and verifies each notification end to end.
 //! - [`ace`]: access tokens: ask the access-control server's `/token`, post to a resource
 //!   server's `/authz-info`, and open the session the token's PoP key names (RFC 9200, 9202).
 //! - [`sensor_rs`]: a client of a sensor serving its own readings (an ACE resource server): a
@@ -20,6 +22,7 @@ pub mod ace;
 pub mod app;
 pub mod coap;
 pub mod diagnose;
+pub mod follow;
 pub mod os;
 pub mod pem;
 pub mod sensor_rs;

@@ -51,6 +51,18 @@ pub struct AppArgs {
     /// readable.
     #[arg(long)]
     pub token: bool,
+    /// Follow the readings as they are published: observe every topic this reader may read
+    /// (CoAP Observe, RFC 7641) and print each reading as it arrives, verified end to end
+    /// (`--json`: one JSON object per line). Runs until Ctrl-C, --count or --for; registers
+    /// again after the server restarts.
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: stop after this many readings.
+    #[arg(long, requires = "follow")]
+    pub count: Option<usize>,
+    /// With --follow: stop after this long, e.g. 10m.
+    #[arg(long = "for", requires = "follow", value_parser = crate::args::parse_duration)]
+    pub for_: Option<std::time::Duration>,
     #[command(flatten)]
     pub dtls: DtlsArgs,
 }
@@ -126,6 +138,9 @@ pub async fn run(a: AppArgs) -> Result<i32> {
         reader,
         timeout: Some(a.timeout),
     };
+    if a.follow {
+        return follow(t, trust.as_ref(), &psk_nodes, options, &a).await;
+    }
     let report = app::run_with(t, trust.as_ref(), &psk_nodes, &options).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -242,4 +257,83 @@ pub fn print_table(report: &AppReport) {
             String::new()
         }
     );
+}
+
+/// `--follow`: each event as it happens, until Ctrl-C, `--count` or `--for`. Exit code 0 when
+/// every reading verified, 1 if one failed.
+async fn follow(
+    t: sigil_client::transport::Transport,
+    trust: Option<&std::collections::HashSet<Identity>>,
+    psk_nodes: &std::collections::HashSet<Identity>,
+    base: app::Options,
+    a: &AppArgs,
+) -> Result<i32> {
+    use sigil_client::follow::{FollowOptions, Followed};
+    let options = FollowOptions {
+        base,
+        count: a.count,
+        duration: a.for_,
+        ..Default::default()
+    };
+    let mut failed = 0usize;
+    let json = a.json;
+    let run = sigil_client::follow::follow(t, trust, psk_nodes, &options, |e| {
+        if let Followed::Reading { reading, .. } = e {
+            if reading.error.is_some() {
+                failed += 1;
+            }
+        }
+        if json {
+            if let Ok(line) = serde_json::to_string(e) {
+                println!("{line}");
+            }
+        } else {
+            println!("{}", followed_line(e));
+        }
+    });
+    tokio::select! {
+        r = run => { r?; }
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(i32::from(failed > 0))
+}
+
+/// One line of `--follow` output.
+fn followed_line(e: &sigil_client::follow::Followed) -> String {
+    use sigil_client::follow::Followed;
+    match e {
+        Followed::Observing { sensor, again } => format!(
+            "{} {}: observing{}",
+            sensor.label,
+            sensor.topic,
+            if *again { " again" } else { "" }
+        ),
+        Followed::Refused { sensor, why } => {
+            format!("{} {}: not followed: {why}", sensor.label, sensor.topic)
+        }
+        Followed::Reading { sensor, reading } => {
+            let values: Vec<String> = reading
+                .values
+                .iter()
+                .map(|(n, v, u)| format!("{n}={v:.2}{}", u.as_deref().unwrap_or("")))
+                .collect();
+            let status = match (&reading.error, reading.verified) {
+                (Some(e), _) => format!("FAILED: {e}"),
+                (None, true) => "verified end to end".to_string(),
+                (None, false) => "taken on the broker's word (session)".to_string(),
+            };
+            let proof = match reading.protection {
+                sigil_client::app::Protection::Signed => "signed",
+                sigil_client::app::Protection::Mac => "mac",
+                sigil_client::app::Protection::Session => "session",
+            };
+            format!(
+                "{} {} seq {}: {} ({proof}, {status})",
+                sensor.label,
+                sensor.topic,
+                reading.seq,
+                values.join(" "),
+            )
+        }
+    }
 }

@@ -104,6 +104,17 @@ pub struct ServerArgs {
     /// Issue no session IDs (no resumption; 32 bytes less in every full handshake).
     #[arg(long)]
     pub dtls_no_resumption: bool,
+    /// Observers of topics (CoAP Observe, RFC 7641) in all.
+    #[arg(long, default_value_t = 4096)]
+    pub max_observers: usize,
+    /// Observers one source host (IPv4 address or IPv6 /64) may hold.
+    #[arg(long, default_value_t = 64)]
+    pub max_observers_per_host: usize,
+    /// An observer nothing was sent to for this long is sent the current reading again (and
+    /// the checks of its right to read are made again); notifications carry twice this as
+    /// Max-Age, after which a client registers again. E.g. 2m, 30s.
+    #[arg(long, default_value = "2m", value_parser = crate::args::parse_duration)]
+    pub observe_refresh: std::time::Duration,
     #[command(flatten)]
     pub dtls_timing: DtlsTimingArgs,
 }
@@ -124,6 +135,12 @@ pub async fn run(a: ServerArgs) -> Result<i32> {
     config.service.token_caps.subject_rate = a.token_rate_subject;
     config.service.token_caps.session_rate = a.token_rate_session;
     config.transmission = a.transmission.parameters()?;
+    if a.observe_refresh < std::time::Duration::from_secs(1) {
+        bail!("--observe-refresh must be at least 1s");
+    }
+    config.observe.max_observers = a.max_observers;
+    config.observe.max_per_host = a.max_observers_per_host;
+    config.observe.refresh = a.observe_refresh;
     if !a.no_dtls {
         let mut d = sigil_server::DtlsConfig::new(resolve_addr(&a.dtls_listen, "--dtls-listen")?);
         d.dtls = a.dtls_timing.config()?;
