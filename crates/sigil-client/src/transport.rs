@@ -657,7 +657,7 @@ impl Transport {
             let now = self.now();
             let r = conn
                 .handle_datagram(now, &self.buf[..n])
-                .and_then(|()| conn.failure().map_or(Ok(()), Err));
+                .and_then(|_| conn.failure().map_or(Ok(()), Err));
             self.drain(&mut conn);
             if let Err(e) = r {
                 // The session failed (e.g. the server sent a fatal alert): reconnecting is the

@@ -86,7 +86,7 @@ pub use cookie::{refusal, CookieKey, CookieVerified, Stateless, COOKIE_LEN};
 pub use error::Error;
 pub use flight::{MAX_APP_DATA, MAX_DATAGRAM};
 pub use saved::{SavedAssociation, SavedError};
-pub use traffic::{Session, Traffic, TrafficCore};
+pub use traffic::{Received, Session, Traffic, TrafficCore};
 pub use trust::{
     Credentials, NoTrust, Peer, PeerVerified, PinnedIdentities, ServerCredentials, Trust,
     X509Anchors,

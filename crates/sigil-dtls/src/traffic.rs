@@ -20,6 +20,58 @@ use sigil_time::Instant;
 /// records, or this side's final flight again.
 pub(crate) const TRAFFIC_QUEUE_BYTES: usize = 2048;
 
+/// What one received datagram's records came to. A record that fails its checks is discarded,
+/// not fatal (RFC 6347 §4.1.2.7), so a datagram the connection took without error may still
+/// have carried nothing of the peer's: a caller that acts on the datagram itself (follows a
+/// connection ID to its new address, RFC 9146 §6) asks [`Received::is_authenticated`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Received {
+    /// Records opened under the peer's keys (epoch 1) that passed the replay window.
+    pub authenticated: u16,
+    /// Records taken without protection (epoch 0: the handshake before the peer's
+    /// ChangeCipherSpec, or a retransmission of it after): anyone could have sent them.
+    pub unprotected: u16,
+    /// Records discarded: a bad MAC, a replay, an unknown epoch, a missing or wrong connection
+    /// ID, a forged plaintext record, or a malformed one (which ends the datagram).
+    pub dropped: u16,
+}
+
+impl Received {
+    /// Whether the datagram held at least one record and every one of them authenticated
+    /// under the peer's keys and was new.
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated > 0 && self.unprotected == 0 && self.dropped == 0
+    }
+
+    pub(crate) fn count(&mut self, took: Took) {
+        let n = match took {
+            Took::Authenticated => &mut self.authenticated,
+            Took::Unprotected => &mut self.unprotected,
+            Took::Dropped => &mut self.dropped,
+        };
+        *n = n.saturating_add(1);
+    }
+}
+
+/// What became of one received record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Took {
+    Authenticated,
+    Unprotected,
+    Dropped,
+}
+
+impl Took {
+    /// A record taken in `epoch`.
+    pub(crate) fn in_epoch(epoch: u16) -> Self {
+        if epoch == 0 {
+            Self::Unprotected
+        } else {
+            Self::Authenticated
+        }
+    }
+}
+
 /// What a full handshake leaves for an abbreviated one (RFC 5246 §7.3; RFC 7627 §5.3: the
 /// master secret is an extended one). Keep it as secret as a key. Only an established
 /// connection makes one, so it carries who the peer was proven to be.
@@ -356,7 +408,7 @@ impl TrafficCore {
         &mut self,
         crypto: &C,
         rec: &Record<'_>,
-    ) -> Result<(), Error> {
+    ) -> Result<Took, Error> {
         if let Some(e) = self.failed {
             return Err(e);
         }
@@ -364,16 +416,28 @@ impl TrafficCore {
         match r {
             Err(e) if e.alert().is_none() => {
                 self.dropped += 1;
-                Ok(())
+                Ok(Took::Dropped)
             }
-            Err(e) => self.fail(crypto, e),
-            Ok(()) => Ok(()),
+            Err(e) => self.fail(crypto, e).map(|()| Took::Dropped),
+            Ok(epoch) => Ok(Took::in_epoch(epoch)),
         }
     }
 
-    fn record<C: CryptoProvider>(&mut self, crypto: &C, rec: &Record<'_>) -> Result<(), Error> {
+    /// One record; the epoch it was taken in.
+    fn record<C: CryptoProvider>(&mut self, crypto: &C, rec: &Record<'_>) -> Result<u16, Error> {
         let mut buf = [0u8; MAX_DATAGRAM];
         let (ct, epoch, plain) = self.rl.open(crypto, rec, &mut buf)?;
+        self.take(crypto, ct, epoch, plain).map(|()| epoch)
+    }
+
+    /// What an opened record carried.
+    fn take<C: CryptoProvider>(
+        &mut self,
+        crypto: &C,
+        ct: ContentType,
+        epoch: u16,
+        plain: &[u8],
+    ) -> Result<(), Error> {
         match ct {
             // Epoch 0 is unauthenticated after the handshake: a plaintext handshake message
             // (old or new) changes nothing and is never answered (no reflection).
@@ -533,20 +597,22 @@ impl<C: CryptoProvider> Traffic<C> {
     }
 
     /// See [`crate::Connection::handle_datagram`].
-    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<(), Error> {
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<Received, Error> {
         let _ = now;
         if let Some(e) = self.core.failed {
             return Err(e);
         }
+        let mut received = Received::default();
         let cid_len = self.core.connection_id().len();
         for rec in crate::record::Records::with_cid(datagram, cid_len) {
             let Ok(rec) = rec else {
                 self.core.dropped += 1;
+                received.count(Took::Dropped);
                 break;
             };
-            self.core.handle_record(&self.crypto, &rec)?;
+            received.count(self.core.handle_record(&self.crypto, &rec)?);
         }
-        Ok(())
+        Ok(received)
     }
 
     /// See [`crate::Connection::poll_transmit`].

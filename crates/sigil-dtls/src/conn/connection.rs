@@ -8,7 +8,7 @@ use crate::flight::Ahead;
 use crate::handshake::Reassembler;
 use crate::protection::Aead;
 use crate::record::Records;
-use crate::traffic::{Session, Traffic, TrafficCore};
+use crate::traffic::{Received, Session, Took, Traffic, TrafficCore};
 use crate::trust::{Credentials, NoTrust, ServerCredentials, Trust};
 use crate::{client, server, Error};
 use sigil_crypto::{CryptoProvider, PublicKey, Rng};
@@ -308,28 +308,34 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
     }
 
     /// Handles one received datagram. Records that fail checks are dropped (and counted);
-    /// a handshake error queues a fatal alert and fails the connection.
-    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<(), Error> {
+    /// a handshake error queues a fatal alert and fails the connection. Says what the
+    /// datagram's records came to ([`Received`]): whether they authenticated.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Result<Received, Error> {
         if let Some(e) = self.failure() {
             return Err(e);
         }
+        let mut received = Received::default();
         let cid_len = self.connection_id().len();
         for rec in Records::with_cid(datagram, cid_len) {
             match &mut self.inner {
                 Inner::Established(t) => match rec {
-                    Ok(rec) => t.handle_record(&self.crypto, &rec)?,
+                    Ok(rec) => received.count(t.handle_record(&self.crypto, &rec)?),
                     Err(_) => {
                         t.dropped += 1;
+                        received.count(Took::Dropped);
                         break;
                     }
                 },
                 Inner::Handshaking(h) => {
                     let Ok(rec) = rec else {
                         h.dropped += 1;
+                        received.count(Took::Dropped);
                         break;
                     };
                     let parts = (&self.crypto, &self.trust, &self.config);
-                    if let Some(done) = h.handle_record(parts, now, &rec)? {
+                    let (took, done) = h.handle_record(parts, now, &rec)?;
+                    received.count(took);
+                    if let Some(done) = done {
                         let core = TrafficCore::new(
                             &mut h.rl,
                             &mut h.out.queue,
@@ -343,7 +349,7 @@ impl<C: CryptoProvider, T: Trust> Connection<C, T> {
                 }
             }
         }
-        Ok(())
+        Ok(received)
     }
 }
 

@@ -7,6 +7,7 @@ use crate::flight::{
 };
 use crate::handshake::{Fragment, Reassembler, HEADER_LEN as HS_HEADER_LEN};
 use crate::record::Record;
+use crate::traffic::Took;
 use crate::trust::Trust;
 use crate::wire::{ContentType, HandshakeType};
 use crate::{Error, Writer};
@@ -177,25 +178,41 @@ impl Handshaking {
         Err(e)
     }
 
-    /// One record. `Ok(Some(_))` when the handshake just completed.
+    /// One record: what became of it, and `Some(_)` when the handshake just completed.
     pub(super) fn handle_record<C: CryptoProvider, T: Trust>(
         &mut self,
-        (crypto, trust, config): (&C, &T, &Config),
+        parts: (&C, &T, &Config),
         now: Instant,
         rec: &Record<'_>,
-    ) -> Result<Option<crate::traffic::Established>, Error> {
+    ) -> Result<(Took, Option<crate::traffic::Established>), Error> {
         if let Some(e) = self.failed {
             return Err(e);
         }
+        let crypto = parts.0;
         let mut buf = [0u8; MAX_DATAGRAM];
         let (ct, epoch, plain) = match self.rl.open(crypto, rec, &mut buf) {
             Ok(x) => x,
             Err(e) if e.alert().is_none() => {
                 self.dropped += 1;
-                return Ok(None);
+                return Ok((Took::Dropped, None));
             }
-            Err(e) => return self.fail(crypto, e).map(|()| None),
+            Err(e) => return self.fail(crypto, e).map(|()| (Took::Dropped, None)),
         };
+        match self.take(parts, now, ct, epoch, plain) {
+            Ok(done) => Ok((Took::in_epoch(epoch), done)),
+            Err(e) => self.error(crypto, e).map(|()| (Took::Dropped, None)),
+        }
+    }
+
+    /// What an opened record carried; an error is the record's (see [`Self::error`]).
+    fn take<C: CryptoProvider, T: Trust>(
+        &mut self,
+        (crypto, trust, config): (&C, &T, &Config),
+        now: Instant,
+        ct: ContentType,
+        epoch: u16,
+        plain: &[u8],
+    ) -> Result<Option<crate::traffic::Established>, Error> {
         // Once the peer protects its records, a malformed plaintext one is not the peer's:
         // dropped rather than fatal.
         let after_ccs = epoch < self.rl.read_epoch;
@@ -216,12 +233,9 @@ impl Handshaking {
                     match Fragment::parse(rest) {
                         Ok((f, next)) => {
                             rest = next;
-                            match self.handle_fragment((crypto, trust, config), now, epoch, &f) {
-                                Ok(d) => done = d,
-                                Err(e) => return self.error(crypto, e),
-                            }
+                            done = self.handle_fragment((crypto, trust, config), now, epoch, &f)?;
                         }
-                        Err(e) => return self.error(crypto, forged(e)),
+                        Err(e) => return Err(forged(e)),
                     }
                 }
                 return Ok(done);
@@ -251,23 +265,16 @@ impl Handshaking {
             )),
             _ => Err(Error::UnexpectedMessage("unknown content type")),
         };
-        match r {
-            Ok(()) => Ok(None),
-            Err(e) => self.error(crypto, e),
-        }
+        r.map(|()| None)
     }
 
     /// An error from a record: dropped when it warrants no alert, else fatal.
-    fn error<C: CryptoProvider>(
-        &mut self,
-        crypto: &C,
-        e: Error,
-    ) -> Result<Option<crate::traffic::Established>, Error> {
+    fn error<C: CryptoProvider>(&mut self, crypto: &C, e: Error) -> Result<(), Error> {
         if e.alert().is_none() && self.state.is_some() {
             self.dropped += 1;
-            return Ok(None);
+            return Ok(());
         }
-        self.fail(crypto, e).map(|()| None)
+        self.fail(crypto, e)
     }
 
     fn handle_ccs(&mut self, epoch: u16, plain: &[u8]) -> Result<(), Error> {

@@ -469,7 +469,7 @@ impl SecureLayer {
             let r = p
                 .conn
                 .handle_datagram(now, datagram)
-                .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
+                .and_then(|_| p.conn.failure().map_or(Ok(()), Err));
             // A client flight that moved the handshake on (not a repeat, not a forgery: the
             // connection's state changed without failing) renews its shield.
             if r.is_ok() && p.conn.state() != state {
@@ -527,24 +527,27 @@ impl SecureLayer {
             self.release_unsaved(from, p);
             return Vec::new();
         }
-        let before = p.conn.dropped();
         let r = p
             .conn
             .handle_datagram(now, datagram)
-            .and_then(|()| p.conn.failure().map_or(Ok(()), Err));
+            .and_then(|received| p.conn.failure().map_or(Ok(received), Err));
         self.flush(now, peer, &mut p, out);
-        if let Err(e) = r {
-            self.release_session(p);
-            self.count("dtls.session_closed");
-            crate::limited!(self.log, Self::secs(now), "dtls.session_closed", debug, %peer, error = %e, "DTLS session ended");
-            return Vec::new();
-        }
-        let authenticated = p.conn.dropped() == before;
-        if !authenticated {
+        let received = match r {
+            Ok(received) => received,
+            Err(e) => {
+                self.release_session(p);
+                self.count("dtls.session_closed");
+                crate::limited!(self.log, Self::secs(now), "dtls.session_closed", debug, %peer, error = %e, "DTLS session ended");
+                return Vec::new();
+            }
+        };
+        if received.dropped > 0 {
             self.count("dtls.records_dropped");
         }
-        // A record from a new address moves the session only once it authenticated under
-        // the session's keys and passed its replay window (RFC 9146 §6).
+        // A datagram from a new address moves the session only if every record in it
+        // authenticated under the session's keys and passed its replay window (RFC 9146 §6),
+        // as the connection reports it.
+        let authenticated = received.is_authenticated();
         let at = match moved_from {
             Some(old) if !authenticated => old,
             Some(_) => {
