@@ -14,7 +14,7 @@
 
 use crate::answers::{AnswerSigner, Unsigned};
 use crate::budget::{
-    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, Over, TokenBucket, ENTRY_OVERHEAD,
+    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, TokenBucket, ENTRY_OVERHEAD,
 };
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
 use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
@@ -30,6 +30,8 @@ use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
+mod block1;
+mod dedup;
 mod observe;
 pub use observe::ObserveConfig;
 
@@ -715,139 +717,6 @@ impl Dispatcher {
         })
     }
 
-    /// One Block1 block (RFC 7959 §2.3): `Ok(None)` while more are expected, the whole body
-    /// after the last one.
-    fn reassemble(
-        &mut self,
-        key: (Endpoint, String),
-        b1: BlockOption,
-        part: &[u8],
-        now: Instant,
-    ) -> Result<Option<Vec<u8>>, Rejection> {
-        let host = Host::of(key.0.addr);
-        if b1.num == 0 {
-            // A first block again starts the transfer over.
-            self.drop_assembly(&key);
-            let overhead = (ENTRY_OVERHEAD + key.1.len()).max(BLOCK1_MIN_CHARGE);
-            // The cheap checks first: the host's share, then the peer's count.
-            let over = self.block1_budget.check(host, overhead);
-            if over == Err(Over::Host)
-                || self.assemblies_of.get(&key.0).copied().unwrap_or(0)
-                    >= self.config.max_assemblies_per_peer
-            {
-                self.count("coap.block1.refused");
-                return Err(Rejection::TooManyTransfers);
-            }
-            // The table is full: the least recently active transfer of a host holding at
-            // least as much as this one's would gives way (at a bounded rate).
-            if over == Err(Over::Total) && !self.block1_give_way(host, overhead, now) {
-                self.count("coap.block1.refused");
-                self.count("coap.block1.refused_total");
-                return Err(Rejection::TooManyTransfers);
-            }
-            if self.block1_budget.charge(host, overhead).is_err() {
-                self.count("coap.block1.refused");
-                return Err(Rejection::TooManyTransfers);
-            }
-            *self.assemblies_of.entry(key.0).or_insert(0) += 1;
-            self.assemblies.insert(
-                key.clone(),
-                Assembly {
-                    body: Vec::new(),
-                    next: 0,
-                    at: now,
-                    charged: overhead,
-                },
-            );
-        }
-        let Some(a) = self.assemblies.get(&key) else {
-            return Err(Rejection::Block1NotStarted);
-        };
-        if b1.num != a.next || a.body.len() != b1.offset() || (b1.more && part.len() != b1.size()) {
-            self.drop_assembly(&key);
-            return Err(Rejection::Block1OutOfSequence);
-        }
-        if a.body.len() + part.len() > self.config.max_body {
-            self.drop_assembly(&key);
-            return Err(Rejection::BodyTooLarge);
-        }
-        // Charged what it holds beyond what it was charged already (the minimum covers the
-        // first KiB or so).
-        let holds = ENTRY_OVERHEAD + key.1.len() + a.body.len() + part.len();
-        let more = holds.saturating_sub(a.charged);
-        // A full table gives way to a transfer going on as to a new one.
-        if self.block1_budget.check(host, more) == Err(Over::Total) {
-            self.block1_give_way(host, more, now);
-        }
-        if self.block1_budget.charge(host, more).is_err() {
-            self.drop_assembly(&key);
-            self.count("coap.block1.refused");
-            return Err(Rejection::TooManyTransfers);
-        }
-        let Some(a) = self.assemblies.get_mut(&key) else {
-            return Err(Rejection::Block1NotStarted);
-        };
-        a.charged += more;
-        a.body.extend_from_slice(part);
-        a.next += 1;
-        a.at = now;
-        if b1.more {
-            return Ok(None);
-        }
-        let body = self.assemblies.remove(&key).map(|a| {
-            self.block1_budget.refund(host, a.charged);
-            uncount(&mut self.assemblies_of, &key.0);
-            a.body
-        });
-        shrink_if_sparse(&mut self.assemblies);
-        Ok(body)
-    }
-
-    /// Makes room in a full Block1 table for `bytes` more from `host` (a first block, or a
-    /// later one): the least recently active transfer of another host that holds at least as
-    /// much as `host` would goes (`coap.block1.gave_way`), until it fits. Transfers that go on
-    /// stay recent, so a flood of first blocks that never continue (from spoofed addresses
-    /// too) pushes out its own kind first, not a kit's registration in progress. Each
-    /// give-way spends one of `block1_give_way_per_sec` (a bucket of as many), checked before
-    /// the scan of the table: a flood turns the table over no faster than that, and costs
-    /// the server at most that many scans a second (`coap.block1.give_way_rate_limited`).
-    fn block1_give_way(&mut self, host: Host, bytes: usize, now: Instant) -> bool {
-        let would = self.block1_budget.held_by(host).saturating_add(bytes);
-        for _ in 0..8 {
-            if self.block1_budget.check(host, bytes).is_ok() {
-                return true;
-            }
-            if !self.block1_give_way_rate.take(now) {
-                self.count("coap.block1.give_way_rate_limited");
-                return false;
-            }
-            let budget = &self.block1_budget;
-            let Some(key) = self
-                .assemblies
-                .iter()
-                .filter(|((from, _), _)| {
-                    let h = Host::of(from.addr);
-                    h != host && budget.held_by(h) >= would
-                })
-                .min_by_key(|(_, a)| a.at)
-                .map(|(k, _)| k.clone())
-            else {
-                return false;
-            };
-            self.drop_assembly(&key);
-            self.count("coap.block1.gave_way");
-        }
-        self.block1_budget.check(host, bytes).is_ok()
-    }
-
-    /// Ends a Block1 transfer and refunds its bytes.
-    fn drop_assembly(&mut self, key: &(Endpoint, String)) {
-        if let Some(a) = self.assemblies.remove(key) {
-            self.block1_budget.refund(Host::of(key.0.addr), a.charged);
-            uncount(&mut self.assemblies_of, &key.0);
-        }
-    }
-
     /// Refuses a request below the service (counted under the refusal's counter).
     fn refuse(
         &mut self,
@@ -990,123 +859,6 @@ impl Dispatcher {
         buf.truncate(n);
         self.count("coap.echo.issued");
         Some(buf)
-    }
-
-    /// Charges `bytes` of a dedup entry to `host` (for a new entry, `keep` is `None`, and the
-    /// entry count is held to `dedup_capacity` too). When the table, not the host's share, is
-    /// what is full, an entry of the host holding the most among the
-    /// [`DEDUP_GIVE_WAY_SCAN`] oldest answered entries gives way, if that host would still hold
-    /// more than `host` (`coap.dedup.gave_way`): at most [`DEDUP_GIVE_WAY`] for one charge,
-    /// and no faster in all than `dedup_give_way_per_sec` (a bucket of as many), so a flood,
-    /// from spoofed addresses too, cannot push entries out before their time much faster
-    /// than they expire. A `proven` sender (over a DTLS session, or from an address that
-    /// answered Echo: it cannot be spoofed) is not held to that rate, so floods from spoofed
-    /// addresses cannot spend what coaps:// devices need. `keep` (the exchange whose answer
-    /// is being charged) and exchanges still in progress are passed over. False if no room
-    /// was made: not remembered.
-    fn dedup_room(
-        &mut self,
-        host: Host,
-        bytes: usize,
-        keep: Option<(Endpoint, u16)>,
-        proven: bool,
-        now: Instant,
-    ) -> bool {
-        let mut evicted = 0;
-        loop {
-            let count_full = keep.is_none() && self.dedup.len() >= self.config.dedup_capacity;
-            if !count_full {
-                match self.dedup_budget.charge(host, bytes) {
-                    Ok(()) => return true,
-                    Err(crate::budget::Over::Host) => return false,
-                    Err(crate::budget::Over::Total) => {}
-                }
-            } else if self.dedup_budget.check(host, bytes) == Err(crate::budget::Over::Host) {
-                return false;
-            }
-            if evicted >= DEDUP_GIVE_WAY {
-                return false;
-            }
-            self.drop_stale_dedup_order();
-            let mine = self.dedup_budget.held_by(host).saturating_add(bytes);
-            let mut victim: Option<(usize, usize)> = None;
-            for (i, (k, at)) in self
-                .dedup_order
-                .iter()
-                .take(DEDUP_GIVE_WAY_SCAN)
-                .enumerate()
-            {
-                if Some(*k) == keep
-                    || !self
-                        .dedup
-                        .get(k)
-                        .is_some_and(|e| e.at == *at && e.response.is_some())
-                {
-                    continue;
-                }
-                let held = self.dedup_budget.held_by(Host::of(k.0.addr));
-                if held > mine && victim.is_none_or(|(_, most)| held > most) {
-                    victim = Some((i, held));
-                }
-            }
-            let Some((i, _)) = victim else {
-                return false;
-            };
-            if !proven && !self.give_way_rate.take(now) {
-                self.count("coap.dedup.give_way_rate_limited");
-                return false;
-            }
-            let Some((k, _)) = self.dedup_order.remove(i) else {
-                return false;
-            };
-            if let Some(e) = self.dedup.remove(&k) {
-                self.dedup_budget.refund(Host::of(k.0.addr), e.charged);
-                self.count("coap.dedup.gave_way");
-            }
-            evicted += 1;
-        }
-    }
-
-    /// Drops the dedup order's entries whose exchange is no longer in the cache (forgotten
-    /// over a share, or given way): those at the front at once, all of them once they are
-    /// more than the live ones, so a give-way's scan meets live entries.
-    fn drop_stale_dedup_order(&mut self) {
-        let dedup = &self.dedup;
-        let live = |(k, at): &((Endpoint, u16), Instant)| dedup.get(k).is_some_and(|e| e.at == *at);
-        while self.dedup_order.front().is_some_and(|e| !live(e)) {
-            self.dedup_order.pop_front();
-        }
-        if self.dedup_order.len() > 2 * self.dedup.len() + 64 {
-            self.dedup_order.retain(|e| live(e));
-        }
-    }
-
-    /// Keeps `answer` in the dedup entry of `key` for retransmissions, charged to the
-    /// sender's host; over its share the exchange is forgotten instead.
-    fn remember(&mut self, key: (Endpoint, u16), answer: Option<Vec<u8>>, now: Instant) {
-        let host = Host::of(key.0.addr);
-        let Some(e) = self.dedup.get_mut(&key) else {
-            return;
-        };
-        let old = e.response.as_ref().map_or(0, Vec::len);
-        let new = answer.as_ref().map_or(0, Vec::len);
-        self.dedup_budget.refund(host, old);
-        e.charged -= old;
-        let proven = key.0.secure || self.verified.contains(key.0.addr, now);
-        if self.dedup_room(host, new, Some(key), proven, now) {
-            let Some(e) = self.dedup.get_mut(&key) else {
-                self.dedup_budget.refund(host, new);
-                return;
-            };
-            e.charged += new;
-            e.response = answer;
-        } else if let Some(e) = self.dedup.remove(&key) {
-            self.dedup_budget.refund(host, e.charged);
-            self.count("coap.dedup.not_remembered");
-            // Its place in the order queue is stale now: the queue is kept within twice the
-            // live entries.
-            self.drop_stale_dedup_order();
-        }
     }
 }
 
