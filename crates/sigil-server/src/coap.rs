@@ -258,7 +258,7 @@ impl Dispatcher {
                 layer.send(now, to.addr, &bytes, &mut out);
             }
         }
-        for (to, bytes) in self.take_notifications_for(true) {
+        for (to, bytes) in self.take_secure_notifications(|a| layer.session_auth(a).cloned()) {
             layer.send(now, to, &bytes, &mut out);
         }
         layer.handle_timeout(now, wall, &mut out);
@@ -343,17 +343,6 @@ impl Dispatcher {
             .collect();
         out.extend(self.take_notifications_for(false));
         out
-    }
-
-    /// The notifications waiting for plain (`secure` false) or DTLS endpoints; the others
-    /// stay queued.
-    pub fn take_notifications_for(&mut self, secure: bool) -> Vec<Datagram> {
-        let (mine, others): (Vec<_>, Vec<_>) = self
-            .take_notifications()
-            .into_iter()
-            .partition(|(e, _)| e.secure == secure);
-        self.observe_requeue(others);
-        mine.into_iter().map(|(e, b)| (e.addr, b)).collect()
     }
 
     /// Handles a batch of CoAP messages from plain and secure endpoints; the answers go back

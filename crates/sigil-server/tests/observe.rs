@@ -337,3 +337,205 @@ fn history_and_other_resources_are_answered_without_observe() {
     assert_eq!(Message::parse(&r[0]).unwrap().observe(), None);
     assert_eq!(s.stats.get("observe.registered"), 0);
 }
+
+/// A coaps:// server that serves readings only to granted readers, a sensor publishing over
+/// coap:// to it, and a reader `seed` with a PSK session, granted the sensor and observing
+/// its topic: the server, clock, sensor, reader and topic.
+fn secure_observer(seed: u64) -> (common::Secure, u64, Sensor, common::Client, String) {
+    use common::{run, Client, Process};
+    let mut s = common::Secure::fresh(|_| {}, |c| c.authorize_reads = true, Process::default());
+    let dev = registered(&mut s, 1);
+    let mut now = s.now;
+    let reader = common::ed25519_identity(seed);
+    let psk = [seed as u8; 16];
+    s.provision(&reader, Some(&psk));
+    sigil_server::Store::open(&s.db)
+        .unwrap()
+        .grant_read(&reader, dev.device.identity(), common::NOW)
+        .unwrap();
+    let mut c = Client::psk(
+        common::addr(seed as u16),
+        &reader.to_string(),
+        &psk,
+        seed,
+        now,
+    );
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    let topic = dev.topic();
+    c.send(&observe_get(1, &[5, 5], &topic, 0, None));
+    run(&mut s, &mut [&mut c], &mut now, 300);
+    let m = Message::parse(c.inbox.last().expect("an answer")).unwrap();
+    assert_eq!(m.code, Code::CONTENT);
+    assert!(
+        m.observe().is_some(),
+        "registered over coaps:// without Echo"
+    );
+    s.now = now;
+    (s, now, dev, c, topic)
+}
+
+/// The sensor publishes `v` at `now`; the reader's session runs 300 ms.
+fn publish_to(
+    s: &mut common::Secure,
+    now: &mut u64,
+    dev: &mut Sensor,
+    c: &mut common::Client,
+    v: f64,
+) {
+    s.now = *now;
+    dev.publish(s, v);
+    *now = s.now;
+    common::run(s, &mut [&mut *c], now, 300);
+}
+
+#[test]
+fn over_coaps_a_granted_reader_is_notified_until_its_grant_is_withdrawn() {
+    let (mut s, mut now, mut dev, mut c, _) = secure_observer(102);
+    for i in 0..3 {
+        let before = c.inbox.len();
+        publish_to(&mut s, &mut now, &mut dev, &mut c, f64::from(i));
+        assert_eq!(
+            c.inbox.len(),
+            before + 1,
+            "one notification inside the session"
+        );
+        let n = Message::parse(c.inbox.last().unwrap()).unwrap();
+        assert_eq!(n.code, Code::CONTENT);
+        assert!(n.observe().is_some());
+        verify(&n, &dev);
+    }
+    // The operator withdraws the grant (another process): the next reading is not sent; the
+    // refusal is, and the observation ends.
+    let reader = common::ed25519_identity(102);
+    sigil_server::Store::open(&s.db)
+        .unwrap()
+        .revoke_read(&reader, dev.device.identity())
+        .unwrap();
+    publish_to(&mut s, &mut now, &mut dev, &mut c, 9.0);
+    let last = Message::parse(c.inbox.last().unwrap()).unwrap();
+    assert_eq!(last.code, Code::FORBIDDEN);
+    assert_eq!(last.observe(), None);
+    assert!(
+        last.payload.is_empty() || !last.payload.starts_with(&[0xd2]),
+        "no reading"
+    );
+    assert_eq!(s.count("observe.ended.refused"), 1);
+    let before = c.inbox.len();
+    publish_to(&mut s, &mut now, &mut dev, &mut c, 10.0);
+    assert_eq!(c.inbox.len(), before, "nothing more");
+}
+
+#[test]
+fn over_coaps_an_observation_ends_with_its_session() {
+    let (mut s, mut now, mut dev, mut c, _) = secure_observer(103);
+    publish_to(&mut s, &mut now, &mut dev, &mut c, 1.0);
+    assert_eq!(s.count("observe.notified.non"), 1);
+    c.conn.close().unwrap();
+    common::run(&mut s, &mut [&mut c], &mut now, 300);
+    let before = c.inbox.len();
+    publish_to(&mut s, &mut now, &mut dev, &mut c, 2.0);
+    assert_eq!(c.inbox.len(), before);
+    assert_eq!(s.count("observe.ended.session"), 1);
+    assert_eq!(s.stats.get("observe.observers"), 0);
+}
+
+/// A reader whose session was made over the CoAP carrier (DTLS handshake inside CoAP,
+/// `sigil-dtls-coap`), then carries its records directly.
+struct CarrierReader {
+    addr: SocketAddr,
+    hs: Option<sigil_dtls_coap::Client<RustCrypto, common::AnyServer>>,
+    traffic: Option<sigil_dtls::Traffic<RustCrypto>>,
+    rng: sigil_testkit::Seeded,
+    inbox: Vec<Vec<u8>>,
+}
+
+impl common::Peer for CarrierReader {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = vec![];
+        let mut buf = [0u8; 2048];
+        if let Some(hs) = self.hs.as_mut() {
+            let _ = hs.handle_timeout(common::ms(now));
+            while let Some(n) = hs.poll_transmit(common::ms(now), &mut buf) {
+                out.push((self.addr, buf[..n].to_vec()));
+            }
+            if hs.is_established() {
+                self.traffic = self.hs.take().and_then(|h| h.into_traffic().ok());
+            }
+        }
+        if let Some(t) = self.traffic.as_mut() {
+            while let Some(n) = t.poll_transmit(common::ms(now), &mut buf) {
+                out.push((self.addr, buf[..n].to_vec()));
+            }
+        }
+        out
+    }
+    fn incoming(&mut self, now: u64, datagram: &[u8]) {
+        if let Some(hs) = self.hs.as_mut() {
+            let _ = hs.handle_datagram(common::ms(now), datagram, &mut self.rng);
+            return;
+        }
+        if let Some(t) = self.traffic.as_mut() {
+            let _ = t.handle_datagram(common::ms(now), datagram);
+            let mut buf = [0u8; 2048];
+            while let Some(n) = t.poll_app_data(&mut buf) {
+                self.inbox.push(buf[..n].to_vec());
+            }
+        }
+    }
+}
+
+#[test]
+fn over_the_coap_carrier_a_session_observes_too() {
+    use common::{run, Process};
+    let mut s = common::Secure::fresh(|_| {}, |_| {}, Process::default());
+    let mut dev = registered(&mut s, 1);
+    let mut now = s.now;
+    let reader = common::ed25519_identity(104);
+    let psk = [104u8; 16];
+    s.provision(&reader, Some(&psk));
+    let text = reader.to_string();
+    let mut rng = sigil_testkit::Seeded(104);
+    let hs = sigil_dtls_coap::Client::connect(
+        RustCrypto,
+        common::AnyServer,
+        sigil_dtls_coap::CarrierConfig::default(),
+        &mut rng,
+        sigil_dtls::Credentials::Psk {
+            identity: text.as_bytes(),
+            key: &psk,
+        },
+        common::ms(now),
+    )
+    .unwrap();
+    let mut c = CarrierReader {
+        addr: common::addr(104),
+        hs: Some(hs),
+        traffic: None,
+        rng,
+        inbox: vec![],
+    };
+    run(&mut s, &mut [&mut c], &mut now, 3_000);
+    assert!(c.traffic.is_some(), "the carrier handshake completed");
+    let topic = dev.topic();
+    c.traffic
+        .as_mut()
+        .unwrap()
+        .send(&observe_get(1, &[6], &topic, 0, None))
+        .unwrap();
+    run(&mut s, &mut [&mut c], &mut now, 300);
+    let m = Message::parse(c.inbox.last().expect("answered")).unwrap();
+    assert!(m.observe().is_some());
+    for i in 0..2 {
+        s.now = now;
+        dev.publish(&mut s, f64::from(i));
+        now = s.now;
+        run(&mut s, &mut [&mut c], &mut now, 300);
+        let n = Message::parse(c.inbox.last().unwrap()).unwrap();
+        assert!(n.observe().is_some());
+        verify(&n, &dev);
+    }
+    assert_eq!(c.inbox.len(), 3);
+}

@@ -71,6 +71,14 @@ struct Watch {
     charged: usize,
 }
 
+/// A notification waiting to be sent.
+pub(crate) struct Outgoing {
+    pub to: Endpoint,
+    pub auth: Option<crate::auth::PeerAuth>,
+    pub bytes: Vec<u8>,
+    id: Option<ObserverId>,
+}
+
 /// The latest reading of an observed registration.
 struct Latest {
     seq: u64,
@@ -85,8 +93,9 @@ pub(super) struct ObserveState {
     latest: HashMap<i64, Latest>,
     budget: ByteBudget,
     next_mid: u16,
-    /// Notifications to send, to plain and secure endpoints.
-    outbox: Vec<(Endpoint, Vec<u8>)>,
+    /// Notifications to send, to plain and secure endpoints, with the identity the observer's
+    /// session authenticated (a notification goes out only in a session of that identity).
+    outbox: Vec<Outgoing>,
     /// The latest (monotonic, wall) pair, for the checks a timer makes.
     clock: Option<(Instant, UnixTime)>,
     max_age: u32,
@@ -320,7 +329,12 @@ impl Dispatcher {
                 if let Reply::Response(r) = *reply {
                     let mid = self.observe.mid();
                     if let Some(b) = encode_final(&token, mid, &r) {
-                        self.observe.outbox.push((peer, b));
+                        self.observe.outbox.push(Outgoing {
+                            to: peer,
+                            auth: req.auth.clone(),
+                            bytes: b,
+                            id: None,
+                        });
                     }
                 }
             }
@@ -330,12 +344,12 @@ impl Dispatcher {
                 let Some(n) = self.observe.table.notification(id, now, mid, jitter) else {
                     return;
                 };
-                self.send_notice(peer, reg, n);
+                self.send_notice(id, peer, reg, n);
             }
         }
     }
 
-    fn send_notice(&mut self, peer: Endpoint, reg: i64, n: Notice) {
+    fn send_notice(&mut self, id: ObserverId, peer: Endpoint, reg: i64, n: Notice) {
         let szx = self.szx_for(peer);
         let latest = self.observe.latest.get(&reg);
         match encode_notification(&n, latest, self.observe.max_age, szx) {
@@ -345,7 +359,17 @@ impl Dispatcher {
                 } else {
                     "observe.notified.non"
                 });
-                self.observe.outbox.push((peer, b));
+                let auth = self
+                    .observe
+                    .watches
+                    .get(&id)
+                    .and_then(|w| w.request.auth.clone());
+                self.observe.outbox.push(Outgoing {
+                    to: peer,
+                    auth,
+                    bytes: b,
+                    id: Some(id),
+                });
             }
             None => self.count("observe.unencodable"),
         }
@@ -386,7 +410,7 @@ impl Dispatcher {
                     };
                     let (peer, reg) = (o.peer, o.resource);
                     self.count("observe.retransmitted");
-                    self.send_notice(peer, reg, n);
+                    self.send_notice(id, peer, reg, n);
                 }
                 Due::Refresh(id) => {
                     let wall = match self.observe.clock {
@@ -408,13 +432,44 @@ impl Dispatcher {
         }
     }
 
-    /// The notifications waiting to be sent (drained).
-    pub fn take_notifications(&mut self) -> Vec<(Endpoint, Vec<u8>)> {
-        std::mem::take(&mut self.observe.outbox)
+    /// The notifications waiting for plain (`secure` false) endpoints, to send from the
+    /// coap:// socket; those for DTLS sessions stay queued for
+    /// [`Dispatcher::take_secure_notifications`].
+    pub fn take_notifications_for(&mut self, secure: bool) -> Vec<super::Datagram> {
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.observe.outbox)
+            .into_iter()
+            .partition(|o| o.to.secure == secure);
+        self.observe.outbox = others;
+        mine.into_iter().map(|o| (o.to.addr, o.bytes)).collect()
     }
 
-    pub(super) fn observe_requeue(&mut self, items: Vec<(Endpoint, Vec<u8>)>) {
-        self.observe.outbox.extend(items);
+    /// The notifications for DTLS sessions whose session still authenticates the identity
+    /// that registered: `session_auth` says who the session at an address is now. An
+    /// observation whose session ended, or now belongs to someone else, ends unsent
+    /// (`observe.ended.session`).
+    pub(super) fn take_secure_notifications(
+        &mut self,
+        session_auth: impl Fn(&std::net::SocketAddr) -> Option<crate::auth::PeerAuth>,
+    ) -> Vec<super::Datagram> {
+        let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.observe.outbox)
+            .into_iter()
+            .partition(|o| o.to.secure);
+        self.observe.outbox = others;
+        let mut out = Vec::new();
+        for o in mine {
+            if session_auth(&o.to.addr) == o.auth && o.auth.is_some() {
+                out.push((o.to.addr, o.bytes));
+                continue;
+            }
+            if let Some(id) = o.id {
+                if self.observe.table.get(id).is_some() {
+                    self.observe.end(id);
+                    self.count("observe.ended.session");
+                    self.observe.publish_gauges(&self.stats);
+                }
+            }
+        }
+        out
     }
 
     /// When the observers' next timer is due.

@@ -131,6 +131,8 @@ pub struct Secure {
     pub dir: Option<tempfile::TempDir>,
     /// How many stored sessions the process restored at its start.
     pub restored: usize,
+    /// A virtual clock for drivers that keep none of their own (milliseconds).
+    pub now: u64,
 }
 
 impl Secure {
@@ -201,6 +203,7 @@ impl Secure {
             db,
             dir: None,
             restored,
+            now: 0,
         }
     }
 

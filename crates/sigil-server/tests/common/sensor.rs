@@ -1,7 +1,7 @@
 //! A signing sensor (the real `sigil-device` state machine) run against the in-memory coap://
 //! server: registered, publishing, and only ever handed what the server sent to its address.
 
-use super::{Plain as Server, NOW};
+use super::{Plain, Secure, NOW};
 use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
 use sigil_objects::senml::{Record, Value};
@@ -9,6 +9,45 @@ use sigil_server::store::IdentityKind;
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
+
+/// A server a sensor talks coap:// to, on a virtual clock.
+pub trait Server {
+    /// The virtual clock (milliseconds).
+    fn now(&mut self) -> &mut u64;
+    /// One batch of plain datagrams at the current time; what the server sends to coap://
+    /// addresses meanwhile.
+    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)>;
+    fn provision(&self, id: &sigil_identity::Identity, kind: IdentityKind);
+}
+
+impl Server for Plain {
+    fn now(&mut self) -> &mut u64 {
+        &mut self.now
+    }
+    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        Plain::deliver(self, batch)
+    }
+    fn provision(&self, id: &sigil_identity::Identity, kind: IdentityKind) {
+        Plain::provision(self, id, kind)
+    }
+}
+
+/// The coap:// side of the server that also has the DTLS layer.
+impl Server for Secure {
+    fn now(&mut self) -> &mut u64 {
+        &mut self.now
+    }
+    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        let now = self.now;
+        self.d.handle_at(batch, super::ms(now), super::wall(now))
+    }
+    fn provision(&self, id: &sigil_identity::Identity, kind: IdentityKind) {
+        sigil_server::Store::open(&self.db)
+            .unwrap()
+            .add_identity(id, kind, "", NOW)
+            .unwrap();
+    }
+}
 
 /// A sensor run against the server until nothing more happens.
 pub struct Sensor {
@@ -40,7 +79,7 @@ impl Sensor {
         }
     }
 
-    pub fn step(&mut self, s: &mut Server, for_ms: u64) {
+    pub fn step(&mut self, s: &mut impl Server, for_ms: u64) {
         self.step_collecting(s, for_ms, &mut Vec::new());
     }
 
@@ -48,13 +87,13 @@ impl Sensor {
     /// sensor and to anyone else, e.g. the notifications of its readings).
     pub fn step_collecting(
         &mut self,
-        s: &mut Server,
+        s: &mut impl Server,
         for_ms: u64,
         all: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
-        let until = s.now + for_ms;
+        let until = *s.now() + for_ms;
         loop {
-            let now = Instant::from_millis(s.now);
+            let now = Instant::from_millis(*s.now());
             self.device.handle_timeout(now, &mut self.storage).unwrap();
             let mut out = Vec::new();
             let mut buf = [0u8; 2048];
@@ -76,23 +115,23 @@ impl Sensor {
                 continue;
             }
             match self.device.poll_timeout() {
-                Some(t) if t.as_millis() <= until => s.now = s.now.max(t.as_millis()),
+                Some(t) if t.as_millis() <= until => *s.now() = (*s.now()).max(t.as_millis()),
                 _ => {
-                    s.now = until;
+                    *s.now() = until;
                     return;
                 }
             }
         }
     }
 
-    pub fn publish(&mut self, s: &mut Server, v: f64) {
+    pub fn publish(&mut self, s: &mut impl Server, v: f64) {
         self.publish_collecting(s, v, &mut Vec::new());
     }
 
     /// [`Sensor::publish`], keeping in `all` every datagram the server sent meanwhile.
     pub fn publish_collecting(
         &mut self,
-        s: &mut Server,
+        s: &mut impl Server,
         v: f64,
         all: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
@@ -103,7 +142,7 @@ impl Sensor {
         }];
         self.device
             .publish(
-                Instant::from_millis(s.now),
+                Instant::from_millis(*s.now()),
                 &mut self.storage,
                 &r,
                 Some(UnixTime::from_secs(NOW)),
@@ -120,7 +159,7 @@ impl Sensor {
 
 /// A registered sensor with `readings` stored readings (its history answer is > 1 KiB from
 /// about a dozen).
-pub fn sensor_with_history(s: &mut Server, readings: u32) -> Sensor {
+pub fn sensor_with_history(s: &mut impl Server, readings: u32) -> Sensor {
     let mut dev = registered(s, 1);
     for i in 0..readings {
         dev.publish(s, f64::from(i));
@@ -129,7 +168,7 @@ pub fn sensor_with_history(s: &mut Server, readings: u32) -> Sensor {
 }
 
 /// A sensor registered with a day's lifetime.
-pub fn registered(s: &mut Server, seed: u16) -> Sensor {
+pub fn registered(s: &mut impl Server, seed: u16) -> Sensor {
     let config = DeviceConfig {
         lifetime: std::time::Duration::from_secs(24 * 3600),
         ..Default::default()
