@@ -39,6 +39,11 @@ pub struct DemoSummary {
     pub readings_verified_by_application: usize,
     pub readings_failed_verification: usize,
     pub acknowledged_but_missing: usize,
+    /// Readings pushed to the follower (`sigil app --follow`'s library) as they were
+    /// published, each verified end to end on arrival.
+    pub readings_pushed_to_follower: u64,
+    /// Pushed readings that failed the follower's verification.
+    pub follower_failed: u64,
     pub attacks: Vec<attacks::AttackResult>,
     pub server_counters: BTreeMap<String, u64>,
     pub database: String,
@@ -205,6 +210,54 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
         }));
     }
     let bar = progress_bar(opts.quiet, opts.duration);
+    // A follower observes every topic (CoAP Observe) and verifies each reading as it is
+    // pushed; the first few are shown as they arrive.
+    let (pushed, follow_failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let follower = {
+        let (pushed, failed, trust, bar) = (
+            pushed.clone(),
+            follow_failed.clone(),
+            trust.clone(),
+            bar.clone(),
+        );
+        let duration = opts.duration;
+        let quiet = opts.quiet;
+        tokio::spawn(async move {
+            // The sensors register within their first interval.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let t = sigil_client::transport::Transport::open(
+                addr,
+                sigil_client::transport::Security::None,
+                Default::default(),
+            )
+            .await?;
+            let options = sigil_client::follow::FollowOptions {
+                duration: Some(duration.saturating_sub(Duration::from_millis(800))),
+                relookup: Duration::from_secs(2),
+                ..Default::default()
+            };
+            let mut shown = 0;
+            sigil_client::follow::follow(t, Some(&trust), &HashSet::new(), &options, |e| {
+                if let sigil_client::follow::Followed::Reading { sensor, reading } = e {
+                    pushed.fetch_add(1, Ordering::Relaxed);
+                    if reading.error.is_some() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !quiet && shown < 5 {
+                        shown += 1;
+                        let line = format!(
+                            "follower: sensor {} seq {} pushed as published, verified end to end: {}",
+                            sensor.label,
+                            reading.seq,
+                            reading.error.as_deref().unwrap_or("ok")
+                        );
+                        bar.suspend(|| eprintln!("{line}"));
+                    }
+                }
+            })
+            .await
+        })
+    };
     let start = Instant::now();
     let attack_at = opts.duration / 2;
     let mut attack_results = None;
@@ -212,9 +265,10 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
         tokio::time::sleep(Duration::from_millis(200)).await;
         bar.set_position(start.elapsed().as_secs());
         bar.set_message(format!(
-            "{} readings acknowledged, {} refused",
+            "{} readings acknowledged, {} refused, {} pushed to the follower",
             acked.load(Ordering::Relaxed),
-            rejected.load(Ordering::Relaxed)
+            rejected.load(Ordering::Relaxed),
+            pushed.load(Ordering::Relaxed)
         ));
         if attack_results.is_none()
             && start.elapsed() >= attack_at
@@ -227,8 +281,14 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
     if attack_results.is_none() {
         attack_results = Some(attacks::run_all(addr, &stats).await?);
     }
-    bar.finish_and_clear();
     let _ = stop_tx.send(true);
+    match tokio::time::timeout(Duration::from_secs(5), follower).await {
+        Ok(Ok(Ok(_))) => {}
+        Ok(Ok(Err(e))) => eprintln!("{}", format!("follower stopped: {e:#}")),
+        Ok(Err(e)) => eprintln!("{}", format!("follower task: {e}")),
+        Err(_) => eprintln!("{}", "follower did not stop within 5 s".to_string()),
+    }
+    bar.finish_and_clear();
     let mut reports: Vec<SensorReport> = Vec::new();
     for t in tasks {
         reports.push(t.await.context("sensor task")??);
@@ -248,6 +308,8 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
         readings_verified_by_application: found.verified,
         readings_failed_verification: found.failed,
         acknowledged_but_missing: found.missing,
+        readings_pushed_to_follower: pushed.load(Ordering::Relaxed),
+        follower_failed: follow_failed.load(Ordering::Relaxed),
         attacks: attack_results.unwrap_or_default(),
         server_counters: stats.snapshot(),
         database: db.display().to_string(),
@@ -349,6 +411,14 @@ pub fn print_summary(s: &DemoSummary) {
     println!(
         "  acknowledged but missing              {:>7}",
         s.acknowledged_but_missing
+    );
+    println!(
+        "  pushed to the follower (Observe)      {:>7}",
+        s.readings_pushed_to_follower
+    );
+    println!(
+        "  failed verification in the follower   {:>7}",
+        s.follower_failed
     );
     println!("\nattacks:");
     for a in &s.attacks {

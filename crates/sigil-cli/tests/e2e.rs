@@ -264,6 +264,12 @@ fn demo_refuses_every_attack_and_loses_nothing() {
     assert_eq!(summary["acknowledged_but_missing"], 0);
     assert_eq!(summary["readings_failed_verification"], 0);
     assert!(summary["readings_acknowledged"].as_u64().unwrap() > 20);
+    // A follower observed the topics: readings were pushed to it and verified on arrival.
+    assert!(
+        summary["readings_pushed_to_follower"].as_u64().unwrap() > 8,
+        "{summary}"
+    );
+    assert_eq!(summary["follower_failed"], 0);
     let attacks = summary["attacks"].as_array().unwrap();
     assert_eq!(attacks.len(), 8);
     for a in attacks {

@@ -49,11 +49,13 @@ pub async fn run(a: DemoArgs) -> Result<i32> {
     }
     let ok = summary.acknowledged_but_missing == 0
         && summary.readings_failed_verification == 0
+        && summary.readings_pushed_to_follower > 0
+        && summary.follower_failed == 0
         && summary.attacks.iter().all(|x| x.refused)
         && summary.readings_acknowledged > 0
         && summary.access.ok();
     if !ok {
-        eprintln!("sigil demo: FAILED (an acknowledged reading is missing, a reading failed verification, an attack was accepted, or an access-control step did not go as expected)");
+        eprintln!("sigil demo: FAILED (an acknowledged reading is missing, a reading failed verification, the follower received nothing or a reading that failed, an attack was accepted, or an access-control step did not go as expected)");
     }
     Ok(if ok { 0 } else { 1 })
 }
