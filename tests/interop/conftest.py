@@ -1,7 +1,9 @@
 """Fixtures for interop tests: a running `sigil server` and helpers written independently of
 the Rust code (identities with hashlib, per docs/identity.md)."""
 import hashlib
+import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -87,9 +89,12 @@ class Server:
         self.dport = free_port()
         self.uri = f"coap://127.0.0.1:{self.port}"
         self.coaps = f"coaps://127.0.0.1:{self.dport}"
-        self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}",
-                                      "--dtls-listen", f"127.0.0.1:{self.dport}", "--db", self.db, *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        # Its stderr (logs, and the counters as JSON when it stops) is kept for stop_stats().
+        self.stderr_path = tmp_path / f"server-{self.port}.stderr"
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen([SIGIL, "server", "--listen", f"127.0.0.1:{self.port}",
+                                          "--dtls-listen", f"127.0.0.1:{self.dport}", "--db", self.db, *extra],
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
         # Its start-up lines (coap:// address, its key, then
         # "sigil server listening on coaps://ADDR (DTLS server identity ID)").
         self.identity = None
@@ -107,8 +112,16 @@ class Server:
         sigil(*args)
 
     def stop(self):
-        self.proc.kill()
+        if self.proc.poll() is None:
+            self.proc.kill()
         self.proc.wait()
+
+    def stop_stats(self) -> dict:
+        """Stops the server with SIGTERM and returns the counters it prints on stderr as JSON."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=20)
+        err = self.stderr_path.read_text()
+        return json.JSONDecoder().raw_decode(err[err.rindex("\n{") + 1:])[0]
 
 
 @pytest.fixture
