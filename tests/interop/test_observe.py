@@ -175,6 +175,44 @@ def test_aiocoap_observes_a_topic_and_pycose_verifies_each_notification(server, 
     assert stats.get("observe.observers") == 0, "the cancelled observation is gone"
 
 
+def test_aiocoap_observation_ends_with_the_refusal_when_the_sensor_is_revoked(server, tmp_path):
+    """Before each notification the server checks the reader's right again (here at the
+    one-second refresh): once the sensor is revoked the observer gets the refusal as the last
+    notification, without Observe (RFC 7641 §3.2), and aiocoap ends the observation."""
+    sensor = Sensor(server, tmp_path)
+
+    async def scenario():
+        ctx = await Context.create_client_context()
+        try:
+            msg = Message(code=GET, uri=sensor.href, observe=0)
+            first = await asyncio.wait_for(ctx.request(msg.copy()).response, 10)
+            assert first.code == Code.UNAUTHORIZED and first.opt.echo is not None, first
+            req = ctx.request(msg.copy(echo=first.opt.echo))
+            got, ended = [], []
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                req.observation.register_callback(got.append)
+                req.observation.register_errback(ended.append)
+            resp = await asyncio.wait_for(req.response, 10)
+            assert resp.code == Code.CONTENT and resp.opt.observe is not None, resp
+            start = sensor.verify(resp.payload)
+            await asyncio.to_thread(sensor.publish, 1)
+            assert await wait_until(lambda: any(n.payload and sensor.verify(n.payload) > start
+                                                for n in got if n.code == Code.CONTENT), 10), got
+            await asyncio.to_thread(sigil, "provision", "--db", server.db, "revoke", sensor.identity)
+            assert await wait_until(lambda: ended, 10), f"the observation did not end: {got}"
+            last = got[-1]
+            assert last.code == Code.FORBIDDEN and last.opt.observe is None, last
+            assert all(n.code == Code.CONTENT for n in got[:-1]), got
+        finally:
+            await ctx.shutdown()
+
+    asyncio.run(scenario())
+    stats = server.stop_stats()
+    assert stats.get("observe.registered", 0) == 1, stats
+    assert stats.get("observe.ended.refused", 0) == 1, stats
+    assert stats.get("observe.observers") == 0, stats
+
 def readings_in(data: bytes):
     """The readings coap-client wrote one after another (-o): each as the bytes it came as."""
     f = io.BytesIO(data)
