@@ -123,9 +123,9 @@ pub enum Carrier {
 }
 
 /// Trusts exactly the server's pinned identity (raw public keys), or chains to the anchors
-/// at the current time (X.509), whose certified key must hash to the pinned identity when
-/// there is one. The last key the server presented is kept, so a refused pin can say which
-/// identity the server showed.
+/// at the time the handshake passes (X.509; the transport sets it when the handshake starts),
+/// whose certified key must hash to the pinned identity when there is one. The last key the
+/// server presented is kept, so a refused pin can say which identity the server showed.
 struct PinnedServer(
     Option<Identity>,
     Vec<Vec<u8>>,
@@ -147,10 +147,13 @@ impl Trust for PinnedServer {
             .is_some_and(|id| Identity::of_key(&RustCrypto, key, b"").is_ok_and(|k| k == id))
     }
 
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
+    fn certificate_chain(
+        &self,
+        chain: &[&[u8]],
+        now: sigil_time::UnixTime,
+    ) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        let key =
-            sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, crate::os::unix_now())?;
+        let key = sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, now)?;
         self.presented(&key);
         match self.0 {
             Some(_) if !self.trusted_key(&key) => Err(sigil_dtls::Error::UntrustedKey),
@@ -450,6 +453,15 @@ impl Transport {
         Ok(())
     }
 
+    /// The DTLS settings for a handshake starting now, with the wall clock's time at which
+    /// the server's certificate chain is checked (the core reads no clock).
+    fn handshake_config(&self) -> Config {
+        Config {
+            now: crate::os::unix_now(),
+            ..self.config
+        }
+    }
+
     /// A handshake in DTLS records (resuming the last session if there is one).
     async fn handshake_records(
         &mut self,
@@ -458,9 +470,10 @@ impl Transport {
     ) -> Result<Session, HandshakeFailure> {
         let now = self.now();
         let rng = &mut crate::os::OsRng;
+        let config = self.handshake_config();
         let conn = match &self.resumable {
-            Some(s) => Connection::resume(RustCrypto, trust, self.config, rng, credentials, s, now),
-            None => Connection::connect(RustCrypto, trust, self.config, rng, credentials, now),
+            Some(s) => Connection::resume(RustCrypto, trust, config, rng, credentials, s, now),
+            None => Connection::connect(RustCrypto, trust, config, rng, credentials, now),
         };
         let mut conn: Box<Handshake> = Box::new(conn?);
         let started = Instant::now();
@@ -510,7 +523,7 @@ impl Transport {
         credentials: Credentials<'_>,
     ) -> Result<Session, HandshakeFailure> {
         let config = sigil_dtls_coap::CarrierConfig {
-            dtls: self.config,
+            dtls: self.handshake_config(),
             ..Default::default()
         };
         let rng = &mut crate::os::OsRng;
@@ -833,21 +846,26 @@ mod tests {
     fn a_pinned_x509_server_must_be_the_one_the_certificate_names() {
         let anchors = vec![pki::ROOT.to_vec()];
         let chain = pki::server_chain();
+        let now = crate::os::unix_now();
         // Chained to the anchor, no identity pinned: the CA alone decides.
         assert!(PinnedServer(None, anchors.clone(), Default::default())
-            .certificate_chain(&chain)
+            .certificate_chain(&chain, now)
             .is_ok());
+        // The chain is checked at the time the handshake passes, not at the OS clock's.
+        assert!(PinnedServer(None, anchors.clone(), Default::default())
+            .certificate_chain(&chain, sigil_time::UnixTime::from_secs(0))
+            .is_err());
         // Pinned to the server's identity: accepted.
         let server = identity_of(pki::SERVER);
         let key = PinnedServer(Some(server), anchors.clone(), Default::default())
-            .certificate_chain(&chain)
+            .certificate_chain(&chain, now)
             .unwrap();
         assert_eq!(Identity::of_key(&RustCrypto, &key, b"").unwrap(), server);
         // A device certified by the same CA cannot stand in for the pinned server.
         let device_chain = pki::client_chain();
         assert_eq!(
             PinnedServer(Some(server), anchors, Default::default())
-                .certificate_chain(&device_chain)
+                .certificate_chain(&device_chain, now)
                 .unwrap_err(),
             sigil_dtls::Error::UntrustedKey
         );

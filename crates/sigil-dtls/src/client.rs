@@ -421,7 +421,8 @@ impl ExpectCertificate {
         if m.msg_type != HandshakeType::CERTIFICATE || !cfg!(feature = "ecdhe-ecdsa") {
             return Err(Error::UnexpectedHandshake(m.msg_type.0));
         }
-        let key = trust::peer_certificate(cx.trust, m.body, self.hs.base.server_x509)?;
+        let key =
+            trust::peer_certificate(cx.trust, m.body, self.hs.base.server_x509, cx.config.now)?;
         if key.is_rsa() != self.hs.base.kx().with_rsa() {
             return Err(Error::KeyNotForSuite);
         }

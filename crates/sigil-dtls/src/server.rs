@@ -28,6 +28,7 @@ use crate::{Error, Reader, Writer};
 use sigil_crypto::{AgreementAlgorithm, AgreementSecret, CryptoProvider, Rng, SignatureAlgorithm};
 #[cfg(feature = "rsa-kx")]
 use sigil_crypto::{RsaSecretKey, SeededRng};
+use sigil_time::UnixTime;
 
 /// RSA key transport: the server's key and the randomness its decryption takes (the
 /// replacement premaster secret, blinding), seeded at accept from the caller's RNG.
@@ -55,6 +56,9 @@ pub(crate) struct ServerBase {
     client_random: [u8; 32],
     server_random: [u8; 32],
     session_id: Option<[u8; 32]>,
+    /// The caller's Unix time for the ClientHello ([`ServerCredentials::now`]): a client
+    /// certificate chain is checked at it.
+    now: UnixTime,
 }
 
 /// Whether this server takes static ECDH: only with the feature and the caller's
@@ -184,6 +188,7 @@ pub(crate) fn accept<C: CryptoProvider, T: Trust>(
         client_random: *ch.random,
         server_random: [0; 32],
         session_id: None,
+        now: offer.now,
     };
     rng.fill(&mut base.server_random)?;
     cx.rl.replay[0].accept(rec.header.sequence);
@@ -541,7 +546,7 @@ impl ExpectCertificate {
         if m.body.len() <= 3 {
             return Err(Error::MissingClientKey);
         }
-        let key = trust::peer_certificate(cx.trust, m.body, self.x509)?;
+        let key = trust::peer_certificate(cx.trust, m.body, self.x509, self.base.now)?;
         if key.is_rsa() != kx_of(self.base.suite).with_rsa() {
             return Err(Error::KeyNotForSuite);
         }

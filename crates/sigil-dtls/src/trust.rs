@@ -26,7 +26,9 @@ use sigil_identity::Identity;
 use sigil_time::UnixTime;
 
 /// What this side trusts: pre-shared keys by identity (RFC 4279 §5.1) and peers' raw public
-/// keys. A connection asks it at the moment the peer presents either.
+/// keys. A connection asks it at the moment the peer presents either; a certificate chain is
+/// checked at the time the caller gave the handshake (a client's [`crate::Config::now`], a
+/// server's [`ServerCredentials::now`]), so no implementation needs a clock of its own.
 pub trait Trust {
     /// Writes the key for `identity` into `key` and returns its length, or `None`.
     fn psk(&self, identity: &[u8], key: &mut [u8; MAX_PSK_LEN]) -> Option<usize> {
@@ -40,17 +42,17 @@ pub trait Trust {
         false
     }
 
-    /// Validates the peer's X.509 chain (leaf first) and returns the leaf's key; see
-    /// [`X509Anchors`].
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
-        let _ = chain;
+    /// Validates the peer's X.509 chain (leaf first) at the caller's Unix time `now` and
+    /// returns the leaf's key; see [`X509Anchors`].
+    fn certificate_chain(&self, chain: &[&[u8]], now: UnixTime) -> Result<PublicKey, Error> {
+        let _ = (chain, now);
         Err(Error::UnknownCa)
     }
 
     /// [`Trust::certificate_chain`] for a leaf of any key type the build supports (with the
     /// `rsa` feature, RSA keys too); by default, the leaf's key as `certificate_chain` gives it.
-    fn certificate_chain_any(&self, chain: &[&[u8]]) -> Result<CertifiedKey, Error> {
-        self.certificate_chain(chain).map(CertifiedKey::Key)
+    fn certificate_chain_any(&self, chain: &[&[u8]], now: UnixTime) -> Result<CertifiedKey, Error> {
+        self.certificate_chain(chain, now).map(CertifiedKey::Key)
     }
 }
 
@@ -61,17 +63,18 @@ impl<T: Trust + ?Sized> Trust for &T {
     fn trusted_key(&self, key: &PublicKey) -> bool {
         (**self).trusted_key(key)
     }
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
-        (**self).certificate_chain(chain)
+    fn certificate_chain(&self, chain: &[&[u8]], now: UnixTime) -> Result<PublicKey, Error> {
+        (**self).certificate_chain(chain, now)
     }
-    fn certificate_chain_any(&self, chain: &[&[u8]]) -> Result<CertifiedKey, Error> {
-        (**self).certificate_chain_any(chain)
+    fn certificate_chain_any(&self, chain: &[&[u8]], now: UnixTime) -> Result<CertifiedKey, Error> {
+        (**self).certificate_chain_any(chain, now)
     }
 }
 
-/// Trusts X.509 chains that lead to one of `anchors` (DER certificates) at the caller's time
-/// `now` (RFC 7925 §4.4.2; the time comes from the caller, so the library reads no clock).
-/// Raw public keys are checked by `rpk`.
+/// Trusts X.509 chains that lead to one of `anchors` (DER certificates) at the fixed time
+/// `now` it was made with (RFC 7925 §4.4.2), whatever time the handshake passes: for callers
+/// that check at one known time (tests, a device with a build date). Raw public keys are
+/// checked by `rpk`.
 pub struct X509Anchors<'a, C, R = NoTrust> {
     pub crypto: C,
     pub anchors: &'a [&'a [u8]],
@@ -86,10 +89,10 @@ impl<C: CryptoProvider, R: Trust> Trust for X509Anchors<'_, C, R> {
     fn trusted_key(&self, key: &PublicKey) -> bool {
         self.rpk.trusted_key(key)
     }
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, Error> {
+    fn certificate_chain(&self, chain: &[&[u8]], _: UnixTime) -> Result<PublicKey, Error> {
         crate::x509::verify_chain(&self.crypto, chain, self.anchors, self.now)
     }
-    fn certificate_chain_any(&self, chain: &[&[u8]]) -> Result<CertifiedKey, Error> {
+    fn certificate_chain_any(&self, chain: &[&[u8]], _: UnixTime) -> Result<CertifiedKey, Error> {
         crate::x509::verify_chain_any(&self.crypto, chain, self.anchors, self.now)
     }
 }
@@ -168,6 +171,10 @@ pub struct ServerCredentials<'a> {
     /// `requested_session`), if the caller has it: the handshake is then abbreviated, after
     /// the peer's credentials are checked against [`Trust`] again.
     pub resume: Option<&'a Session>,
+    /// The caller's Unix time for this ClientHello: a client certificate chain is checked at
+    /// it ([`Trust::certificate_chain`]). The handshake reads no clock; left at zero, every
+    /// chain is refused as not yet valid.
+    pub now: UnixTime,
 }
 
 impl ServerCredentials<'_> {
@@ -183,6 +190,7 @@ impl ServerCredentials<'_> {
         connection_id: &[],
         issue_session_ids: false,
         resume: None,
+        now: UnixTime::from_secs(0),
     };
 }
 
@@ -516,11 +524,12 @@ pub(crate) fn static_ecdh_key(key: &TrustedKey) -> Result<([u8; 65], PeerVerifie
 }
 
 /// A Certificate message (RFC 7250 §3 raw public key, or an RFC 5246 §7.4.2 X.509 chain),
-/// parsed, then checked against [`Trust`].
+/// parsed, then checked against [`Trust`] (a chain at the caller's time `now`).
 pub(crate) fn peer_certificate<T: Trust + ?Sized>(
     trust: &T,
     body: &[u8],
     x509: bool,
+    now: UnixTime,
 ) -> Result<TrustedKey, Error> {
     if x509 {
         let mut r = Reader::new(body);
@@ -537,7 +546,9 @@ pub(crate) fn peer_certificate<T: Trust + ?Sized>(
             chain[n] = list.take(l, "ASN.1Cert")?;
             n += 1;
         }
-        return trust.certificate_chain_any(&chain[..n]).map(TrustedKey);
+        return trust
+            .certificate_chain_any(&chain[..n], now)
+            .map(TrustedKey);
     }
     let mut r = Reader::new(body);
     let len = r.u24("Certificate")? as usize;

@@ -68,7 +68,11 @@ impl Trust for AllTrust {
     fn trusted_key(&self, key: &PublicKey) -> bool {
         Identity::of_key(&RustCrypto, key, b"").is_ok_and(|id| keys().ids.contains(&id))
     }
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
+    fn certificate_chain(
+        &self,
+        chain: &[&[u8]],
+        _: sigil_time::UnixTime,
+    ) -> Result<PublicKey, sigil_dtls::Error> {
         sigil_dtls::x509::verify_chain(&RustCrypto, chain, &[pki::ROOT], NOW_UNIX)
     }
 }
@@ -132,6 +136,7 @@ fn run_mode(mode: Mode, seed: u64, one_in: Option<u32>, readings: usize) -> Outc
         connection_id: &[0xc1, 0xd0, 1, 2, 3, 4, 5, 6],
         issue_session_ids: true,
         resume: resume.map(|(_, s)| s),
+        now: NOW_UNIX,
     };
     let mut rng = Seeded::new(seed);
     let client = match resume {

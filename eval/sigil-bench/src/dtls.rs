@@ -53,6 +53,7 @@ impl Trust for BenchTrust {
     fn certificate_chain(
         &self,
         chain: &[&[u8]],
+        _: sigil_time::UnixTime,
     ) -> Result<sigil_crypto::PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.anchors.iter().map(Vec::as_slice).collect();
         sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, sigil_client::os::unix_now())

@@ -181,7 +181,11 @@ impl Trust for SimTrust {
     fn trusted_key(&self, key: &PublicKey) -> bool {
         pki().trusted.contains(key)
     }
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
+    fn certificate_chain(
+        &self,
+        chain: &[&[u8]],
+        _: sigil_time::UnixTime,
+    ) -> Result<PublicKey, sigil_dtls::Error> {
         match &self.0 {
             Some(m) => sigil_dtls::x509::verify_chain(m, chain, &[&pki().root], NOW_UNIX),
             None => sigil_dtls::x509::verify_chain(&RustCrypto, chain, &[&pki().root], NOW_UNIX),

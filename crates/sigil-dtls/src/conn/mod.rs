@@ -31,6 +31,7 @@ pub(crate) use record_layer::{read_alert, Epoch1, RecordLayer};
 
 use crate::Error;
 use core::time::Duration;
+use sigil_time::UnixTime;
 
 /// Timing and size parameters.
 #[derive(Clone, Copy, Debug)]
@@ -67,6 +68,11 @@ pub struct Config {
     /// the server's ID then goes into every protected record the client sends, so the
     /// server keeps the session when the client's address changes.
     pub connection_id: bool,
+    /// A client's Unix time for its handshake, given by the caller when it connects: the
+    /// server's certificate chain is checked at it ([`crate::Trust::certificate_chain`]; the
+    /// library reads no clock). Left at zero, every chain is refused as not yet valid. A
+    /// server takes the time of each ClientHello from [`crate::ServerCredentials::now`].
+    pub now: UnixTime,
 }
 
 impl Default for Config {
@@ -83,6 +89,7 @@ impl Default for Config {
             #[cfg(feature = "rsa-kx")]
             danger_rsa_key_transport: false,
             connection_id: false,
+            now: UnixTime::from_secs(0),
         }
     }
 }

@@ -11,7 +11,7 @@ use sigil_crypto::{Rng, RustCrypto};
 use sigil_dtls::record::RecordFacts;
 use sigil_dtls::{Connection, Stateless};
 use sigil_identity::Identity;
-use sigil_time::Instant;
+use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -228,10 +228,12 @@ impl SecureLayer {
     }
 
     /// A ClientHello: the stateless cookie exchange, then (cookie valid, room in the tables)
-    /// a handshake slot.
+    /// a handshake slot; a client certificate is checked at the caller's Unix time `unix`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new_handshake(
         &mut self,
         now: Instant,
+        unix: UnixTime,
         rng: &mut dyn Rng,
         peer: SocketAddr,
         datagram: &[u8],
@@ -314,6 +316,7 @@ impl SecureLayer {
             &chain,
             cid.as_ref(),
             resume.as_ref(),
+            unix,
         );
         match Connection::accept(
             RustCrypto,

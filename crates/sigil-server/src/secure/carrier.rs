@@ -9,7 +9,7 @@ use crate::budget::Host;
 use sigil_crypto::{Rng, RustCrypto};
 use sigil_dtls::record::RecordFacts;
 use sigil_dtls_coap::{Endpoint, Standing};
-use sigil_time::Instant;
+use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
 /// The handshakes a CoAP-carrier table refused on a flight (4.03), so far.
@@ -98,6 +98,7 @@ impl SecureLayer {
     pub(super) fn carrier_datagram(
         &mut self,
         now: Instant,
+        unix: UnixTime,
         rng: &mut dyn Rng,
         peer: SocketAddr,
         datagram: &[u8],
@@ -164,6 +165,7 @@ impl SecureLayer {
             &chain,
             cid.as_ref(),
             resume.as_ref(),
+            unix,
         );
         let standing = if known {
             Standing::Known

@@ -437,12 +437,11 @@ impl SecureLayer {
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) -> Vec<Delivered> {
         self.count("dtls.received");
-        self.trust.set_time(unix);
         self.wall = unix;
         self.end_revoked_sessions(now, out);
         forget_claimed();
         if !self.carrier.is_empty() && !sigil_dtls_coap::is_dtls_record(datagram) {
-            return self.carrier_datagram(now, rng, peer, datagram, out);
+            return self.carrier_datagram(now, unix, rng, peer, datagram, out);
         }
         let facts = RecordFacts::parse(datagram, CID_LEN).ok();
         let client_hello = facts.as_ref().is_some_and(RecordFacts::is_client_hello);
@@ -461,7 +460,7 @@ impl SecureLayer {
                 .get(&peer)
                 .is_some_and(|p| random.is_some_and(|r| r != p.hello_random))
         {
-            self.new_handshake(now, rng, peer, datagram, facts.as_ref(), out);
+            self.new_handshake(now, unix, rng, peer, datagram, facts.as_ref(), out);
             return Vec::new();
         }
         if let Some(mut p) = self.handshakes.remove(&peer) {
@@ -509,7 +508,7 @@ impl SecureLayer {
             }
         }
         if client_hello {
-            self.new_handshake(now, rng, peer, datagram, facts.as_ref(), out);
+            self.new_handshake(now, unix, rng, peer, datagram, facts.as_ref(), out);
             return Vec::new();
         }
         let (mut p, moved_from) = match self.sessions.remove(&peer) {
@@ -691,7 +690,6 @@ impl SecureLayer {
         unix: UnixTime,
         out: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
-        self.trust.set_time(unix);
         self.wall = unix;
         self.end_revoked_sessions(now, out);
         let due: Vec<SocketAddr> = self
@@ -819,13 +817,15 @@ fn chain_of(config: &DtlsConfig) -> Vec<&[u8]> {
 }
 
 /// What a ClientHello is offered (either carrier): the server's key, its chain, PSKs, a fresh
-/// connection ID and the session it asks to resume.
+/// connection ID, the session it asks to resume, and the caller's Unix time `now`, at which a
+/// client certificate chain is checked.
 fn offer<'a>(
     config: &DtlsConfig,
     key: &'a SecretKey,
     chain: &'a [&'a [u8]],
     cid: Option<&'a [u8; CID_LEN]>,
     resume: Option<&'a Session>,
+    now: UnixTime,
 ) -> ServerCredentials<'a> {
     ServerCredentials {
         issue_session_ids: config.resumption,
@@ -835,6 +835,7 @@ fn offer<'a>(
         key: (config.rpk || !chain.is_empty()).then_some(key),
         require_client_key: config.require_client_auth,
         chain: (!chain.is_empty()).then_some(chain),
+        now,
     }
 }
 

@@ -25,7 +25,6 @@ impl SecureLayer {
     /// many were restored.
     pub fn restore_sessions(&mut self, store: Store, now: Instant, unix: UnixTime) -> usize {
         self.wall = unix;
-        self.trust.set_time(unix);
         let rows = match store.dtls_sessions() {
             Ok(r) => r,
             Err(e) => {

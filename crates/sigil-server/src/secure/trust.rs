@@ -10,34 +10,26 @@ use sigil_dtls::{Peer as DtlsPeer, Traffic, Trust};
 use sigil_identity::Identity;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-/// What DTLS trusts, shared by every connection and refreshed from the authorized list, with
-/// the time certificates are checked at (the caller's, set on every call into the layer).
-/// The last field counts [`SharedTrust::replace`]s, so the layer notices new credentials.
+/// What DTLS trusts, shared by every connection and refreshed from the authorized list: the
+/// credentials, the trust anchors for client certificates, and how many times the credentials
+/// were replaced ([`SharedTrust::replace`]), so the layer notices new ones. It holds no clock:
+/// a certificate chain is checked at the time the handshake passes (the caller's, given with
+/// each ClientHello's offer).
 #[derive(Clone, Default)]
-pub struct SharedTrust(
-    Arc<RwLock<Credentials>>,
-    Arc<Vec<Vec<u8>>>,
-    Arc<AtomicI64>,
-    Arc<AtomicU64>,
-);
+pub struct SharedTrust(Arc<RwLock<Credentials>>, Arc<Vec<Vec<u8>>>, Arc<AtomicU64>);
 
 impl SharedTrust {
     /// With trust anchors for client certificates.
     pub fn with_anchors(anchors: Vec<Vec<u8>>) -> Self {
-        Self(
-            Arc::default(),
-            Arc::new(anchors),
-            Arc::default(),
-            Arc::default(),
-        )
+        Self(Arc::default(), Arc::new(anchors), Arc::default())
     }
 
     /// How many times the credentials were replaced.
     pub(super) fn generation(&self) -> u64 {
-        self.3.load(Ordering::Acquire)
+        self.2.load(Ordering::Acquire)
     }
 
     /// Whether `auth` speaks for a revoked identity: a PSK or raw public key of one, or a
@@ -48,18 +40,13 @@ impl SharedTrust {
             .is_ok_and(|g| g.revoked.contains(auth.identity()))
     }
 
-    /// The time certificate chains are checked at from now on.
-    pub(super) fn set_time(&self, now: UnixTime) {
-        self.2.store(now.as_secs(), Ordering::Relaxed);
-    }
-
     /// New credentials; the layer ends the sessions of identities they revoke at its next
     /// call ([`SecureLayer::handle_datagram`], [`SecureLayer::handle_timeout`]).
     pub fn replace(&self, c: Credentials) {
         if let Ok(mut g) = self.0.write() {
             *g = c;
         }
-        self.3.fetch_add(1, Ordering::AcqRel);
+        self.2.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Whether `auth` is the session of a PSK-only node, which is never kept across a restart.
@@ -110,12 +97,15 @@ impl Trust for SharedTrust {
             .is_ok_and(|g| g.authorized.contains(&id) || g.token_keys.contains(&id))
     }
 
-    /// A certificate chain must reach a configured anchor at the current time, and the
-    /// certified key must be one the authorized list trusts: the CA vouches for the key,
-    /// provisioning still decides who may connect.
-    fn certificate_chain(&self, chain: &[&[u8]]) -> Result<PublicKey, sigil_dtls::Error> {
+    /// A certificate chain must reach a configured anchor at `now` (the caller's Unix time
+    /// for the ClientHello), and the certified key must be one the authorized list trusts:
+    /// the CA vouches for the key, provisioning still decides who may connect.
+    fn certificate_chain(
+        &self,
+        chain: &[&[u8]],
+        now: UnixTime,
+    ) -> Result<PublicKey, sigil_dtls::Error> {
         let anchors: Vec<&[u8]> = self.1.iter().map(Vec::as_slice).collect();
-        let now = UnixTime::from_secs(self.2.load(Ordering::Relaxed));
         let key = sigil_dtls::x509::verify_chain(&RustCrypto, chain, &anchors, now)?;
         if !self.trusted_key(&key) {
             return Err(sigil_dtls::Error::UntrustedKey);
