@@ -26,10 +26,11 @@
 //! Nothing here calls a signing, key-generation or key-agreement function of the provider,
 //! so an image built around a `PskNode` links no public-key code (firmware `psk_sensor`).
 
-use crate::exchange::{Incoming, Queue};
+use crate::exchange::{Queue, Requests};
 use crate::machine::{fmt_into, DeviceError, DeviceStats, PublishOutcome, Resource, MAX_DATAGRAM};
 use crate::storage::{DeviceStorage, Reservation};
 use core::time::Duration;
+use sigil_coap::exchange::client::{Incoming, RequestId};
 use sigil_coap::message::option;
 use sigil_coap::{
     Code, ContentFormat, Message, MessageBuilder, MessageType, TransmissionParameters,
@@ -49,7 +50,6 @@ pub const MAX_PSK_LEN: usize = 64;
 const MAX_LOCATION: usize = 24;
 const MAX_SENML: usize = 256;
 const EVENT_QUEUE: usize = 8;
-const EMPTY_QUEUE: usize = 4;
 
 /// How a PSK node authenticates its readings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,8 +137,6 @@ enum Exchange {
     Publish { seq: Option<u64> },
 }
 
-type Outstanding = crate::exchange::Outstanding<Exchange>;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Unregistered { retry_at: Instant },
@@ -157,8 +155,7 @@ pub struct PskNode<C> {
     state: State,
     location: [u8; MAX_LOCATION],
     location_len: usize,
-    outstanding: Option<Outstanding>,
-    empties: Queue<[u8; 4], EMPTY_QUEUE>,
+    requests: Requests<Exchange>,
     events: Queue<PskEvent, EVENT_QUEUE>,
     next_mid: u16,
     token_seed: [u8; 16],
@@ -177,8 +174,6 @@ pub struct PskNode<C> {
     refusals: u32,
     /// Server errors (5.xx other than 5.03) in a row for readings, for their back-off.
     server_errors: u32,
-    /// Message IDs of recent Confirmable responses, re-acknowledged if they come again.
-    recent_con: [Option<u16>; 4],
     pub stats: DeviceStats,
 }
 
@@ -223,8 +218,7 @@ impl<C: CryptoProvider> PskNode<C> {
             },
             location: [0; MAX_LOCATION],
             location_len: 0,
-            outstanding: None,
-            empties: Queue::new(),
+            requests: Requests::new(config.transmission),
             events: Queue::new(),
             next_mid: u16::from_be_bytes([seed[16], seed[17]]),
             token_seed,
@@ -238,7 +232,6 @@ impl<C: CryptoProvider> PskNode<C> {
             republish_at: Instant::ZERO,
             refusals: 0,
             server_errors: 0,
-            recent_con: [None; 4],
             stats: DeviceStats::default(),
         })
     }
@@ -265,7 +258,7 @@ impl<C: CryptoProvider> PskNode<C> {
     pub fn can_publish(&self) -> bool {
         self.is_registered()
             && !self.republish
-            && self.outstanding.as_ref().is_none_or(|o| !o.confirmable)
+            && self.requests.iter().all(|(_, o)| !o.is_confirmable())
     }
 
     /// Whether a refused reading waits to be published again.
@@ -307,19 +300,19 @@ impl<C: CryptoProvider> PskNode<C> {
 
     /// Copies the next datagram to send into `buf` and returns its length.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
-        crate::exchange::transmit(&mut self.empties, &mut self.outstanding, buf)
+        self.requests.poll_transmit(buf)
     }
 
     /// When [`PskNode::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let exchange = self.outstanding.as_ref().map(Outstanding::wake_at);
-        let state = match (self.state, &self.outstanding) {
-            (_, Some(_)) => None,
-            (State::Unregistered { retry_at }, None) => Some(retry_at),
-            (State::Registered { refresh_at }, None) if self.republish => {
+        let exchange = self.requests.poll_timeout();
+        let state = match (self.state, self.requests.is_empty()) {
+            (_, false) => None,
+            (State::Unregistered { retry_at }, true) => Some(retry_at),
+            (State::Registered { refresh_at }, true) if self.republish => {
                 Some(refresh_at.min(self.republish_at))
             }
-            (State::Registered { refresh_at }, None) => Some(refresh_at),
+            (State::Registered { refresh_at }, true) => Some(refresh_at),
         };
         match (exchange, state) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -333,10 +326,11 @@ impl<C: CryptoProvider> PskNode<C> {
         now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
-        if crate::exchange::on_timer(&mut self.outstanding, now, &mut self.stats.retransmissions) {
-            self.exchange_failed(now, None);
+        let retransmissions = &mut self.stats.retransmissions;
+        if let Some(x) = crate::exchange::on_timer(&mut self.requests, now, retransmissions) {
+            self.exchange_failed(now, x, None);
         }
-        if self.outstanding.is_none() {
+        if self.requests.is_empty() {
             match self.state {
                 State::Unregistered { retry_at } if now >= retry_at => {
                     self.start_registration(now)?
@@ -360,16 +354,8 @@ impl<C: CryptoProvider> PskNode<C> {
     ) -> Result<(), DeviceError> {
         let mid = self.next_mid();
         let token = self.next_token();
-        self.outstanding = Some(Outstanding::start(
-            now,
-            exchange,
-            confirmable,
-            mid,
-            token,
-            &self.config.transmission,
-            build,
-        )?);
-        Ok(())
+        let requests = &mut self.requests;
+        crate::exchange::start(requests, now, (exchange, confirmable), mid, token, build)
     }
 
     /// `POST /rd?ep=<identity>&lt=<secs>` with `</href>;rt="..";ct=..`.
@@ -585,11 +571,8 @@ impl<C: CryptoProvider> PskNode<C> {
         self.state = State::Unregistered { retry_at };
     }
 
-    fn exchange_failed(&mut self, now: Instant, code: Option<Code>) {
-        let Some(o) = self.outstanding.take() else {
-            return;
-        };
-        match o.exchange {
+    fn exchange_failed(&mut self, now: Instant, exchange: Exchange, code: Option<Code>) {
+        match exchange {
             Exchange::Publish { seq } => match code {
                 Some(c)
                     if c == Code::NOT_FOUND
@@ -614,7 +597,7 @@ impl<C: CryptoProvider> PskNode<C> {
                 if let Some(code) = code {
                     self.push_event(PskEvent::RegistrationFailed { code });
                 }
-                if o.exchange == Exchange::Update && code == Some(Code::NOT_FOUND) {
+                if exchange == Exchange::Update && code == Some(Code::NOT_FOUND) {
                     self.state = State::Unregistered { retry_at: now };
                     return;
                 }
@@ -637,30 +620,23 @@ impl<C: CryptoProvider> PskNode<C> {
             self.stats.malformed += 1;
             return Ok(());
         };
-        match crate::exchange::receive(
-            &msg,
-            now,
-            &mut self.outstanding,
-            &mut self.recent_con,
-            &mut self.empties,
-            &self.config.transmission,
-            &mut self.stats.unexpected,
-        ) {
+        match self.requests.handle_message(&msg, now) {
             Incoming::Handled => Ok(()),
-            Incoming::Reset => {
-                self.on_reset(now);
+            Incoming::Unexpected => {
+                self.stats.unexpected += 1;
                 Ok(())
             }
-            Incoming::Response => self.on_response(now, storage, &msg),
+            Incoming::Reset(id) => {
+                self.on_reset(now, id);
+                Ok(())
+            }
+            Incoming::Response(id) => self.on_response(now, storage, &msg, id),
         }
     }
 
-    fn on_reset(&mut self, now: Instant) {
-        let Some(o) = self.outstanding.take() else {
-            return;
-        };
-        match o.exchange {
-            Exchange::Publish { seq } => {
+    fn on_reset(&mut self, now: Instant, id: RequestId) {
+        match self.requests.remove(id) {
+            Some(Exchange::Publish { seq }) => {
                 // MAC mode: the broker finds the number out of window. Register again, then
                 // publish the reading again under a new number.
                 self.push_event(PskEvent::Published {
@@ -670,10 +646,8 @@ impl<C: CryptoProvider> PskNode<C> {
                 self.push_event(PskEvent::Resynchronising);
                 self.reregister_and_republish(now);
             }
-            _ => {
-                self.outstanding = Some(o);
-                self.exchange_failed(now, None);
-            }
+            Some(x) => self.exchange_failed(now, x, None),
+            None => {}
         }
     }
 
@@ -682,22 +656,19 @@ impl<C: CryptoProvider> PskNode<C> {
         now: Instant,
         storage: &mut S,
         msg: &Message<'_>,
+        id: RequestId,
     ) -> Result<(), DeviceError> {
-        let Some(o) = self.outstanding.as_ref() else {
+        let Some(exchange) = self.requests.get(id).map(|o| o.exchange()) else {
             return Ok(());
         };
-        if o.token != msg.token {
-            self.stats.unexpected += 1;
-            return Ok(());
-        }
-        match o.exchange {
+        match exchange {
             Exchange::Register if msg.code == Code::CREATED => {
                 let mut loc = [0u8; MAX_LOCATION];
                 let mut n = 0;
                 for seg in msg.option_values(option::LOCATION_PATH) {
                     let need = seg.len() + usize::from(n > 0);
                     if n + need > MAX_LOCATION {
-                        self.exchange_failed(now, Some(Code::INTERNAL_SERVER_ERROR));
+                        self.exchange_failed_with(now, id, Code::INTERNAL_SERVER_ERROR);
                         return Ok(());
                     }
                     if n > 0 {
@@ -709,10 +680,10 @@ impl<C: CryptoProvider> PskNode<C> {
                 }
                 if n == 0 {
                     // Without a location there is no topic to publish to.
-                    self.exchange_failed(now, Some(Code::INTERNAL_SERVER_ERROR));
+                    self.exchange_failed_with(now, id, Code::INTERNAL_SERVER_ERROR);
                     return Ok(());
                 }
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.location = loc;
                 self.location_len = n;
                 self.reg_failures = 0;
@@ -726,7 +697,7 @@ impl<C: CryptoProvider> PskNode<C> {
                 Ok(())
             }
             Exchange::Update if msg.code == Code::CHANGED => {
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.state = State::Registered {
                     refresh_at: now + self.config.lifetime / 5 * 4,
                 };
@@ -734,7 +705,7 @@ impl<C: CryptoProvider> PskNode<C> {
                 Ok(())
             }
             Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.refusals = 0;
                 self.server_errors = 0;
                 self.push_event(PskEvent::Published {
@@ -745,7 +716,7 @@ impl<C: CryptoProvider> PskNode<C> {
             }
             Exchange::Publish { seq } if msg.code.class() == 5 => {
                 // The broker stored nothing: keep the reading and send it again later.
-                self.outstanding = None;
+                self.requests.remove(id);
                 let secs = crate::exchange::retry_delay(msg, &mut self.server_errors);
                 self.push_event(PskEvent::Published {
                     seq,
@@ -759,9 +730,15 @@ impl<C: CryptoProvider> PskNode<C> {
                 Ok(())
             }
             _ => {
-                self.exchange_failed(now, Some(msg.code));
+                self.exchange_failed_with(now, id, msg.code);
                 Ok(())
             }
+        }
+    }
+
+    fn exchange_failed_with(&mut self, now: Instant, id: RequestId, code: Code) {
+        if let Some(x) = self.requests.remove(id) {
+            self.exchange_failed(now, x, Some(code));
         }
     }
 }

@@ -6,9 +6,9 @@ use super::{
     Device, DeviceError, Event, Exchange, Outstanding, PublishOutcome, State, MAX_LOCATION,
     MAX_REG_PAYLOAD,
 };
-use crate::exchange::Incoming;
 use crate::storage::DeviceStorage;
 use core::time::Duration;
+use sigil_coap::exchange::client::{Incoming, RequestId};
 use sigil_coap::message::option;
 use sigil_coap::{Code, Message};
 use sigil_crypto::CryptoProvider;
@@ -22,11 +22,8 @@ impl<C: CryptoProvider> Device<C> {
         (Duration::from_secs(5) * (1u32 << failures.min(10))).min(self.config.lifetime)
     }
 
-    pub(super) fn exchange_failed(&mut self, now: Instant, code: Option<Code>) {
-        let Some(o) = self.outstanding.take() else {
-            return;
-        };
-        match o.exchange {
+    pub(super) fn exchange_failed(&mut self, now: Instant, exchange: Exchange, code: Option<Code>) {
+        match exchange {
             Exchange::Publish { seq } => match code {
                 Some(c) if c == Code::NOT_FOUND || c == Code::UNSUPPORTED_CONTENT_FORMAT => {
                     // The broker no longer holds the registration this reading was made for
@@ -56,7 +53,7 @@ impl<C: CryptoProvider> Device<C> {
                 if let Some(code) = code {
                     self.push_event(Event::RegistrationFailed { code });
                 }
-                if o.exchange == Exchange::Update && code == Some(Code::NOT_FOUND) {
+                if exchange == Exchange::Update && code == Some(Code::NOT_FOUND) {
                     self.state = State::Unregistered { retry_at: now };
                     return;
                 }
@@ -79,40 +76,31 @@ impl<C: CryptoProvider> Device<C> {
             self.stats.malformed += 1;
             return Ok(());
         };
-        match crate::exchange::receive(
-            &msg,
-            now,
-            &mut self.outstanding,
-            &mut self.recent_con,
-            &mut self.empties,
-            &self.config.transmission,
-            &mut self.stats.unexpected,
-        ) {
+        match self.requests.handle_message(&msg, now) {
             Incoming::Handled => Ok(()),
-            Incoming::Reset => {
+            Incoming::Unexpected => {
+                self.stats.unexpected += 1;
+                Ok(())
+            }
+            Incoming::Reset(id) => {
                 if self.config.require_signed_answers {
                     // Anyone can send a Reset: only a signed answer resynchronises.
                     self.stats.resets_refused = self.stats.resets_refused.saturating_add(1);
                     return Ok(());
                 }
-                self.on_reset(now)
+                self.on_reset(now, id);
+                Ok(())
             }
-            Incoming::Response => self.on_response(now, storage, &msg),
+            Incoming::Response(id) => self.on_response(now, storage, &msg, id),
         }
     }
 
-    fn on_reset(&mut self, now: Instant) -> Result<(), DeviceError> {
-        let Some(o) = self.outstanding.take() else {
-            return Ok(());
-        };
-        match o.exchange {
-            Exchange::Publish { seq } => self.resynchronise(now, seq),
-            _ => {
-                self.outstanding = Some(o);
-                self.exchange_failed(now, None);
-            }
+    fn on_reset(&mut self, now: Instant, id: RequestId) {
+        match self.requests.remove(id) {
+            Some(Exchange::Publish { seq }) => self.resynchronise(now, seq),
+            Some(x) => self.exchange_failed(now, x, None),
+            None => {}
         }
-        Ok(())
     }
 
     /// §8.2: the broker finds our number out of window. Re-register with the current number,
@@ -132,7 +120,7 @@ impl<C: CryptoProvider> Device<C> {
     #[inline(never)]
     fn check_answer(&self, o: &Outstanding, msg: &Message<'_>) -> Result<(), AnswerError> {
         let key = self.answer_key().ok_or(AnswerError::BadSignature)?;
-        let sent = Message::parse(&o.buf[..o.len]).map_err(|_| AnswerError::BadSignature)?;
+        let sent = Message::parse(o.bytes()).map_err(|_| AnswerError::BadSignature)?;
         let options = sent.options().map(|x| (x.number, x.value));
         let request = if sent.block1().is_some() {
             // The answer to the last block binds the whole body.
@@ -146,7 +134,7 @@ impl<C: CryptoProvider> Device<C> {
         };
         Answer {
             device: &self.identity,
-            token: &o.token,
+            token: o.token().as_bytes(),
             code: msg.code.0,
             request: &request,
         }
@@ -162,15 +150,12 @@ impl<C: CryptoProvider> Device<C> {
         now: Instant,
         storage: &mut S,
         msg: &Message<'_>,
+        id: RequestId,
     ) -> Result<(), DeviceError> {
-        let Some(o) = self.outstanding.as_ref() else {
+        let Some(o) = self.requests.get(id) else {
             return Ok(());
         };
-        if o.token != msg.token {
-            self.stats.unexpected += 1;
-            return Ok(());
-        }
-        let exchange = o.exchange;
+        let exchange = o.exchange();
         if self.config.require_signed_answers && needs_signature(exchange, msg.code) {
             match self.check_answer(o, msg) {
                 Ok(()) => {}
@@ -188,28 +173,29 @@ impl<C: CryptoProvider> Device<C> {
         match exchange {
             Exchange::Register { block } if msg.code == Code::CONTINUE => {
                 // 2.31 is only valid for a block we sent with the "more" flag (RFC 7959 §2.3).
-                let sent_more = self.outstanding.as_ref().is_some_and(|o| {
-                    Message::parse(&o.buf[..o.len])
+                let sent_more = self.requests.get(id).is_some_and(|o| {
+                    Message::parse(o.bytes())
                         .ok()
                         .and_then(|m| m.block1())
                         .is_some_and(|b| b.is_ok_and(|b| b.more && b.num == block))
                 });
                 if !sent_more {
                     self.stats.unexpected += 1;
-                    self.exchange_failed_with(now, msg.code);
+                    self.exchange_failed_with(now, id, msg.code);
                     return Ok(());
                 }
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.start_registration(now, storage, block + 1)
             }
             Exchange::Register { .. } if msg.code == Code::CREATED => {
-                self.outstanding = None;
+                self.requests.remove(id);
                 let mut loc = [0u8; MAX_LOCATION];
                 let mut n = 0;
                 for seg in msg.option_values(option::LOCATION_PATH) {
                     let need = seg.len() + usize::from(n > 0);
                     if n + need > MAX_LOCATION {
-                        self.exchange_failed_with(now, Code::INTERNAL_SERVER_ERROR);
+                        // The request has left the table: nothing to fail, the registration
+                        // is tried again at the next timeout.
                         return Ok(());
                     }
                     if n > 0 {
@@ -232,7 +218,7 @@ impl<C: CryptoProvider> Device<C> {
                 Ok(())
             }
             Exchange::Update if msg.code == Code::CHANGED => {
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.state = State::Registered {
                     refresh_at: now + self.config.lifetime / 5 * 4,
                 };
@@ -240,7 +226,7 @@ impl<C: CryptoProvider> Device<C> {
                 Ok(())
             }
             Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.refusals = 0;
                 self.server_errors = 0;
                 self.push_event(Event::Published {
@@ -253,14 +239,14 @@ impl<C: CryptoProvider> Device<C> {
                 if self.config.require_signed_answers && msg.code.0 == answer::RESYNC_CODE =>
             {
                 // The signed form of the §8.2 Reset (checked above).
-                self.outstanding = None;
+                self.requests.remove(id);
                 self.resynchronise(now, seq);
                 Ok(())
             }
             Exchange::Publish { seq } if msg.code.class() == 5 => {
                 // The broker stored nothing (a failed batch commits nothing): keep the
                 // reading and send it again later, still registered.
-                self.outstanding = None;
+                self.requests.remove(id);
                 let secs = crate::exchange::retry_delay(msg, &mut self.server_errors);
                 self.push_event(Event::Published {
                     seq,
@@ -274,14 +260,16 @@ impl<C: CryptoProvider> Device<C> {
                 Ok(())
             }
             _ => {
-                self.exchange_failed_with(now, msg.code);
+                self.exchange_failed_with(now, id, msg.code);
                 Ok(())
             }
         }
     }
 
-    fn exchange_failed_with(&mut self, now: Instant, code: Code) {
-        self.exchange_failed(now, Some(code));
+    fn exchange_failed_with(&mut self, now: Instant, id: RequestId, code: Code) {
+        if let Some(x) = self.requests.remove(id) {
+            self.exchange_failed(now, x, Some(code));
+        }
     }
 }
 

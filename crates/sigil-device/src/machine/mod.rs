@@ -10,7 +10,7 @@ mod pair;
 mod publish;
 mod register;
 
-use crate::exchange::Queue;
+use crate::exchange::{Queue, Requests};
 use crate::storage::{DeviceStorage, Reservation};
 use core::fmt::{self, Write};
 use core::time::Duration;
@@ -34,7 +34,6 @@ const MAX_REG_PAYLOAD: usize = 2048;
 const MAX_LOCATION: usize = 24;
 const MAX_SENML: usize = 256;
 const EVENT_QUEUE: usize = 8;
-const EMPTY_QUEUE: usize = 4;
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// The resource a sensor registers and publishes.
@@ -239,8 +238,7 @@ pub struct Device<C> {
     state: State,
     location: [u8; MAX_LOCATION],
     location_len: usize,
-    outstanding: Option<Outstanding>,
-    empties: Queue<[u8; 4], EMPTY_QUEUE>,
+    requests: Requests<Exchange>,
     events: Queue<Event, EVENT_QUEUE>,
     next_mid: u16,
     token_seed: [u8; 16],
@@ -259,8 +257,6 @@ pub struct Device<C> {
     refusals: u32,
     /// Server errors (5.xx other than 5.03) in a row for readings, for their back-off.
     server_errors: u32,
-    /// Message IDs of recent Confirmable responses, re-acknowledged if they come again (§4.5).
-    recent_con: [Option<u16>; 4],
     /// The server, group and default subscriber this device was paired with (§4.1).
     pairing: Option<sigil_ace::Pairing>,
     /// The trusted server's key given by the integrator (else the pairing's is used).
@@ -326,8 +322,7 @@ impl<C: CryptoProvider> Device<C> {
             },
             location: [0; MAX_LOCATION],
             location_len: 0,
-            outstanding: None,
-            empties: Queue::new(),
+            requests: Requests::new(config.transmission),
             events: Queue::new(),
             next_mid: u16::from_be_bytes([seed[16], seed[17]]),
             token_seed,
@@ -341,7 +336,6 @@ impl<C: CryptoProvider> Device<C> {
             republish_at: Instant::ZERO,
             refusals: 0,
             server_errors: 0,
-            recent_con: [None; 4],
             pairing: None,
             server_key: None,
             stats: DeviceStats::default(),
@@ -389,7 +383,7 @@ impl<C: CryptoProvider> Device<C> {
         // Not while a refused reading waits to be published again: it would be overwritten.
         self.is_registered()
             && !self.republish
-            && self.outstanding.as_ref().is_none_or(|o| !o.confirmable)
+            && self.requests.iter().all(|(_, o)| !o.is_confirmable())
     }
 
     /// Whether a refused reading waits to be published again (after 5.03 with Max-Age, or a
@@ -432,20 +426,20 @@ impl<C: CryptoProvider> Device<C> {
 
     /// Copies the next datagram to send into `buf` and returns its length.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
-        crate::exchange::transmit(&mut self.empties, &mut self.outstanding, buf)
+        self.requests.poll_transmit(buf)
     }
 
     /// When [`Device::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let exchange = self.outstanding.as_ref().map(Outstanding::wake_at);
-        let state = match (self.state, &self.outstanding) {
-            (_, Some(_)) => None,
-            (State::Unregistered { retry_at }, None) => Some(retry_at),
+        let exchange = self.requests.poll_timeout();
+        let state = match (self.state, self.requests.is_empty()) {
+            (_, false) => None,
+            (State::Unregistered { retry_at }, true) => Some(retry_at),
             // A deferred reading goes out again at its time, not at the next refresh.
-            (State::Registered { refresh_at }, None) if self.republish => {
+            (State::Registered { refresh_at }, true) if self.republish => {
                 Some(refresh_at.min(self.republish_at))
             }
-            (State::Registered { refresh_at }, None) => Some(refresh_at),
+            (State::Registered { refresh_at }, true) => Some(refresh_at),
         };
         match (exchange, state) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -459,10 +453,11 @@ impl<C: CryptoProvider> Device<C> {
         now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
-        if crate::exchange::on_timer(&mut self.outstanding, now, &mut self.stats.retransmissions) {
-            self.exchange_failed(now, None);
+        let retransmissions = &mut self.stats.retransmissions;
+        if let Some(x) = crate::exchange::on_timer(&mut self.requests, now, retransmissions) {
+            self.exchange_failed(now, x, None);
         }
-        if self.outstanding.is_none() {
+        if self.requests.is_empty() {
             match self.state {
                 State::Unregistered { retry_at } if now >= retry_at => {
                     self.start_registration(now, storage, 0)?
@@ -488,16 +483,8 @@ impl<C: CryptoProvider> Device<C> {
     ) -> Result<(), DeviceError> {
         let mid = self.next_mid();
         let token = self.next_token();
-        self.outstanding = Some(Outstanding::start(
-            now,
-            exchange,
-            confirmable,
-            mid,
-            token,
-            &self.config.transmission,
-            build,
-        )?);
-        Ok(())
+        let requests = &mut self.requests;
+        crate::exchange::start(requests, now, (exchange, confirmable), mid, token, build)
     }
 }
 
