@@ -539,3 +539,64 @@ fn over_the_coap_carrier_a_session_observes_too() {
     }
     assert_eq!(c.inbox.len(), 3);
 }
+
+#[test]
+fn a_lost_notification_and_a_lost_acknowledgement_are_made_good_by_retransmission() {
+    let mut s = Server::new(|c| c.observe.confirmable_every = 1);
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut f = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    f.register(&mut s, &topic);
+    // The first notification is lost on the way: nothing reaches the follower.
+    let out = publish(&mut s, &mut dev, 1.0);
+    assert_eq!(out.iter().filter(|(to, _)| *to == f.addr).count(), 1);
+    // Its retransmission arrives; the follower's acknowledgement is lost.
+    let mut resent = vec![];
+    while resent.is_empty() {
+        s.now += 100;
+        resent = s.tick();
+    }
+    f.take(&resent, true);
+    assert_eq!(f.got.len(), 1);
+    // The next retransmission arrives too (a duplicate: same message ID); this ACK gets
+    // through and ends the retransmissions.
+    let mut again = vec![];
+    while again.is_empty() {
+        s.now += 100;
+        again = s.tick();
+    }
+    assert_eq!(again[0].1, resent[0].1, "the same message");
+    let acks = f.take(&again, true);
+    s.deliver(acks);
+    assert_eq!(s.stats.get("observe.acknowledged"), 1);
+    assert_eq!(s.stats.get("observe.retransmitted"), 2);
+    let until = s.now + 120_000;
+    while s.now < until {
+        s.now += 1_000;
+        assert!(
+            s.tick().iter().all(|(to, b)| *to != f.addr
+                || Message::parse(b).unwrap().message_id
+                    != Message::parse(&again[0].1).unwrap().message_id),
+            "nothing sent again once acknowledged"
+        );
+    }
+    assert_eq!(s.stats.get("observe.gave_up"), 0);
+    // A restart of the server (a new dispatcher over the same database): no observer is kept;
+    // the follower registers again and is notified.
+    let db = s.db.clone();
+    let (d, stats, _) = common::plain_dispatcher(&db, 43, |_| {});
+    s.d = d;
+    s.stats = stats;
+    let mut f2 = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5001)), &[2]);
+    f2.register(&mut s, &topic);
+    let before = f.got.len();
+    let out = publish(&mut s, &mut dev, 2.0);
+    f.take(&out, true);
+    f2.take(&out, true);
+    assert_eq!(f2.got.len(), 1, "the new registration is notified");
+    assert_eq!(
+        f.got.len(),
+        before,
+        "the observation from before the restart is not"
+    );
+}
