@@ -26,7 +26,9 @@
 //!    ([`Device::apply_pairing`], §4.1): its trusted server, its group and its default
 //!    subscriber, encrypted to its key, signed by the server, kept in storage, applied once.
 //! 5. Serving its own readings as an ACE resource server, it trusts tokens signed by its
-//!    trusted server's key and no other ([`ac::trusted_ac_key`]).
+//!    trusted server's key and no other ([`ac::trusted_ac_key`]); [`serve`] answers the
+//!    requests (token intake at `/authz-info`, the scope check, `/reading` and `/history`)
+//!    and, with the `serve-dtls` feature, holds the DTLS peers on its port.
 //!
 //! A node with only a pre-shared key is a [`PskNode`] instead ([`psk`]): a provisioned random
 //! identity, readings MACed under a key derived from the PSK (COSE_Mac0) or sent plain inside a
@@ -39,6 +41,7 @@ mod exchange;
 mod machine;
 pub mod pairing;
 pub mod psk;
+pub mod serve;
 mod storage;
 
 pub use ac::{trusted_ac_key, AcRefusal, AcSource};
