@@ -41,18 +41,18 @@ class Sensor:
     """A provisioned `sigil sensor` (its own process per batch of readings) and what the
     directory says about it: its topic and public key."""
 
-    def __init__(self, server, tmp_path, alg="ed25519"):
+    def __init__(self, server, tmp_path, alg="ed25519", lookup=None):
+        """`lookup(identity)`: the directory's link for the sensor (by default aiocoap over
+        coap://)."""
         self.server, self.alg = server, alg
         self.state = str(tmp_path / f"sensor-{alg}")
         self.identity = sigil("sensor", "--state", self.state, "--alg", alg, "--print-identity").stdout.split()[0]
         server.provision(self.identity)
         self.publish(1)
-        lookup = asyncio.run(lookup_res(server, self.identity))
-        assert lookup.code == Code.CONTENT, lookup
-        link = lookup.payload.decode()
+        link = (lookup or lookup_res)(server, self.identity)
         self.href = link[link.index("<") + 1:link.index(">")]
-        assert self.href.startswith(server.uri + "/ps/") and self.href.endswith("/m"), link
-        self.path = self.href[len(server.uri):]
+        assert "/ps/" in self.href and self.href.endswith("/m"), link
+        self.path = "/ps/" + self.href.split("/ps/", 1)[1]
         key_b64 = link.split('key="')[1].split('"')[0]
         self.key = base64.urlsafe_b64decode(key_b64 + "==")
         assert identity_of(alg, self.key) == self.identity, "the announced key hashes to the identity"
@@ -74,12 +74,10 @@ class Sensor:
         return m.phdr[SEQ]
 
 
-async def lookup_res(server, identity):
-    ctx = await Context.create_client_context()
-    try:
-        return await request_with_echo(ctx, Message(code=GET, uri=f"{server.uri}/rd-lookup/res?ep={identity}"))
-    finally:
-        await ctx.shutdown()
+def lookup_res(server, identity) -> str:
+    resp = asyncio.run(get_latest(f"{server.uri}/rd-lookup/res?ep={identity}"))
+    assert resp.code == Code.CONTENT, resp
+    return resp.payload.decode()
 
 
 class RstSeen(logging.Handler):
@@ -225,11 +223,11 @@ def readings_in(data: bytes):
     return out
 
 
-def libcoap_observe(client, uri, sensor, tmp_path, *args, seconds=8):
-    """coap-client observing `uri` for `seconds` (-s) while the sensor publishes 17 readings
-    once the observation is established (one notification in 16 is Confirmable, so libcoap
-    acknowledges at least one). Returns the payloads it received (-o), the notifications'
-    headers as libcoap logs them (-v 7) and the whole log."""
+def libcoap_observe(client, uri, sensor, tmp_path, *args, seconds=8, then=None):
+    """coap-client observing `uri` for `seconds` (-s); once the observation is established,
+    `then()` runs, by default the sensor publishing 17 readings (one notification in 16 is
+    Confirmable, so libcoap acknowledges at least one). Returns the payloads it received (-o),
+    the notifications' headers as libcoap logs them (-v 7) and the whole log."""
     out, log_path = tmp_path / "observed.bin", tmp_path / "coap-client.log"
     with open(log_path, "wb") as log_file:
         p = subprocess.Popen([client, *args, "-v", "7", "-o", str(out), "-s", str(seconds), "-m", "get", uri],
@@ -238,7 +236,7 @@ def libcoap_observe(client, uri, sensor, tmp_path, *args, seconds=8):
         deadline = time.time() + seconds
         while p.poll() is None and time.time() < deadline:
             if b"observation relationship established" in log_path.read_bytes():
-                sensor.publish(17)
+                then() if then else sensor.publish(17)
                 break
             time.sleep(0.05)
         p.wait(timeout=seconds + 20)
@@ -254,9 +252,10 @@ def libcoap_observe(client, uri, sensor, tmp_path, *args, seconds=8):
     return readings_in(out.read_bytes() if out.exists() else b""), headers, text
 
 
-def check_notifications(sensor, readings, headers, start):
+def check_notifications(sensor, readings, headers, start, new=17):
     """Every reading verifies with pycose; one per 2.05-with-Observe libcoap logged, with the
-    reading's sequence number as ETag and Max-Age twice the refresh; all 17 above `start`."""
+    reading's sequence number as ETag and Max-Age twice the refresh; `new` above `start`, and
+    (with 17) a Confirmable one among them."""
     seqs = [sensor.verify(r) for r in readings]
     assert len(seqs) == len(headers), (seqs, headers)
     for seq, h in zip(seqs, headers):
@@ -265,8 +264,9 @@ def check_notifications(sensor, readings, headers, start):
     observe = [int(h.split("Observe:")[1].split(",")[0].split(" ")[0]) for h in headers]
     assert observe == sorted(observe) and len(set(observe)) == len(observe), observe
     assert seqs == sorted(seqs), seqs
-    assert len(set(seqs) - {start}) >= 17 and min(set(seqs) - {start}) > start, (start, seqs)
-    assert any("t:CON c:2.05" in h for h in headers), "a Confirmable notification came"
+    assert len(set(seqs) - {start}) >= new and min(set(seqs) - {start}) > start, (start, seqs)
+    if new >= 16:
+        assert any("t:CON c:2.05" in h for h in headers), "a Confirmable notification came"
 
 
 def latest_seq(sensor):
@@ -325,4 +325,51 @@ def test_libcoap_observes_a_topic_over_coaps_with_psk(server, tmp_path):
     assert stats.get("observe.notified.con", 0) >= 1, stats
     assert stats.get("observe.acknowledged", 0) >= 1, "libcoap acknowledged the Confirmable notification"
     assert stats.get("observe.deregistered", 0) >= 1, stats
+    assert stats.get("observe.observers") == 0, stats
+
+
+def test_libcoap_over_coaps_observes_only_while_granted(tmp_path):
+    """With --authorize-reads a PSK reader without a grant is refused the observation (4.03);
+    granted, it observes; when the grant is withdrawn, the next check (the one-second
+    refresh) sends the refusal as the last notification and the observation ends."""
+    assert DTLS_CLIENT, "coap-client-gnutls not found: run scripts/install-test-deps"
+    server = Server(tmp_path, "--observe-refresh", f"{REFRESH}s", "--authorize-reads")
+    try:
+        reader = "0123456789abcdef0123456789abcdef"
+        server.provision(reader)
+        sigil("provision", "--db", server.db, "psk", reader, "--key", PSK_TEXT.encode().hex())
+        psk = ("-u", reader, "-k", PSK_TEXT)
+
+        def lookup(server, identity):
+            out = subprocess.run([DTLS_CLIENT, *psk, "-m", "get", f"{server.coaps}/rd-lookup/res?ep={identity}"],
+                                 capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0 and "<coaps://" in out.stdout, out.stdout + out.stderr
+            return out.stdout
+
+        sensor = Sensor(server, tmp_path, lookup=lookup)
+        uri = server.coaps + sensor.path
+        # Not granted: the registration is refused, nothing is observed.
+        refused = subprocess.run([DTLS_CLIENT, *psk, "-v", "7", "-s", "2", "-m", "get", uri],
+                                 capture_output=True, timeout=30)
+        refused_log = refused.stdout.decode(errors="replace")
+        assert "c:4.03" in refused_log and "observation relationship established" not in refused_log, refused_log[-3000:]
+
+        sigil("provision", "--db", server.db, "grant", reader, sensor.identity)
+        latest = subprocess.run([DTLS_CLIENT, *psk, "-m", "get", uri], capture_output=True, timeout=30).stdout
+        start = sensor.verify(readings_in(latest)[0])  # a newline may follow: CBOR 10
+
+        def publish_then_ungrant():
+            sensor.publish(2)
+            sigil("provision", "--db", server.db, "ungrant", reader, sensor.identity)
+
+        readings, headers, log = libcoap_observe(DTLS_CLIENT, uri, sensor, tmp_path, *psk, seconds=6,
+                                                 then=publish_then_ungrant)
+        check_notifications(sensor, readings, headers, start, new=2)
+        lines = [line for line in log.splitlines() if "c:2.05" in line or "c:4.03" in line]
+        assert "c:4.03" in lines[-1] and "no read grant" in lines[-1] and "Observe:" not in lines[-1], lines[-3:]
+        assert sum("c:4.03" in line for line in lines) == 1, lines
+    finally:
+        stats = server.stop_stats()
+    assert stats.get("observe.registered", 0) == 1, stats
+    assert stats.get("observe.ended.refused", 0) == 1, stats
     assert stats.get("observe.observers") == 0, stats
