@@ -18,7 +18,6 @@ const RECENT_CON: usize = 4;
 
 /// The device's requests: one at a time; `X` says what each is for.
 pub(crate) type Requests<X> = Client<X, 1, MAX_DATAGRAM, EMPTY_QUEUE, RECENT_CON>;
-pub(crate) type Outstanding<X> = client::Outstanding<X, MAX_DATAGRAM>;
 
 /// Starts the request for `exchange`, in place of an unsent Non-confirmable one: `build` writes
 /// it (given the message ID and token) into the table's buffer; a Confirmable one starts its

@@ -32,12 +32,13 @@ use crate::reliability::{Retransmission, RetransmitDecision, TransmissionParamet
 use crate::{Code, Message, MessageType};
 use sigil_time::Instant;
 
-/// One outstanding request; `X` is what the caller wants to remember about it.
-pub struct Outstanding<X, const BUF: usize> {
+/// One outstanding request; `X` is what the caller wants to remember about it. Its bytes are
+/// in the table ([`Client::bytes`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Outstanding<X> {
     exchange: X,
     mid: u16,
     token: Token,
-    buf: [u8; BUF],
     len: usize,
     confirmable: bool,
     /// `None` for Non-confirmable requests and after an Empty ACK.
@@ -47,7 +48,7 @@ pub struct Outstanding<X, const BUF: usize> {
     send_now: bool,
 }
 
-impl<X: Copy, const BUF: usize> Outstanding<X, BUF> {
+impl<X: Copy> Outstanding<X> {
     pub fn exchange(&self) -> X {
         self.exchange
     }
@@ -58,11 +59,6 @@ impl<X: Copy, const BUF: usize> Outstanding<X, BUF> {
 
     pub fn token(&self) -> Token {
         self.token
-    }
-
-    /// The request as sent.
-    pub fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
     }
 
     pub fn is_confirmable(&self) -> bool {
@@ -164,7 +160,9 @@ pub struct Client<
     const RECENT: usize = 4,
 > {
     params: TransmissionParameters,
-    slots: [Option<Outstanding<X, BUF>>; N],
+    slots: [Option<Outstanding<X>>; N],
+    /// The requests' bytes, slot by slot (apart, so that no request is moved).
+    bufs: [[u8; BUF]; N],
     empties: [Option<[u8; 4]>; EMPTIES],
     recent_con: [Option<u16>; RECENT],
     stats: ClientStats,
@@ -181,6 +179,7 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
         Self {
             params,
             slots: [const { None }; N],
+            bufs: [[0; BUF]; N],
             empties: [None; EMPTIES],
             recent_con: [None; RECENT],
             stats: ClientStats::default(),
@@ -209,15 +208,21 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
         self.slots.iter().all(Option::is_some)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (RequestId, &Outstanding<X, BUF>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (RequestId, &Outstanding<X>)> {
         self.slots
             .iter()
             .enumerate()
             .filter_map(|(i, s)| Some((RequestId(i as u8), s.as_ref()?)))
     }
 
-    pub fn get(&self, id: RequestId) -> Option<&Outstanding<X, BUF>> {
+    pub fn get(&self, id: RequestId) -> Option<&Outstanding<X>> {
         self.slots.get(usize::from(id.0))?.as_ref()
+    }
+
+    /// The request as sent.
+    pub fn bytes(&self, id: RequestId) -> Option<&[u8]> {
+        let o = self.get(id)?;
+        self.bufs.get(usize::from(id.0))?.get(..o.len)
     }
 
     /// Ends the request (answered, or abandoned by the caller) and gives back its exchange.
@@ -248,39 +253,31 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
         {
             return Err(StartError::InUse);
         }
-        let (i, slot) = self
+        let i = self
             .slots
-            .iter_mut()
-            .enumerate()
-            .find(|(_, s)| s.is_none())
+            .iter()
+            .position(Option::is_none)
             .ok_or(StartError::Full)?;
-        let o = slot.insert(Outstanding {
+        let len = match build(&mut self.bufs[i]) {
+            Ok(n) if n <= BUF => n,
+            Ok(_) => return Err(StartError::TooLong),
+            Err(e) => return Err(StartError::Build(e)),
+        };
+        self.slots[i] = Some(Outstanding {
             exchange: req.exchange,
             mid: req.mid,
             token: req.token,
-            buf: [0; BUF],
-            len: 0,
+            len,
             confirmable: req.confirmable,
-            retransmission: req
-                .confirmable
-                .then(|| Retransmission::start(now, &self.params, req.random)),
+            retransmission: if req.confirmable {
+                Some(Retransmission::start(now, &self.params, req.random))
+            } else {
+                None
+            },
             deadline: now + self.params.max_transmit_wait(),
             send_now: true,
         });
-        match build(&mut o.buf) {
-            Ok(n) if n <= BUF => {
-                o.len = n;
-                Ok(RequestId(i as u8))
-            }
-            Ok(_) => {
-                *slot = None;
-                Err(StartError::TooLong)
-            }
-            Err(e) => {
-                *slot = None;
-                Err(StartError::Build(e))
-            }
-        }
+        Ok(RequestId(i as u8))
     }
 
     /// Takes in one received message from the peer (see the module documentation).
@@ -319,12 +316,14 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
                     self.queue_empty(MessageType::Acknowledgement, msg.message_id);
                     return Incoming::Handled;
                 }
-                let found = msg.code.is_response().then(|| {
+                let found = if msg.code.is_response() {
                     self.slots
                         .iter()
                         .position(|s| s.as_ref().is_some_and(|o| o.token.as_bytes() == msg.token))
-                });
-                let Some(Some(i)) = found else {
+                } else {
+                    None
+                };
+                let Some(i) = found else {
                     return self.unexpected(msg);
                 };
                 if confirmable {
@@ -347,10 +346,19 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
         Incoming::Unexpected
     }
 
-    fn queue_empty(&mut self, mtype: MessageType, mid: u16) {
+    /// Queues an Empty message (ACK or RST) to the peer, e.g. for a message the caller
+    /// handles itself (a notification of an observation it holds). False when the queue is
+    /// full (counted in [`ClientStats::empties_dropped`]).
+    pub fn queue_empty(&mut self, mtype: MessageType, mid: u16) -> bool {
         match self.empties.iter_mut().find(|s| s.is_none()) {
-            Some(slot) => *slot = Some(empty(mtype, mid)),
-            None => self.stats.empties_dropped = self.stats.empties_dropped.saturating_add(1),
+            Some(slot) => {
+                *slot = Some(empty(mtype, mid));
+                true
+            }
+            None => {
+                self.stats.empties_dropped = self.stats.empties_dropped.saturating_add(1);
+                false
+            }
         }
     }
 
@@ -364,13 +372,14 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
             self.empties.rotate_left(1);
             return Some(4);
         }
-        let slot = self
+        let (slot, bytes) = self
             .slots
             .iter_mut()
-            .find(|s| s.as_ref().is_some_and(|o| o.send_now))?;
+            .zip(&self.bufs)
+            .find(|(s, _)| s.as_ref().is_some_and(|o| o.send_now))?;
         let o = slot.as_mut()?;
-        buf.get_mut(..o.len)?.copy_from_slice(&o.buf[..o.len]);
         let n = o.len;
+        buf.get_mut(..n)?.copy_from_slice(bytes.get(..n)?);
         o.send_now = false;
         if !o.confirmable {
             *slot = None;
@@ -865,6 +874,8 @@ mod tests {
             feed(&mut c, at(0), MessageType::Confirmable, Code::GET, mid, b"");
         }
         assert_eq!(c.stats().empties_dropped, 1);
+        assert!(!c.queue_empty(MessageType::Acknowledgement, 99));
+        assert_eq!(c.stats().empties_dropped, 2);
         let out = sent(&mut c);
         assert_eq!(out.len(), 3);
         assert_eq!(out[0], empty(MessageType::Reset, 1));

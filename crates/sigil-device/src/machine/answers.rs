@@ -3,8 +3,7 @@
 //! re-registration, a reading published again).
 
 use super::{
-    Device, DeviceError, Event, Exchange, Outstanding, PublishOutcome, State, MAX_LOCATION,
-    MAX_REG_PAYLOAD,
+    Device, DeviceError, Event, Exchange, PublishOutcome, State, MAX_LOCATION, MAX_REG_PAYLOAD,
 };
 use crate::storage::DeviceStorage;
 use core::time::Duration;
@@ -116,11 +115,14 @@ impl<C: CryptoProvider> Device<C> {
         self.state = State::Unregistered { retry_at: now };
     }
 
-    /// Checks the signature of `msg`, an answer to `o`, under the trusted server key.
+    /// Checks the signature of `msg`, an answer to request `id`, under the trusted server key.
     #[inline(never)]
-    fn check_answer(&self, o: &Outstanding, msg: &Message<'_>) -> Result<(), AnswerError> {
+    fn check_answer(&self, id: RequestId, msg: &Message<'_>) -> Result<(), AnswerError> {
         let key = self.answer_key().ok_or(AnswerError::BadSignature)?;
-        let sent = Message::parse(o.bytes()).map_err(|_| AnswerError::BadSignature)?;
+        let (Some(o), Some(sent)) = (self.requests.get(id), self.requests.bytes(id)) else {
+            return Err(AnswerError::BadSignature);
+        };
+        let sent = Message::parse(sent).map_err(|_| AnswerError::BadSignature)?;
         let options = sent.options().map(|x| (x.number, x.value));
         let request = if sent.block1().is_some() {
             // The answer to the last block binds the whole body.
@@ -152,12 +154,11 @@ impl<C: CryptoProvider> Device<C> {
         msg: &Message<'_>,
         id: RequestId,
     ) -> Result<(), DeviceError> {
-        let Some(o) = self.requests.get(id) else {
+        let Some(exchange) = self.requests.get(id).map(|o| o.exchange()) else {
             return Ok(());
         };
-        let exchange = o.exchange();
         if self.config.require_signed_answers && needs_signature(exchange, msg.code) {
-            match self.check_answer(o, msg) {
+            match self.check_answer(id, msg) {
                 Ok(()) => {}
                 Err(AnswerError::Unsigned) => {
                     self.stats.unsigned_answers = self.stats.unsigned_answers.saturating_add(1);
@@ -173,8 +174,8 @@ impl<C: CryptoProvider> Device<C> {
         match exchange {
             Exchange::Register { block } if msg.code == Code::CONTINUE => {
                 // 2.31 is only valid for a block we sent with the "more" flag (RFC 7959 §2.3).
-                let sent_more = self.requests.get(id).is_some_and(|o| {
-                    Message::parse(o.bytes())
+                let sent_more = self.requests.bytes(id).is_some_and(|sent| {
+                    Message::parse(sent)
                         .ok()
                         .and_then(|m| m.block1())
                         .is_some_and(|b| b.is_ok_and(|b| b.more && b.num == block))

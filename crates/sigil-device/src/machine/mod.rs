@@ -199,8 +199,6 @@ enum Exchange {
     },
 }
 
-type Outstanding = crate::exchange::Outstanding<Exchange>;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Unregistered { retry_at: Instant },
