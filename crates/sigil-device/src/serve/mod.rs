@@ -25,7 +25,7 @@
 //! [`sigil_ace::rs::RsCounters`]) and reported with who and why ([`Event`]).
 
 use sigil_ace::rs::{
-    HostKey, IntakeError, Method, Refusal, ResourceServer, RsLimits, CONTENT_FORMAT_ACE_CBOR,
+    HostKey, IntakeError, Method, Refusal, ResourceServer, CONTENT_FORMAT_ACE_CBOR,
 };
 use sigil_coap::message::{option, Code, ContentFormat, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey};
@@ -41,6 +41,8 @@ pub use dtls::{
 
 #[cfg(test)]
 mod tests;
+
+pub use sigil_ace::rs::{RsCounters, RsLimits};
 
 /// The resources served (paths without the slash).
 pub const RESOURCES: &[&str] = &["reading", "history"];
