@@ -669,7 +669,7 @@ impl<C: CryptoProvider> Traffic<C> {
     /// accepted so far ([`crate::saved`], "Read marks"): a connection restored from it accepts
     /// only the peer's records numbered above the mark, so none it may have acted on before
     /// is accepted twice. The caller keeps the mark by saving again whenever
-    /// [`Traffic::read_mark_passed`], before it acts on what the record carried; with
+    /// [`TrafficCore::read_mark_passed`], before it acts on what the record carried; with
     /// `read_ahead` 0 that is after every batch with records, and the peer loses nothing
     /// across a restore; a larger `read_ahead` saves less often, and the peer's next records
     /// up to the mark are dropped after a restore.
