@@ -212,43 +212,50 @@ impl Dispatcher {
             }
         };
         debug_assert_eq!(o, 0);
-        let host = Host::of(from.addr);
-        let charge = ENTRY_OVERHEAD
-            + req
-                .path
-                .iter()
-                .chain(&req.query)
-                .map(String::len)
-                .sum::<usize>()
-            + req.origin.len();
-        let existing = self.observe.table.find(&from, &token);
-        if existing.is_none() {
-            if let Err(why) = self.observe.budget.charge(host, charge) {
-                self.count(match why {
-                    crate::budget::Over::Host => "observe.refused.host_bytes",
-                    crate::budget::Over::Total => "observe.refused.table_bytes",
-                });
-                return;
-            }
-        }
         let Some(reg) = req.path.get(1).and_then(|n| n.parse::<i64>().ok()) else {
             return;
         };
+        let host = Host::of(from.addr);
+        // What is kept of the request for the checks: a GET's payload means nothing and is
+        // dropped; the rest is charged.
+        let mut kept = req.clone();
+        kept.payload = Vec::new();
+        let charge = ENTRY_OVERHEAD
+            + kept
+                .path
+                .iter()
+                .chain(&kept.query)
+                .map(String::len)
+                .sum::<usize>()
+            + kept.conditions.if_match.iter().map(Vec::len).sum::<usize>()
+            + kept.origin.len();
+        // The same endpoint and token again: the observation is replaced (§4.1), charged
+        // anew.
+        let existing = self.observe.table.find(&from, &token);
+        if let Some(id) = existing {
+            self.observe.end(id);
+        }
+        if let Err(why) = self.observe.budget.charge(host, charge) {
+            self.count(match why {
+                crate::budget::Over::Host => "observe.refused.host_bytes",
+                crate::budget::Over::Total => "observe.refused.table_bytes",
+            });
+            return;
+        }
         match self.observe.table.register(from, host, reg, token, now) {
             Ok((id, seq)) => {
-                if existing.is_none() {
-                    self.observe.watches.insert(
-                        id,
-                        Watch {
-                            request: req.clone(),
-                            charged: charge,
-                        },
-                    );
-                    self.count("observe.registered");
-                } else if let Some(w) = self.observe.watches.get_mut(&id) {
-                    w.request = req.clone();
-                    self.count("observe.reregistered");
-                }
+                self.observe.watches.insert(
+                    id,
+                    Watch {
+                        request: kept,
+                        charged: charge,
+                    },
+                );
+                self.count(if existing.is_some() {
+                    "observe.reregistered"
+                } else {
+                    "observe.registered"
+                });
                 if !r.payload.is_empty() {
                     let seq_of = r
                         .etag
