@@ -467,6 +467,30 @@ mod dtls {
         );
     }
 
+    #[test]
+    fn addresses_of_one_ipv6_64_share_one_host_s_cap() {
+        let (_, ac_pub) = keypair(SignatureAlgorithm::Ed25519, 1);
+        let (attacker, _) = keypair(SignatureAlgorithm::EcdsaP256, 4);
+        let mut s = server(ac_pub, 8, 2);
+        let readings: Readings = Readings::new();
+        let in_64 = |net: u8, i: u8| {
+            PeerAddr::v6(
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, net, i, 0, 0, 0, 0, 0, 0, i],
+                5684,
+            )
+        };
+        // 256 addresses of one /64: one host, two peers.
+        for i in 0..=255u8 {
+            half_open(&mut s, &attacker, in_64(1, i), &readings, Instant::ZERO);
+        }
+        assert_eq!(s.peers(), 2);
+        assert_eq!(s.resources.stats.peers_refused_per_host, 254);
+        // The next /64 is another host: it gets in.
+        half_open(&mut s, &attacker, in_64(2, 1), &readings, Instant::ZERO);
+        assert_eq!(s.peers(), 3);
+        assert_eq!(s.peers_of(&in_64(2, 9)), 1);
+    }
+
     impl Server {
         /// The last event, the others discarded.
         fn poll_event_last(&mut self) -> Option<Event> {
