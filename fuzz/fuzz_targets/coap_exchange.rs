@@ -1,0 +1,96 @@
+#![no_main]
+//! The message core's Observe state (sigil_coap::exchange::observe): any sequence of
+//! registrations, notifications, acknowledgements, Resets, cancellations and elapsed time.
+//! Nothing panics; the table keeps its caps; sequence numbers stay 24-bit and rise for each
+//! observer by the RFC 7641 §3.4 rule; retransmissions come at RFC 7252 timing and end; the
+//! client's ordering accepts a number only once.
+use libfuzzer_sys::fuzz_target;
+use sigil_coap::exchange::observe::{
+    is_newer, Due, ObserveParams, Observer, Observers, Ordering, SEQ_MASK,
+};
+use sigil_coap::exchange::Token;
+use sigil_time::Instant;
+use std::time::Duration;
+
+const CAP: usize = 8;
+const PER_HOST: usize = 3;
+
+fuzz_target!(|data: &[u8]| {
+    let params = ObserveParams {
+        max_observers: CAP,
+        max_per_host: PER_HOST,
+        confirmable_every: 3,
+        refresh: Some(Duration::from_secs(30)),
+        ..Default::default()
+    };
+    let slots: [Option<Observer<u8, u8, u8>>; CAP + 2] = Default::default();
+    let mut t = Observers::new(slots, params);
+    let mut now = 0u64;
+    let mut mid = 0u16;
+    let mut order = Ordering::new();
+    for op in data.chunks(3) {
+        let (a, b, c) = (op[0], *op.get(1).unwrap_or(&0), *op.get(2).unwrap_or(&0));
+        let at = Instant::from_millis(now);
+        match a % 8 {
+            0 => {
+                let peer = b % 16;
+                if let Ok((id, seq)) = t.register(peer, peer % 5, c % 4, Token::new(&[c]).unwrap(), at) {
+                    assert!(t.get(id).is_some());
+                    assert!(seq <= SEQ_MASK);
+                }
+            }
+            1 => {
+                let ids: Vec<_> = t.iter().map(|(id, _)| id).collect();
+                if let Some(id) = ids.get(usize::from(b) % ids.len().max(1)).copied() {
+                    let before = t.get(id).unwrap().seq();
+                    mid = mid.wrapping_add(1);
+                    let n = t.notification(id, at, mid, u32::from(c)).unwrap();
+                    assert!(n.seq <= SEQ_MASK);
+                    assert!(is_newer(before, at, n.seq, at), "{before} then {}", n.seq);
+                }
+            }
+            2 => {
+                let _ = t.on_ack(&(b % 16), mid.wrapping_sub(u16::from(c % 4)), at);
+            }
+            3 => {
+                let _ = t.on_reset(&(b % 16), mid.wrapping_sub(u16::from(c % 4)));
+            }
+            4 => {
+                let _ = t.cancel(&(b % 16), &Token::new(&[c]).unwrap());
+            }
+            5 => {
+                now += u64::from(b) * 250 + u64::from(c);
+                let at = Instant::from_millis(now);
+                let mut steps = 0;
+                while let Some(due) = t.poll(at) {
+                    steps += 1;
+                    assert!(steps <= 2 * (CAP + 2) + 2, "poll keeps finding work");
+                    match due {
+                        Due::Resend(id) => assert!(t.get(id).is_some_and(|o| o.awaiting_ack())),
+                        Due::Refresh(id) => assert!(t.get(id).is_some()),
+                        Due::GaveUp { id, .. } => assert!(t.get(id).is_none()),
+                    }
+                }
+                if let Some(w) = t.next_wake() {
+                    let _ = w;
+                }
+            }
+            6 => {
+                let _ = t.retain(|o| o.resource != b % 4);
+            }
+            _ => {
+                // The client side: a number is accepted once.
+                let seq = u32::from_be_bytes([0, a, b, c]);
+                let at = Instant::from_millis(now);
+                if order.accept(seq, at) {
+                    assert!(!order.clone().accept(seq, at));
+                }
+            }
+        }
+        assert!(t.len() <= CAP);
+        for h in 0..5u8 {
+            assert!(t.held_by(&h) <= PER_HOST);
+        }
+        assert_eq!(t.iter().count(), t.len());
+    }
+});
