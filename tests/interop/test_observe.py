@@ -373,3 +373,45 @@ def test_libcoap_over_coaps_observes_only_while_granted(tmp_path):
     assert stats.get("observe.registered", 0) == 1, stats
     assert stats.get("observe.ended.refused", 0) == 1, stats
     assert stats.get("observe.observers") == 0, stats
+
+
+def test_libcoap_beyond_the_per_host_cap_is_answered_without_observe(tmp_path):
+    """With --max-observers-per-host 1, a second observer from the same address gets the
+    reading once, without Observe (RFC 7641 §4.1: not registered); a newcomer from another
+    address (127.0.0.2) still registers."""
+    assert CLIENT, "coap-client not found: run scripts/install-test-deps"
+    server = Server(tmp_path, "--observe-refresh", f"{REFRESH}s", "--max-observers-per-host", "1")
+    try:
+        sensor = Sensor(server, tmp_path)
+        log_path = tmp_path / "first.log"
+        with open(log_path, "wb") as log_file:
+            first = subprocess.Popen([CLIENT, "-v", "7", "-s", "6", "-m", "get", sensor.href], stdout=log_file,
+                                     stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 6
+            while b"observation relationship established" not in log_path.read_bytes():
+                assert first.poll() is None and time.time() < deadline, log_path.read_text(errors="replace")[-3000:]
+                time.sleep(0.05)
+
+            def observe_once(*args):
+                out = tmp_path / "once.bin"
+                r = subprocess.run([CLIENT, *args, "-v", "7", "-o", str(out), "-s", "1", "-m", "get", sensor.href],
+                                   capture_output=True, timeout=30)
+                log = r.stdout.decode(errors="replace")
+                answers = [line for line in log.splitlines() if "c:2.05" in line]
+                return answers, log, readings_in(out.read_bytes())
+
+            answers, log, readings = observe_once()
+            assert "observation relationship established" not in log, log[-3000:]
+            assert len(answers) == 1 and "Observe:" not in answers[0], answers
+            assert len(readings) == 1
+            sensor.verify(readings[0])
+            answers, log, readings = observe_once("-a", "127.0.0.2")
+            assert "observation relationship established" in log, log[-3000:]
+            assert "Observe:" in answers[0], answers
+        finally:
+            first.wait(timeout=30)
+    finally:
+        stats = server.stop_stats()
+    assert stats.get("observe.registered", 0) == 2, stats
+    assert stats.get("observe.refused.host_full", 0) == 1, stats
