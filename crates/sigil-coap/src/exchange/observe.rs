@@ -131,6 +131,11 @@ impl<P, H, R> Observer<P, H, R> {
     pub fn awaiting_ack(&self) -> bool {
         self.pending.is_some()
     }
+
+    /// When the observer last acknowledged a notification (or registered).
+    pub fn last_acknowledged(&self) -> Instant {
+        self.last_acknowledged
+    }
 }
 
 /// A handle on one observation; stale once that observation ends.

@@ -46,6 +46,8 @@ pub struct ObserveConfig {
     /// The current state is sent again to an observer nothing was sent to for this long; the
     /// notifications' Max-Age is twice this.
     pub refresh: Duration,
+    /// How many observations a second may give way to newcomers when the table is full.
+    pub give_way_per_sec: u32,
 }
 
 impl Default for ObserveConfig {
@@ -59,6 +61,7 @@ impl Default for ObserveConfig {
             },
             confirmable_every: 16,
             refresh: Duration::from_secs(120),
+            give_way_per_sec: 20,
         }
     }
 }
@@ -96,6 +99,8 @@ pub(super) struct ObserveState {
     /// Notifications to send, to plain and secure endpoints, with the identity the observer's
     /// session authenticated (a notification goes out only in a session of that identity).
     outbox: Vec<Outgoing>,
+    /// How fast a full table gives way ([`ObserveConfig::give_way_per_sec`]).
+    give_way_rate: crate::budget::TokenBucket,
     /// The latest (monotonic, wall) pair, for the checks a timer makes.
     clock: Option<(Instant, UnixTime)>,
     max_age: u32,
@@ -122,6 +127,10 @@ impl ObserveState {
             budget: ByteBudget::new("observe", config.caps),
             next_mid: seed,
             outbox: Vec::new(),
+            give_way_rate: {
+                let r = f64::from(config.give_way_per_sec.max(1));
+                crate::budget::TokenBucket::new(r, r)
+            },
             clock: None,
             max_age: u32::try_from(config.refresh.as_secs())
                 .unwrap_or(u32::MAX)
@@ -235,6 +244,11 @@ impl Dispatcher {
         if let Some(id) = existing {
             self.observe.end(id);
         }
+        let full = self.observe.table.len() >= self.config.observe.max_observers
+            || self.observe.budget.check(host, charge) == Err(crate::budget::Over::Total);
+        if full {
+            self.observe_give_way(host, charge, now);
+        }
         if let Err(why) = self.observe.budget.charge(host, charge) {
             self.count(match why {
                 crate::budget::Over::Host => "observe.refused.host_bytes",
@@ -284,6 +298,60 @@ impl Dispatcher {
                 crate::limited!(self.log, secs, "observe.refused", info, peer = %from.addr, reason = ?why, "observation refused; answered once without Observe");
             }
         }
+    }
+
+    /// Makes room in a full observer table for `bytes` more from `host`: the least recently
+    /// acknowledged observation of the host holding the most gives way, if that host would
+    /// still hold more than `host` (`observe.gave_way`). It is told so with a last
+    /// notification (5.03, Max-Age 60: its client may register again later). At most
+    /// `give_way_per_sec` a second, checked before the scan (`observe.give_way_rate_limited`),
+    /// so many hosts can neither keep a newcomer out nor turn the table over fast.
+    fn observe_give_way(&mut self, host: Host, bytes: usize, now: Instant) -> bool {
+        if !self.observe.give_way_rate.take(now) {
+            self.count("observe.give_way_rate_limited");
+            return false;
+        }
+        let mine = self.observe.budget.held_by(host).saturating_add(bytes);
+        let budget = &self.observe.budget;
+        let victim = self
+            .observe
+            .table
+            .iter()
+            .map(|(id, o)| (id, budget.held_by(o.host), o.last_acknowledged()))
+            .filter(|(_, held, _)| *held > mine)
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)));
+        let Some((id, _, _)) = victim else {
+            self.count("observe.refused.no_give_way");
+            return false;
+        };
+        let Some((peer, token, auth)) = self.observe.table.get(id).map(|o| {
+            let auth = self
+                .observe
+                .watches
+                .get(&id)
+                .and_then(|w| w.request.auth.clone());
+            (o.peer, o.token, auth)
+        }) else {
+            return false;
+        };
+        self.observe.end(id);
+        self.count("observe.gave_way");
+        let r = Response {
+            code: Code::SERVICE_UNAVAILABLE,
+            payload: b"observers full; this host holds the most".to_vec(),
+            max_age: Some(60),
+            ..Default::default()
+        };
+        let mid = self.observe.mid();
+        if let Some(b) = encode_final(&token, mid, &r) {
+            self.observe.outbox.push(Outgoing {
+                to: peer,
+                auth,
+                bytes: b,
+                id: None,
+            });
+        }
+        true
     }
 
     /// Notifies the observers of every reading the service committed since the last call.
@@ -542,12 +610,11 @@ fn encode_final(token: &Token, mid: u16, r: &Response) -> Option<Vec<u8>> {
         token.as_bytes(),
     )
     .ok()?;
-    if r.content_format.is_some() {
-        b.uint_option(
-            option::CONTENT_FORMAT,
-            u32::from(r.content_format.unwrap_or(0)),
-        )
-        .ok()?;
+    if let Some(cf) = r.content_format {
+        b.uint_option(option::CONTENT_FORMAT, u32::from(cf)).ok()?;
+    }
+    if let Some(age) = r.max_age {
+        b.uint_option(option::MAX_AGE, age).ok()?;
     }
     let len = b.finish_with_payload(&r.payload).ok()?;
     buf.truncate(len);
