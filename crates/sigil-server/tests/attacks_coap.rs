@@ -13,9 +13,9 @@ use sigil_server::Store;
 use sigil_time::Instant;
 use std::net::SocketAddr;
 
-mod common;
 use common::sensor::{registered, sensor_with_history, Sensor};
 use common::Plain as Server;
+use sigil_testkit::server as common;
 
 fn addr(ip: [u8; 4], port: u16) -> SocketAddr {
     SocketAddr::from((ip, port))

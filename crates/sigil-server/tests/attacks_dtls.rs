@@ -15,17 +15,8 @@ use sigil_testkit::Seeded;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-mod common;
 use common::{coap_get, ms, run, step, AnyServer, Client, Peer, Secure as Server};
-
-impl Server {
-    /// A provisioned identity with PSK `key`; returns its text (the PSK identity).
-    fn provision_psk(&self, seed: u8, key: &[u8; 16]) -> String {
-        let id = common::ed25519_identity(u64::from(seed));
-        self.provision(&id, Some(key));
-        id.to_string()
-    }
-}
+use sigil_testkit::server as common;
 
 /// A host that answers cookies: each new port runs the stateless exchange and sends its
 /// ClientHello with a valid cookie, then says nothing more (the handshake stays half-open).
@@ -110,7 +101,7 @@ fn attack_7_a_cookie_returning_flood_from_one_host_does_not_lock_out_new_devices
     // The server's defaults: 256 handshakes, 16 per host, 30 s before one is stale.
     let mut s = Server::new(|_| {});
     let key = [5; 16];
-    let text = s.provision_psk(1, &key);
+    let text = s.provision_psk(1, &key).to_string();
     let mut now = 0;
     // A device connected before the flood.
     let mut old = Client::psk("10.1.0.1:40001".parse().unwrap(), &text, &key, 11, now);
@@ -191,7 +182,7 @@ fn a_flood_from_several_hosts_gives_way_to_a_newcomer_oldest_of_the_heaviest_fir
         c.max_handshakes_per_host = 8;
     });
     let key = [6; 16];
-    let text = s.provision_psk(2, &key);
+    let text = s.provision_psk(2, &key).to_string();
     let mut now = 0;
     // Five hosts that return cookies: the first four fill the table (8 each); then one of
     // them holds 8 and the fifth is refused until someone holds more than it would.
@@ -269,7 +260,7 @@ fn sessions_from_one_host_stay_within_its_share_and_others_still_connect() {
         c.max_sessions_per_host = 2;
     });
     let key = [7; 16];
-    let text = s.provision_psk(3, &key);
+    let text = s.provision_psk(3, &key).to_string();
     let mut now = 0;
     // Six devices behind one NAT address.
     let mut nat: Vec<Client> = (0..6)
@@ -336,7 +327,7 @@ fn memory_gauges_return_to_zero_once_handshakes_time_out_and_sessions_idle_out()
         c.session_lifetime = Duration::from_secs(120);
     });
     let key = [8; 16];
-    let text = s.provision_psk(4, &key);
+    let text = s.provision_psk(4, &key).to_string();
     let mut now = 0;
     let mut flood = Flood::new([192, 0, 2, 77]);
     flood.burst(&mut s, now, 100);
@@ -416,7 +407,7 @@ fn a_host_that_restarts_its_handshakes_is_held_to_its_handshake_rate() {
     // then 8 per second.
     let mut s = Server::new(|_| {});
     let key = [5; 16];
-    let text = s.provision_psk(1, &key);
+    let text = s.provision_psk(1, &key).to_string();
     let mut flood = Flood::new([192, 0, 2, 77]);
     let mut now = 0;
     while now < 10_000 {
@@ -585,7 +576,7 @@ fn hosts_naming_a_sniffed_session_id_are_strangers_and_give_way_to_a_newcomer() 
     // never expired early, and a newcomer was refused until they went stale (30 s).
     let mut s = Server::new(|_| {});
     let key = [8; 16];
-    let text = s.provision_psk(3, &key);
+    let text = s.provision_psk(3, &key).to_string();
     let mut now = 0;
     let mut honest = Client::psk("10.9.0.1:40001".parse().unwrap(), &text, &key, 21, now);
     run(&mut s, &mut [&mut honest], &mut now, 100);
@@ -653,7 +644,7 @@ fn an_honest_handshake_that_loses_a_flight_completes_while_300_hosts_churn() {
     // and had to start over. Now it is safe for 7 s after its last progress.
     let mut s = Server::new(|_| {});
     let key = [9; 16];
-    let text = s.provision_psk(4, &key);
+    let text = s.provision_psk(4, &key).to_string();
     let mut honest = Client::psk("10.8.0.1:40001".parse().unwrap(), &text, &key, 31, 0);
     let mut sends = 0;
     let mut churn_started = 0u64;
@@ -759,7 +750,7 @@ fn a_newcomer_from_a_host_with_a_live_session_gets_in_when_strangers_spent_the_b
     // strangers' first tries were over (the soak's carrier newcomer, ten minutes at most).
     let mut s = Server::new(|c| c.max_handshakes = 8);
     let key = [7; 16];
-    let text = s.provision_psk(3, &key);
+    let text = s.provision_psk(3, &key).to_string();
     let router = [198, 51, 100, 7];
     let mut now = 0;
     let mut first = Client::psk(SocketAddr::from((router, 5000)), &text, &key, 90, now);

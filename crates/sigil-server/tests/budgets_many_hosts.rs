@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-mod common;
+use sigil_testkit::server as common;
 
 /// The first `n` attacking addresses: 127.0.1.1 onwards, never an honest device's.
 fn ipv4_attackers(n: usize) -> Vec<IpAddr> {

@@ -17,8 +17,8 @@ use std::net::SocketAddr;
 const UNIX: UnixTime = UnixTime::from_secs(1_700_000_000);
 const PSK: &[u8; 16] = b"0123456789abcdef";
 
-mod common;
 use common::{ms, AnyServer};
+use sigil_testkit::server as common;
 
 fn delete(mid: u16, id: u32) -> Vec<u8> {
     let mut buf = [0u8; 64];

@@ -13,7 +13,7 @@ use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
-mod common;
+use sigil_testkit::server as common;
 
 const NOW: i64 = 1_700_000_000;
 const DEVICE: SocketAddr =

@@ -18,8 +18,8 @@ use sigil_testkit::Seeded;
 use sigil_time::Instant;
 use std::net::SocketAddr;
 
-mod common;
 use common::Plain as Server;
+use sigil_testkit::server as common;
 
 /// A first Block1 block of 16 bytes (SZX 0, more to come) of a registration.
 fn first_block(mid: u16, ep: &str) -> Vec<u8> {

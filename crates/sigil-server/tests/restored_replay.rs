@@ -25,8 +25,8 @@ use std::time::Duration;
 
 const PSK: [u8; 16] = *b"replay-test-psk!";
 
-mod common;
 use common::{AnyServer, Process, Restore, Secure as InMemory};
+use sigil_testkit::server as common;
 
 fn start(rt: &tokio::runtime::Runtime, db: &Path) -> (ServerHandle, Stats, SocketAddr) {
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), db.to_path_buf());

@@ -14,13 +14,13 @@ use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, Endpoint, Inbound, ServerConfig, Stats, Store};
+use sigil_server::{Dispatcher, Endpoint, Inbound, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
-mod common;
 use common::{run, Client, Process, Restore, Secure, NOW};
+use sigil_testkit::server as common;
 
 fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -86,10 +86,6 @@ impl Rig {
     fn build(trust_on_first_use: bool, others: &[PublicKey]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let stats = Stats::default();
-        let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-        config.service.verify_workers = 1;
-        config.service.danger_trust_on_first_use = trust_on_first_use;
         let mut storage = MemoryStorage::default();
         let device = Device::boot(
             RustCrypto,
@@ -112,14 +108,11 @@ impl Rig {
             .unwrap()
             .add_identity(&listed.0, listed.1, "kitchen", NOW)
             .unwrap();
-        let svc = sigil_server::Service::new(
-            Store::open(&db).unwrap(),
-            config.service.clone(),
-            stats.clone(),
-        )
-        .unwrap();
+        let (d, stats, _) = common::plain_dispatcher(&db, 7, |c| {
+            c.service.danger_trust_on_first_use = trust_on_first_use;
+        });
         let mut rig = Self {
-            d: Dispatcher::new(config, svc, stats.clone(), [7; 32]),
+            d,
             stats,
             db,
             device,
@@ -426,32 +419,17 @@ fn secure() -> Secure {
     )
 }
 
-impl Secure {
-    fn stored_sessions(&self) -> Vec<String> {
-        Store::open(&self.db)
-            .unwrap()
-            .dtls_sessions()
-            .unwrap()
-            .into_iter()
-            .map(|r| r.identity)
-            .collect()
+/// `c` asks for `/.well-known/core` in its session: whether an answer came.
+fn discovery_answered(c: &mut Client, s: &mut Secure, now: &mut u64, mid: u16) -> bool {
+    let before = c.inbox.len();
+    if c.conn
+        .send(&request(Code::GET, mid, ".well-known/core", &[], &[]))
+        .is_err()
+    {
+        return false;
     }
-}
-
-impl Client {
-    /// Asks for `/.well-known/core` in the session: whether an answer came.
-    fn discovery_answered(&mut self, s: &mut Secure, now: &mut u64, mid: u16) -> bool {
-        let before = self.inbox.len();
-        if self
-            .conn
-            .send(&request(Code::GET, mid, ".well-known/core", &[], &[]))
-            .is_err()
-        {
-            return false;
-        }
-        run(s, &mut [&mut *self], now, 300);
-        self.inbox.len() > before
-    }
+    run(s, &mut [&mut *c], now, 300);
+    c.inbox.len() > before
 }
 
 fn identity(seed: u8) -> Identity {
@@ -472,7 +450,7 @@ fn a_revoked_identitys_live_session_ends_and_its_stored_row_goes() {
     let mut b = Client::psk(addr(52), &kept.to_string(), &[0x52; 16], 52, now);
     run(&mut s, &mut [&mut a, &mut b], &mut now, 2_000);
     assert!(a.conn.is_established() && b.conn.is_established());
-    assert!(a.discovery_answered(&mut s, &mut now, 1));
+    assert!(discovery_answered(&mut a, &mut s, &mut now, 1));
     assert_eq!(s.layer.sessions(), 2);
     let mut stored = s.stored_sessions();
     stored.sort();
@@ -493,8 +471,8 @@ fn a_revoked_identitys_live_session_ends_and_its_stored_row_goes() {
         "the client got a close_notify"
     );
     assert!(!s.layer.authenticated().contains(&revoked));
-    assert!(!a.discovery_answered(&mut s, &mut now, 2));
-    assert!(b.discovery_answered(&mut s, &mut now, 3));
+    assert!(!discovery_answered(&mut a, &mut s, &mut now, 2));
+    assert!(discovery_answered(&mut b, &mut s, &mut now, 3));
     assert_eq!(s.stored_sessions(), vec![kept.to_string()]);
 
     // A new handshake with the same PSK gets no session.

@@ -16,59 +16,44 @@ use sigil_time::UnixTime;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-mod common;
 use common::{
     addr, coap_get, ms, run, transmit, AnyServer, Peer, Process, Restore, Secure as Server, NOW,
 };
+use sigil_testkit::server as common;
 
 /// The server with its access-control server, which signs with the server's key; tokens
 /// live 60 s here.
 fn server(tune: impl FnOnce(&mut DtlsConfig)) -> Server {
-    Server::with_service(tune, |_| {})
+    with_service(tune, |_| {})
 }
 
-impl Server {
-    fn with_service(
-        tune: impl FnOnce(&mut DtlsConfig),
-        service: impl FnOnce(&mut sigil_server::service::ServiceConfig),
-    ) -> Self {
-        Self::fresh(
-            tune,
-            service,
-            Process {
-                authority: true,
-                ..Process::default()
-            },
-        )
-    }
+/// The server with its access-control server and `service` applied to its service config.
+fn with_service(
+    tune: impl FnOnce(&mut DtlsConfig),
+    service: impl FnOnce(&mut sigil_server::service::ServiceConfig),
+) -> Server {
+    Server::fresh(
+        tune,
+        service,
+        Process {
+            authority: true,
+            ..Process::default()
+        },
+    )
+}
 
-    /// The server after a crash: everything in memory is gone (no close_notify, no clean
-    /// shutdown), the database stays; the new process keeps its sessions in it, restoring
-    /// what it holds. Returns how many sessions came back.
-    fn restart(self) -> (Self, usize) {
-        let Server { dir, db, .. } = self;
-        let mut s = Server::start(
-            db,
-            |_| {},
-            |_| {},
-            Process {
-                secret: 8,
-                rng: 4321,
-                restore: Restore::WithCredentials,
-                ..Process::default()
-            },
-        );
-        s.dir = dir;
-        let n = s.restored;
-        (s, n)
-    }
-
-    fn stored_sessions(&self) -> i64 {
-        rusqlite::Connection::open(&self.db)
-            .unwrap()
-            .query_row("SELECT count(*) FROM dtls_sessions", [], |r| r.get(0))
-            .unwrap()
-    }
+/// The server after a crash (`Server::restart`): the new process has other secrets and
+/// randomness, takes the database's credentials and restores the sessions kept there.
+/// Returns how many sessions came back.
+fn restart(s: Server) -> (Server, usize) {
+    let s = s.restart(Process {
+        secret: 8,
+        rng: 4321,
+        restore: Restore::WithCredentials,
+        ..Process::default()
+    });
+    let n = s.restored;
+    (s, n)
 }
 
 /// A DTLS client at `addr`, optionally with a device above it. With `carrier`, its handshake
@@ -889,7 +874,7 @@ fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
 #[test]
 fn sessions_in_the_database_survive_a_server_crash() {
     let s = server(|_| {});
-    let (mut s, restored) = s.restart();
+    let (mut s, restored) = restart(s);
     assert_eq!(restored, 0);
     let (dev, st) = device(31, SignatureAlgorithm::Ed25519);
     let id = *dev.identity();
@@ -903,7 +888,7 @@ fn sessions_in_the_database_survive_a_server_crash() {
     publish(&mut c, now);
     run(&mut s, &mut [&mut c], &mut now, 500);
     assert_eq!(acked(&c), 1);
-    assert_eq!(s.stored_sessions(), 1);
+    assert_eq!(s.stored_sessions().len(), 1);
     // Saved at the handshake, then its read mark before each batch of records is acted on.
     assert_eq!(
         s.count("dtls.session_saved"),
@@ -911,7 +896,7 @@ fn sessions_in_the_database_survive_a_server_crash() {
     );
     assert!(s.count("dtls.read_mark_saved") >= 1);
 
-    let (mut s, restored) = s.restart();
+    let (mut s, restored) = restart(s);
     assert_eq!(restored, 1);
     assert_eq!(s.layer.sessions(), 1);
     for _ in 0..3 {
@@ -933,21 +918,21 @@ fn sessions_in_the_database_survive_a_server_crash() {
             rusqlite::params![id.to_string(), NOW],
         )
         .unwrap();
-    assert_eq!(s.stored_sessions(), 1);
-    let (s, restored) = s.restart();
+    assert_eq!(s.stored_sessions().len(), 1);
+    let (s, restored) = restart(s);
     assert_eq!(
         restored, 0,
         "a revoked identity's session does not come back"
     );
     assert_eq!(s.count("dtls.session_not_restored"), 1);
-    assert_eq!(s.stored_sessions(), 0);
+    assert_eq!(s.stored_sessions().len(), 0);
 }
 
 /// A row the server did not write (another server's key, or altered) is not restored.
 #[test]
 fn a_stored_session_from_another_key_is_refused() {
     let s = server(|_| {});
-    let (mut s, _) = s.restart();
+    let (mut s, _) = restart(s);
     let (dev, _) = device(41, SignatureAlgorithm::Ed25519);
     let id = *dev.identity();
     s.provision(&id, Some(&[6; 16]));
@@ -955,7 +940,7 @@ fn a_stored_session_from_another_key_is_refused() {
     let mut c = psk_client(41, &id.to_string(), &[6; 16], 42, now);
     run(&mut s, &mut [&mut c], &mut now, 2_000);
     assert!(c.conn.is_established());
-    assert_eq!(s.stored_sessions(), 1);
+    assert_eq!(s.stored_sessions().len(), 1);
     // One byte of the record flipped: its MAC no longer verifies.
     let db = rusqlite::Connection::open(&s.db).unwrap();
     let mut record: Vec<u8> = db
@@ -965,10 +950,10 @@ fn a_stored_session_from_another_key_is_refused() {
     db.execute("UPDATE dtls_sessions SET record = ?1", [&record])
         .unwrap();
     drop(db);
-    let (s, restored) = s.restart();
+    let (s, restored) = restart(s);
     assert_eq!(restored, 0);
     assert_eq!(s.count("dtls.session_not_restored"), 1);
-    assert_eq!(s.stored_sessions(), 0);
+    assert_eq!(s.stored_sessions().len(), 0);
 }
 
 /// A PSK device whose handshake runs as a CoAP resource on the coaps:// port.
@@ -1007,7 +992,7 @@ fn open_half_over_coap(s: &mut Server, c: &mut Client, now: u64) -> Vec<Code> {
 #[test]
 fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives_a_crash() {
     let s = server(|_| {});
-    let (mut s, _) = s.restart();
+    let (mut s, _) = restart(s);
     let mut now = 0;
     let (mut c, id) = coap_carrier_device(&mut s, 41, 41, now);
     run(&mut s, &mut [&mut c], &mut now, 3_000);
@@ -1029,10 +1014,10 @@ fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives
         "handed to the session table"
     );
     assert!(s.layer.authenticated().contains(&id));
-    assert_eq!(s.stored_sessions(), 1);
+    assert_eq!(s.stored_sessions().len(), 1);
 
     // kill -9 of the server: the session comes back from the database, no new handshake.
-    let (mut s, restored) = s.restart();
+    let (mut s, restored) = restart(s);
     assert_eq!(restored, 1);
     publish(&mut c, now);
     run(&mut s, &mut [&mut c], &mut now, 500);
@@ -1045,7 +1030,7 @@ fn a_handshake_over_coap_becomes_a_session_that_registers_publishes_and_survives
     c.traffic.as_mut().unwrap().close().unwrap();
     run(&mut s, &mut [&mut c], &mut now, 100);
     assert_eq!(s.layer.sessions(), 0);
-    assert_eq!(s.stored_sessions(), 0);
+    assert_eq!(s.stored_sessions().len(), 0);
 }
 
 #[test]
@@ -1243,7 +1228,7 @@ fn read_latest(s: &mut Server, c: &mut Client, topic: &str, mid: u16, now: &mut 
 
 #[test]
 fn with_authorized_reads_only_the_sensor_and_granted_readers_read_it() {
-    let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
+    let mut s = with_service(|_| {}, |c| c.authorize_reads = true);
     let mut now = 0;
     // A sensor publishes one reading over coaps://.
     let (_c, sensor, topic) = published_sensor(&mut s, 101, &mut now);
@@ -1371,7 +1356,7 @@ fn ask_token_with(
 /// expiry both take effect on sessions already open.
 #[test]
 fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
-    let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
+    let mut s = with_service(|_| {}, |c| c.authorize_reads = true);
     let mut now = 0;
     let (_c, sensor, topic) = published_sensor(&mut s, 111, &mut now);
     let (granted, other) = (reader(&mut s, 112), reader(&mut s, 113));
@@ -1518,7 +1503,7 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
 /// lets it publish to its own topic.
 #[test]
 fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
-    let mut s = Server::with_service(|_| {}, |c| c.authorize_reads = true);
+    let mut s = with_service(|_| {}, |c| c.authorize_reads = true);
     let mut now = 0;
     let (mut c, sensor, topic) = published_sensor(&mut s, 121, &mut now);
     let reader = reader(&mut s, 122);
@@ -1907,9 +1892,9 @@ fn unprotected_readings_are_taken_only_over_the_nodes_own_session() {
     // The node's session is never stored (its readings have no number of their own, so a
     // window restored from an older row would take recorded records again): a restarted
     // server has nothing to restore, and the node handshakes anew.
-    assert_eq!(s.stored_sessions(), 0);
+    assert_eq!(s.stored_sessions().len(), 0);
     drop(c);
-    let (mut s, restored) = s.restart();
+    let (mut s, restored) = restart(s);
     assert_eq!(restored, 0);
     let mut c2 = psk_client(43, &id.to_string(), &[0x21; 16], 43, now);
     run(&mut s, &mut [&mut c2], &mut now, 2_000);

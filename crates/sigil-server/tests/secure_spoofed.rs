@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 const UNIX: UnixTime = UnixTime::from_secs(1_700_000_000);
 const PSK: &[u8; 16] = b"0123456789abcdef";
 
-mod common;
 use common::ms;
+use sigil_testkit::server as common;
 
 /// A server layer with one PSK identity provisioned, and a client of that identity at
 /// `addr` with an established session.

@@ -17,8 +17,8 @@ use sigil_server::authz::{SUBJECT_RATE, TOKENS_PER_SUBJECT};
 use sigil_server::Store;
 use sigil_testkit::Seeded;
 
-mod common;
 use common::{addr, run, Client, Process, Secure as Server, NOW};
+use sigil_testkit::server as common;
 
 /// The server with its access-control server (tokens live 60 s here).
 fn server() -> Server {
@@ -30,15 +30,6 @@ fn server() -> Server {
             ..Process::default()
         },
     )
-}
-
-impl Server {
-    /// A provisioned identity with the PSK `[seed; 16]` (an Ed25519 key's identity).
-    fn reader(&self, seed: u8) -> Identity {
-        let id = common::ed25519_identity(u64::from(seed));
-        self.provision(&id, Some(&[seed; 16]));
-        id
-    }
 }
 
 /// A DTLS client at port `port`'s address; its message IDs count on from `port` × 1000.
@@ -149,7 +140,7 @@ fn description(body: &[u8]) -> String {
 /// Another provisioned client (identity 42) at port `port` makes a session within `for_ms`
 /// and is issued a token.
 fn another_client_gets_a_token(s: &mut Server, port: u16, for_ms: u64, now: &mut u64) {
-    let h = s.reader(42);
+    let h = s.provision_psk(42, &[42; 16]);
     let mut ch = psk_client(port, &h, 42, *now);
     run(s, &mut [&mut ch], now, for_ms);
     let (code, body) = ask_token(s, &mut ch, &token_request(None, false), now);
@@ -170,7 +161,10 @@ fn p256(seed: u64) -> SecretKey {
 fn a_client_gets_no_token_bound_to_another_clients_key() {
     let mut s = server();
     let mut now = 0;
-    let (a, b) = (s.reader(31), s.reader(32));
+    let (a, b) = (
+        s.provision_psk(31, &[31; 16]),
+        s.provision_psk(32, &[32; 16]),
+    );
     let mut ca = psk_client(1, &a, 31, now);
     let mut cb = psk_client(2, &b, 32, now);
     run(&mut s, &mut [&mut ca, &mut cb], &mut now, 3_000);
@@ -272,7 +266,7 @@ fn a_client_gets_no_token_bound_to_another_clients_key() {
 fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_cap() {
     let mut s = server();
     let mut now = 0;
-    let m = s.reader(41);
+    let m = s.provision_psk(41, &[41; 16]);
     let mut sessions: Vec<Client> = (1..=16).map(|p| psk_client(p, &m, 41, 0)).collect();
     {
         let mut all: Vec<&mut Client> = sessions.iter_mut().collect();
@@ -374,7 +368,7 @@ fn one_identity_asking_for_tokens_from_16_addresses_gets_only_its_rate_and_its_c
 fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate() {
     let mut s = server();
     let mut now = 0;
-    let m = s.reader(41);
+    let m = s.provision_psk(41, &[41; 16]);
     let start = now;
     let mut created = 0u64;
     for port in 1..=256u16 {
@@ -417,7 +411,10 @@ fn one_identity_going_through_256_hosts_holds_16_sessions_and_gets_only_its_rate
 fn revoking_a_subject_drops_its_tokens_and_ctis_and_frees_their_bytes() {
     let mut s = server();
     let mut now = 0;
-    let (m, o) = (s.reader(51), s.reader(52));
+    let (m, o) = (
+        s.provision_psk(51, &[51; 16]),
+        s.provision_psk(52, &[52; 16]),
+    );
     let mut cm = psk_client(1, &m, 51, now);
     let mut co = psk_client(2, &o, 52, now);
     run(&mut s, &mut [&mut cm, &mut co], &mut now, 3_000);

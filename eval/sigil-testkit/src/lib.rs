@@ -10,10 +10,17 @@
 //!   the certificates that must be refused), generated with pyca/cryptography and kept as files.
 //! - [`readings`]: signed readings in either wire form, with the key and identity that verify
 //!   them.
+//! - [`server`] (feature `server`, for sigil-server's tests): the server in memory on a
+//!   virtual clock ([`server::Plain`]: the dispatcher and service over a fresh database;
+//!   [`server::Secure`]: with the DTLS layer), DTLS clients ([`server::Client`]) exchanging
+//!   datagrams with it ([`server::step`], [`server::run`]) and the signing sensor running the
+//!   real `sigil-device` machine ([`server::sensor::Sensor`]).
 
 pub mod dtls;
 pub mod pki;
 pub mod readings;
 pub mod rng;
+#[cfg(feature = "server")]
+pub mod server;
 
 pub use rng::{Counter, Fixed, Seeded};

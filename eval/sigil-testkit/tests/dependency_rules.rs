@@ -53,6 +53,15 @@ const EVAL: &[&str] = &[
     "sigil-testkit",
 ];
 
+/// What sigil-testkit's feature `server` (the server harness, for sigil-server's tests) brings
+/// in; without the feature the cores' tests that use sigil-testkit build none of it.
+const TESTKIT_SERVER: &[&str] = &[
+    "sigil-coap",
+    "sigil-device",
+    "sigil-dtls-coap",
+    "sigil-server",
+];
+
 /// Edges that break a rule today and the change that removes each. Empty when the tree
 /// follows every rule.
 const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[];
@@ -63,6 +72,12 @@ struct Package {
     links: BTreeSet<String>,
     /// Sigil crates only its tests use.
     dev: BTreeSet<String>,
+    /// Sigil crates it links only when a feature asks for them.
+    optional: BTreeSet<String>,
+    /// Its features, each with what it turns on.
+    features: BTreeMap<String, Vec<String>>,
+    /// The features it asks of each sigil crate its tests use.
+    dev_features: BTreeMap<String, Vec<String>>,
     rust_version: Option<String>,
 }
 
@@ -88,22 +103,52 @@ fn workspace() -> BTreeMap<String, Package> {
     for p in v["packages"].as_array().unwrap() {
         let mut links = BTreeSet::new();
         let mut dev = BTreeSet::new();
+        let mut optional = BTreeSet::new();
+        let mut dev_features = BTreeMap::new();
         for d in p["dependencies"].as_array().unwrap() {
             let name = d["name"].as_str().unwrap();
             if !name.starts_with("sigil-") {
                 continue;
             }
+            let strings = |v: &serde_json::Value| -> Vec<String> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|f| f.as_str().unwrap().to_string())
+                    .collect()
+            };
+            if d["optional"].as_bool() == Some(true) {
+                optional.insert(name.to_string());
+            }
             match d["kind"].as_str() {
-                Some("dev") => dev.insert(name.to_string()),
+                Some("dev") => {
+                    dev_features.insert(name.to_string(), strings(&d["features"]));
+                    dev.insert(name.to_string())
+                }
                 _ => links.insert(name.to_string()),
             };
         }
+        let features = p["features"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(f, on)| {
+                let on = on.as_array().unwrap().iter();
+                (
+                    f.clone(),
+                    on.map(|x| x.as_str().unwrap().to_string()).collect(),
+                )
+            })
+            .collect();
         ws.insert(
             p["name"].as_str().unwrap().to_string(),
             Package {
                 manifest: p["manifest_path"].as_str().unwrap().to_string(),
                 links,
                 dev,
+                optional,
+                features,
+                dev_features,
                 rust_version: p["rust_version"].as_str().map(str::to_string),
             },
         );
@@ -199,6 +244,43 @@ fn nothing_in_the_product_links_the_measurement_side() {
 }
 
 #[test]
+fn the_testkit_links_the_server_only_behind_its_feature() {
+    let ws = workspace();
+    let kit = &ws["sigil-testkit"];
+    let server = &kit.features["server"];
+    for d in TESTKIT_SERVER {
+        assert!(
+            !kit.links.contains(*d) || kit.optional.contains(*d),
+            "sigil-testkit links {d} without asking for it: only its feature `server` may"
+        );
+        assert!(
+            !kit.links.contains(*d) || server.contains(&format!("dep:{d}")),
+            "sigil-testkit's feature `server` does not bring in {d}"
+        );
+    }
+    for (f, on) in &kit.features {
+        for d in TESTKIT_SERVER {
+            assert!(
+                f == "server" || !on.contains(&format!("dep:{d}")),
+                "sigil-testkit's feature `{f}` brings in {d}; only `server` may"
+            );
+        }
+    }
+    // Only the server's tests turn it on; a core's tests build no server.
+    for (name, p) in &ws {
+        let asks = p
+            .dev_features
+            .get("sigil-testkit")
+            .is_some_and(|f| f.iter().any(|f| f == "server"));
+        assert_eq!(
+            asks,
+            name == "sigil-server",
+            "{name}: only sigil-server's tests use sigil-testkit's feature `server`"
+        );
+    }
+}
+
+#[test]
 fn every_crate_is_where_its_side_says() {
     let ws = workspace();
     assert_eq!(
@@ -231,8 +313,12 @@ fn version(v: &str) -> (u32, u32) {
 }
 
 /// For every workspace crate, the newest `rust-version` among what it links (normal and build
-/// dependencies, transitively, for any target) in the locked dependency graph.
-fn needed_by_dependencies() -> BTreeMap<String, ((u32, u32), String)> {
+/// dependencies, transitively, for any target) in the locked dependency graph. Sigil crates it
+/// links only behind a feature (`optional`, by crate) are left out: the crates that turn the
+/// feature on declare what those need.
+fn needed_by_dependencies(
+    optional: &BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<String, ((u32, u32), String)> {
     let v = metadata(&["--locked"]);
     let packages: BTreeMap<&str, &serde_json::Value> = v["packages"]
         .as_array()
@@ -264,11 +350,16 @@ fn needed_by_dependencies() -> BTreeMap<String, ((u32, u32), String)> {
     let mut needs = BTreeMap::new();
     for member in v["workspace_members"].as_array().unwrap() {
         let member = member.as_str().unwrap();
+        let name = packages[member]["name"].as_str().unwrap();
         let (mut seen, mut todo) = (BTreeSet::new(), vec![member]);
         let mut newest = ((0, 0), String::from("nothing"));
         while let Some(id) = todo.pop() {
             for &d in &links[id] {
-                if seen.insert(d) {
+                let behind_a_feature = id == member
+                    && optional
+                        .get(name)
+                        .is_some_and(|o| o.contains(packages[d]["name"].as_str().unwrap()));
+                if !behind_a_feature && seen.insert(d) {
                     todo.push(d);
                     let p = packages[d];
                     let r = p["rust_version"].as_str().map(version).unwrap_or((0, 0));
@@ -278,10 +369,7 @@ fn needed_by_dependencies() -> BTreeMap<String, ((u32, u32), String)> {
                 }
             }
         }
-        needs.insert(
-            packages[member]["name"].as_str().unwrap().to_string(),
-            newest,
-        );
+        needs.insert(name.to_string(), newest);
     }
     needs
 }
@@ -302,7 +390,11 @@ fn every_crate_is_a_workspace_dependency() {
 #[test]
 fn every_rust_version_is_true() {
     let ws = workspace();
-    let needs = needed_by_dependencies();
+    let optional = ws
+        .iter()
+        .map(|(name, p)| (name.clone(), p.optional.clone()))
+        .collect();
+    let needs = needed_by_dependencies(&optional);
     for (name, p) in &ws {
         let declared = version(p.rust_version.as_deref().expect("a rust-version"));
         let (deps, by) = &needs[name];
@@ -312,6 +404,24 @@ fn every_rust_version_is_true() {
             "{name} declares rust-version {declared:?}, but it needs {true_value:?} \
              (its own code {CODE_NEEDS:?}, {by} {deps:?})"
         );
+    }
+    // A crate that turns on a feature of sigil-testkit's declares what the feature links.
+    for (name, p) in &ws {
+        if p.dev_features
+            .get("sigil-testkit")
+            .is_some_and(|f| !f.is_empty())
+        {
+            let declared = version(p.rust_version.as_deref().unwrap());
+            for d in &ws["sigil-testkit"].optional {
+                let (deps, by) = &needs[d];
+                let own = version(ws[d].rust_version.as_deref().unwrap());
+                assert!(
+                    declared >= own.max(*deps),
+                    "{name} turns on sigil-testkit's features, which link {d} \
+                     ({own:?}; {by} {deps:?}), but declares rust-version {declared:?}"
+                );
+            }
+        }
     }
     // The toolchain this runs on meets every declared value.
     let rustc = Command::new("rustc").arg("--version").output().unwrap();

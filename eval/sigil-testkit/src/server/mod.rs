@@ -2,10 +2,10 @@
 //! service over one database (with the DTLS layer for coaps://) on a virtual clock, DTLS
 //! clients at addresses of their own, and the CoAP requests they send. Each test binary uses
 //! a part of it.
-#![allow(dead_code)]
 
 pub mod sensor;
 
+use crate::Seeded;
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
@@ -15,7 +15,6 @@ use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use sigil_server::service::ServiceConfig;
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
-use sigil_testkit::Seeded;
 use sigil_time::UnixTime;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,7 +23,7 @@ use std::path::{Path, PathBuf};
 pub const NOW: i64 = 1_700_000_000;
 
 /// The tests' virtual clock (milliseconds) as the DTLS layer takes it.
-pub use sigil_testkit::dtls::at as ms;
+pub use crate::dtls::at as ms;
 
 /// The wall clock `t` milliseconds after the virtual clock's origin.
 pub fn wall(t: u64) -> UnixTime {
@@ -212,6 +211,35 @@ impl Secure {
         provision(&self.db, id, psk);
     }
 
+    /// Adds the identity of the Ed25519 key drawn from `seed` as a device with the PSK `key`;
+    /// returns it (its text is the PSK identity).
+    pub fn provision_psk(&self, seed: u8, key: &[u8]) -> Identity {
+        let id = ed25519_identity(u64::from(seed));
+        self.provision(&id, Some(key));
+        id
+    }
+
+    /// The server after a crash: everything in memory is gone (no close_notify, no clean
+    /// shutdown), the database stays; a new process (`process`) starts over it, keeping the
+    /// temporary directory. Its `restored` says how many stored sessions came back.
+    pub fn restart(self, process: Process) -> Self {
+        let Secure { dir, db, .. } = self;
+        let mut s = Secure::start(db, |_| {}, |_| {}, process);
+        s.dir = dir;
+        s
+    }
+
+    /// The identities of the DTLS sessions kept in the database, the newest first.
+    pub fn stored_sessions(&self) -> Vec<String> {
+        Store::open(&self.db)
+            .unwrap()
+            .dtls_sessions()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.identity)
+            .collect()
+    }
+
     /// One batch of datagrams at `now_ms`; what the server sends.
     pub fn handle(
         &mut self,
@@ -384,22 +412,30 @@ pub struct Plain {
     pub db: PathBuf,
     pub config: ServerConfig,
     pub now: u64,
-    _dir: tempfile::TempDir,
+    /// The temporary directory holding `db`, when the server made it.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Plain {
     /// A server whose config `tweak` changed (after one verify worker was set).
     pub fn new(tweak: impl FnOnce(&mut ServerConfig)) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let (d, stats, config) = plain_dispatcher(&db, 42, tweak);
+        let mut s = Self::at(&dir.path().join("s.db"), 42, tweak);
+        s._dir = Some(dir);
+        s
+    }
+
+    /// A server process over the database at `db` (made if missing; the caller keeps the
+    /// directory), with the dispatcher secret `[secret; 32]`, its clock at 0.
+    pub fn at(db: &Path, secret: u8, tweak: impl FnOnce(&mut ServerConfig)) -> Self {
+        let (d, stats, config) = plain_dispatcher(db, secret, tweak);
         Self {
             d,
             stats,
-            db,
+            db: db.to_path_buf(),
             config,
             now: 0,
-            _dir: dir,
+            _dir: None,
         }
     }
 

@@ -2,13 +2,15 @@
 //! server: registered, publishing, and only ever handed what the server sent to its address.
 
 use super::{Plain, Secure, NOW};
+use crate::Seeded;
 use sigil_crypto::{PublicKey, RustCrypto};
-use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_testkit::Seeded;
+use sigil_server::Dispatcher;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
+use std::path::Path;
 
 /// A server a sensor talks coap:// to, on a virtual clock.
 pub trait Server {
@@ -49,6 +51,30 @@ impl Server for Secure {
     }
 }
 
+/// A dispatcher the test keeps itself, with the test's clock and database, as a [`Server`]
+/// (for tests that restart the dispatcher over the same database and clock).
+pub struct Link<'a> {
+    pub d: &'a mut Dispatcher,
+    pub now: &'a mut u64,
+    pub db: &'a Path,
+}
+
+impl Server for Link<'_> {
+    fn now(&mut self) -> &mut u64 {
+        self.now
+    }
+    fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)> {
+        let now = *self.now;
+        self.d.handle_at(batch, super::ms(now), super::wall(now))
+    }
+    fn provision(&self, id: &sigil_identity::Identity, kind: IdentityKind) {
+        sigil_server::Store::open(self.db)
+            .unwrap()
+            .add_identity(id, kind, "", NOW)
+            .unwrap();
+    }
+}
+
 /// A sensor run against the server until nothing more happens.
 pub struct Sensor {
     pub device: Device<RustCrypto>,
@@ -56,6 +82,8 @@ pub struct Sensor {
     pub addr: SocketAddr,
     pub events: Vec<Event>,
     pub sent: Vec<Vec<u8>>,
+    /// The unit of its readings (none by default).
+    pub unit: Option<&'static str>,
 }
 
 impl Sensor {
@@ -76,6 +104,7 @@ impl Sensor {
             addr,
             events: vec![],
             sent: vec![],
+            unit: None,
         }
     }
 
@@ -124,8 +153,9 @@ impl Sensor {
         }
     }
 
-    pub fn publish(&mut self, s: &mut impl Server, v: f64) {
-        self.publish_collecting(s, v, &mut Vec::new());
+    /// Publishes `v` (at the wall clock's origin) and runs for 1 ms: the reading's number.
+    pub fn publish(&mut self, s: &mut impl Server, v: f64) -> u64 {
+        self.publish_collecting(s, v, &mut Vec::new())
     }
 
     /// [`Sensor::publish`], keeping in `all` every datagram the server sent meanwhile.
@@ -134,13 +164,15 @@ impl Sensor {
         s: &mut impl Server,
         v: f64,
         all: &mut Vec<(SocketAddr, Vec<u8>)>,
-    ) {
+    ) -> u64 {
         let r = [Record {
             name: Some("t"),
+            unit: self.unit,
             value: Some(Value::Number(v)),
             ..Default::default()
         }];
-        self.device
+        let seq = self
+            .device
             .publish(
                 Instant::from_millis(*s.now()),
                 &mut self.storage,
@@ -149,6 +181,29 @@ impl Sensor {
             )
             .unwrap();
         self.step_collecting(s, 1, all);
+        seq
+    }
+
+    /// The numbers of its readings the server acknowledged, in order.
+    pub fn acked(&self) -> Vec<u64> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Published {
+                    seq,
+                    outcome: PublishOutcome::Acknowledged,
+                } => Some(*seq),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What became of reading `seq` (the last outcome the device reported for it).
+    pub fn outcome(&self, seq: u64) -> Option<PublishOutcome> {
+        self.events.iter().rev().find_map(|e| match e {
+            Event::Published { seq: s, outcome } if *s == seq => Some(*outcome),
+            _ => None,
+        })
     }
 
     pub fn topic(&self) -> String {
