@@ -11,9 +11,9 @@ use sigil_objects::reading::{ReadingFormat, SignedReading};
 use sigil_time::Instant;
 use std::net::SocketAddr;
 
-mod common;
 use common::sensor::{registered, Sensor};
 use common::Plain as Server;
+use sigil_testkit::server as common;
 
 /// A GET of `path` with Observe `observe` (and Echo).
 fn observe_get(mid: u16, token: &[u8], path: &str, observe: u32, echo: Option<&[u8]>) -> Vec<u8> {
