@@ -7,27 +7,21 @@
 //! Needs permission to mount a tmpfs; without it the test says so and skips (the same
 //! failure paths are covered portably by `storage_faults.rs` through `max_page_count`).
 
-use sigil_crypto::RustCrypto;
-use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
-use sigil_objects::senml::{Record, Value};
+use sigil_device::{DeviceConfig, Event, PublishOutcome};
 use sigil_server::store::{IdentityKind, WAL_LIMIT_BYTES};
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
-use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_server::Store;
+use sigil_testkit::server::sensor::Sensor;
+use sigil_testkit::server::Plain;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const NOW: i64 = 1_700_000_000;
-
-fn dispatcher(db: &Path) -> Dispatcher {
-    let stats = Stats::default();
-    let config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
-    let store = Store::open(db).unwrap();
-    let svc =
-        sigil_server::service::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    Dispatcher::new(config, svc, stats, [7; 32])
+/// The server over the database at `db`, its clock at `now`.
+fn server(db: &Path, now: u64) -> Plain {
+    let mut srv = Plain::at(db, 7, |_| {});
+    srv.now = now;
+    srv
 }
 
 /// Unmounts the tmpfs when the test ends, also on a failed assertion.
@@ -38,73 +32,17 @@ impl Drop for Mount {
     }
 }
 
-struct Sensor {
-    device: Device<RustCrypto>,
-    storage: MemoryStorage,
-    addr: SocketAddr,
-    events: Vec<Event>,
-}
-
-impl Sensor {
-    /// Runs device and server until the device has nothing more to do; one round only, so
-    /// that a refused reading is not retried behind the test's back.
-    fn exchange(&mut self, d: &mut Dispatcher, now: u64) {
-        for _ in 0..8 {
-            self.device
-                .handle_timeout(Instant::from_millis(now), &mut self.storage)
-                .unwrap();
-            let mut out = Vec::new();
-            let mut buf = [0u8; 2048];
-            while let Some(n) = self.device.poll_transmit(&mut buf) {
-                out.push((self.addr, buf[..n].to_vec()));
-            }
-            while let Some(e) = self.device.poll_event() {
-                self.events.push(e);
-            }
-            if out.is_empty() {
-                return;
-            }
-            for (_, reply) in d.handle_at(
-                out,
-                Instant::from_millis(now),
-                UnixTime::from_secs(NOW + (now / 1000) as i64),
-            ) {
-                self.device
-                    .handle_datagram(Instant::from_millis(now), &mut self.storage, &reply)
-                    .unwrap();
-            }
-        }
-    }
-
-    /// Publishes one reading and returns its number and outcome.
-    fn publish(&mut self, d: &mut Dispatcher, now: &mut u64) -> (u64, PublishOutcome) {
-        *now += 1000;
-        let r = [Record {
-            name: Some("t"),
-            value: Some(Value::Number(*now as f64)),
-            ..Default::default()
-        }];
-        let seq = self
-            .device
-            .publish(
-                Instant::from_millis(*now),
-                &mut self.storage,
-                &r,
-                Some(UnixTime::from_secs(1_700_000_000)),
-            )
-            .unwrap();
-        self.exchange(d, *now);
-        let outcome = self
-            .events
-            .iter()
-            .rev()
-            .find_map(|e| match e {
-                Event::Published { seq: s, outcome } if *s == seq => Some(*outcome),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no outcome for seq {seq}: {:?}", self.events));
-        (seq, outcome)
-    }
+/// Publishes one reading a second after the last and runs device and server at that time
+/// only, so that a refused reading is not retried behind the test's back: its number and
+/// outcome.
+fn publish(s: &mut Sensor, srv: &mut Plain) -> (u64, PublishOutcome) {
+    srv.now += 1000;
+    let v = srv.now as f64;
+    let seq = s.publish(srv, v);
+    let outcome = s
+        .outcome(seq)
+        .unwrap_or_else(|| panic!("no outcome for seq {seq}: {:?}", s.events));
+    (seq, outcome)
 }
 
 fn stored(db: &Path) -> Vec<u64> {
@@ -150,35 +88,21 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
     let db = mnt.join("s.db");
     let filler = mnt.join("filler");
 
-    let mut d = dispatcher(&db);
-    let mut storage = MemoryStorage::default();
-    let device = Device::boot(
-        RustCrypto,
+    let mut srv = server(&db, 0);
+    let mut s = Sensor::new(
+        5,
+        SocketAddr::from(([127, 0, 0, 1], 40100)),
         DeviceConfig::default(),
-        &mut storage,
-        &mut Seeded(5),
         &[],
-        &[],
-    )
-    .unwrap();
-    let mut s = Sensor {
-        device,
-        storage,
-        addr: SocketAddr::from(([127, 0, 0, 1], 40100)),
-        events: vec![],
-    };
-    Store::open(&db)
-        .unwrap()
-        .add_identity(s.device.identity(), IdentityKind::Device, "", NOW)
-        .unwrap();
-    let mut now = 0u64;
-    s.exchange(&mut d, now);
+    );
+    srv.provision(s.device.identity(), IdentityKind::Device);
+    s.step(&mut srv, 0);
     assert!(s.device.is_registered(), "{:?}", s.events);
     let mut acked = Vec::new();
     // About 20 KiB of WAL per commit: without checkpoints the WAL alone would fill the
     // volume within these readings. It stays under its limit and everything is stored.
     for _ in 0..150 {
-        let (seq, outcome) = s.publish(&mut d, &mut now);
+        let (seq, outcome) = publish(&mut s, &mut srv);
         assert_eq!(outcome, PublishOutcome::Acknowledged, "seq {seq}");
         acked.push(seq);
         assert!(
@@ -196,7 +120,7 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
 
     // A reading while the disk is full: 5.03 with Max-Age 30 (try again then), never 2.04,
     // and not stored. The device keeps it and takes no new reading meanwhile.
-    let (seq, outcome) = s.publish(&mut d, &mut now);
+    let (seq, outcome) = publish(&mut s, &mut srv);
     assert_eq!(
         outcome,
         PublishOutcome::Deferred {
@@ -211,8 +135,8 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
     );
     assert!(wal_len(&db) <= WAL_LIMIT_BYTES as u64);
     // Max-Age later, still full: deferred again (under a new number), still not stored.
-    now += 30_000;
-    s.exchange(&mut d, now);
+    srv.now += 30_000;
+    s.step(&mut srv, 0);
     let deferred_again = s
         .events
         .iter()
@@ -232,8 +156,8 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
 
     // Space returns: the same server stores the kept reading once its Max-Age has passed.
     std::fs::remove_file(&filler).unwrap();
-    now += 30_000;
-    s.exchange(&mut d, now);
+    srv.now += 30_000;
+    s.step(&mut srv, 0);
     let republished = s
         .events
         .iter()
@@ -253,16 +177,17 @@ fn a_full_disk_refuses_readings_and_the_server_recovers_when_space_returns() {
     acked.push(republished);
     assert_eq!(stored(&db), acked);
     assert!(s.device.can_publish());
-    let (seq, outcome) = s.publish(&mut d, &mut now);
+    let (seq, outcome) = publish(&mut s, &mut srv);
     assert_eq!(outcome, PublishOutcome::Acknowledged);
     acked.push(seq);
     assert_eq!(stored(&db), acked);
     assert!(wal_len(&db) <= WAL_LIMIT_BYTES as u64);
 
     // And after a restart.
-    drop(d);
-    let mut d = dispatcher(&db);
-    let (seq, outcome) = s.publish(&mut d, &mut now);
+    let now = srv.now;
+    drop(srv);
+    let mut srv = server(&db, now);
+    let (seq, outcome) = publish(&mut s, &mut srv);
     assert_eq!(outcome, PublishOutcome::Acknowledged);
     acked.push(seq);
     assert_eq!(stored(&db), acked);

@@ -6,136 +6,27 @@ use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::{Dispatcher, Stats, Store};
+use sigil_testkit::server::sensor::{Link, Sensor};
+use sigil_testkit::server::{self as common, ms, wall, NOW};
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
+use sigil_time::Instant;
 use std::net::SocketAddr;
 use std::path::Path;
 
-const NOW: i64 = 1_700_000_000;
-
-/// The device's clock: milliseconds of the test's virtual time.
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
-
-/// The wall clock `ms` into a test that starts at [`NOW`].
-fn wall(ms: u64) -> UnixTime {
-    UnixTime::from_secs(NOW + (ms / 1000) as i64)
-}
-
 fn dispatcher(db: &Path, max_ahead: u64) -> (Dispatcher, Stats) {
-    let stats = Stats::default();
-    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
-    config.service.freshness.max_ahead = max_ahead;
-    config.service.verify_workers = 2;
-    let store = Store::open(db).unwrap();
-    let svc = sigil_server::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    (Dispatcher::new(config, svc, stats.clone(), [7; 32]), stats)
+    let (d, stats, _) = common::plain_dispatcher(db, 7, |c| {
+        c.service.freshness.max_ahead = max_ahead;
+        c.service.verify_workers = 2;
+    });
+    (d, stats)
 }
 
-struct Sensor {
-    device: Device<RustCrypto>,
-    storage: MemoryStorage,
-    addr: SocketAddr,
-    events: Vec<Event>,
-    /// Drop the next n datagrams from the device (a lossy link).
-    drop_next: usize,
-    sent: Vec<Vec<u8>>,
-}
-
-impl Sensor {
-    fn new(seed: u64, port: u16, config: DeviceConfig, kit: &[PublicKey]) -> Self {
-        let mut storage = MemoryStorage::default();
-        let device = Device::boot(
-            RustCrypto,
-            config,
-            &mut storage,
-            &mut Seeded(seed),
-            kit,
-            &[],
-        )
-        .unwrap();
-        Self {
-            device,
-            storage,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            events: vec![],
-            drop_next: 0,
-            sent: vec![],
-        }
-    }
-
-    /// Runs the device and the server until nothing more happens in the next `for_ms`.
-    fn step(&mut self, d: &mut Dispatcher, now: &mut u64, for_ms: u64) {
-        let until = *now + for_ms;
-        loop {
-            self.device
-                .handle_timeout(ms(*now), &mut self.storage)
-                .unwrap();
-            let mut out = Vec::new();
-            let mut buf = [0u8; 2048];
-            while let Some(n) = self.device.poll_transmit(&mut buf) {
-                self.sent.push(buf[..n].to_vec());
-                if self.drop_next > 0 {
-                    self.drop_next -= 1;
-                } else {
-                    out.push((self.addr, buf[..n].to_vec()));
-                }
-            }
-            while let Some(e) = self.device.poll_event() {
-                self.events.push(e);
-            }
-            if !out.is_empty() {
-                for (_, reply) in d.handle_at(out, Instant::from_millis(*now), wall(*now)) {
-                    self.device
-                        .handle_datagram(ms(*now), &mut self.storage, &reply)
-                        .unwrap();
-                }
-                continue;
-            }
-            match self.device.poll_timeout() {
-                Some(t) if t <= ms(until) => *now = (*now).max(t.as_millis()),
-                _ => {
-                    *now = until;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn publish(&mut self, d: &mut Dispatcher, now: &mut u64, v: f64) -> u64 {
-        let r = [Record {
-            name: Some("t"),
-            unit: Some("Cel"),
-            value: Some(Value::Number(v)),
-            ..Default::default()
-        }];
-        let seq = self
-            .device
-            .publish(
-                ms(*now),
-                &mut self.storage,
-                &r,
-                Some(UnixTime::from_secs(1_700_000_000)),
-            )
-            .unwrap();
-        self.step(d, now, 1);
-        seq
-    }
-
-    fn acked(&self) -> Vec<u64> {
-        self.events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Published {
-                    seq,
-                    outcome: PublishOutcome::Acknowledged,
-                } => Some(*seq),
-                _ => None,
-            })
-            .collect()
-    }
+/// A sensor at 127.0.0.1:`port` whose readings are in Cel.
+fn sensor(seed: u64, port: u16, config: DeviceConfig, kit: &[PublicKey]) -> Sensor {
+    let mut s = Sensor::new(seed, SocketAddr::from(([127, 0, 0, 1], port)), config, kit);
+    s.unit = Some("Cel");
+    s
 }
 
 fn provision(db: &Path, id: &Identity, kind: IdentityKind) {
@@ -150,21 +41,44 @@ fn register_publish_read_back_and_refuse_the_unprovisioned() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (mut d, stats) = dispatcher(&db, 1000);
-    let mut s = Sensor::new(1, 40001, DeviceConfig::default(), &[]);
+    let mut s = sensor(1, 40001, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(s.device.is_registered(), "{:?}", s.events);
     let seqs: Vec<u64> = (0..5)
-        .map(|i| s.publish(&mut d, &mut now, 20.0 + f64::from(i)))
+        .map(|i| {
+            s.publish(
+                &mut Link {
+                    d: &mut d,
+                    now: &mut now,
+                    db: &db,
+                },
+                20.0 + f64::from(i),
+            )
+        })
         .collect();
     assert_eq!(s.acked(), seqs);
     assert_eq!(stats.get("publish.accepted"), 5);
     let stored = Store::open(&db).unwrap().reading_keys().unwrap();
     assert_eq!(stored.len(), 5);
 
-    let mut rogue = Sensor::new(2, 40002, DeviceConfig::default(), &[]);
-    rogue.step(&mut d, &mut now, 10);
+    let mut rogue = sensor(2, 40002, DeviceConfig::default(), &[]);
+    rogue.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(!rogue.device.is_registered());
     assert!(
         rogue
@@ -212,11 +126,25 @@ fn a_kit_registers_through_block1_under_its_group_identity() {
             block_szx: 2,
             ..Default::default()
         };
-        let mut s = Sensor::new(100 + i as u64, 41000 + i as u16, config, &others);
+        let mut s = sensor(100 + i as u64, 41000 + i as u16, config, &others);
         assert_eq!(s.device.public_key(), &keys[i]);
-        s.step(&mut d, &mut now, 10);
+        s.step(
+            &mut Link {
+                d: &mut d,
+                now: &mut now,
+                db: &db,
+            },
+            10,
+        );
         assert!(s.device.is_registered(), "member {i}: {:?}", s.events);
-        s.publish(&mut d, &mut now, 1.0);
+        s.publish(
+            &mut Link {
+                d: &mut d,
+                now: &mut now,
+                db: &db,
+            },
+            1.0,
+        );
         assert_eq!(s.acked().len(), 1);
     }
     assert!(
@@ -225,8 +153,15 @@ fn a_kit_registers_through_block1_under_its_group_identity() {
         stats.snapshot()
     );
     // An outsider claiming the kit (its own key plus the members') computes another group.
-    let mut outsider = Sensor::new(999, 42000, DeviceConfig::default(), &keys[1..]);
-    outsider.step(&mut d, &mut now, 10);
+    let mut outsider = sensor(999, 42000, DeviceConfig::default(), &keys[1..]);
+    outsider.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(!outsider.device.is_registered());
 }
 
@@ -235,10 +170,17 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (mut d, stats) = dispatcher(&db, 1000);
-    let mut s = Sensor::new(3, 40003, DeviceConfig::default(), &[]);
+    let mut s = sensor(3, 40003, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     // The reading reaches the server but the ACK is lost: emulate by delivering the first
     // copy and throwing its answer away.
     let r = [Record {
@@ -256,7 +198,14 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
         wall(now),
     );
     // The device retransmits after ACK_TIMEOUT; the dedup cache answers.
-    s.step(&mut d, &mut now, 100_000);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        100_000,
+    );
     assert_eq!(s.acked(), vec![seq]);
     assert_eq!(stats.get("coap.duplicate"), 1);
     // After a server restart (no dedup memory) the same message still gets its original
@@ -288,19 +237,40 @@ fn broker_rollback_triggers_reset_resync_and_republish() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let backup = dir.path().join("backup.db");
-    let mut s = Sensor::new(4, 40004, DeviceConfig::default(), &[]);
+    let mut s = sensor(4, 40004, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
     {
         let (mut d, _) = dispatcher(&db, 5);
-        s.step(&mut d, &mut now, 10);
-        s.publish(&mut d, &mut now, 1.0);
+        s.step(
+            &mut Link {
+                d: &mut d,
+                now: &mut now,
+                db: &db,
+            },
+            10,
+        );
+        s.publish(
+            &mut Link {
+                d: &mut d,
+                now: &mut now,
+                db: &db,
+            },
+            1.0,
+        );
     }
     std::fs::copy(&db, &backup).unwrap();
     {
         let (mut d, _) = dispatcher(&db, 5);
         for i in 0..20 {
-            s.publish(&mut d, &mut now, f64::from(i));
+            s.publish(
+                &mut Link {
+                    d: &mut d,
+                    now: &mut now,
+                    db: &db,
+                },
+                f64::from(i),
+            );
         }
     }
     // The broker loses its recent state (restored from the backup): the device is now far
@@ -311,8 +281,22 @@ fn broker_rollback_triggers_reset_resync_and_republish() {
     std::fs::copy(&backup, &db).unwrap();
     let (mut d, stats) = dispatcher(&db, 5);
     let before = s.acked().len();
-    let seq = s.publish(&mut d, &mut now, 42.0);
-    s.step(&mut d, &mut now, 10);
+    let seq = s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        42.0,
+    );
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { seq: q, outcome: PublishOutcome::Reset } if *q == seq)), "{:?}", s.events);
     assert!(s.events.iter().any(|e| matches!(e, Event::Resynchronising)));
     assert_eq!(stats.get("publish.rejected.out_of_window"), 1);
@@ -328,14 +312,35 @@ fn revocation_and_factory_reset() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (mut d, stats) = dispatcher(&db, 1000);
-    let mut s = Sensor::new(5, 40005, DeviceConfig::default(), &[]);
+    let mut s = sensor(5, 40005, DeviceConfig::default(), &[]);
     let id = *s.device.identity();
     provision(&db, &id, IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
-    s.publish(&mut d, &mut now, 1.0);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
+    s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        1.0,
+    );
     assert!(Store::open(&db).unwrap().revoke_identity(&id, NOW).unwrap());
-    s.publish(&mut d, &mut now, 2.0);
+    s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        2.0,
+    );
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Rejected(c), .. } if c.to_string() == "4.03")), "{:?}", s.events);
     // Refused with its own reason (docs/security.md, "Revocation").
     assert_eq!(stats.get("publish.rejected.revoked"), 1);
@@ -379,12 +384,26 @@ fn low_bits_sequence_numbers_and_jws_readings_are_accepted() {
     .into_iter()
     .enumerate()
     {
-        let mut s = Sensor::new(10 + i as u64, 43000 + i as u16, config, &[]);
+        let mut s = sensor(10 + i as u64, 43000 + i as u16, config, &[]);
         provision(&db, s.device.identity(), IdentityKind::Device);
-        s.step(&mut d, &mut now, 10);
+        s.step(
+            &mut Link {
+                d: &mut d,
+                now: &mut now,
+                db: &db,
+            },
+            10,
+        );
         // More readings than 2^4, so the low bits wrap.
         for v in 0..20 {
-            s.publish(&mut d, &mut now, f64::from(v));
+            s.publish(
+                &mut Link {
+                    d: &mut d,
+                    now: &mut now,
+                    db: &db,
+                },
+                f64::from(v),
+            );
         }
         assert_eq!(s.acked().len(), 20, "{:?}", s.events);
     }
@@ -396,7 +415,7 @@ fn registrations_are_refreshed_and_expire_when_not() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (mut d, stats) = dispatcher(&db, 1000);
-    let mut s = Sensor::new(
+    let mut s = sensor(
         20,
         44000,
         DeviceConfig {
@@ -407,9 +426,23 @@ fn registrations_are_refreshed_and_expire_when_not() {
     );
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     // Over three lifetimes the device refreshes its registration before it lapses.
-    s.step(&mut d, &mut now, 180_000);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        180_000,
+    );
     assert!(
         s.events
             .iter()
@@ -419,15 +452,36 @@ fn registrations_are_refreshed_and_expire_when_not() {
         "{:?}",
         s.events
     );
-    s.publish(&mut d, &mut now, 1.0);
+    s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        1.0,
+    );
     assert_eq!(s.acked().len(), 1);
     // Silence for longer than the lifetime (no refresh reaches the server): the topic is gone,
     // the reading is refused with 4.04, the device registers again and publishes the same
     // reading again.
     now += 120_000;
-    s.publish(&mut d, &mut now, 2.0);
+    s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        2.0,
+    );
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Republishing(c), .. } if c.to_string() == "4.04")), "{:?}", s.events);
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(s.device.is_registered());
     assert_eq!(
         s.events
@@ -438,7 +492,14 @@ fn registrations_are_refreshed_and_expire_when_not() {
     );
     assert!(stats.get("publish.rejected.unknown_topic") >= 1);
     assert_eq!(s.acked().len(), 2, "{:?}", s.events);
-    s.publish(&mut d, &mut now, 3.0);
+    s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        3.0,
+    );
     assert_eq!(s.acked().len(), 3);
 }
 
@@ -446,22 +507,29 @@ fn registrations_are_refreshed_and_expire_when_not() {
 fn trust_on_first_use_is_off_by_default_and_adds_identities_when_on() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
-    let stats = Stats::default();
-    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-    assert!(!config.service.danger_trust_on_first_use);
-    config.service.danger_trust_on_first_use = true;
-    let svc = sigil_server::Service::new(
-        Store::open(&db).unwrap(),
-        config.service.clone(),
-        stats.clone(),
-    )
-    .unwrap();
-    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
-    let mut s = Sensor::new(30, 45000, DeviceConfig::default(), &[]);
+    let (mut d, stats, _) = common::plain_dispatcher(&db, 7, |c| {
+        assert!(!c.service.danger_trust_on_first_use);
+        c.service.danger_trust_on_first_use = true;
+    });
+    let mut s = sensor(30, 45000, DeviceConfig::default(), &[]);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(s.device.is_registered());
-    s.publish(&mut d, &mut now, 1.0);
+    s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        1.0,
+    );
     assert_eq!(s.acked().len(), 1);
     assert_eq!(stats.get("register.trust_on_first_use"), 1);
     let rows = Store::open(&db).unwrap().list_identities().unwrap();
@@ -475,12 +543,26 @@ fn large_history_is_served_block_by_block() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (mut d, _) = dispatcher(&db, 1000);
-    let mut s = Sensor::new(40, 46000, DeviceConfig::default(), &[]);
+    let mut s = sensor(40, 46000, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     for v in 0..30 {
-        s.publish(&mut d, &mut now, f64::from(v));
+        s.publish(
+            &mut Link {
+                d: &mut d,
+                now: &mut now,
+                db: &db,
+            },
+            f64::from(v),
+        );
     }
     let topic = format!(
         "ps/{}/m",
@@ -690,13 +772,29 @@ fn non_confirmable_readings_are_stored_and_verify_end_to_end() {
         confirm_every: 0,
         ..Default::default()
     };
-    let mut s = Sensor::new(50, 48000, config, &[]);
+    let mut s = sensor(50, 48000, config, &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
     assert!(s.device.is_registered());
     let seqs: Vec<u64> = (0..5)
-        .map(|v| s.publish(&mut d, &mut now, f64::from(v)))
+        .map(|v| {
+            s.publish(
+                &mut Link {
+                    d: &mut d,
+                    now: &mut now,
+                    db: &db,
+                },
+                f64::from(v),
+            )
+        })
         .collect();
     // Every reading left as Non-confirmable: none is acknowledged, each one is Sent.
     assert!(s.acked().is_empty(), "{:?}", s.events);
@@ -747,12 +845,26 @@ fn removal_needs_a_fresh_signature_by_the_registered_key_and_drops_the_topic() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (mut d, stats) = dispatcher(&db, 1000);
-    let mut s = Sensor::new(60, 48100, DeviceConfig::default(), &[]);
+    let mut s = sensor(60, 48100, DeviceConfig::default(), &[]);
     let id = *s.device.identity();
     provision(&db, &id, IdentityKind::Device);
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
-    let seq = s.publish(&mut d, &mut now, 21.0);
+    s.step(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        10,
+    );
+    let seq = s.publish(
+        &mut Link {
+            d: &mut d,
+            now: &mut now,
+            db: &db,
+        },
+        21.0,
+    );
     let location = s.device.location().unwrap().to_string();
     let topic = topic_of(&s);
     let key = s.storage.key.clone().unwrap();
