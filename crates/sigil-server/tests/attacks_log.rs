@@ -4,7 +4,7 @@
 //! window, plus one summary line), while the refusal counters stay exact.
 
 use sigil_coap::{option, Code, MessageBuilder, MessageType};
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_testkit::server::plain_dispatcher;
 use sigil_time::{Instant, UnixTime};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -45,12 +45,7 @@ fn request(mid: u16, path: &[&str], query: &[&str]) -> Vec<u8> {
 fn a_refusal_flood_from_one_sender_writes_a_bounded_log() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
-    let stats = Stats::default();
-    let config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.clone());
-    let store = Store::open(&db).unwrap();
-    let svc =
-        sigil_server::service::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
+    let (mut d, stats, _) = plain_dispatcher(&db, 7, |_| {});
 
     let sink = Counting::default();
     let writer = sink.clone();

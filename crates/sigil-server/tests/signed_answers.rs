@@ -11,7 +11,7 @@ use sigil_objects::answer::{self, RESYNC_CODE};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::answers::AnswerRates;
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, ServerConfig, Stats, Store};
+use sigil_server::{Dispatcher, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
@@ -34,14 +34,10 @@ fn server_key() -> (SecretKey, PublicKey) {
 }
 
 fn dispatcher(db: &Path, rates: AnswerRates, key: Option<SecretKey>) -> (Dispatcher, Stats) {
-    let stats = Stats::default();
-    let mut config = ServerConfig::new("127.0.0.1:5683".parse().unwrap(), db.to_path_buf());
-    config.service.freshness.max_ahead = 5;
-    config.service.verify_workers = 1;
-    config.answer_rates = rates;
-    let store = Store::open(db).unwrap();
-    let svc = sigil_server::Service::new(store, config.service.clone(), stats.clone()).unwrap();
-    let mut d = Dispatcher::new(config, svc, stats.clone(), [7; 32]);
+    let (mut d, stats, _) = sigil_testkit::server::plain_dispatcher(db, 7, |c| {
+        c.service.freshness.max_ahead = 5;
+        c.answer_rates = rates;
+    });
     if let Some(k) = key {
         d.set_answer_key(k);
     }
