@@ -22,6 +22,11 @@ fn dispatcher(db: &Path, max_ahead: u64) -> (Dispatcher, Stats) {
     (d, stats)
 }
 
+/// The dispatcher `d` at the test's clock `now`, as the sensor talks to it.
+fn link<'a>(d: &'a mut Dispatcher, now: &'a mut u64, db: &'a Path) -> Link<'a> {
+    Link { d, now, db }
+}
+
 /// A sensor at 127.0.0.1:`port` whose readings are in Cel.
 fn sensor(seed: u64, port: u16, config: DeviceConfig, kit: &[PublicKey]) -> Sensor {
     let mut s = Sensor::new(seed, SocketAddr::from(([127, 0, 0, 1], port)), config, kit);
@@ -44,26 +49,10 @@ fn register_publish_read_back_and_refuse_the_unprovisioned() {
     let mut s = sensor(1, 40001, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(s.device.is_registered(), "{:?}", s.events);
     let seqs: Vec<u64> = (0..5)
-        .map(|i| {
-            s.publish(
-                &mut Link {
-                    d: &mut d,
-                    now: &mut now,
-                    db: &db,
-                },
-                20.0 + f64::from(i),
-            )
-        })
+        .map(|i| s.publish(&mut link(&mut d, &mut now, &db), 20.0 + f64::from(i)))
         .collect();
     assert_eq!(s.acked(), seqs);
     assert_eq!(stats.get("publish.accepted"), 5);
@@ -71,14 +60,7 @@ fn register_publish_read_back_and_refuse_the_unprovisioned() {
     assert_eq!(stored.len(), 5);
 
     let mut rogue = sensor(2, 40002, DeviceConfig::default(), &[]);
-    rogue.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    rogue.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(!rogue.device.is_registered());
     assert!(
         rogue
@@ -128,23 +110,9 @@ fn a_kit_registers_through_block1_under_its_group_identity() {
         };
         let mut s = sensor(100 + i as u64, 41000 + i as u16, config, &others);
         assert_eq!(s.device.public_key(), &keys[i]);
-        s.step(
-            &mut Link {
-                d: &mut d,
-                now: &mut now,
-                db: &db,
-            },
-            10,
-        );
+        s.step(&mut link(&mut d, &mut now, &db), 10);
         assert!(s.device.is_registered(), "member {i}: {:?}", s.events);
-        s.publish(
-            &mut Link {
-                d: &mut d,
-                now: &mut now,
-                db: &db,
-            },
-            1.0,
-        );
+        s.publish(&mut link(&mut d, &mut now, &db), 1.0);
         assert_eq!(s.acked().len(), 1);
     }
     assert!(
@@ -154,14 +122,7 @@ fn a_kit_registers_through_block1_under_its_group_identity() {
     );
     // An outsider claiming the kit (its own key plus the members') computes another group.
     let mut outsider = sensor(999, 42000, DeviceConfig::default(), &keys[1..]);
-    outsider.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    outsider.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(!outsider.device.is_registered());
 }
 
@@ -173,14 +134,7 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
     let mut s = sensor(3, 40003, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     // The reading reaches the server but the ACK is lost: emulate by delivering the first
     // copy and throwing its answer away.
     let r = [Record {
@@ -198,14 +152,7 @@ fn lost_acknowledgements_are_retransmitted_and_stored_once() {
         wall(now),
     );
     // The device retransmits after ACK_TIMEOUT; the dedup cache answers.
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        100_000,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 100_000);
     assert_eq!(s.acked(), vec![seq]);
     assert_eq!(stats.get("coap.duplicate"), 1);
     // After a server restart (no dedup memory) the same message still gets its original
@@ -242,35 +189,14 @@ fn broker_rollback_triggers_reset_resync_and_republish() {
     let mut now = 0;
     {
         let (mut d, _) = dispatcher(&db, 5);
-        s.step(
-            &mut Link {
-                d: &mut d,
-                now: &mut now,
-                db: &db,
-            },
-            10,
-        );
-        s.publish(
-            &mut Link {
-                d: &mut d,
-                now: &mut now,
-                db: &db,
-            },
-            1.0,
-        );
+        s.step(&mut link(&mut d, &mut now, &db), 10);
+        s.publish(&mut link(&mut d, &mut now, &db), 1.0);
     }
     std::fs::copy(&db, &backup).unwrap();
     {
         let (mut d, _) = dispatcher(&db, 5);
         for i in 0..20 {
-            s.publish(
-                &mut Link {
-                    d: &mut d,
-                    now: &mut now,
-                    db: &db,
-                },
-                f64::from(i),
-            );
+            s.publish(&mut link(&mut d, &mut now, &db), f64::from(i));
         }
     }
     // The broker loses its recent state (restored from the backup): the device is now far
@@ -281,22 +207,8 @@ fn broker_rollback_triggers_reset_resync_and_republish() {
     std::fs::copy(&backup, &db).unwrap();
     let (mut d, stats) = dispatcher(&db, 5);
     let before = s.acked().len();
-    let seq = s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        42.0,
-    );
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    let seq = s.publish(&mut link(&mut d, &mut now, &db), 42.0);
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { seq: q, outcome: PublishOutcome::Reset } if *q == seq)), "{:?}", s.events);
     assert!(s.events.iter().any(|e| matches!(e, Event::Resynchronising)));
     assert_eq!(stats.get("publish.rejected.out_of_window"), 1);
@@ -316,31 +228,10 @@ fn revocation_and_factory_reset() {
     let id = *s.device.identity();
     provision(&db, &id, IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
-    s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        1.0,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
+    s.publish(&mut link(&mut d, &mut now, &db), 1.0);
     assert!(Store::open(&db).unwrap().revoke_identity(&id, NOW).unwrap());
-    s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        2.0,
-    );
+    s.publish(&mut link(&mut d, &mut now, &db), 2.0);
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Rejected(c), .. } if c.to_string() == "4.03")), "{:?}", s.events);
     // Refused with its own reason (docs/security.md, "Revocation").
     assert_eq!(stats.get("publish.rejected.revoked"), 1);
@@ -386,24 +277,10 @@ fn low_bits_sequence_numbers_and_jws_readings_are_accepted() {
     {
         let mut s = sensor(10 + i as u64, 43000 + i as u16, config, &[]);
         provision(&db, s.device.identity(), IdentityKind::Device);
-        s.step(
-            &mut Link {
-                d: &mut d,
-                now: &mut now,
-                db: &db,
-            },
-            10,
-        );
+        s.step(&mut link(&mut d, &mut now, &db), 10);
         // More readings than 2^4, so the low bits wrap.
         for v in 0..20 {
-            s.publish(
-                &mut Link {
-                    d: &mut d,
-                    now: &mut now,
-                    db: &db,
-                },
-                f64::from(v),
-            );
+            s.publish(&mut link(&mut d, &mut now, &db), f64::from(v));
         }
         assert_eq!(s.acked().len(), 20, "{:?}", s.events);
     }
@@ -426,23 +303,9 @@ fn registrations_are_refreshed_and_expire_when_not() {
     );
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     // Over three lifetimes the device refreshes its registration before it lapses.
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        180_000,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 180_000);
     assert!(
         s.events
             .iter()
@@ -452,36 +315,15 @@ fn registrations_are_refreshed_and_expire_when_not() {
         "{:?}",
         s.events
     );
-    s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        1.0,
-    );
+    s.publish(&mut link(&mut d, &mut now, &db), 1.0);
     assert_eq!(s.acked().len(), 1);
     // Silence for longer than the lifetime (no refresh reaches the server): the topic is gone,
     // the reading is refused with 4.04, the device registers again and publishes the same
     // reading again.
     now += 120_000;
-    s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        2.0,
-    );
+    s.publish(&mut link(&mut d, &mut now, &db), 2.0);
     assert!(s.events.iter().any(|e| matches!(e, Event::Published { outcome: PublishOutcome::Republishing(c), .. } if c.to_string() == "4.04")), "{:?}", s.events);
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(s.device.is_registered());
     assert_eq!(
         s.events
@@ -492,14 +334,7 @@ fn registrations_are_refreshed_and_expire_when_not() {
     );
     assert!(stats.get("publish.rejected.unknown_topic") >= 1);
     assert_eq!(s.acked().len(), 2, "{:?}", s.events);
-    s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        3.0,
-    );
+    s.publish(&mut link(&mut d, &mut now, &db), 3.0);
     assert_eq!(s.acked().len(), 3);
 }
 
@@ -513,23 +348,9 @@ fn trust_on_first_use_is_off_by_default_and_adds_identities_when_on() {
     });
     let mut s = sensor(30, 45000, DeviceConfig::default(), &[]);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(s.device.is_registered());
-    s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        1.0,
-    );
+    s.publish(&mut link(&mut d, &mut now, &db), 1.0);
     assert_eq!(s.acked().len(), 1);
     assert_eq!(stats.get("register.trust_on_first_use"), 1);
     let rows = Store::open(&db).unwrap().list_identities().unwrap();
@@ -546,23 +367,9 @@ fn large_history_is_served_block_by_block() {
     let mut s = sensor(40, 46000, DeviceConfig::default(), &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     for v in 0..30 {
-        s.publish(
-            &mut Link {
-                d: &mut d,
-                now: &mut now,
-                db: &db,
-            },
-            f64::from(v),
-        );
+        s.publish(&mut link(&mut d, &mut now, &db), f64::from(v));
     }
     let topic = format!(
         "ps/{}/m",
@@ -775,26 +582,10 @@ fn non_confirmable_readings_are_stored_and_verify_end_to_end() {
     let mut s = sensor(50, 48000, config, &[]);
     provision(&db, s.device.identity(), IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(s.device.is_registered());
     let seqs: Vec<u64> = (0..5)
-        .map(|v| {
-            s.publish(
-                &mut Link {
-                    d: &mut d,
-                    now: &mut now,
-                    db: &db,
-                },
-                f64::from(v),
-            )
-        })
+        .map(|v| s.publish(&mut link(&mut d, &mut now, &db), f64::from(v)))
         .collect();
     // Every reading left as Non-confirmable: none is acknowledged, each one is Sent.
     assert!(s.acked().is_empty(), "{:?}", s.events);
@@ -849,22 +640,8 @@ fn removal_needs_a_fresh_signature_by_the_registered_key_and_drops_the_topic() {
     let id = *s.device.identity();
     provision(&db, &id, IdentityKind::Device);
     let mut now = 0;
-    s.step(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        10,
-    );
-    let seq = s.publish(
-        &mut Link {
-            d: &mut d,
-            now: &mut now,
-            db: &db,
-        },
-        21.0,
-    );
+    s.step(&mut link(&mut d, &mut now, &db), 10);
+    let seq = s.publish(&mut link(&mut d, &mut now, &db), 21.0);
     let location = s.device.location().unwrap().to_string();
     let topic = topic_of(&s);
     let key = s.storage.key.clone().unwrap();
