@@ -8,24 +8,14 @@ use sigil_coap::{Code, Message, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_objects::answer::{self, RESYNC_CODE};
-use sigil_objects::senml::{Record, Value};
 use sigil_server::answers::AnswerRates;
 use sigil_server::store::IdentityKind;
 use sigil_server::{Dispatcher, Stats, Store};
+use sigil_testkit::server::sensor::{Link, Sensor};
+use sigil_testkit::server::{ms, wall, NOW};
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::path::Path;
-
-const NOW: i64 = 1_700_000_000;
-
-fn ms(t: u64) -> Instant {
-    Instant::from_millis(t)
-}
-
-fn wall(ms: u64) -> UnixTime {
-    UnixTime::from_secs(NOW + (ms / 1000) as i64)
-}
 
 fn server_key() -> (SecretKey, PublicKey) {
     let k = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &[0x5e; 32]).unwrap();
@@ -44,102 +34,39 @@ fn dispatcher(db: &Path, rates: AnswerRates, key: Option<SecretKey>) -> (Dispatc
     (d, stats)
 }
 
-struct Sensor {
-    device: Device<RustCrypto>,
-    storage: MemoryStorage,
-    addr: SocketAddr,
-    events: Vec<Event>,
-    /// Every (request, answer) pair, in order.
-    exchanges: Vec<(Vec<u8>, Vec<u8>)>,
+/// The device (seed 31, at 127.0.0.1:40031) requiring answers signed by `trusted`, its
+/// readings in Cel without a time, provisioned in `db`; every (request, answer) pair kept.
+fn sensor(db: &Path, trusted: PublicKey, config: DeviceConfig) -> Sensor {
+    let config = DeviceConfig {
+        require_signed_answers: true,
+        ..config
+    };
+    let mut s = Sensor::new(31, SocketAddr::from(([127, 0, 0, 1], 40031)), config, &[]);
+    s.device.trust_server_key(trusted);
+    s.unit = Some("Cel");
+    s.time = None;
+    s.exchanges = Some(vec![]);
+    Store::open(db)
+        .unwrap()
+        .add_identity(s.device.identity(), IdentityKind::Device, "", NOW)
+        .unwrap();
+    s
 }
 
-impl Sensor {
-    fn new(db: &Path, trusted: PublicKey) -> Self {
-        Self::with(db, trusted, DeviceConfig::default())
-    }
+/// The dispatcher `d` at the test's clock `now`, as the sensor talks to it.
+fn link<'a>(d: &'a mut Dispatcher, now: &'a mut u64, db: &'a Path) -> Link<'a> {
+    Link { d, now, db }
+}
 
-    fn with(db: &Path, trusted: PublicKey, config: DeviceConfig) -> Self {
-        let mut storage = MemoryStorage::default();
-        let config = DeviceConfig {
-            require_signed_answers: true,
-            ..config
-        };
-        let mut device =
-            Device::boot(RustCrypto, config, &mut storage, &mut Seeded(31), &[], &[]).unwrap();
-        device.trust_server_key(trusted);
-        Store::open(db)
-            .unwrap()
-            .add_identity(device.identity(), IdentityKind::Device, "", NOW)
-            .unwrap();
-        Self {
-            device,
-            storage,
-            addr: SocketAddr::from(([127, 0, 0, 1], 40031)),
-            events: vec![],
-            exchanges: vec![],
-        }
-    }
-
-    fn step(&mut self, d: &mut Dispatcher, now: &mut u64, for_ms: u64) {
-        let until = *now + for_ms;
-        loop {
-            self.device
-                .handle_timeout(ms(*now), &mut self.storage)
-                .unwrap();
-            let mut buf = [0u8; 2048];
-            let mut out = vec![];
-            while let Some(n) = self.device.poll_transmit(&mut buf) {
-                out.push(buf[..n].to_vec());
-            }
-            while let Some(e) = self.device.poll_event() {
-                self.events.push(e);
-            }
-            if !out.is_empty() {
-                for req in out {
-                    let replies = d.handle_at(vec![(self.addr, req.clone())], ms(*now), wall(*now));
-                    for (_, reply) in replies {
-                        self.exchanges.push((req.clone(), reply.clone()));
-                        self.device
-                            .handle_datagram(ms(*now), &mut self.storage, &reply)
-                            .unwrap();
-                    }
-                }
-                continue;
-            }
-            match self.device.poll_timeout() {
-                Some(t) if t <= ms(until) => *now = (*now).max(t.as_millis()),
-                _ => {
-                    *now = until;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn publish(&mut self, d: &mut Dispatcher, now: &mut u64, v: f64) -> u64 {
-        let r = [Record {
-            name: Some("t"),
-            unit: Some("Cel"),
-            value: Some(Value::Number(v)),
-            ..Default::default()
-        }];
-        let seq = self
-            .device
-            .publish(ms(*now), &mut self.storage, &r, None)
-            .unwrap();
-        self.step(d, now, 1);
-        seq
-    }
-
-    /// The last answer with `code` and the request it answered.
-    fn last(&self, code: Code) -> (Vec<u8>, Vec<u8>) {
-        self.exchanges
-            .iter()
-            .rev()
-            .find(|(_, a)| Message::parse(a).unwrap().code == code)
-            .cloned()
-            .unwrap_or_else(|| panic!("no {code} answer"))
-    }
+/// The last answer with `code` the sensor got and the request it answered.
+fn last(s: &Sensor, code: Code) -> (Vec<u8>, Vec<u8>) {
+    s.exchanges
+        .iter()
+        .flatten()
+        .rev()
+        .find(|(_, a)| Message::parse(a).unwrap().code == code)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {code} answer"))
 }
 
 fn signed(answer: &[u8]) -> bool {
@@ -160,13 +87,13 @@ fn registration_update_and_resync_are_signed_and_acted_on() {
     let db = dir.path().join("s.db");
     let backup = dir.path().join("backup.db");
     let (key, public) = server_key();
-    let mut s = Sensor::new(&db, public);
+    let mut s = sensor(&db, public, DeviceConfig::default());
     let mut now = 0;
     {
         let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key.clone()));
-        s.step(&mut d, &mut now, 10);
+        s.step(&mut link(&mut d, &mut now, &db), 10);
         assert!(s.device.is_registered(), "{:?}", s.events);
-        let (req, created) = s.last(Code::CREATED);
+        let (req, created) = last(&s, Code::CREATED);
         assert!(signed(&created));
         assert!(small(&req, &created), "{} for {}", created.len(), req.len());
         eprintln!(
@@ -175,17 +102,17 @@ fn registration_update_and_resync_are_signed_and_acted_on() {
             req.len()
         );
         assert_eq!(stats.get("answer.signed"), 1);
-        s.publish(&mut d, &mut now, 1.0);
-        let (_, ack) = s.last(Code::CHANGED);
+        s.publish(&mut link(&mut d, &mut now, &db), 1.0);
+        let (_, ack) = last(&s, Code::CHANGED);
         assert!(!signed(&ack), "a publication's 2.04 is not signed");
         // The refresh (at 4/5 of the 300 s lifetime) is answered with a signed 2.04.
-        s.step(&mut d, &mut now, 241_000);
+        s.step(&mut link(&mut d, &mut now, &db), 241_000);
         assert!(
             s.events.contains(&Event::RegistrationRefreshed),
             "{:?}",
             s.events
         );
-        let (req, changed) = s.last(Code::CHANGED);
+        let (req, changed) = last(&s, Code::CHANGED);
         assert!(signed(&changed) && small(&req, &changed));
         eprintln!(
             "signed 2.04: {} bytes for a {}-byte update",
@@ -198,7 +125,7 @@ fn registration_update_and_resync_are_signed_and_acted_on() {
     {
         let (mut d, _) = dispatcher(&db, AnswerRates::default(), Some(key.clone()));
         for i in 0..10 {
-            s.publish(&mut d, &mut now, f64::from(i));
+            s.publish(&mut link(&mut d, &mut now, &db), f64::from(i));
         }
     }
     // The broker restored from a backup: the device is far ahead of its mark, and gets a
@@ -209,9 +136,9 @@ fn registration_update_and_resync_are_signed_and_acted_on() {
     std::fs::copy(&backup, &db).unwrap();
     let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key));
     let before = s.events.len();
-    let seq = s.publish(&mut d, &mut now, 42.0);
-    s.step(&mut d, &mut now, 10);
-    let (req, resync) = s.last(Code(RESYNC_CODE));
+    let seq = s.publish(&mut link(&mut d, &mut now, &db), 42.0);
+    s.step(&mut link(&mut d, &mut now, &db), 10);
+    let (req, resync) = last(&s, Code(RESYNC_CODE));
     let m = Message::parse(&resync).unwrap();
     assert_eq!(m.mtype, MessageType::Acknowledgement);
     assert!(signed(&resync) && small(&req, &resync));
@@ -262,14 +189,14 @@ fn over_budget_or_without_a_key_answers_go_unsigned_and_are_not_acted_on() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let mut s = Sensor::new(&db, server_key().1);
+        let mut s = sensor(&db, server_key().1, DeviceConfig::default());
         let (mut d, stats) = dispatcher(&db, rates, key);
         let mut now = 0;
-        s.step(&mut d, &mut now, 10);
+        s.step(&mut link(&mut d, &mut now, &db), 10);
         assert!(!s.device.is_registered(), "{counter}");
         // Every retransmission got the unsigned answer again (from the dedup cache); then the
         // exchange failed as one without an answer, and the next attempt fared no better.
-        s.step(&mut d, &mut now, 100_000);
+        s.step(&mut link(&mut d, &mut now, &db), 100_000);
         assert!(!s.device.is_registered(), "{counter}");
         assert!(stats.get(counter) >= 1, "{counter}");
         assert!(s.device.stats.unsigned_answers >= 2, "{counter}");
@@ -316,7 +243,7 @@ fn over_coaps_nothing_is_signed() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     let (key, public) = server_key();
-    let mut s = Sensor::new(&db, public);
+    let mut s = sensor(&db, public, DeviceConfig::default());
     let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key));
     s.device.handle_timeout(ms(0), &mut s.storage).unwrap();
     let mut buf = [0u8; 2048];
@@ -353,17 +280,17 @@ fn a_blockwise_registration_gets_a_signed_created_for_the_whole_body() {
         block_szx: 2,
         ..Default::default()
     };
-    let mut s = Sensor::with(&db, public, config);
+    let mut s = sensor(&db, public, config);
     let (mut d, stats) = dispatcher(&db, AnswerRates::default(), Some(key));
     let mut now = 0;
-    s.step(&mut d, &mut now, 10);
+    s.step(&mut link(&mut d, &mut now, &db), 10);
     assert!(s.device.is_registered(), "{:?}", s.events);
     assert!(
         stats.get("coap.block1_continue") >= 1,
         "{:?}",
         stats.snapshot()
     );
-    let (req, created) = s.last(Code::CREATED);
+    let (req, created) = last(&s, Code::CREATED);
     assert!(Message::parse(&req).unwrap().block1().is_some());
     assert!(signed(&created));
     assert_eq!(stats.get("answer.signed"), 1);

@@ -84,6 +84,11 @@ pub struct Sensor {
     pub sent: Vec<Vec<u8>>,
     /// The unit of its readings (none by default).
     pub unit: Option<&'static str>,
+    /// The time its readings carry (the wall clock's origin by default).
+    pub time: Option<UnixTime>,
+    /// When set, each datagram goes to the server alone and every (request, answer) pair is
+    /// kept here, in order.
+    pub exchanges: Option<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Sensor {
@@ -105,6 +110,8 @@ impl Sensor {
             events: vec![],
             sent: vec![],
             unit: None,
+            time: Some(UnixTime::from_secs(NOW)),
+            exchanges: None,
         }
     }
 
@@ -134,7 +141,23 @@ impl Sensor {
                 self.events.push(e);
             }
             if !out.is_empty() {
-                let sent = s.deliver(out);
+                let sent = match &mut self.exchanges {
+                    None => s.deliver(out),
+                    Some(pairs) => {
+                        let mut sent = vec![];
+                        for (from, request) in out {
+                            let answers = s.deliver(vec![(from, request.clone())]);
+                            pairs.extend(
+                                answers
+                                    .iter()
+                                    .filter(|(to, _)| *to == self.addr)
+                                    .map(|(_, a)| (request.clone(), a.clone())),
+                            );
+                            sent.extend(answers);
+                        }
+                        sent
+                    }
+                };
                 all.extend(sent.iter().cloned());
                 for (_, reply) in sent.into_iter().filter(|(to, _)| *to == self.addr) {
                     self.device
@@ -153,7 +176,7 @@ impl Sensor {
         }
     }
 
-    /// Publishes `v` (at the wall clock's origin) and runs for 1 ms: the reading's number.
+    /// Publishes `v` and runs for 1 ms: the reading's number.
     pub fn publish(&mut self, s: &mut impl Server, v: f64) -> u64 {
         self.publish_collecting(s, v, &mut Vec::new())
     }
@@ -177,7 +200,7 @@ impl Sensor {
                 Instant::from_millis(*s.now()),
                 &mut self.storage,
                 &r,
-                Some(UnixTime::from_secs(NOW)),
+                self.time,
             )
             .unwrap();
         self.step_collecting(s, 1, all);
