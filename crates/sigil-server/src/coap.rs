@@ -371,7 +371,7 @@ impl Dispatcher {
         for (p, reply) in pending.into_iter().zip(replies) {
             let bytes = match reply {
                 Reply::Response(mut r) => {
-                    self.observe_answer(p.from, &p.token, &p.request, &mut r, now);
+                    self.observe_answer((p.from, &p.token, p.block2), &p.request, &mut r, now);
                     if let (Some(device), Some(digest)) = (r.answer_for, p.answer_digest) {
                         self.sign_answer(&p, &mut r, &device, &digest, now);
                     }

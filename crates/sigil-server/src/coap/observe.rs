@@ -72,6 +72,8 @@ type Table = Observers<Endpoint, Host, i64, Vec<Option<Observer<Endpoint, Host, 
 struct Watch {
     request: Request,
     charged: usize,
+    /// The block size the registration asked for (Block2's SZX), kept for its notifications.
+    szx: Option<u8>,
 }
 
 /// A notification waiting to be sent.
@@ -188,11 +190,11 @@ impl Dispatcher {
     }
 
     /// Applies the Observe option of `req`, whose answer is `r`, from `from`: registers (and
-    /// puts the sequence number and Max-Age on the answer) or deregisters.
+    /// puts the sequence number and Max-Age on the answer) or deregisters. `block2` is the
+    /// request's Block2 option: the block size it asks for holds for its notifications too.
     pub(super) fn observe_answer(
         &mut self,
-        from: Endpoint,
-        token: &[u8],
+        (from, token, block2): (Endpoint, &[u8], Option<sigil_coap::BlockOption>),
         req: &Request,
         r: &mut Response,
         now: Instant,
@@ -263,6 +265,7 @@ impl Dispatcher {
                     Watch {
                         request: kept,
                         charged: charge,
+                        szx: block2.map(|b| b.szx),
                     },
                 );
                 self.count(if existing.is_some() {
@@ -425,7 +428,8 @@ impl Dispatcher {
     }
 
     fn send_notice(&mut self, id: ObserverId, peer: Endpoint, reg: i64, n: Notice) {
-        let szx = self.szx_for(peer);
+        let asked = self.observe.watches.get(&id).and_then(|w| w.szx);
+        let szx = asked.map_or(self.szx_for(peer), |a| a.min(self.szx_for(peer)));
         let latest = self.observe.latest.get(&reg);
         match encode_notification(&n, latest, self.observe.max_age, szx) {
             Some(b) => {
