@@ -35,6 +35,8 @@ struct Follower {
     token: Vec<u8>,
     mid: u16,
     got: Vec<Vec<u8>>,
+    /// What the server sent to others while this one registered.
+    others: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 impl Follower {
@@ -44,6 +46,7 @@ impl Follower {
             token: token.to_vec(),
             mid: 100,
             got: vec![],
+            others: vec![],
         }
     }
 
@@ -65,12 +68,15 @@ impl Follower {
         assert_eq!(m.observe(), None);
         let echo = m.option(option::ECHO).unwrap().to_vec();
         self.mid += 1;
-        let second = s.one(
+        let sent = s.deliver(vec![(
             self.addr,
             observe_get(self.mid, &self.token, topic, 0, Some(&echo)),
-        );
-        assert_eq!(second.len(), 1);
-        second[0].clone()
+        )]);
+        let (mine, others): (Vec<_>, Vec<_>) =
+            sent.into_iter().partition(|(to, _)| *to == self.addr);
+        self.others.extend(others);
+        assert_eq!(mine.len(), 1);
+        mine[0].1.clone()
     }
 
     /// Keeps what `out` holds for this follower (and acknowledges a Confirmable one when
@@ -599,4 +605,102 @@ fn a_lost_notification_and_a_lost_acknowledgement_are_made_good_by_retransmissio
         before,
         "the observation from before the restart is not"
     );
+}
+
+#[test]
+fn a_full_observer_table_gives_way_to_a_newcomer_from_the_host_holding_most() {
+    let mut s = Server::new(|c| {
+        c.observe.max_observers = 128;
+        c.observe.give_way_per_sec = 4;
+    });
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    // Two hosts fill the table with their 64 each.
+    let mut flood = vec![];
+    for h in 0..2u8 {
+        for i in 0..64u16 {
+            let mut f = Follower::new(
+                SocketAddr::from(([127, 0, 1, h], 10_000 + i)),
+                &[h, i as u8],
+            );
+            let m = f.register(&mut s, &topic);
+            assert!(Message::parse(&m).unwrap().observe().is_some());
+            flood.push(f);
+        }
+    }
+    assert_eq!(s.gauge("observe.observers"), 128);
+    // Newcomers from other hosts: each takes the place of one of the flood's, up to the
+    // give-way rate (4 a second); then refused until the next second.
+    let mut taken = 0;
+    let mut newcomers = vec![];
+    for n in 0..6u8 {
+        let mut f = Follower::new(SocketAddr::from(([127, 0, 2, n], 5000)), &[9]);
+        let m = f.register(&mut s, &topic);
+        if Message::parse(&m).unwrap().observe().is_some() {
+            taken += 1;
+        }
+        newcomers.push(f);
+    }
+    assert_eq!(taken, 4);
+    assert_eq!(s.stats.get("observe.gave_way"), 4);
+    assert_eq!(s.stats.get("observe.give_way_rate_limited"), 2);
+    // Each observation that gave way was told: 5.03 without Observe.
+    let out: Vec<_> = newcomers
+        .iter()
+        .flat_map(|f: &Follower| f.others.clone())
+        .collect();
+    let told: Vec<_> = out
+        .iter()
+        .filter(|(to, _)| to.ip().to_string().starts_with("127.0.1."))
+        .map(|(_, b)| Message::parse(b).unwrap().code)
+        .collect();
+    assert_eq!(told, vec![Code::SERVICE_UNAVAILABLE; 4]);
+    s.now += 1_000;
+    let mut late = Follower::new(SocketAddr::from(([127, 0, 2, 99], 5000)), &[9]);
+    let m = late.register(&mut s, &topic);
+    assert!(
+        Message::parse(&m).unwrap().observe().is_some(),
+        "a second later, room again"
+    );
+    // A reading reaches the newcomers.
+    let out = publish(&mut s, &mut dev, 1.0);
+    late.take(&out, true);
+    assert_eq!(late.got.len(), 1);
+    assert_eq!(s.gauge("observe.observers"), 128);
+}
+
+#[test]
+fn notifications_keep_the_block_size_the_registration_asked_for() {
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    dev.publish(&mut s, 1.0);
+    let topic = dev.topic();
+    let addr = SocketAddr::from(([127, 0, 0, 9], 5000));
+    // GET + Observe 0 + Block2 0/64 B, repeated with the Echo value.
+    let get = |mid: u16, echo: Option<&[u8]>| {
+        let mut buf = [0u8; 256];
+        let mut b =
+            MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[4]).unwrap();
+        b.uint_option(option::OBSERVE, 0).unwrap();
+        b.uri_path(&topic).unwrap();
+        let (v, n) = sigil_coap::BlockOption::new(0, false, 2).encode().unwrap();
+        b.option(option::BLOCK2, &v[..n]).unwrap();
+        if let Some(e) = echo {
+            b.option(option::ECHO, e).unwrap();
+        }
+        let n = b.finish();
+        buf[..n].to_vec()
+    };
+    let first = s.one(addr, get(1, None));
+    let echo = Message::parse(&first[0]).unwrap().option(option::ECHO).unwrap().to_vec();
+    let answer = s.one(addr, get(2, Some(&echo)));
+    let m = Message::parse(&answer[0]).unwrap();
+    assert!(m.observe().is_some());
+    assert_eq!(m.payload.len(), 64);
+    let out = publish(&mut s, &mut dev, 2.0);
+    let n = out.iter().find(|(to, _)| *to == addr).expect("notified");
+    let n = Message::parse(&n.1).unwrap();
+    assert_eq!(n.payload.len(), 64, "the first block of the size asked for");
+    let b2 = n.block2().unwrap().unwrap();
+    assert!(b2.more && b2.num == 0 && b2.szx == 2);
 }
