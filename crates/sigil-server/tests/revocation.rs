@@ -10,16 +10,15 @@
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{PublicKey, RustCrypto};
-use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_identity::Identity;
-use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, Endpoint, Inbound, Stats, Store};
+use sigil_server::{Stats, Store};
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
-use common::{run, Client, Process, Restore, Secure, NOW};
+use common::sensor::Sensor;
+use common::{run, Client, Plain, Process, Restore, Secure, NOW};
 use sigil_testkit::server as common;
 
 fn addr(port: u16) -> SocketAddr {
@@ -58,18 +57,13 @@ fn request_echoing(
 /// A server on a temporary database, with one device registered over coap:// that publishes
 /// through the real device state machine.
 struct Rig {
-    d: Dispatcher,
+    srv: Plain,
+    /// The device at 127.0.0.1:41100, its readings in Cel without a time.
+    dev: Sensor,
     stats: Stats,
-    db: std::path::PathBuf,
-    device: Device<RustCrypto>,
-    storage: MemoryStorage,
-    now: u64,
     mid: u16,
-    events: Vec<Event>,
     /// The other kit members' keys (empty for a device outside a kit).
     others: Vec<PublicKey>,
-    /// The codes of the answers the device got, in order.
-    answers: Vec<(Code, Vec<u8>)>,
     _dir: tempfile::TempDir,
 }
 
@@ -86,16 +80,11 @@ impl Rig {
     fn build(trust_on_first_use: bool, others: &[PublicKey]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let mut storage = MemoryStorage::default();
-        let device = Device::boot(
-            RustCrypto,
-            DeviceConfig::default(),
-            &mut storage,
-            &mut Seeded(31),
-            others,
-            &[],
-        )
-        .unwrap();
+        let mut dev = Sensor::new(31, addr(41100), DeviceConfig::default(), others);
+        dev.unit = Some("Cel");
+        dev.time = None;
+        dev.exchanges = Some(vec![]);
+        let device = &dev.device;
         let listed = if others.is_empty() {
             (*device.identity(), IdentityKind::Device)
         } else {
@@ -108,110 +97,52 @@ impl Rig {
             .unwrap()
             .add_identity(&listed.0, listed.1, "kitchen", NOW)
             .unwrap();
-        let (d, stats, _) = common::plain_dispatcher(&db, 7, |c| {
+        let srv = Plain::at(&db, 7, |c| {
             c.service.danger_trust_on_first_use = trust_on_first_use;
         });
         let mut rig = Self {
-            d,
-            stats,
-            db,
-            device,
-            storage,
-            now: 0,
+            stats: srv.stats.clone(),
+            srv,
+            dev,
             mid: 0x6000,
-            events: vec![],
             others: others.to_vec(),
-            answers: vec![],
             _dir: dir,
         };
         rig.step(10);
-        assert!(rig.device.is_registered(), "{:?}", rig.events);
+        assert!(rig.dev.device.is_registered(), "{:?}", rig.dev.events);
         rig
     }
 
     fn id(&self) -> Identity {
-        *self.device.identity()
+        *self.dev.device.identity()
     }
 
     /// Another connection to the database, as `sigil provision` has.
     fn provision(&self) -> Store {
-        Store::open(&self.db).unwrap()
+        Store::open(&self.srv.db).unwrap()
     }
 
     fn deliver(&mut self, from: SocketAddr, bytes: Vec<u8>) -> Vec<Vec<u8>> {
-        let inbound = Inbound {
-            from: Endpoint {
-                addr: from,
-                secure: false,
-            },
-            to: None,
-            auth: None,
-            bytes,
-        };
-        let now = Instant::from_millis(self.now);
-        let wall = UnixTime::from_secs(NOW + (self.now / 1000) as i64);
-        self.d
-            .handle_inbound_at(vec![inbound], now, wall)
-            .into_iter()
-            .map(|(_, b)| b)
-            .collect()
+        self.srv.one(from, bytes)
     }
 
     /// Runs the device against the server for `for_ms`.
     fn step(&mut self, for_ms: u64) {
-        let until = self.now + for_ms;
-        loop {
-            let t = Instant::from_millis(self.now);
-            self.device.handle_timeout(t, &mut self.storage).unwrap();
-            let mut out = vec![];
-            let mut buf = [0u8; 2048];
-            while let Some(n) = self.device.poll_transmit(&mut buf) {
-                out.push(buf[..n].to_vec());
-            }
-            while let Some(e) = self.device.poll_event() {
-                self.events.push(e);
-            }
-            if !out.is_empty() {
-                for datagram in out {
-                    for reply in self.deliver(addr(41100), datagram) {
-                        if let Ok(m) = Message::parse(&reply) {
-                            self.answers.push((m.code, m.payload.to_vec()));
-                        }
-                        self.device
-                            .handle_datagram(t, &mut self.storage, &reply)
-                            .unwrap();
-                    }
-                }
-                continue;
-            }
-            match self.device.poll_timeout() {
-                Some(w) if w <= Instant::from_millis(until) => {
-                    self.now = self.now.max(w.as_millis())
-                }
-                _ => {
-                    self.now = until;
-                    return;
-                }
-            }
-        }
+        self.dev.step(&mut self.srv, for_ms);
+    }
+
+    /// The codes and payloads of the answers the device got, in order.
+    fn answers(&self) -> Vec<(Code, Vec<u8>)> {
+        let exchanges = self.dev.exchanges.iter().flatten();
+        exchanges
+            .filter_map(|(_, a)| Message::parse(a).ok().map(|m| (m.code, m.payload.to_vec())))
+            .collect()
     }
 
     /// Publishes one reading; whether the broker acknowledged it.
     fn publish_acked(&mut self, v: f64) -> bool {
-        let r = [Record {
-            name: Some("t"),
-            unit: Some("Cel"),
-            value: Some(Value::Number(v)),
-            ..Default::default()
-        }];
-        let seq = self
-            .device
-            .publish(Instant::from_millis(self.now), &mut self.storage, &r, None)
-            .unwrap();
-        self.step(1);
-        self.events.iter().any(|e| {
-            matches!(e, Event::Published { seq: s, outcome: PublishOutcome::Acknowledged } if *s == seq)
-        })
+        let seq = self.dev.publish(&mut self.srv, v);
+        self.dev.acked().contains(&seq)
     }
 
     /// A plain request from an application's address; the answer's code and payload. Like
@@ -250,7 +181,7 @@ fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served()
     let mut r = Rig::new(false);
     assert!(r.publish_acked(21.0));
     let (id, topic) = (r.id().to_string(), r.topic());
-    let location = r.device.location().unwrap().to_string();
+    let location = r.dev.device.location().unwrap().to_string();
     for path in ["rd-lookup/ep", "rd-lookup/res", "ps"] {
         let (code, body) = r.get(path, &[]);
         assert_eq!(code, Code::CONTENT);
@@ -285,7 +216,7 @@ fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served()
     // "revoked".
     assert!(!r.publish_acked(22.0));
     assert_eq!(
-        r.answers.last().unwrap(),
+        r.answers().last().unwrap(),
         &(Code::FORBIDDEN, b"revoked".to_vec())
     );
     assert_eq!(r.stats.get("publish.rejected.revoked"), 1);
@@ -296,9 +227,9 @@ fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served()
     assert_eq!((m.code, m.payload), (Code::FORBIDDEN, &b"revoked"[..]));
     assert_eq!(r.stats.get("register.rejected.revoked"), 1);
     r.reboot();
-    assert!(!r.device.is_registered());
+    assert!(!r.dev.device.is_registered());
     assert_eq!(
-        r.answers.last().unwrap(),
+        r.answers().last().unwrap(),
         &(Code::FORBIDDEN, b"revoked".to_vec())
     );
     assert_eq!(r.stats.get("register.rejected.revoked"), 2);
@@ -309,7 +240,7 @@ fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served()
         .add_identity(&r.id(), IdentityKind::Device, "", NOW + 9)
         .unwrap());
     r.reboot();
-    assert!(!r.device.is_registered());
+    assert!(!r.dev.device.is_registered());
     assert_eq!(r.stats.get("register.rejected.revoked"), 3);
 
     // Reinstated: it registers, publishes and is listed again.
@@ -318,7 +249,7 @@ fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served()
         .reinstate_identity(&r.id(), IdentityKind::Device, "", NOW + 10)
         .unwrap());
     r.reboot();
-    assert!(r.device.is_registered(), "{:?}", r.answers);
+    assert!(r.dev.device.is_registered(), "{:?}", r.answers());
     assert!(r.publish_acked(23.0));
     assert!(r.get("rd-lookup/ep", &[]).1.contains(&id));
     assert_eq!(r.get(&r.topic(), &[]).0, Code::CONTENT);
@@ -327,11 +258,11 @@ fn a_revoked_device_leaves_the_directory_and_its_readings_are_no_longer_served()
 impl Rig {
     /// The device starts again from its storage (same key, same identity) and registers.
     fn reboot(&mut self) {
-        self.device = Device::boot(
+        self.dev.device = Device::boot(
             RustCrypto,
             DeviceConfig::default(),
-            &mut self.storage,
-            &mut Seeded(self.now),
+            &mut self.dev.storage,
+            &mut Seeded(self.srv.now),
             &self.others,
             &[],
         )
@@ -372,7 +303,7 @@ fn revoking_a_kit_reaches_its_members_and_a_revoked_member_stays_out_of_its_kit(
     assert_eq!(r.get(&topic, &[]), (Code::FORBIDDEN, "revoked".to_string()));
     assert!(!r.publish_acked(21.0));
     r.reboot();
-    assert!(!r.device.is_registered());
+    assert!(!r.dev.device.is_registered());
     assert_eq!(r.stats.get("register.rejected.revoked"), 1);
 
     // The kit back, the member (never on the list by name) revoked alone: it stays out.
@@ -384,7 +315,7 @@ fn revoking_a_kit_reaches_its_members_and_a_revoked_member_stays_out_of_its_kit(
     assert!(store.revoke_unlisted(&r.id(), NOW + 3).unwrap());
     assert!(!store.revoke_unlisted(&group, NOW + 3).unwrap());
     r.reboot();
-    assert!(!r.device.is_registered());
+    assert!(!r.dev.device.is_registered());
     assert_eq!(r.stats.get("register.rejected.revoked"), 2);
     assert_eq!(r.get(&topic, &[]), (Code::FORBIDDEN, "revoked".to_string()));
 }
@@ -396,7 +327,7 @@ fn trust_on_first_use_does_not_bring_a_revoked_identity_back() {
     let mut r = Rig::new(true);
     assert!(r.provision().revoke_identity(&r.id(), NOW + 1).unwrap());
     r.reboot();
-    assert!(!r.device.is_registered());
+    assert!(!r.dev.device.is_registered());
     assert_eq!(r.stats.get("register.rejected.revoked"), 1);
     assert_eq!(r.stats.get("register.trust_on_first_use"), 0);
     let store = r.provision();
