@@ -6,16 +6,16 @@
 use base64::Engine;
 use sigil_coap::{option, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
-use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
+use sigil_device::{DeviceConfig, Event, PublishOutcome};
 use sigil_identity::{Identity, KeyAnnouncement};
 use sigil_objects::resync::{sign_statement, Operation, OperationKind};
-use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, Endpoint, Inbound, PeerAuth, Stats, Store};
+use sigil_server::{PeerAuth, Stats, Store};
 use sigil_testkit::Seeded;
-use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
+use common::sensor::{Sensor, Server as _};
+use common::Plain;
 use sigil_testkit::server as common;
 
 const NOW: i64 = 1_700_000_000;
@@ -35,16 +35,11 @@ enum Via {
 
 /// A server, one provisioned device on it, and a clock both share.
 struct Rig {
-    d: Dispatcher,
+    srv: Plain,
+    /// The device at [`DEVICE`], its readings in Cel without a time, each datagram sent alone.
+    dev: Sensor,
     stats: Stats,
-    device: Device<RustCrypto>,
-    storage: MemoryStorage,
-    via: Via,
-    now: u64,
     mid: u16,
-    events: Vec<Event>,
-    /// Every datagram the device sent, in order.
-    sent: Vec<Vec<u8>>,
     _dir: tempfile::TempDir,
 }
 
@@ -56,50 +51,27 @@ struct Answer {
 impl Rig {
     fn new(via: Via) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("s.db");
-        let (d, stats, _) = common::plain_dispatcher(&db, 7, |_| {});
-        let mut storage = MemoryStorage::default();
-        let device = Device::boot(
-            RustCrypto,
-            DeviceConfig::default(),
-            &mut storage,
-            &mut Seeded(12),
-            &[],
-            &[],
-        )
-        .unwrap();
-        Store::open(&db)
-            .unwrap()
-            .add_identity(device.identity(), IdentityKind::Device, "", NOW)
-            .unwrap();
+        let srv = Plain::at(&dir.path().join("s.db"), 7, |_| {});
+        let mut dev = Sensor::new(12, DEVICE, DeviceConfig::default(), &[]);
+        dev.unit = Some("Cel");
+        dev.time = None;
+        dev.exchanges = Some(vec![]);
+        dev.session = (via == Via::Session).then(|| PeerAuth::Psk(*dev.device.identity()));
+        srv.provision(dev.device.identity(), IdentityKind::Device);
         let mut rig = Self {
-            d,
-            stats,
-            device,
-            storage,
-            via,
-            now: 0,
+            stats: srv.stats.clone(),
+            srv,
+            dev,
             mid: 0x7000,
-            events: vec![],
-            sent: vec![],
             _dir: dir,
         };
         rig.step(10);
-        assert!(rig.device.is_registered(), "{:?}", rig.events);
+        assert!(rig.dev.device.is_registered(), "{:?}", rig.dev.events);
         rig
     }
 
     fn id(&self) -> Identity {
-        *self.device.identity()
-    }
-
-    fn wall(&self) -> UnixTime {
-        UnixTime::from_secs(NOW + (self.now / 1000) as i64)
-    }
-
-    /// The session the device's datagrams arrive in, if any.
-    fn device_auth(&self) -> Option<PeerAuth> {
-        (self.via == Via::Session).then(|| PeerAuth::Psk(self.id()))
+        *self.dev.device.identity()
     }
 
     fn deliver(
@@ -108,82 +80,28 @@ impl Rig {
         auth: Option<PeerAuth>,
         bytes: Vec<u8>,
     ) -> Vec<Vec<u8>> {
-        let inbound = Inbound {
-            from: Endpoint {
-                addr: from,
-                secure: auth.is_some(),
-            },
-            to: None,
-            auth,
-            bytes,
+        let batch = vec![(from, bytes)];
+        let answers = match auth {
+            None => self.srv.deliver(batch),
+            Some(a) => self.srv.deliver_in_session(&a, batch),
         };
-        let (now, wall) = (Instant::from_millis(self.now), self.wall());
-        self.d
-            .handle_inbound_at(vec![inbound], now, wall)
-            .into_iter()
-            .map(|(_, b)| b)
-            .collect()
+        answers.into_iter().map(|(_, b)| b).collect()
     }
 
     /// Runs the device against the server until nothing more happens in the next `for_ms`.
     fn step(&mut self, for_ms: u64) {
-        let until = self.now + for_ms;
-        loop {
-            let t = Instant::from_millis(self.now);
-            self.device.handle_timeout(t, &mut self.storage).unwrap();
-            let mut out = vec![];
-            let mut buf = [0u8; 2048];
-            while let Some(n) = self.device.poll_transmit(&mut buf) {
-                self.sent.push(buf[..n].to_vec());
-                out.push(buf[..n].to_vec());
-            }
-            while let Some(e) = self.device.poll_event() {
-                self.events.push(e);
-            }
-            if !out.is_empty() {
-                for datagram in out {
-                    let auth = self.device_auth();
-                    for reply in self.deliver(DEVICE, auth, datagram) {
-                        self.device
-                            .handle_datagram(t, &mut self.storage, &reply)
-                            .unwrap();
-                    }
-                }
-                continue;
-            }
-            match self.device.poll_timeout() {
-                Some(w) if w <= Instant::from_millis(until) => {
-                    self.now = self.now.max(w.as_millis())
-                }
-                _ => {
-                    self.now = until;
-                    return;
-                }
-            }
-        }
+        self.dev.step(&mut self.srv, for_ms);
     }
 
     /// Publishes one reading and returns whether the broker acknowledged it.
     fn publish_acked(&mut self, v: f64) -> bool {
-        let r = [Record {
-            name: Some("t"),
-            unit: Some("Cel"),
-            value: Some(Value::Number(v)),
-            ..Default::default()
-        }];
-        let seq = self
-            .device
-            .publish(Instant::from_millis(self.now), &mut self.storage, &r, None)
-            .unwrap();
-        self.step(1);
-        self.events.iter().any(|e| {
-            matches!(e, Event::Published { seq: s, outcome: PublishOutcome::Acknowledged } if *s == seq)
-        })
+        let seq = self.dev.publish(&mut self.srv, v);
+        self.dev.acked().contains(&seq)
     }
 
     /// The registration's location, `rd/N`.
     fn location(&self) -> String {
-        self.device.location().unwrap().to_string()
+        self.dev.device.location().unwrap().to_string()
     }
 
     /// A Confirmable request from `from`, in the session `auth` if any. Like any client of
@@ -264,7 +182,8 @@ impl Rig {
 
     /// The device's registration datagram (the last one it sent).
     fn registration(&self) -> Vec<u8> {
-        self.sent
+        self.dev
+            .sent
             .iter()
             .rev()
             .find(|d| {
@@ -286,7 +205,7 @@ impl Rig {
     /// `sq`/`ss` for `op` under `seq`, signed with the device's own key (what a device, or a
     /// thief of its key, can make).
     fn signed(&self, op: Operation<'_>, seq: u64) -> Vec<String> {
-        let key = self.storage.key.clone().unwrap();
+        let key = self.dev.storage.key.clone().unwrap();
         let digest = op.digest(&RustCrypto).unwrap();
         let sig = sign_statement(&RustCrypto, &key, &self.id(), seq, &digest).unwrap();
         vec![
@@ -357,7 +276,7 @@ fn a_forged_registration_cannot_change_a_signed_entry() {
         lookup.contains("ct=18") && !lookup.contains("65100"),
         "{lookup}"
     );
-    assert!(r.publish_acked(21.5), "{:?}", r.events);
+    assert!(r.publish_acked(21.5), "{:?}", r.dev.events);
     assert_eq!(
         r.stats.get("publish.rejected.unsupported_content_format"),
         0
@@ -373,7 +292,7 @@ fn a_session_owned_entry_refuses_every_plain_change_signed_or_not() {
     let ep = format!("ep={}", r.id());
     let loc = r.location();
     let forged = r.links_with_ct(65100);
-    let next = r.device.next_sequence() + 100;
+    let next = r.dev.device.next_sequence() + 100;
     assert_eq!(
         r.attack(
             Code::POST,
@@ -424,19 +343,19 @@ fn a_session_owned_entry_refuses_every_plain_change_signed_or_not() {
     );
     assert_eq!(a.code, Code::FORBIDDEN);
     assert_eq!(r.stats.get("register.rejected.dtls_identity_mismatch"), 1);
-    r.now += 2_000;
+    r.srv.now += 2_000;
     let lookup = r.lookup();
     assert!(
         lookup.contains("ct=18") && !lookup.contains("65100"),
         "{lookup}"
     );
-    assert!(r.publish_acked(19.5), "{:?}", r.events);
+    assert!(r.publish_acked(19.5), "{:?}", r.dev.events);
     // The device's own session may change it (here: its periodic refresh).
     r.step(300_000);
     assert!(
-        r.events.contains(&Event::RegistrationRefreshed),
+        r.dev.events.contains(&Event::RegistrationRefreshed),
         "{:?}",
-        r.events
+        r.dev.events
     );
     assert!(r.publish_acked(20.0));
 }
@@ -455,18 +374,19 @@ fn only_the_devices_statement_changes_the_lifetime_and_statements_are_not_replay
         );
     }
     assert_eq!(r.stats.get("register.rejected.not_owner"), 2);
-    r.now += 61_000;
-    assert!(r.publish_acked(18.5), "{:?}", r.events);
+    r.srv.now += 61_000;
+    assert!(r.publish_acked(18.5), "{:?}", r.dev.events);
 
     // The device refreshes with a signed update of its own (a fresh number).
     r.step(300_000);
     assert!(
-        r.events.contains(&Event::RegistrationRefreshed),
+        r.dev.events.contains(&Event::RegistrationRefreshed),
         "{:?}",
-        r.events
+        r.dev.events
     );
     assert!(r.stats.get("register.updated") >= 1);
     let refresh = r
+        .dev
         .sent
         .iter()
         .rev()
@@ -490,7 +410,7 @@ fn only_the_devices_statement_changes_the_lifetime_and_statements_are_not_replay
         .collect();
     assert_eq!(r.attack(Code::POST, &loc, &query, &[]), Code::UNAUTHORIZED);
     // A fresh statement for lt=1 by the device's key is the owner's own choice.
-    let next = r.device.next_sequence() + 10;
+    let next = r.dev.device.next_sequence() + 10;
     let mut query = vec!["lt=1".to_string()];
     query.extend(r.signed(update(Some(1)), next));
     assert_eq!(r.attack(Code::POST, &loc, &query, &[]), Code::CHANGED);
@@ -613,7 +533,7 @@ fn a_reading_refused_for_a_removed_registration_is_published_again() {
     let loc = r.location();
     // A number above everything the device used so far (its next reading takes it too, but
     // that reading is refused for the missing topic before its number is looked at).
-    let next = r.device.next_sequence();
+    let next = r.dev.device.next_sequence();
     let removal = Operation {
         kind: OperationKind::Remove,
         lifetime: None,
@@ -622,9 +542,9 @@ fn a_reading_refused_for_a_removed_registration_is_published_again() {
     };
     let query = r.signed(removal, next);
     assert_eq!(r.attack(Code::DELETE, &loc, &query, &[]), Code::DELETED);
-    let acked = r.events.len();
+    let acked = r.dev.events.len();
     assert!(!r.publish_acked(15.5));
-    assert!(r.events[acked..].iter().any(|e| matches!(
+    assert!(r.dev.events[acked..].iter().any(|e| matches!(
         e,
         Event::Published {
             outcome: PublishOutcome::Republishing(c),
@@ -632,14 +552,14 @@ fn a_reading_refused_for_a_removed_registration_is_published_again() {
         } if *c == Code::NOT_FOUND
     )));
     r.step(10);
-    let last = r.events.iter().rev().find_map(|e| match e {
+    let last = r.dev.events.iter().rev().find_map(|e| match e {
         Event::Published { seq, outcome } => Some((*seq, *outcome)),
         _ => None,
     });
     assert!(
         matches!(last, Some((s, PublishOutcome::Acknowledged)) if s > next),
         "{:?}",
-        r.events
+        r.dev.events
     );
     assert_eq!(r.stats.get("publish.accepted"), 2);
 }

@@ -7,7 +7,7 @@ use sigil_crypto::{PublicKey, RustCrypto};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::Dispatcher;
+use sigil_server::{Dispatcher, Endpoint, Inbound, PeerAuth};
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -20,6 +20,32 @@ pub trait Server {
     /// addresses meanwhile.
     fn deliver(&mut self, batch: Vec<(SocketAddr, Vec<u8>)>) -> Vec<(SocketAddr, Vec<u8>)>;
     fn provision(&self, id: &sigil_identity::Identity, kind: IdentityKind);
+    fn dispatcher(&mut self) -> &mut Dispatcher;
+
+    /// One batch at the current time as the DTLS layer hands it up: each datagram from a
+    /// session authenticated as `auth` (no handshake: the tests of what the dispatcher does
+    /// with a session's requests); the answers to those sessions.
+    fn deliver_in_session(
+        &mut self,
+        auth: &PeerAuth,
+        batch: Vec<(SocketAddr, Vec<u8>)>,
+    ) -> Vec<(SocketAddr, Vec<u8>)> {
+        let now = *self.now();
+        let batch = batch
+            .into_iter()
+            .map(|(addr, bytes)| Inbound {
+                from: Endpoint { addr, secure: true },
+                to: None,
+                auth: Some(auth.clone()),
+                bytes,
+            })
+            .collect();
+        self.dispatcher()
+            .handle_inbound_at(batch, super::ms(now), super::wall(now))
+            .into_iter()
+            .map(|(e, b)| (e.addr, b))
+            .collect()
+    }
 }
 
 impl Server for Plain {
@@ -31,6 +57,9 @@ impl Server for Plain {
     }
     fn provision(&self, id: &sigil_identity::Identity, kind: IdentityKind) {
         Plain::provision(self, id, kind)
+    }
+    fn dispatcher(&mut self) -> &mut Dispatcher {
+        &mut self.d
     }
 }
 
@@ -48,6 +77,9 @@ impl Server for Secure {
             .unwrap()
             .add_identity(id, kind, "", NOW)
             .unwrap();
+    }
+    fn dispatcher(&mut self) -> &mut Dispatcher {
+        &mut self.d
     }
 }
 
@@ -73,6 +105,9 @@ impl Server for Link<'_> {
             .add_identity(id, kind, "", NOW)
             .unwrap();
     }
+    fn dispatcher(&mut self) -> &mut Dispatcher {
+        self.d
+    }
 }
 
 /// A sensor run against the server until nothing more happens.
@@ -89,6 +124,9 @@ pub struct Sensor {
     /// When set, each datagram goes to the server alone and every (request, answer) pair is
     /// kept here, in order.
     pub exchanges: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// When set, its datagrams reach the dispatcher as from a DTLS session authenticated as
+    /// this ([`Server::deliver_in_session`]); plain coap:// otherwise.
+    pub session: Option<PeerAuth>,
 }
 
 impl Sensor {
@@ -112,6 +150,7 @@ impl Sensor {
             unit: None,
             time: Some(UnixTime::from_secs(NOW)),
             exchanges: None,
+            session: None,
         }
     }
 
@@ -141,12 +180,17 @@ impl Sensor {
                 self.events.push(e);
             }
             if !out.is_empty() {
+                let session = self.session.clone();
+                let mut send = |batch| match &session {
+                    None => s.deliver(batch),
+                    Some(auth) => s.deliver_in_session(auth, batch),
+                };
                 let sent = match &mut self.exchanges {
-                    None => s.deliver(out),
+                    None => send(out),
                     Some(pairs) => {
                         let mut sent = vec![];
                         for (from, request) in out {
-                            let answers = s.deliver(vec![(from, request.clone())]);
+                            let answers = send(vec![(from, request.clone())]);
                             pairs.extend(
                                 answers
                                     .iter()
