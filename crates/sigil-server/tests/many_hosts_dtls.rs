@@ -16,13 +16,14 @@
 //! runs.
 
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust};
+use sigil_crypto::{CryptoProvider, RustCrypto, SignatureAlgorithm};
+use sigil_dtls::{Config, Connection, Credentials, Traffic};
 use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
 use sigil_server::secure::{HANDSHAKE_BYTES, SESSION_BYTES};
 use sigil_server::store::IdentityKind;
 use sigil_server::{DtlsConfig, Server, ServerConfig, ServerHandle, Stats, Store};
+use sigil_testkit::server::AnyServer;
 use sigil_testkit::Seeded;
 use sigil_time::Instant;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -40,14 +41,6 @@ const RENEW: Duration = Duration::from_secs(5);
 const NEWCOMER_DEADLINE: Duration = Duration::from_secs(20);
 
 const PSK: [u8; 16] = *b"many-hosts-psk!!";
-
-/// Trusts the server's key whatever it is (the tests are about the server's side).
-struct AnyServer;
-impl Trust for AnyServer {
-    fn trusted_key(&self, _: &PublicKey) -> bool {
-        true
-    }
-}
 
 struct Running {
     rt: tokio::runtime::Runtime,
