@@ -8,14 +8,14 @@ use sigil_crypto::{Rng, RustCrypto};
 use sigil_device::{Device, DeviceConfig, MemoryStorage};
 use sigil_objects::senml::{Record, Value};
 use sigil_server::store::IdentityKind;
-use sigil_server::{Dispatcher, Endpoint, Inbound, Stats, Store};
+use sigil_server::{Endpoint, Inbound, Stats, Store};
 use sigil_testkit::Seeded;
 use sigil_time::{Instant, UnixTime};
 use std::net::SocketAddr;
 
+use common::Plain;
 use sigil_testkit::server as common;
 
-const NOW: i64 = 1_700_000_000;
 const DEVICE: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40100);
 const CLIENT: SocketAddr =
@@ -23,13 +23,11 @@ const CLIENT: SocketAddr =
 
 /// A server with one registered device, and a clock both share.
 struct Bench {
-    d: Dispatcher,
+    srv: Plain,
     stats: Stats,
     device: Device<RustCrypto>,
     storage: MemoryStorage,
-    db: std::path::PathBuf,
     _dir: tempfile::TempDir,
-    now_ms: u64,
     mid: u16,
 }
 
@@ -71,7 +69,7 @@ impl Bench {
     fn new(lifetime_s: u64) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("s.db");
-        let (d, stats, _) = common::plain_dispatcher(&db, 7, |_| {});
+        let srv = Plain::at(&db, 7, |_| {});
         let mut storage = MemoryStorage::default();
         let device = Device::boot(
             RustCrypto,
@@ -85,39 +83,33 @@ impl Bench {
             &[],
         )
         .unwrap();
-        Store::open(&db)
-            .unwrap()
-            .add_identity(device.identity(), IdentityKind::Device, "", NOW)
-            .unwrap();
+        srv.provision(device.identity(), IdentityKind::Device);
         Self {
-            d,
-            stats,
+            stats: srv.stats.clone(),
+            srv,
             device,
             storage,
-            db,
             _dir: dir,
-            now_ms: 0,
             mid: 1,
         }
     }
 
     fn wall(&self) -> UnixTime {
-        UnixTime::from_secs(NOW + (self.now_ms / 1000) as i64)
+        common::wall(self.srv.now)
     }
 
     fn deliver(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Answer> {
-        let (now, wall) = (Instant::from_millis(self.now_ms), self.wall());
-        self.d
-            .handle_at(vec![(from, datagram)], now, wall)
+        self.srv
+            .one(from, datagram)
             .into_iter()
-            .map(|(_, b)| Answer(b))
+            .map(Answer)
             .collect()
     }
 
     /// The device's next datagram, without sending it.
     fn device_datagram(&mut self) -> Vec<u8> {
         self.device
-            .handle_timeout(Instant::from_millis(self.now_ms), &mut self.storage)
+            .handle_timeout(Instant::from_millis(self.srv.now), &mut self.storage)
             .unwrap();
         let mut buf = [0u8; 2048];
         let n = self
@@ -133,7 +125,7 @@ impl Bench {
         assert_eq!(answers.len(), 1);
         let a = answers.remove(0);
         self.device
-            .handle_datagram(Instant::from_millis(self.now_ms), &mut self.storage, &a.0)
+            .handle_datagram(Instant::from_millis(self.srv.now), &mut self.storage, &a.0)
             .unwrap();
         a
     }
@@ -165,7 +157,7 @@ impl Bench {
         }];
         self.device
             .publish(
-                Instant::from_millis(self.now_ms),
+                Instant::from_millis(self.srv.now),
                 &mut self.storage,
                 &r,
                 None,
@@ -218,7 +210,7 @@ impl Bench {
     }
 
     fn readings(&self) -> u64 {
-        Store::open(&self.db).unwrap().reading_count().unwrap()
+        Store::open(&self.srv.db).unwrap().reading_count().unwrap()
     }
 }
 
@@ -399,7 +391,7 @@ fn an_expired_registrations_readings_stay_readable() {
     b.register();
     assert_eq!(b.publish(1.0, &[]).code(), Code::CHANGED);
     let topic = b.topic();
-    b.now_ms += 120_000;
+    b.srv.now += 120_000;
     let latest = b.request(Code::GET, &topic, &[]);
     assert_eq!(latest.code(), Code::CONTENT);
     assert_eq!(latest.msg().content_format().map(|c| c.0), Some(18));
@@ -474,8 +466,10 @@ fn lookup_targets_are_resolved_against_where_the_request_went() {
         auth: None,
         bytes: m,
     };
-    let out =
-        b.d.handle_inbound_at(vec![inbound], Instant::from_millis(b.now_ms), b.wall());
+    let out = b
+        .srv
+        .d
+        .handle_inbound_at(vec![inbound], Instant::from_millis(b.srv.now), b.wall());
     let text = String::from_utf8_lossy(Message::parse(&out[0].1).unwrap().payload).into_owned();
     assert!(
         text.starts_with(&format!("<coap://192.0.2.7:5683/{topic}>;")),
@@ -531,7 +525,7 @@ fn mutated_requests_get_well_formed_answers() {
         }
         // A fresh message ID each time, so every datagram reaches the handlers.
         m[2..4].copy_from_slice(&(i as u16).to_be_bytes());
-        b.now_ms += 1;
+        b.srv.now += 1;
         for a in b.deliver(CLIENT, m) {
             Message::parse(&a.0).expect("answers are well-formed CoAP");
         }
