@@ -4,12 +4,15 @@
 //! - [`client`]: the requests a client has outstanding toward one peer (token and message ID
 //!   matching, Confirmable retransmission, NSTART, separate responses, acknowledging
 //!   Confirmable responses and rejecting what nobody waits for).
+//! - [`dedup`]: a server endpoint's memory of received message IDs and the answers sent to
+//!   them (§4.5), with a cap per peer and in total.
 //! - [`observe`]: Observe (RFC 7641): the server's table of observers with its caps, the
 //!   notification sequence numbers, Confirmable notifications and their retransmission, and the
 //!   client's ordering rule for the notifications it receives (§3.4).
 //! - [`Token`]: a token (RFC 7252 §5.3.1) held inline.
 
 pub mod client;
+pub mod dedup;
 pub mod observe;
 
 /// A CoAP token (0 to 8 bytes, RFC 7252 §5.3.1), held inline.

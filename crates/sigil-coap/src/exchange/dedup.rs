@@ -1,0 +1,277 @@
+//! Received-message deduplication for a server endpoint (RFC 7252 §4.5): a message ID from a
+//! peer seen within EXCHANGE_LIFETIME is the same message again, and gets the same answer
+//! (the bytes sent the first time) instead of being acted on twice.
+//!
+//! No allocation: at most `N` remembered messages, the answers in `BUF`-byte slots beside
+//! them; at most `per_peer` of them for one peer (`P`, the caller's idea of who sent it: an
+//! address, a host, a session), so that one peer cannot fill the table for the others. When
+//! there is no room the message is not remembered ([`Received::NotRemembered`] says why) and
+//! the caller decides (act on it without the memory, or refuse it); nothing remembered is
+//! dropped early to make room. Time comes from the caller.
+
+use crate::reliability::TransmissionParameters;
+use core::time::Duration;
+use sigil_time::Instant;
+
+/// What a received message ID is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Received<'a> {
+    /// Not seen before; now remembered. Record the answer with [`Dedup::answered`].
+    New,
+    /// Seen before and answered with these bytes: send them again.
+    Again(&'a [u8]),
+    /// Seen before, no answer kept (none recorded yet, or it did not fit a slot).
+    Seen,
+    /// Not seen before and not remembered: no room.
+    NotRemembered(NoRoom),
+}
+
+/// Why a new message ID was not remembered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoRoom {
+    /// The peer already holds `per_peer` entries.
+    Peer,
+    /// All `N` entries are in use.
+    Table,
+}
+
+/// What the table has counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DedupStats {
+    pub duplicates: u32,
+    pub refused_peer: u32,
+    pub refused_table: u32,
+    /// Answers recorded without their bytes (longer than a slot).
+    pub answers_not_kept: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry<P> {
+    peer: P,
+    mid: u16,
+    until: Instant,
+    /// Length of the kept answer; `None`: no answer kept.
+    answer: Option<usize>,
+}
+
+/// The remembered message IDs of a server endpoint: `N` entries, answers up to `BUF` bytes.
+pub struct Dedup<P, const N: usize, const BUF: usize> {
+    lifetime: Duration,
+    per_peer: usize,
+    entries: [Option<Entry<P>>; N],
+    answers: [[u8; BUF]; N],
+    stats: DedupStats,
+}
+
+impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, N, BUF> {
+    /// Entries live EXCHANGE_LIFETIME of `params`; one peer holds at most `per_peer`.
+    pub fn new(params: &TransmissionParameters, per_peer: usize) -> Self {
+        Self {
+            lifetime: params.exchange_lifetime(),
+            per_peer,
+            entries: [const { None }; N],
+            answers: [[0; BUF]; N],
+            stats: DedupStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &DedupStats {
+        &self.stats
+    }
+
+    /// Remembered message IDs.
+    pub fn len(&self) -> usize {
+        self.entries.iter().filter(|e| e.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.iter().all(Option::is_none)
+    }
+
+    /// Remembered message IDs of `peer`.
+    pub fn of_peer(&self, peer: &P) -> usize {
+        self.entries
+            .iter()
+            .flatten()
+            .filter(|e| e.peer == *peer)
+            .count()
+    }
+
+    fn find(&self, peer: &P, mid: u16) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.peer == *peer && e.mid == mid))
+    }
+
+    /// Message `mid` from `peer` arrived at `now` (entries older than EXCHANGE_LIFETIME are
+    /// forgotten first).
+    pub fn receive(&mut self, peer: P, mid: u16, now: Instant) -> Received<'_> {
+        self.handle_timeout(now);
+        if let Some(i) = self.find(&peer, mid) {
+            self.stats.duplicates = self.stats.duplicates.saturating_add(1);
+            return match self.entries[i].and_then(|e| e.answer) {
+                Some(n) => Received::Again(&self.answers[i][..n]),
+                None => Received::Seen,
+            };
+        }
+        if self.of_peer(&peer) >= self.per_peer {
+            self.stats.refused_peer = self.stats.refused_peer.saturating_add(1);
+            return Received::NotRemembered(NoRoom::Peer);
+        }
+        let Some(slot) = self.entries.iter_mut().find(|e| e.is_none()) else {
+            self.stats.refused_table = self.stats.refused_table.saturating_add(1);
+            return Received::NotRemembered(NoRoom::Table);
+        };
+        *slot = Some(Entry {
+            peer,
+            mid,
+            until: now + self.lifetime,
+            answer: None,
+        });
+        Received::New
+    }
+
+    /// The answer sent to message `mid` of `peer`, kept to send again for a duplicate. False
+    /// when the message is not remembered or the answer is longer than a slot (then a
+    /// duplicate is [`Received::Seen`]).
+    pub fn answered(&mut self, peer: P, mid: u16, answer: &[u8]) -> bool {
+        let Some(i) = self.find(&peer, mid) else {
+            return false;
+        };
+        let Some(e) = self.entries[i].as_mut() else {
+            return false;
+        };
+        if answer.len() > BUF {
+            e.answer = None;
+            self.stats.answers_not_kept = self.stats.answers_not_kept.saturating_add(1);
+            return false;
+        }
+        self.answers[i][..answer.len()].copy_from_slice(answer);
+        e.answer = Some(answer.len());
+        true
+    }
+
+    /// When the oldest entry is forgotten (`None`: nothing remembered).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.entries.iter().flatten().map(|e| e.until).min()
+    }
+
+    /// Forgets what is older than EXCHANGE_LIFETIME at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for e in self.entries.iter_mut() {
+            if e.is_some_and(|e| now >= e.until) {
+                *e = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_millis(ms)
+    }
+
+    fn table() -> Dedup<u8, 4, 8> {
+        Dedup::new(&TransmissionParameters::default(), 2)
+    }
+
+    #[test]
+    fn a_repeated_message_gets_the_same_answer_until_exchange_lifetime() {
+        let mut d = table();
+        assert_eq!(d.receive(1, 7, at(0)), Received::New);
+        assert_eq!(d.receive(1, 7, at(1)), Received::Seen);
+        assert!(d.answered(1, 7, b"answer"));
+        assert_eq!(d.receive(1, 7, at(2)), Received::Again(b"answer"));
+        // The same message ID from another peer is another message.
+        assert_eq!(d.receive(2, 7, at(2)), Received::New);
+        assert_eq!(d.poll_timeout(), Some(at(247_000)));
+        assert_eq!(d.receive(1, 7, at(246_999)), Received::Again(b"answer"));
+        assert_eq!(d.receive(1, 7, at(247_000)), Received::New);
+        assert_eq!(d.stats().duplicates, 3);
+    }
+
+    #[test]
+    fn an_answer_longer_than_a_slot_is_not_kept() {
+        let mut d = table();
+        d.receive(1, 7, at(0));
+        assert!(!d.answered(1, 7, b"nine byte"));
+        assert_eq!(d.receive(1, 7, at(1)), Received::Seen);
+        assert!(!d.answered(1, 8, b"x"), "never received");
+        assert_eq!(d.stats().answers_not_kept, 1);
+    }
+
+    #[test]
+    fn one_peer_cannot_fill_the_table_and_nothing_is_dropped_for_room() {
+        let mut d = table();
+        assert_eq!(d.receive(1, 1, at(0)), Received::New);
+        assert_eq!(d.receive(1, 2, at(0)), Received::New);
+        assert_eq!(
+            d.receive(1, 3, at(0)),
+            Received::NotRemembered(NoRoom::Peer)
+        );
+        assert_eq!(d.receive(2, 1, at(0)), Received::New);
+        assert_eq!(d.receive(3, 1, at(0)), Received::New);
+        assert_eq!(
+            d.receive(4, 1, at(0)),
+            Received::NotRemembered(NoRoom::Table)
+        );
+        // Those remembered still are.
+        assert_eq!(d.receive(1, 1, at(1)), Received::Seen);
+        assert_eq!((d.stats().refused_peer, d.stats().refused_table), (1, 1));
+        // Room again once they expire.
+        d.handle_timeout(at(247_000));
+        assert!(d.is_empty());
+        assert_eq!(d.receive(4, 1, at(247_000)), Received::New);
+    }
+
+    /// Any sequence of receptions, answers and timers from a few peers: no panic; at most N
+    /// entries and `per_peer` for each peer; a remembered message is never New within its
+    /// lifetime; everything is forgotten EXCHANGE_LIFETIME after the last reception.
+    #[test]
+    fn property_bounded_and_never_new_twice_within_the_lifetime() {
+        for seed in 0..300u64 {
+            let mut x = seed;
+            let mut next = |n: u64| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 16) % n
+            };
+            let mut d: Dedup<u8, 6, 4> = Dedup::new(&TransmissionParameters::default(), 3);
+            let mut now = 0u64;
+            let mut first: [[Option<u64>; 5]; 4] = [[None; 5]; 4];
+            for _ in 0..400 {
+                let (peer, mid) = (next(4) as u8, next(5) as u16);
+                match next(4) {
+                    0 => now += next(100_000),
+                    1 => {
+                        let len = next(7) as usize;
+                        d.answered(peer, mid, &[0xaa; 6][..len]);
+                    }
+                    _ => {
+                        let seen = &mut first[usize::from(peer)][usize::from(mid)];
+                        if seen.is_some_and(|t| now >= t + 247_000) {
+                            *seen = None;
+                        }
+                        match d.receive(peer, mid, at(now)) {
+                            Received::New => {
+                                assert!(seen.is_none(), "seed {seed}");
+                                *seen = Some(now);
+                            }
+                            Received::Again(a) => assert!(a.len() <= 4 && seen.is_some()),
+                            Received::Seen => assert!(seen.is_some()),
+                            Received::NotRemembered(_) => assert!(seen.is_none()),
+                        }
+                    }
+                }
+                assert!(d.len() <= 6);
+                assert!((0..4).all(|p| d.of_peer(&p) <= 3));
+            }
+            d.handle_timeout(at(now + 247_000));
+            assert!(d.is_empty() && d.poll_timeout().is_none());
+        }
+    }
+}
