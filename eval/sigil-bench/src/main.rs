@@ -5,8 +5,12 @@
 //!   rate; the server runs as a child process (`serve`) so its CPU time is read apart.
 //! - `dtls`: handshake bytes and datagrams per suite and mode beside OpenSSL 3 measured in the
 //!   same run, record overhead, server handshakes per core-second.
+//! - `observe`: CoAP Observe on one topic against polling it at the same freshness: latency
+//!   to the reader's verification and the server's CPU per reading delivered, at 1, 100 and
+//!   1,000 observers (`sigil server` as its own process).
 
 mod dtls;
+mod observe;
 mod readings;
 
 use anyhow::Result;
@@ -46,6 +50,35 @@ enum What {
         /// Repeat and report every run (quote the median).
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// CoAP Observe on one topic against polling it at the same freshness: latency from the
+    /// PUT to the reader's verification, and `sigil server`'s CPU per reading delivered.
+    Observe {
+        /// Observers (and polling readers) per phase.
+        #[arg(long, value_delimiter = ',', default_values_t = [1, 100, 1000])]
+        observers: Vec<usize>,
+        /// Readings published per second.
+        #[arg(long, default_value_t = 5.0)]
+        rate: f64,
+        /// Readings published per phase.
+        #[arg(long, default_value_t = 20)]
+        publications: usize,
+        /// Repeat and report every run (quote the medians).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// The `sigil` binary (default: beside this one, target/release/sigil).
+        #[arg(long)]
+        sigil: Option<std::path::PathBuf>,
+        /// An argument for `sigil server` (repeatable), e.g. `--server-arg=--ack-timeout
+        /// --server-arg=200ms`.
+        #[arg(long, allow_hyphen_values = true)]
+        server_arg: Vec<String>,
+        /// Observers acknowledge Confirmable notifications this many milliseconds after they
+        /// arrive (a slow link's round trip).
+        #[arg(long, default_value_t = 0)]
+        ack_delay_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -107,6 +140,39 @@ async fn main() -> Result<()> {
                 );
             } else {
                 println!("median per-core ratio (server readings per CPU-second / raw verifications per CPU-second): {median:.2}");
+            }
+        }
+        What::Observe {
+            observers,
+            rate,
+            publications,
+            runs,
+            sigil,
+            server_arg,
+            ack_delay_ms,
+            json,
+        } => {
+            anyhow::ensure!(
+                rate > 0.0 && publications > 0,
+                "--rate and --publications must be positive"
+            );
+            let o = observe::Options {
+                observers,
+                rate,
+                publications,
+                runs: runs.max(1),
+                sigil,
+                server_args: server_arg,
+                ack_delay: std::time::Duration::from_millis(ack_delay_ms),
+            };
+            let mut all = Vec::new();
+            for run in 1..=o.runs {
+                all.push(observe::run_once(&o, run).await?);
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                observe::print(&all, &o);
             }
         }
         What::Serve { listen, db } => {
