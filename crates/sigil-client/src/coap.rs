@@ -1,5 +1,7 @@
 //! A small CoAP client over tokio UDP, used by the application and the tools: Confirmable
-//! requests with retransmission (RFC 7252 §4.2), separate responses, and block-wise transfer
+//! requests with retransmission (RFC 7252 §4.2) and separate responses through the message
+//! core's request table ([`sigil_coap::exchange::client`], as the device uses it), block-wise
+//! transfer
 //! in both directions (RFC 7959), and the Echo option (RFC 9175 §2.4): a coap:// server that
 //! answers 4.01 Unauthorized with Echo gets the request again with that value, and the latest
 //! value is sent with later requests to the same server (§2.3), so large answers come at once.
@@ -12,11 +14,10 @@
 
 use crate::transport::{Security, Transport};
 use anyhow::{anyhow, bail, Result};
-use sigil_coap::message::{empty, option};
-use sigil_coap::{
-    BlockOption, Code, Message, MessageBuilder, MessageType, Retransmission, RetransmitDecision,
-    TransmissionParameters,
-};
+use sigil_coap::exchange::client::{Client, Incoming, NewRequest, RequestId, StartError};
+use sigil_coap::exchange::Token;
+use sigil_coap::message::option;
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,16 @@ pub struct CoapClient {
     /// this time, instead of after MAX_TRANSMIT_WAIT (93 s with the default parameters).
     pub timeout: Option<Duration>,
     observations: Observations,
+    /// The outstanding request, its retransmissions, and the ACKs and Resets to send: the
+    /// message core ([`sigil_coap::exchange::client`]).
+    requests: Box<Requests>,
 }
+
+/// The largest request this client sends (a Block1 block of 1,024 bytes and its options fit).
+const REQUEST_MAX: usize = 4096;
+
+/// One request at a time (NSTART 1).
+type Requests = Client<(), 1, REQUEST_MAX>;
 
 /// One request's options.
 #[derive(Clone, Debug, Default)]
@@ -97,6 +107,7 @@ impl CoapClient {
             echo: None,
             timeout: None,
             observations: Observations::default(),
+            requests: Box::new(Requests::new(params)),
         }
     }
 
@@ -233,127 +244,147 @@ impl CoapClient {
         self.mid = self.mid.wrapping_add(1);
         let mid = self.mid;
         let token = crate::os::random_u32().to_be_bytes();
-        let mut buf =
-            vec![0u8; payload.len() + 512 + spec.query.iter().map(|q| q.len() + 3).sum::<usize>()];
-        let mut b = MessageBuilder::new(&mut buf, MessageType::Confirmable, code, mid, &token)?;
-        if let Some(o) = spec.observe {
-            b.uint_option(option::OBSERVE, o)?;
-        }
-        b.uri_path(spec.path)?;
-        if let Some(cf) = spec.content_format {
-            b.uint_option(option::CONTENT_FORMAT, u32::from(cf))?;
-        }
-        for q in &spec.query {
-            b.option(option::URI_QUERY, q.as_bytes())?;
-        }
-        if let Some(a) = spec.accept {
-            b.uint_option(option::ACCEPT, u32::from(a))?;
-        }
-        if let Some(b2) = block2 {
-            let (v, n) = b2.encode().map_err(|e| anyhow!("{e}"))?;
-            b.option(option::BLOCK2, &v[..n])?;
-        }
-        if let Some(b1) = block1 {
-            let (v, n) = b1.encode().map_err(|e| anyhow!("{e}"))?;
-            b.option(option::BLOCK1, &v[..n])?;
-            if b1.num == 0 {
-                b.uint_option(option::SIZE1, spec.payload.len() as u32)?;
-            }
-        }
-        if let Some(e) = &self.echo {
-            b.option(option::ECHO, e)?;
-        }
-        let n = b.finish_with_payload(payload)?;
-        buf.truncate(n);
-        let now = || crate::os::since(self.start);
-        let mut retx = Some(Retransmission::start(
-            now(),
-            &self.params,
-            crate::os::random_u32(),
-        ));
-        let mut give_up_at =
-            now() + self.params.max_transmit_wait() + self.params.exchange_lifetime();
-        if let Some(t) = self.timeout {
-            give_up_at = give_up_at.min(now() + t);
-        }
-        self.transport.send(&buf).await?;
-        self.await_response(&buf, mid, token, &mut retx, give_up_at)
-            .await
+        let echo = self.echo.clone();
+        let now = crate::os::since(self.start);
+        // One request at a time (NSTART 1): a request given up on leaves nothing behind.
+        self.requests.clear();
+        let new = NewRequest {
+            exchange: (),
+            confirmable: true,
+            mid,
+            token: Token::new(&token).unwrap_or_default(),
+            random: crate::os::random_u32(),
+        };
+        let id = self
+            .requests
+            .start(now, new, |buf| -> Result<usize, sigil_coap::Error> {
+                let mut b =
+                    MessageBuilder::new(&mut buf[..], MessageType::Confirmable, code, mid, &token)?;
+                if let Some(o) = spec.observe {
+                    b.uint_option(option::OBSERVE, o)?;
+                }
+                b.uri_path(spec.path)?;
+                if let Some(cf) = spec.content_format {
+                    b.uint_option(option::CONTENT_FORMAT, u32::from(cf))?;
+                }
+                for q in &spec.query {
+                    b.option(option::URI_QUERY, q.as_bytes())?;
+                }
+                if let Some(a) = spec.accept {
+                    b.uint_option(option::ACCEPT, u32::from(a))?;
+                }
+                if let Some(b2) = block2 {
+                    let (v, n) = b2.encode().map_err(|_| sigil_coap::Error::BufferTooSmall)?;
+                    b.option(option::BLOCK2, &v[..n])?;
+                }
+                if let Some(b1) = block1 {
+                    let (v, n) = b1.encode().map_err(|_| sigil_coap::Error::BufferTooSmall)?;
+                    b.option(option::BLOCK1, &v[..n])?;
+                    if b1.num == 0 {
+                        b.uint_option(option::SIZE1, spec.payload.len() as u32)?;
+                    }
+                }
+                if let Some(e) = &echo {
+                    b.option(option::ECHO, e)?;
+                }
+                b.finish_with_payload(payload)
+            })
+            .map_err(|e| match e {
+                StartError::Build(e) => anyhow!("cannot encode the request: {e}"),
+                StartError::TooLong => anyhow!("the request is larger than {REQUEST_MAX} bytes"),
+                StartError::Full | StartError::InUse => anyhow!("a request is already outstanding"),
+            })?;
+        let give_up_at = self.timeout.map(|t| now + t);
+        self.await_response(id, token, give_up_at).await
     }
 
+    /// Sends what the request table has due: the request (again), ACKs and Resets.
+    async fn flush(&mut self) -> Result<()> {
+        let mut out = [0u8; REQUEST_MAX];
+        while let Some(n) = self.requests.poll_transmit(&mut out) {
+            self.transport.send(&out[..n]).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the answer to request `id` (token `token`), retransmitting at RFC 7252
+    /// timing through the message core ([`sigil_coap::exchange::client`]).
     async fn await_response(
         &mut self,
-        buf: &[u8],
-        mid: u16,
+        id: RequestId,
         token: [u8; 4],
-        retx: &mut Option<Retransmission>,
-        give_up_at: sigil_time::Instant,
+        give_up_at: Option<sigil_time::Instant>,
     ) -> Result<(ClientResponse, Option<BlockOption>, Option<Vec<u8>>)> {
         let start = self.start;
         let now = move || crate::os::since(start);
         loop {
-            let deadline = retx
-                .as_ref()
-                .map_or(give_up_at, |r| r.deadline().min(give_up_at));
-            let wait = deadline.saturating_since(now());
+            self.flush().await?;
+            let deadline = [self.requests.poll_timeout(), give_up_at]
+                .into_iter()
+                .flatten()
+                .min();
+            let wait = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_since(now()));
             match tokio::time::timeout(wait, self.transport.recv()).await {
-                Err(_) if now() >= give_up_at && self.timeout.is_some() => {
-                    let t = self.timeout.unwrap_or_default();
-                    if retx.is_none() {
-                        bail!(
-                            "{} acknowledged the request but sent no response within {:?}",
+                Err(_) => {
+                    if give_up_at.is_some_and(|g| now() >= g) {
+                        let acked = self.requests.get(id).is_some_and(|o| o.is_acknowledged());
+                        self.requests.remove(id);
+                        let t = self.timeout.unwrap_or_default();
+                        if acked {
+                            bail!(
+                                "{} acknowledged the request but sent no response within {:?}",
+                                self.server,
+                                t
+                            );
+                        }
+                        return Err(crate::transport::no_answer(
                             self.server,
-                            t
+                            self.transport.is_secure(),
+                            t,
+                        ));
+                    }
+                    if let Some(e) = self.requests.handle_timeout(now()) {
+                        if e.acknowledged {
+                            bail!(
+                                "{} acknowledged the request but sent no response within EXCHANGE_LIFETIME",
+                                self.server
+                            );
+                        }
+                        bail!(
+                            "no response from {} after {} retransmissions",
+                            self.server,
+                            self.params.max_retransmit
                         );
                     }
-                    return Err(crate::transport::no_answer(
-                        self.server,
-                        self.transport.is_secure(),
-                        t,
-                    ));
                 }
-                Err(_) => match retx.as_mut().map(|r| r.on_timer(now())) {
-                    Some(RetransmitDecision::Resend) => {
-                        self.transport.send(buf).await?;
-                    }
-                    Some(RetransmitDecision::Wait) => {}
-                    Some(RetransmitDecision::GiveUp) | None => bail!(
-                        "no response from {} after {} retransmissions",
-                        self.server,
-                        self.params.max_retransmit
-                    ),
-                },
                 Ok(Err(e)) => bail!("{e}"),
                 Ok(Ok(datagram)) => {
                     let Ok(msg) = Message::parse(&datagram) else {
                         continue;
                     };
-                    match msg.mtype {
-                        MessageType::Reset if msg.message_id == mid => {
-                            bail!("server answered with Reset")
+                    // A notification of an observation this client holds: kept for
+                    // next_notification (the core would take it for a stray response).
+                    if msg.code.is_response()
+                        && msg.token != token
+                        && self.observations.held.contains_key(msg.token)
+                    {
+                        if let Some(n) = self.take_notification(&msg).await? {
+                            self.observations.queued.push_back(n);
                         }
-                        MessageType::Acknowledgement
-                            if msg.message_id == mid && msg.code == Code::EMPTY =>
-                        {
-                            *retx = None; // separate response follows
-                        }
-                        _ if msg.code.is_response() && msg.token == token => {
-                            if msg.mtype == MessageType::Confirmable {
-                                self.transport
-                                    .send(&empty(MessageType::Acknowledgement, msg.message_id))
-                                    .await?;
-                            }
+                        continue;
+                    }
+                    match self.requests.handle_message(&msg, now()) {
+                        Incoming::Response(r) if r == id => {
+                            self.requests.remove(id);
+                            // The ACK of a Confirmable (separate) response.
+                            self.flush().await?;
                             let block2 = msg.block2().and_then(|r| r.ok());
-                            let resp = response_of(&msg);
                             let echo = msg.option(option::ECHO).map(<[u8]>::to_vec);
-                            return Ok((resp, block2, echo));
+                            return Ok((response_of(&msg), block2, echo));
                         }
-                        _ if msg.code.is_response()
-                            && self.observations.held.contains_key(msg.token) =>
-                        {
-                            if let Some(n) = self.take_notification(&msg).await? {
-                                self.observations.queued.push_back(n);
-                            }
+                        Incoming::Reset(r) if r == id => {
+                            self.requests.remove(id);
+                            bail!("server answered with Reset");
                         }
                         _ => {}
                     }
@@ -433,12 +464,18 @@ impl CoapClient {
                 continue;
             }
             if !self.observations.held.contains_key(msg.token) {
-                // Not ours (any more): Reset, so the server stops sending (§3.6).
-                if msg.mtype != MessageType::Acknowledgement {
-                    self.transport
-                        .send(&empty(MessageType::Reset, msg.message_id))
-                        .await?;
+                if msg.observe().is_some() && msg.mtype == MessageType::NonConfirmable {
+                    // A notification not ours (any more): Reset, so the server stops
+                    // sending (§3.6).
+                    self.requests
+                        .queue_empty(MessageType::Reset, msg.message_id);
+                } else {
+                    // The message core answers the rest (a repeated response is
+                    // acknowledged again; anything else Confirmable is Reset).
+                    self.requests
+                        .handle_message(&msg, crate::os::since(self.start));
                 }
+                self.flush().await?;
                 continue;
             }
             if let Some(n) = self.take_notification(&msg).await? {
@@ -451,9 +488,9 @@ impl CoapClient {
     /// one received before.
     async fn take_notification(&mut self, msg: &Message<'_>) -> Result<Option<ClientResponse>> {
         if msg.mtype == MessageType::Confirmable {
-            self.transport
-                .send(&empty(MessageType::Acknowledgement, msg.message_id))
-                .await?;
+            self.requests
+                .queue_empty(MessageType::Acknowledgement, msg.message_id);
+            self.flush().await?;
         }
         let now = crate::os::since(self.start);
         let n = response_of(msg);
