@@ -658,7 +658,7 @@ pub async fn run_with(
     let reader = options.reader.as_deref();
     for a in announced {
         let protection = Protection::of_content_format(a.content_format);
-        let (ep, mut key_ok, mut trusted) = bind_key(&a, trust);
+        let ep = Identity::parse(&a.ep).ok();
         // The topic first: a sensor this reader may not read is reported as such.
         let fetched = match options.history {
             // Session readings carry no number to page by: the newest page of them.
@@ -682,23 +682,13 @@ pub async fn run_with(
                 continue;
             }
         };
-        let mut key_error = None;
-        check_identity(
-            &a,
-            trust,
-            psk_nodes,
-            (&mut key_ok, &mut trusted, &mut key_error),
-        );
-        let reading_key = match (protection, ep) {
-            (Protection::Mac, Some(ep)) if key_ok => match reading_key(&mut client, &ep).await {
-                Ok(k) => Some(k),
-                Err(e) => {
-                    key_error = Some(e.to_string());
-                    None
-                }
-            },
-            _ => None,
-        };
+        let SensorTrust {
+            key_ok,
+            trusted,
+            key_error,
+            reading_key,
+            ..
+        } = sensor_trust(&mut client, &a, trust, psk_nodes).await;
         // Readings from an identity the application does not trust are not verified as good.
         let mut readings = verify_readings(
             &a,
@@ -736,6 +726,54 @@ pub async fn run_with(
     }
     client.close().await;
     Ok(report)
+}
+
+/// What this application makes of one announced sensor before taking its readings.
+pub(crate) struct SensorTrust {
+    pub ep: Option<Identity>,
+    /// Its key binds to its identity (or, for a PSK-only node, its own list names it one).
+    pub key_ok: bool,
+    /// On the trust list; `None` without one.
+    pub trusted: Option<bool>,
+    /// Why its readings are not taken, if they are not.
+    pub key_error: Option<String>,
+    /// A MACed topic's reading key, as the server disclosed it to this session.
+    pub reading_key: Option<ReadingKey>,
+}
+
+/// Binds `a`'s key ([`bind_key`]), applies this application's lists ([`check_identity`]) and
+/// asks for a MACed topic's reading key.
+pub(crate) async fn sensor_trust(
+    client: &mut CoapClient,
+    a: &Announced,
+    trust: Option<&HashSet<Identity>>,
+    psk_nodes: &HashSet<Identity>,
+) -> SensorTrust {
+    let (ep, mut key_ok, mut trusted) = bind_key(a, trust);
+    let mut key_error = None;
+    check_identity(
+        a,
+        trust,
+        psk_nodes,
+        (&mut key_ok, &mut trusted, &mut key_error),
+    );
+    let reading_key = match (Protection::of_content_format(a.content_format), ep) {
+        (Protection::Mac, Some(ep)) if key_ok => match reading_key(client, &ep).await {
+            Ok(k) => Some(k),
+            Err(e) => {
+                key_error = Some(e.to_string());
+                None
+            }
+        },
+        _ => None,
+    };
+    SensorTrust {
+        ep,
+        key_ok,
+        trusted,
+        key_error,
+        reading_key,
+    }
 }
 
 /// What this application's own lists say of `a` beyond its key binding ([`bind_key`]): a

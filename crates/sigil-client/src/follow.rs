@@ -14,8 +14,8 @@
 //! lookup.
 
 use crate::app::{
-    bind_key, check_identity, lookup_sensors, reading_key, topic_failure, verify_readings_after,
-    Announced, CheckedReading, Options, Protection, Refused,
+    lookup_sensors, sensor_trust, topic_failure, verify_readings_after, Announced, CheckedReading,
+    Options, Protection, Refused, SensorTrust,
 };
 use crate::coap::{ClientResponse, CoapClient};
 use anyhow::Result;
@@ -191,24 +191,13 @@ async fn watch(
     trust: Option<&HashSet<Identity>>,
     psk_nodes: &HashSet<Identity>,
 ) -> Watched {
-    let (ep, mut key_ok, mut trusted) = bind_key(&a, trust);
-    let mut key_error = None;
-    check_identity(
-        &a,
-        trust,
-        psk_nodes,
-        (&mut key_ok, &mut trusted, &mut key_error),
-    );
-    let reading_key = match (Protection::of_content_format(a.content_format), ep) {
-        (Protection::Mac, Some(ep)) if key_ok => match reading_key(client, &ep).await {
-            Ok(k) => Some(k),
-            Err(e) => {
-                key_error = Some(e.to_string());
-                None
-            }
-        },
-        _ => None,
-    };
+    let SensorTrust {
+        ep,
+        key_ok,
+        trusted,
+        key_error,
+        reading_key,
+    } = sensor_trust(client, &a, trust, psk_nodes).await;
     Watched {
         sensor: SensorRef {
             ep: a.ep.clone(),
