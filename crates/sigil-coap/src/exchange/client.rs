@@ -25,6 +25,11 @@
 //!   that matches nothing) is counted as unexpected and, when Confirmable, rejected with a
 //!   Reset (§4.2, §4.3).
 //! - A Non-confirmable request is forgotten once sent.
+//!
+//! A table made with [`Client::timed_from_first_send`] starts a Confirmable request's
+//! retransmission timer when the request first leaves ([`Client::poll_transmit_at`]) rather than
+//! when it is started, for a caller that may spend longer than ACK_TIMEOUT between the two (a
+//! device computing a DTLS flight): that time is not counted against the peer's answer.
 
 use super::Token;
 use crate::message::empty;
@@ -46,6 +51,9 @@ pub struct Outstanding<X> {
     /// The end of the wait for a response when no retransmission is armed.
     deadline: Instant,
     send_now: bool,
+    /// A Confirmable request of a [`Client::timed_from_first_send`] table not sent yet: the
+    /// jitter value its timer starts with when it first leaves.
+    unarmed: Option<u32>,
 }
 
 impl<X: Copy> Outstanding<X> {
@@ -67,7 +75,7 @@ impl<X: Copy> Outstanding<X> {
 
     /// True once an Empty ACK said the response will come separately.
     pub fn is_acknowledged(&self) -> bool {
-        self.confirmable && self.retransmission.is_none()
+        self.confirmable && self.retransmission.is_none() && self.unarmed.is_none()
     }
 
     /// Retransmissions sent so far.
@@ -75,10 +83,12 @@ impl<X: Copy> Outstanding<X> {
         self.retransmission.map_or(0, |r| r.retransmissions())
     }
 
-    /// When its timer fires: the next retransmission, or the end of the wait for a response.
+    /// When its timer fires: the next retransmission, or the end of the wait for a response
+    /// ([`Instant::NEVER`] while a timer that starts at the first send waits for it).
     pub fn wake_at(&self) -> Instant {
         match &self.retransmission {
             Some(r) => r.deadline(),
+            None if self.unarmed.is_some() => Instant::NEVER,
             None => self.deadline,
         }
     }
@@ -166,6 +176,8 @@ pub struct Client<
     empties: [Option<[u8; 4]>; EMPTIES],
     recent_con: [Option<u16>; RECENT],
     stats: ClientStats,
+    /// Confirmable requests' timers start at their first send, not at `start`.
+    timed_from_first_send: bool,
 }
 
 impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECENT: usize>
@@ -183,6 +195,17 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
             empties: [None; EMPTIES],
             recent_con: [None; RECENT],
             stats: ClientStats::default(),
+            timed_from_first_send: false,
+        }
+    }
+
+    /// A table whose Confirmable requests start their retransmission timer when they first
+    /// leave ([`Client::poll_transmit_at`], which the caller then sends with), not when they
+    /// are started: until then they have no timer ([`Client::poll_timeout`] skips them).
+    pub fn timed_from_first_send(params: TransmissionParameters) -> Self {
+        Self {
+            timed_from_first_send: true,
+            ..Self::new(params)
         }
     }
 
@@ -240,7 +263,8 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
 
     /// Starts a request: `build` writes it (with the request's message ID and token) into
     /// the slot's buffer and returns its length. It goes out at the next
-    /// [`Client::poll_transmit`]; a Confirmable one starts its retransmission timer now.
+    /// [`Client::poll_transmit`]; a Confirmable one starts its retransmission timer now (at
+    /// its first send in a [`Client::timed_from_first_send`] table).
     pub fn start<E>(
         &mut self,
         now: Instant,
@@ -263,19 +287,21 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
             Ok(_) => return Err(StartError::TooLong),
             Err(e) => return Err(StartError::Build(e)),
         };
+        let at_send = req.confirmable && self.timed_from_first_send;
         self.slots[i] = Some(Outstanding {
             exchange: req.exchange,
             mid: req.mid,
             token: req.token,
             len,
             confirmable: req.confirmable,
-            retransmission: if req.confirmable {
+            retransmission: if req.confirmable && !at_send {
                 Some(Retransmission::start(now, &self.params, req.random))
             } else {
                 None
             },
             deadline: now + self.params.max_transmit_wait(),
             send_now: true,
+            unarmed: at_send.then_some(req.random),
         });
         Ok(RequestId(i as u8))
     }
@@ -299,7 +325,7 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
                     return Incoming::Handled;
                 };
                 if msg.code == Code::EMPTY {
-                    if o.retransmission.take().is_some() {
+                    if o.retransmission.take().is_some() || o.unarmed.take().is_some() {
                         o.deadline = now + lifetime;
                     }
                     return Incoming::Handled;
@@ -366,6 +392,18 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
     /// outstanding request that is due (a Non-confirmable one leaves the table once sent).
     /// `None` when nothing is due, or when `buf` is too small for it (it stays due).
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
+        self.transmit(None, buf)
+    }
+
+    /// [`Client::poll_transmit`] at `now`: a request leaving for the first time from a
+    /// [`Client::timed_from_first_send`] table starts its retransmission timer now, also when
+    /// `buf` is too small for it (it then fails after MAX_RETRANSMIT instead of waiting for
+    /// ever).
+    pub fn poll_transmit_at(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.transmit(Some(now), buf)
+    }
+
+    fn transmit(&mut self, now: Option<Instant>, buf: &mut [u8]) -> Option<usize> {
         if let Some(d) = self.empties.first().copied().flatten() {
             buf.get_mut(..4)?.copy_from_slice(&d);
             self.empties[0] = None;
@@ -378,6 +416,10 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
             .zip(&self.bufs)
             .find(|(s, _)| s.as_ref().is_some_and(|o| o.send_now))?;
         let o = slot.as_mut()?;
+        if let (Some(now), Some(random)) = (now, o.unarmed) {
+            o.unarmed = None;
+            o.retransmission = Some(Retransmission::start(now, &self.params, random));
+        }
         let n = o.len;
         buf.get_mut(..n)?.copy_from_slice(bytes.get(..n)?);
         o.send_now = false;
@@ -387,9 +429,13 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
         Some(n)
     }
 
-    /// When [`Client::handle_timeout`] must be called next (`None`: nothing outstanding).
+    /// When [`Client::handle_timeout`] must be called next (`None`: nothing outstanding, or
+    /// only requests whose timer starts at their first send).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.iter().map(|(_, o)| o.wake_at()).min()
+        self.iter()
+            .filter(|(_, o)| o.unarmed.is_none())
+            .map(|(_, o)| o.wake_at())
+            .min()
     }
 
     /// Runs the timers at `now`: requests whose retransmission is due are marked for sending
@@ -409,6 +455,7 @@ impl<X: Copy, const N: usize, const BUF: usize, const EMPTIES: usize, const RECE
                     }
                     RetransmitDecision::GiveUp => true,
                 },
+                None if o.unarmed.is_some() => false,
                 None => now >= o.deadline,
             };
             if over && failed.is_none() {
@@ -892,6 +939,52 @@ mod tests {
         assert_eq!(c.poll_transmit(&mut [0u8; 4]), Some(4));
         assert_eq!(c.poll_transmit(&mut [0u8; 4]), None);
         assert_eq!(c.poll_transmit(&mut [0u8; 8]), Some(8));
+    }
+
+    #[test]
+    fn a_timer_from_the_first_send_starts_when_the_request_leaves() {
+        let mut c = One::timed_from_first_send(params());
+        let id = start(&mut c, at(0), request(7, b"ab", true, 0));
+        // Built at 0, still unsent at 10 s: no timer, nothing due, not given up.
+        assert_eq!(c.poll_timeout(), None);
+        assert_eq!(c.get(id).unwrap().wake_at(), Instant::NEVER);
+        assert!(!c.get(id).unwrap().is_acknowledged());
+        assert_eq!(c.handle_timeout(at(10_000)), None);
+        // A buffer too small starts the timer all the same; the request stays due.
+        assert_eq!(c.poll_transmit_at(at(10_000), &mut [0u8; 3]), None);
+        assert_eq!(c.poll_timeout(), Some(at(12_000)));
+        assert_eq!(
+            c.poll_transmit_at(at(11_000), &mut [0u8; BUF])
+                .map(|n| n > 4),
+            Some(true)
+        );
+        let mut sends = Vec::new();
+        let expired = loop {
+            let t = c.poll_timeout().unwrap();
+            if c.handle_timeout(t).is_some() {
+                break t;
+            }
+            assert!(c.poll_transmit_at(t, &mut [0u8; BUF]).is_some());
+            sends.push(t.as_millis());
+        };
+        assert_eq!(sends, [12_000, 16_000, 24_000, 40_000]);
+        assert_eq!(expired, at(72_000));
+
+        // An Empty ACK before the first send (a guessed message ID) ends the wait for the
+        // timer: the separate response is awaited EXCHANGE_LIFETIME.
+        let mut c = One::timed_from_first_send(params());
+        let id = start(&mut c, at(0), request(5, b"s", true, 0));
+        let r = feed(
+            &mut c,
+            at(1),
+            MessageType::Acknowledgement,
+            Code::EMPTY,
+            5,
+            b"",
+        );
+        assert_eq!(r, Incoming::Handled);
+        assert!(c.get(id).unwrap().is_acknowledged());
+        assert_eq!(c.poll_timeout(), Some(at(1) + params().exchange_lifetime()));
     }
 
     /// Knuth's MMIX generator, as `sigil_testkit::Seeded` (a dependency this crate does not
