@@ -11,13 +11,11 @@
 //! (`mem.block1.*`, `coap.block1.*`).
 
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::RustCrypto;
-use sigil_device::{Device, DeviceConfig, MemoryStorage};
+use sigil_device::DeviceConfig;
 use sigil_server::coap::BLOCK1_MIN_CHARGE;
-use sigil_testkit::Seeded;
-use sigil_time::Instant;
 use std::net::SocketAddr;
 
+use common::sensor::Sensor;
 use common::Plain as Server;
 use sigil_testkit::server as common;
 
@@ -59,44 +57,13 @@ fn kit_member_registers_while(
         block_szx: 2,
         ..Default::default()
     };
-    let mut storage = MemoryStorage::default();
-    let mut device = Device::boot(
-        RustCrypto,
-        config,
-        &mut storage,
-        &mut Seeded(seed),
-        &keys[1..],
-        &[],
-    )
-    .unwrap();
-    let until = s.now + 10;
+    let mut dev = Sensor::new(seed, addr, config, &keys[1..]);
     let mut sent = 0;
-    loop {
-        let now = Instant::from_millis(s.now);
-        device.handle_timeout(now, &mut storage).unwrap();
-        let mut out = Vec::new();
-        let mut buf = [0u8; 2048];
-        while let Some(n) = device.poll_transmit(&mut buf) {
-            out.push((addr, buf[..n].to_vec()));
-        }
-        while device.poll_event().is_some() {}
-        if !out.is_empty() {
-            for (_, reply) in s.deliver(out) {
-                device.handle_datagram(now, &mut storage, &reply).unwrap();
-            }
-            sent += 1;
-            during(s, sent);
-            continue;
-        }
-        match device.poll_timeout() {
-            Some(t) if t.as_millis() <= until => s.now = s.now.max(t.as_millis()),
-            _ => {
-                s.now = until;
-                break;
-            }
-        }
-    }
-    device.is_registered()
+    dev.step_between(s, 10, |s| {
+        sent += 1;
+        during(s, sent);
+    });
+    dev.device.is_registered()
 }
 
 #[test]

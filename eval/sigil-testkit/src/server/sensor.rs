@@ -166,6 +166,27 @@ impl Sensor {
         for_ms: u64,
         all: &mut Vec<(SocketAddr, Vec<u8>)>,
     ) {
+        self.drive(s, for_ms, all, &mut |_| {});
+    }
+
+    /// [`Sensor::step`], calling `after` with the server each time the device's datagrams
+    /// were answered (a test acting between them, e.g. other hosts' traffic).
+    pub fn step_between<S: Server>(
+        &mut self,
+        s: &mut S,
+        for_ms: u64,
+        mut after: impl FnMut(&mut S),
+    ) {
+        self.drive(s, for_ms, &mut Vec::new(), &mut after);
+    }
+
+    fn drive<S: Server>(
+        &mut self,
+        s: &mut S,
+        for_ms: u64,
+        all: &mut Vec<(SocketAddr, Vec<u8>)>,
+        after: &mut dyn FnMut(&mut S),
+    ) {
         let until = *s.now() + for_ms;
         loop {
             let now = Instant::from_millis(*s.now());
@@ -208,6 +229,7 @@ impl Sensor {
                         .handle_datagram(now, &mut self.storage, &reply)
                         .unwrap();
                 }
+                after(s);
                 continue;
             }
             match self.device.poll_timeout() {
