@@ -692,7 +692,11 @@ fn notifications_keep_the_block_size_the_registration_asked_for() {
         buf[..n].to_vec()
     };
     let first = s.one(addr, get(1, None));
-    let echo = Message::parse(&first[0]).unwrap().option(option::ECHO).unwrap().to_vec();
+    let echo = Message::parse(&first[0])
+        .unwrap()
+        .option(option::ECHO)
+        .unwrap()
+        .to_vec();
     let answer = s.one(addr, get(2, Some(&echo)));
     let m = Message::parse(&answer[0]).unwrap();
     assert!(m.observe().is_some());
@@ -703,4 +707,45 @@ fn notifications_keep_the_block_size_the_registration_asked_for() {
     assert_eq!(n.payload.len(), 64, "the first block of the size asked for");
     let b2 = n.block2().unwrap().unwrap();
     assert!(b2.more && b2.num == 0 && b2.szx == 2);
+}
+
+#[test]
+fn an_observer_slower_than_the_readings_is_not_dropped() {
+    // Every other notification Confirmable; the follower's ACK of each arrives only after the
+    // next reading was notified (which took the unacknowledged one's place, with a new
+    // message ID). Before, no such ACK matched, and the observer was given up on.
+    let mut s = Server::new(|c| c.observe.confirmable_every = 2);
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut f = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    f.register(&mut s, &topic);
+    let mut late_acks = vec![];
+    for i in 0..40 {
+        let out = publish(&mut s, &mut dev, f64::from(i));
+        let acks = f.take(&out, true);
+        s.deliver(std::mem::replace(&mut late_acks, acks));
+        for (_, b) in s.tick() {
+            let _ = b;
+        }
+    }
+    s.deliver(late_acks);
+    assert_eq!(
+        f.got
+            .iter()
+            .filter(|b| Message::parse(b).unwrap().code == Code::CONTENT)
+            .count(),
+        40
+    );
+    assert_eq!(s.stats.get("observe.gave_up"), 0);
+    assert_eq!(
+        s.stats.get("coap.unexpected_ack_or_reset"),
+        0,
+        "every ACK matched"
+    );
+    assert!(s.stats.get("observe.acknowledged") >= 20);
+    // Long after, the observer is still there and still notified.
+    s.now += 120_000;
+    let out = publish(&mut s, &mut dev, 99.0);
+    f.take(&out, true);
+    assert_eq!(s.gauge("observe.observers"), 1);
 }

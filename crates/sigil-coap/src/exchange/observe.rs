@@ -26,6 +26,9 @@ use crate::reliability::{Retransmission, RetransmitDecision, TransmissionParamet
 use core::time::Duration;
 use sigil_time::Instant;
 
+/// How many of an observer's latest message IDs an ACK or a Reset may name.
+const RECENT_MIDS: usize = 4;
+
 /// Observe sequence numbers are 24 bits (§4.4: the option holds 0 to 3 bytes).
 pub const SEQ_MASK: u32 = (1 << 24) - 1;
 const HALF: u32 = 1 << 23;
@@ -111,8 +114,11 @@ pub struct Observer<P, H, R> {
     pub token: Token,
     /// The sequence number of the latest notification (or of the registration's response).
     seq: u32,
-    /// The message ID of the latest notification (a Reset to it cancels, §3.6).
-    mid: Option<u16>,
+    /// The message IDs of the latest notifications, newest first: a Reset to one of them
+    /// cancels (§3.6), and while a Confirmable one is unacknowledged an ACK to any of them
+    /// acknowledges it (a notification that took an unacknowledged one's place has a new
+    /// message ID, and the ACK of the one it replaced may still be on its way).
+    mids: [Option<u16>; RECENT_MIDS],
     /// The unacknowledged Confirmable notification's retransmission state.
     pending: Option<Retransmission>,
     last_sent: Instant,
@@ -272,7 +278,7 @@ where
             resource,
             token,
             seq: 1,
-            mid: None,
+            mids: [None; RECENT_MIDS],
             pending: None,
             last_sent: now,
             last_acknowledged: now,
@@ -382,7 +388,8 @@ where
         } else {
             o.since_confirmable = o.since_confirmable.saturating_add(1);
         }
-        o.mid = Some(mid);
+        o.mids.rotate_right(1);
+        o.mids[0] = Some(mid);
         o.last_sent = now;
         let n = Notice {
             seq: o.seq,
@@ -402,17 +409,19 @@ where
         Some(Notice {
             seq: o.seq,
             confirmable: o.pending.is_some(),
-            mid: o.mid?,
+            mid: o.mids[0]?,
             token: o.token,
         })
     }
 
-    /// An acknowledgement from `peer` for message `mid` at `now`: the observation whose
-    /// Confirmable notification it acknowledges.
+    /// An acknowledgement from `peer` for message `mid` at `now`: the observation one of
+    /// whose latest notifications it acknowledges. It proves the observer is there, so any
+    /// unacknowledged Confirmable notification is settled with it (the ACK of one that was
+    /// replaced by a newer notification counts, §4.5.2).
     pub fn on_ack(&mut self, peer: &P, mid: u16, now: Instant) -> Option<ObserverId> {
         let id = self
             .iter()
-            .find(|(_, o)| o.peer == *peer && o.mid == Some(mid) && o.pending.is_some())
+            .find(|(_, o)| o.peer == *peer && o.mids.contains(&Some(mid)))
             .map(|(id, _)| id)?;
         let o = self.slot_mut(id)?;
         o.pending = None;
@@ -424,7 +433,7 @@ where
     pub fn on_reset(&mut self, peer: &P, mid: u16) -> Option<(ObserverId, Observer<P, H, R>)> {
         let id = self
             .iter()
-            .find(|(_, o)| o.peer == *peer && o.mid == Some(mid))
+            .find(|(_, o)| o.peer == *peer && o.mids.contains(&Some(mid)))
             .map(|(id, _)| id)?;
         Some((id, self.remove(id)?))
     }
@@ -621,10 +630,19 @@ mod tests {
         let n = t.notification(id, at(day + 20), 51, 0).unwrap();
         assert!(n.confirmable);
         assert_eq!(t.get(id).unwrap().pending.unwrap().deadline(), deadline);
-        assert_eq!(t.on_ack(&1, 50, at(day + 30)), None, "the replaced MID");
         assert_eq!(t.on_ack(&2, 51, at(day + 30)), None, "another peer");
-        assert_eq!(t.on_ack(&1, 51, at(day + 30)), Some(id));
+        assert_eq!(
+            t.on_ack(&1, 49, at(day + 30)),
+            None,
+            "a message ID never sent"
+        );
+        // The ACK of the replaced notification still arrives (the observer's round trip is
+        // longer than the gap between notifications): it acknowledges.
+        assert_eq!(t.on_ack(&1, 50, at(day + 30)), Some(id), "the replaced MID");
         assert!(!t.get(id).unwrap().awaiting_ack());
+        // The replacement's own ACK, later: the observer is alive, nothing else changes.
+        assert_eq!(t.on_ack(&1, 51, at(day + 40)), Some(id));
+        assert_eq!(t.get(id).unwrap().last_acknowledged(), at(day + 40));
     }
 
     #[test]
