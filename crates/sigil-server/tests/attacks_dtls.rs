@@ -610,9 +610,9 @@ fn hosts_naming_a_sniffed_session_id_are_strangers_and_give_way_to_a_newcomer() 
     );
     assert_eq!(s.count("dtls.refused_tables_full"), 0);
     // The device itself, from its own host, may still resume (and counts as known).
-    let mut again = Client {
-        addr: "10.9.0.1:40003".parse().unwrap(),
-        conn: Connection::resume(
+    let mut again = Client::with(
+        "10.9.0.1:40003".parse().unwrap(),
+        Connection::resume(
             RustCrypto,
             AnyServer,
             Config::default(),
@@ -625,9 +625,7 @@ fn hosts_naming_a_sniffed_session_id_are_strangers_and_give_way_to_a_newcomer() 
             ms(start + 8_200),
         )
         .unwrap(),
-        inbox: vec![],
-        mid: 0,
-    };
+    );
     let mut t = start + 8_200;
     run(&mut s, &mut [&mut again], &mut t, 100);
     assert!(again.conn.is_established() && again.conn.resumed());

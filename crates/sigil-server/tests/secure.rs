@@ -5,8 +5,7 @@
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_device::{Device, DeviceConfig, Event, MemoryStorage, PublishOutcome};
-use sigil_dtls::{Config, Connection, Credentials, Session, Traffic, Trust};
-use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
+use sigil_dtls::{Config, Connection, Credentials, Session, Trust};
 use sigil_identity::Identity;
 use sigil_objects::senml::{Record, Value};
 use sigil_server::secure::DtlsConfig;
@@ -17,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::{
-    addr, coap_get, ms, run, transmit, AnyServer, Peer, Process, Restore, Secure as Server, NOW,
+    addr, coap_get, ms, run, AnyServer, Client, Peer, Process, Restore, Secure as Server, NOW,
 };
 use sigil_testkit::server as common;
 
@@ -56,173 +55,9 @@ fn restart(s: Server) -> (Server, usize) {
     (s, n)
 }
 
-/// A DTLS client at `addr`, optionally with a device above it. With `carrier`, its handshake
-/// runs as a CoAP resource (`conn` stays unused) and the session is `traffic`.
-struct Client {
-    addr: SocketAddr,
-    conn: Connection<RustCrypto, AnyServer>,
-    carrier: Option<CoapClient<RustCrypto, AnyServer>>,
-    over_coap: bool,
-    traffic: Option<Traffic<RustCrypto>>,
-    rng: Seeded,
-    device: Option<(Device<RustCrypto>, MemoryStorage)>,
-    inbox: Vec<Vec<u8>>,
-    events: Vec<Event>,
-    /// CoAP messages the device sent.
-    sent: Vec<Vec<u8>>,
-}
-
-impl Client {
-    fn new(port: u16, creds: Credentials<'_>, seed: u64, now: u64) -> Self {
-        let conn = Connection::connect(
-            RustCrypto,
-            AnyServer,
-            Config::default(),
-            &mut Seeded(seed),
-            creds,
-            ms(now),
-        )
-        .unwrap();
-        Self {
-            addr: addr(port),
-            conn,
-            carrier: None,
-            over_coap: false,
-            traffic: None,
-            rng: Seeded(seed + 1),
-            device: None,
-            inbox: vec![],
-            events: vec![],
-            sent: vec![],
-        }
-    }
-
-    /// The same client with its handshake over CoAP (`PUT /dtls`).
-    fn over_coap(mut self, creds: Credentials<'_>, seed: u64, now: u64) -> Self {
-        self.carrier = Some(
-            CoapClient::connect(
-                RustCrypto,
-                AnyServer,
-                CarrierConfig::default(),
-                &mut Seeded(seed),
-                creds,
-                ms(now),
-            )
-            .unwrap(),
-        );
-        self.over_coap = true;
-        self
-    }
-
-    fn is_established(&self) -> bool {
-        if self.over_coap {
-            self.traffic.is_some()
-        } else {
-            self.conn.is_established()
-        }
-    }
-
-    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        if self.over_coap {
-            return self.outgoing_over_coap(now);
-        }
-        if let Some((dev, st)) = &mut self.device {
-            dev.handle_timeout(sigil_time::Instant::from_millis(now), st)
-                .unwrap();
-            let mut buf = [0u8; 2048];
-            while let Some(n) = dev.poll_transmit(&mut buf) {
-                if self.conn.is_established() {
-                    self.conn.send(&buf[..n]).unwrap();
-                    self.sent.push(buf[..n].to_vec());
-                }
-            }
-            while let Some(e) = dev.poll_event() {
-                self.events.push(e);
-            }
-        }
-        transmit(&mut self.conn, self.addr, now)
-    }
-
-    fn outgoing_over_coap(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        let mut out = vec![];
-        let mut buf = [0u8; 2048];
-        if let Some(hs) = self.carrier.as_mut() {
-            let _ = hs.handle_timeout(ms(now));
-            while let Some(n) = hs.poll_transmit(ms(now), &mut buf) {
-                out.push((self.addr, buf[..n].to_vec()));
-            }
-        }
-        let Some(t) = self.traffic.as_mut() else {
-            return out;
-        };
-        if let Some((dev, st)) = &mut self.device {
-            dev.handle_timeout(sigil_time::Instant::from_millis(now), st)
-                .unwrap();
-            while let Some(n) = dev.poll_transmit(&mut buf) {
-                t.send(&buf[..n]).unwrap();
-                self.sent.push(buf[..n].to_vec());
-            }
-            while let Some(e) = dev.poll_event() {
-                self.events.push(e);
-            }
-        }
-        while let Some(n) = t.poll_transmit(ms(now), &mut buf) {
-            out.push((self.addr, buf[..n].to_vec()));
-        }
-        out
-    }
-
-    fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        if let Some(hs) = self.carrier.as_mut() {
-            let _ = hs.handle_datagram(ms(now), datagram, &mut self.rng);
-            if hs.is_established() {
-                let hs = self.carrier.take().unwrap();
-                self.traffic = Some(hs.into_traffic().ok().unwrap());
-            }
-            return;
-        }
-        let mut buf = [0u8; 2048];
-        let app = match self.traffic.as_mut() {
-            Some(t) => {
-                let _ = t.handle_datagram(ms(now), datagram);
-                let mut v = vec![];
-                while let Some(n) = t.poll_app_data(&mut buf) {
-                    v.push(buf[..n].to_vec());
-                }
-                v
-            }
-            None => {
-                let _ = self.conn.handle_datagram(ms(now), datagram);
-                let mut v = vec![];
-                while let Some(n) = self.conn.poll_app_data(&mut buf) {
-                    v.push(buf[..n].to_vec());
-                }
-                v
-            }
-        };
-        for m in app {
-            match &mut self.device {
-                Some((dev, st)) => dev
-                    .handle_datagram(sigil_time::Instant::from_millis(now), st, &m)
-                    .unwrap(),
-                None => self.inbox.push(m),
-            }
-        }
-    }
-}
-
-impl Peer for Client {
-    fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        Client::outgoing(self, now)
-    }
-
-    fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        Client::incoming(self, now, datagram)
-    }
+/// A DTLS client at port `port`'s address (its handshake's randomness from `seed`).
+fn client(port: u16, creds: Credentials<'_>, seed: u64, now: u64) -> Client {
+    Client::connect(addr(port), Config::default(), creds, seed, now)
 }
 
 fn device(seed: u64, alg: SignatureAlgorithm) -> (Device<RustCrypto>, MemoryStorage) {
@@ -285,7 +120,7 @@ fn provisioned_psk_device(s: &mut Server, seed: u64, key: [u8; 16]) -> String {
 
 /// A PSK client on port `port` presenting identity `text`.
 fn psk_client(port: u16, text: &str, key: &[u8; 16], seed: u64, now: u64) -> Client {
-    Client::new(
+    client(
         port,
         Credentials::Psk {
             identity: text.as_bytes(),
@@ -340,7 +175,7 @@ fn psk_device_registers_and_publishes_over_coaps() {
     s.provision(&id, Some(&[9; 16]));
     let ident = id.to_string();
     let mut now = 0;
-    let mut c = Client::new(
+    let mut c = client(
         1,
         Credentials::Psk {
             identity: ident.as_bytes(),
@@ -379,7 +214,7 @@ fn rpk_device_pinned_to_its_identity_registers_and_publishes() {
     s.provision(&id, None);
     let key = SecretKey::from_bytes(SignatureAlgorithm::EcdsaP256, &st_key(&st)).unwrap();
     let mut now = 0;
-    let mut c = Client::new(2, Credentials::RawPublicKey(Some(&key)), 6, now);
+    let mut c = client(2, Credentials::RawPublicKey(Some(&key)), 6, now);
     c.device = Some((dev, st));
     run(&mut s, &mut [&mut c], &mut now, 3_000);
     assert!(c.conn.is_established());
@@ -406,7 +241,7 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
     let mut now = 0;
     // The victim registers and publishes over its own session.
     let vid = victim.identity().to_string();
-    let mut v = Client::new(
+    let mut v = client(
         3,
         Credentials::Psk {
             identity: vid.as_bytes(),
@@ -423,7 +258,7 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
     // The attacker, authenticated as itself, replays the victim's registration and a fresh
     // copy of its signed reading over its own session: both refused by identity.
     let aid = attacker.identity().to_string();
-    let mut a = Client::new(
+    let mut a = client(
         4,
         Credentials::Psk {
             identity: aid.as_bytes(),
@@ -486,7 +321,7 @@ fn a_session_authenticated_as_one_identity_cannot_act_for_another() {
 fn unknown_psk_and_unpinned_keys_get_no_session() {
     let mut s = server(|_| {});
     let mut now = 0;
-    let mut c = Client::new(
+    let mut c = client(
         5,
         Credentials::Psk {
             identity: b"06af05053d7deaac9aef246d4b188825",
@@ -500,11 +335,11 @@ fn unknown_psk_and_unpinned_keys_get_no_session() {
     let stranger = RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(10))
         .unwrap();
-    let mut r = Client::new(6, Credentials::RawPublicKey(Some(&stranger)), 11, now);
+    let mut r = client(6, Credentials::RawPublicKey(Some(&stranger)), 11, now);
     run(&mut s, &mut [&mut r], &mut now, 2_000);
     assert!(!r.conn.is_established());
     // Server-only authentication is refused too while client keys are required.
-    let mut anon = Client::new(7, Credentials::RawPublicKey(None), 12, now);
+    let mut anon = client(7, Credentials::RawPublicKey(None), 12, now);
     run(&mut s, &mut [&mut anon], &mut now, 2_000);
     assert!(!anon.conn.is_established());
     // Each learns it from a fatal alert at once instead of retransmitting into silence.
@@ -590,7 +425,7 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
     // stops at its cap, the rest are refused and counted.
     let mut stuck: Vec<Client> = (0..40)
         .map(|i| {
-            Client::new(
+            client(
                 100 + i,
                 Credentials::Psk {
                     identity: b"nobody",
@@ -622,7 +457,7 @@ fn a_flood_of_client_hellos_neither_creates_state_nor_stops_established_sessions
     let (dev2, _) = device(22, SignatureAlgorithm::Ed25519);
     s.provision(dev2.identity(), Some(&[6; 16]));
     let t2 = dev2.identity().to_string();
-    let mut late = Client::new(
+    let mut late = client(
         21,
         Credentials::Psk {
             identity: t2.as_bytes(),
@@ -652,7 +487,7 @@ fn a_full_session_table_evicts_only_idle_sessions() {
         .iter()
         .enumerate()
         .map(|(i, (id, k))| {
-            Client::new(
+            client(
                 50 + i as u16,
                 Credentials::Psk {
                     identity: id.as_bytes(),
@@ -669,7 +504,7 @@ fn a_full_session_table_evicts_only_idle_sessions() {
     }
     // The table is full of live sessions: a fourth device is refused.
     let (id4, k4) = &clients[3];
-    let mut fourth = Client::new(
+    let mut fourth = client(
         53,
         Credentials::Psk {
             identity: id4.as_bytes(),
@@ -691,7 +526,7 @@ fn a_full_session_table_evicts_only_idle_sessions() {
             run(&mut s, &mut [c], &mut now, 20);
         }
     }
-    let mut fifth = Client::new(
+    let mut fifth = client(
         54,
         Credentials::Psk {
             identity: id4.as_bytes(),
@@ -746,7 +581,7 @@ fn a_connection_id_keeps_the_session_across_an_address_change() {
         ms(now),
     )
     .unwrap();
-    let mut c = Client::new(
+    let mut c = client(
         90,
         Credentials::Psk {
             identity: b"x",
@@ -846,7 +681,7 @@ fn a_client_that_starts_over_mid_handshake_is_not_blocked() {
     assert_eq!(s.layer.handshakes(), 1);
     // A spoofed ClientHello (no cookie) from that address changes nothing.
     let spoof = {
-        let mut c = Client::new(
+        let mut c = client(
             110,
             Credentials::Psk {
                 identity: b"x",
@@ -967,7 +802,7 @@ fn coap_carrier_device(s: &mut Server, port: u16, seed: u64, now: u64) -> (Clien
         identity: ident.as_bytes(),
         key: &key,
     };
-    let mut c = Client::new(port, creds, seed, now).over_coap(creds, seed + 2, now);
+    let mut c = client(port, creds, seed, now).over_coap(creds, seed + 2, now);
     c.device = Some((dev, st));
     (c, id)
 }
@@ -1053,7 +888,7 @@ fn handshakes_over_coap_share_the_hosts_rate_and_an_unknown_psk_gets_no_session(
     assert_eq!(s.layer.sessions(), 1);
 
     // A PSK identity the server does not know: the handshake fails, nothing is kept.
-    let mut c = Client::new(
+    let mut c = client(
         52,
         Credentials::Psk {
             identity: b"unknown",
@@ -1394,7 +1229,7 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
 
     // The token's session: PSK identity = kid, PSK = the PoP key.
     let key16: [u8; 16] = key.clone().try_into().unwrap();
-    let mut t = Client::new(
+    let mut t = client(
         114,
         Credentials::Psk {
             identity: &kid,
@@ -1455,7 +1290,7 @@ fn a_token_from_the_ac_reads_what_its_scope_allows_until_revoked_or_expired() {
         .0,
         Code::CREATED
     );
-    let mut tb = Client::new(
+    let mut tb = client(
         116,
         Credentials::Psk {
             identity: &kid_b,
@@ -1540,7 +1375,7 @@ fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
     assert_eq!(resp.access_token[0], 0xd2, "a COSE_Sign1");
     let token = resp.access_token.to_vec();
     // Before the token is posted the fresh key gets no session.
-    let mut early = Client::new(124, Credentials::RawPublicKey(Some(&fresh)), 124, now);
+    let mut early = client(124, Credentials::RawPublicKey(Some(&fresh)), 124, now);
     run(&mut s, &mut [&mut early], &mut now, 3_000);
     assert!(!early.is_established());
     assert_eq!(
@@ -1553,7 +1388,7 @@ fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
         .0,
         Code::CREATED
     );
-    let mut holder = Client::new(125, Credentials::RawPublicKey(Some(&fresh)), 125, now);
+    let mut holder = client(125, Credentials::RawPublicKey(Some(&fresh)), 125, now);
     run(&mut s, &mut [&mut holder], &mut now, 3_000);
     assert!(holder.is_established(), "the token's key is trusted");
     assert_eq!(
@@ -1563,7 +1398,7 @@ fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
     let other = RustCrypto
         .generate(SignatureAlgorithm::EcdsaP256, &mut Seeded(126))
         .unwrap();
-    let mut stranger = Client::new(126, Credentials::RawPublicKey(Some(&other)), 126, now);
+    let mut stranger = client(126, Credentials::RawPublicKey(Some(&other)), 126, now);
     run(&mut s, &mut [&mut stranger], &mut now, 3_000);
     assert!(!stranger.is_established(), "a key no token binds");
 
@@ -1607,7 +1442,7 @@ fn a_token_binds_a_raw_public_key_and_a_device_publishes_through_its_token() {
         .0,
         Code::CREATED
     );
-    let mut t = Client::new(
+    let mut t = client(
         127,
         Credentials::Psk {
             identity: &kid,
@@ -2045,14 +1880,14 @@ fn a_refused_handshake_is_logged_with_its_own_peers_claim_on_either_carrier() {
             now += 10;
         }
         assert!(!wary.is_established());
-        let anon = Client::new(52, Credentials::RawPublicKey(None), 53, now);
+        let anon = client(52, Credentials::RawPublicKey(None), 53, now);
         // And an unknown PSK identity is refused over CoAP: its line names that identity.
         let stranger = "06af05053d7deaac9aef246d4b188825";
         let creds = Credentials::Psk {
             identity: stranger.as_bytes(),
             key: &[3; 16],
         };
-        let mut x = Client::new(54, creds, 55, now).over_coap(creds, 56, now);
+        let mut x = client(54, creds, 55, now).over_coap(creds, 56, now);
         run(&mut s, &mut [&mut x], &mut now, 2_000);
         assert!(!x.is_established());
         (id.to_string(), stranger, anon.addr)

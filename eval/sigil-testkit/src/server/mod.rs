@@ -8,8 +8,9 @@ pub mod sensor;
 use crate::Seeded;
 use sigil_coap::{Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, PublicKey, RustCrypto, SignatureAlgorithm};
-use sigil_device::{Device, DeviceConfig, MemoryStorage};
-use sigil_dtls::{Config, Connection, Credentials, Trust};
+use sigil_device::{Device, DeviceConfig, Event, MemoryStorage};
+use sigil_dtls::{Config, Connection, Credentials, Traffic, Trust};
+use sigil_dtls_coap::{CarrierConfig, Client as CoapClient};
 use sigil_identity::Identity;
 use sigil_server::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use sigil_server::service::ServiceConfig;
@@ -310,11 +311,26 @@ pub fn transmit(
     out
 }
 
-/// A DTLS client at `addr`; the CoAP answers it got inside its session, in order.
+/// A DTLS client at `addr`; the CoAP answers it got inside its session, in order. With
+/// [`Client::over_coap`] its handshake runs as a CoAP resource (`conn` stays unused) and the
+/// session is `traffic`; with a `device` above it, the device sends through the session and
+/// gets what comes back (instead of `inbox`).
 pub struct Client {
     pub addr: SocketAddr,
     pub conn: Connection<RustCrypto, AnyServer>,
+    /// The handshake over the CoAP carrier, until it ends.
+    pub carrier: Option<CoapClient<RustCrypto, AnyServer>>,
+    pub over_coap: bool,
+    /// The session the carrier's handshake made.
+    pub traffic: Option<Traffic<RustCrypto>>,
+    /// The carrier handshake's randomness.
+    pub rng: Seeded,
+    pub device: Option<(Device<RustCrypto>, MemoryStorage)>,
     pub inbox: Vec<Vec<u8>>,
+    /// What the device reported.
+    pub events: Vec<Event>,
+    /// CoAP messages the device sent.
+    pub sent: Vec<Vec<u8>>,
     /// The last message ID it used.
     pub mid: u16,
 }
@@ -336,10 +352,24 @@ impl Client {
             ms(now),
         )
         .unwrap();
+        let mut c = Self::with(addr, conn);
+        c.rng = Seeded(seed + 1);
+        c
+    }
+
+    /// A client at `addr` around a connection the test made (a resumption, say).
+    pub fn with(addr: SocketAddr, conn: Connection<RustCrypto, AnyServer>) -> Self {
         Self {
             addr,
             conn,
+            carrier: None,
+            over_coap: false,
+            traffic: None,
+            rng: Seeded(0),
+            device: None,
             inbox: vec![],
+            events: vec![],
+            sent: vec![],
             mid: 0,
         }
     }
@@ -358,6 +388,31 @@ impl Client {
         )
     }
 
+    /// The same client with its handshake over CoAP (`PUT /dtls`).
+    pub fn over_coap(mut self, creds: Credentials<'_>, seed: u64, now: u64) -> Self {
+        self.carrier = Some(
+            CoapClient::connect(
+                RustCrypto,
+                AnyServer,
+                CarrierConfig::default(),
+                &mut Seeded(seed),
+                creds,
+                ms(now),
+            )
+            .unwrap(),
+        );
+        self.over_coap = true;
+        self
+    }
+
+    pub fn is_established(&self) -> bool {
+        if self.over_coap {
+            self.traffic.is_some()
+        } else {
+            self.conn.is_established()
+        }
+    }
+
     pub fn send(&mut self, msg: &[u8]) {
         self.conn.send(msg).unwrap();
     }
@@ -374,6 +429,34 @@ impl Client {
             .filter(|m| Message::parse(m).is_ok_and(|m| m.code == Code::CONTENT))
             .count()
     }
+
+    fn outgoing_over_coap(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = vec![];
+        let mut buf = [0u8; 2048];
+        if let Some(hs) = self.carrier.as_mut() {
+            let _ = hs.handle_timeout(ms(now));
+            while let Some(n) = hs.poll_transmit(ms(now), &mut buf) {
+                out.push((self.addr, buf[..n].to_vec()));
+            }
+        }
+        let Some(t) = self.traffic.as_mut() else {
+            return out;
+        };
+        if let Some((dev, st)) = &mut self.device {
+            dev.handle_timeout(ms(now), st).unwrap();
+            while let Some(n) = dev.poll_transmit(&mut buf) {
+                t.send(&buf[..n]).unwrap();
+                self.sent.push(buf[..n].to_vec());
+            }
+            while let Some(e) = dev.poll_event() {
+                self.events.push(e);
+            }
+        }
+        while let Some(n) = t.poll_transmit(ms(now), &mut buf) {
+            out.push((self.addr, buf[..n].to_vec()));
+        }
+        out
+    }
 }
 
 impl Peer for Client {
@@ -382,14 +465,55 @@ impl Peer for Client {
     }
 
     fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
+        if self.over_coap {
+            return self.outgoing_over_coap(now);
+        }
+        if let Some((dev, st)) = &mut self.device {
+            dev.handle_timeout(ms(now), st).unwrap();
+            let mut buf = [0u8; 2048];
+            while let Some(n) = dev.poll_transmit(&mut buf) {
+                if self.conn.is_established() {
+                    self.conn.send(&buf[..n]).unwrap();
+                    self.sent.push(buf[..n].to_vec());
+                }
+            }
+            while let Some(e) = dev.poll_event() {
+                self.events.push(e);
+            }
+        }
         transmit(&mut self.conn, self.addr, now)
     }
 
     fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        let _ = self.conn.handle_datagram(ms(now), datagram);
+        if let Some(hs) = self.carrier.as_mut() {
+            let _ = hs.handle_datagram(ms(now), datagram, &mut self.rng);
+            if hs.is_established() {
+                let hs = self.carrier.take().unwrap();
+                self.traffic = Some(hs.into_traffic().ok().unwrap());
+            }
+            return;
+        }
         let mut buf = [0u8; 2048];
-        while let Some(n) = self.conn.poll_app_data(&mut buf) {
-            self.inbox.push(buf[..n].to_vec());
+        let mut app = vec![];
+        match self.traffic.as_mut() {
+            Some(t) => {
+                let _ = t.handle_datagram(ms(now), datagram);
+                while let Some(n) = t.poll_app_data(&mut buf) {
+                    app.push(buf[..n].to_vec());
+                }
+            }
+            None => {
+                let _ = self.conn.handle_datagram(ms(now), datagram);
+                while let Some(n) = self.conn.poll_app_data(&mut buf) {
+                    app.push(buf[..n].to_vec());
+                }
+            }
+        }
+        for m in app {
+            match &mut self.device {
+                Some((dev, st)) => dev.handle_datagram(ms(now), st, &m).unwrap(),
+                None => self.inbox.push(m),
+            }
         }
     }
 }
