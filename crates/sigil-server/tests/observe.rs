@@ -445,54 +445,6 @@ fn over_coaps_an_observation_ends_with_its_session() {
     assert_eq!(s.stats.get("observe.observers"), 0);
 }
 
-/// A reader whose session was made over the CoAP carrier (DTLS handshake inside CoAP,
-/// `sigil-dtls-coap`), then carries its records directly.
-struct CarrierReader {
-    addr: SocketAddr,
-    hs: Option<sigil_dtls_coap::Client<RustCrypto, common::AnyServer>>,
-    traffic: Option<sigil_dtls::Traffic<RustCrypto>>,
-    rng: sigil_testkit::Seeded,
-    inbox: Vec<Vec<u8>>,
-}
-
-impl common::Peer for CarrierReader {
-    fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-    fn outgoing(&mut self, now: u64) -> Vec<(SocketAddr, Vec<u8>)> {
-        let mut out = vec![];
-        let mut buf = [0u8; 2048];
-        if let Some(hs) = self.hs.as_mut() {
-            let _ = hs.handle_timeout(common::ms(now));
-            while let Some(n) = hs.poll_transmit(common::ms(now), &mut buf) {
-                out.push((self.addr, buf[..n].to_vec()));
-            }
-            if hs.is_established() {
-                self.traffic = self.hs.take().and_then(|h| h.into_traffic().ok());
-            }
-        }
-        if let Some(t) = self.traffic.as_mut() {
-            while let Some(n) = t.poll_transmit(common::ms(now), &mut buf) {
-                out.push((self.addr, buf[..n].to_vec()));
-            }
-        }
-        out
-    }
-    fn incoming(&mut self, now: u64, datagram: &[u8]) {
-        if let Some(hs) = self.hs.as_mut() {
-            let _ = hs.handle_datagram(common::ms(now), datagram, &mut self.rng);
-            return;
-        }
-        if let Some(t) = self.traffic.as_mut() {
-            let _ = t.handle_datagram(common::ms(now), datagram);
-            let mut buf = [0u8; 2048];
-            while let Some(n) = t.poll_app_data(&mut buf) {
-                self.inbox.push(buf[..n].to_vec());
-            }
-        }
-    }
-}
-
 #[test]
 fn over_the_coap_carrier_a_session_observes_too() {
     use common::{run, Process};
@@ -503,26 +455,15 @@ fn over_the_coap_carrier_a_session_observes_too() {
     let psk = [104u8; 16];
     s.provision(&reader, Some(&psk));
     let text = reader.to_string();
-    let mut rng = sigil_testkit::Seeded(104);
-    let hs = sigil_dtls_coap::Client::connect(
-        RustCrypto,
-        common::AnyServer,
-        sigil_dtls_coap::CarrierConfig::default(),
-        &mut rng,
-        sigil_dtls::Credentials::Psk {
-            identity: text.as_bytes(),
-            key: &psk,
-        },
-        common::ms(now),
-    )
-    .unwrap();
-    let mut c = CarrierReader {
-        addr: common::addr(104),
-        hs: Some(hs),
-        traffic: None,
-        rng,
-        inbox: vec![],
+    let creds = sigil_dtls::Credentials::Psk {
+        identity: text.as_bytes(),
+        key: &psk,
     };
+    // A reader whose session is made over the CoAP carrier (the DTLS handshake inside CoAP,
+    // `sigil-dtls-coap`), then carries its records directly.
+    let config = sigil_dtls::Config::default();
+    let mut c = common::Client::connect(common::addr(104), config, creds, 104, now)
+        .over_coap(creds, 104, now);
     run(&mut s, &mut [&mut c], &mut now, 3_000);
     assert!(c.traffic.is_some(), "the carrier handshake completed");
     let topic = dev.topic();
