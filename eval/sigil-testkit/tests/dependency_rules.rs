@@ -37,6 +37,8 @@ const CORES: &[(&str, &[&str])] = &[
             "sigil-ace",
             "sigil-coap",
             "sigil-crypto",
+            // The DTLS server of a sensor serving its own readings (feature `serve-dtls`).
+            "sigil-dtls",
             "sigil-identity",
             "sigil-objects",
             "sigil-freshness",
