@@ -42,9 +42,10 @@ fuzz_target!(|data: &[u8]| {
         };
         let from = SocketAddr::from(([10, 0, 0, who % 8], 4000 + u16::from(who >> 3)));
         now += 100;
-        let out = d.handle_secure_at(
+        let out = sigil_server::socket::secure_batch(
+            &mut d,
             &mut layer,
-            vec![(from, datagram.to_vec())],
+            vec![(from, None, datagram.to_vec())],
             sigil_time::Instant::from_millis(now),
             sigil_time::UnixTime::from_secs(1_700_000_000),
             &mut Fixed,

@@ -18,17 +18,16 @@ use crate::budget::{
 };
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
 use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
-use crate::secure::SecureLayer;
 use crate::service::Service;
 use crate::socket::ServerConfig;
 use crate::stats::Stats;
 use sigil_coap::message::{empty, option};
 use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
-use sigil_crypto::{Rng, RustCrypto, SecretKey};
+use sigil_crypto::{RustCrypto, SecretKey};
 use sigil_objects::answer::{self, Answer, RequestDigest, SIGNATURE_OPTION_OVERHEAD};
 use sigil_time::{Instant, UnixTime};
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 mod block1;
 mod dedup;
@@ -38,32 +37,7 @@ pub use observe::ObserveConfig;
 /// A received datagram and its sender.
 pub type Datagram = (SocketAddr, Vec<u8>);
 
-/// Where a CoAP message came from: the plain socket, or a DTLS session (coaps://).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    pub addr: SocketAddr,
-    pub secure: bool,
-}
-
-impl Endpoint {
-    pub fn plain(addr: SocketAddr) -> Self {
-        Self {
-            addr,
-            secure: false,
-        }
-    }
-}
-
-/// A CoAP message as received, with the identity its DTLS session authenticated.
-#[derive(Clone, Debug)]
-pub struct Inbound {
-    pub from: Endpoint,
-    /// The address the datagram was sent to, when the socket reports it (a server on a
-    /// wildcard address); links in answers are resolved against it.
-    pub to: Option<IpAddr>,
-    pub auth: Option<crate::auth::PeerAuth>,
-    pub bytes: Vec<u8>,
-}
+pub use crate::channel::{Channel, Endpoint, Inbound};
 
 /// Most dedup entries that give way to make room for one new entry or answer.
 const DEDUP_GIVE_WAY: usize = 16;
@@ -204,65 +178,10 @@ impl Dispatcher {
         self.service.prune_readings(before, limit)
     }
 
-    /// The coaps:// path for a batch of datagrams at `now` (the DTLS clock too) and `wall`
-    /// (certificates and the service), with the caller's randomness: refreshes what DTLS
-    /// trusts from the authorized list, runs the DTLS peers, hands the
-    /// CoAP messages they carried (with their identities) to the service as one batch,
-    /// protects the answers, and runs due retransmission timers. Returns the datagrams to
-    /// send.
-    pub fn handle_secure_at(
-        &mut self,
-        layer: &mut SecureLayer,
-        datagrams: Vec<Datagram>,
-        now: Instant,
-        wall: UnixTime,
-        rng: &mut dyn Rng,
-    ) -> Vec<Datagram> {
-        let received = datagrams.into_iter().map(|(p, b)| (p, None, b)).collect();
-        self.handle_secure_received(layer, received, now, wall, rng)
-    }
-
-    /// [`Dispatcher::handle_secure_at`] with each datagram's destination address, when the
-    /// socket reports it.
-    pub fn handle_secure_received(
-        &mut self,
-        layer: &mut SecureLayer,
-        datagrams: Vec<(SocketAddr, Option<IpAddr>, Vec<u8>)>,
-        now: Instant,
-        wall: UnixTime,
-        rng: &mut dyn Rng,
-    ) -> Vec<Datagram> {
-        if let Some(c) = self.service.changed_credentials() {
-            layer.trust().replace(c);
-        }
-        let mut out = Vec::new();
-        let mut batch = Vec::new();
-        for (peer, to, bytes) in datagrams {
-            for d in layer.handle_datagram(now, wall, rng, peer, &bytes, &mut out) {
-                batch.push(Inbound {
-                    from: Endpoint {
-                        addr: d.peer,
-                        secure: true,
-                    },
-                    to,
-                    auth: d.auth,
-                    bytes: d.message,
-                });
-            }
-        }
-        // The sessions' read marks are stored before their requests are acted on.
-        let unmarked = layer.persist_read_marks(now);
-        batch.retain(|i| !unmarked.contains(&i.from.addr));
-        if !batch.is_empty() {
-            for (to, bytes) in self.handle_inbound_at(batch, now, wall) {
-                layer.send(now, to.addr, &bytes, &mut out);
-            }
-        }
-        for (to, bytes) in self.take_secure_notifications(|a| layer.session_auth(a).cloned()) {
-            layer.send(now, to, &bytes, &mut out);
-        }
-        layer.handle_timeout(now, wall, &mut out);
-        out
+    /// The DTLS credentials (active identities and their keys) if they may have changed
+    /// since the last call ([`Service::changed_credentials`]), for the DTLS layer.
+    pub fn changed_credentials(&mut self) -> Option<crate::auth::Credentials> {
+        self.service.changed_credentials()
     }
 
     /// Forgets exchanges older than EXCHANGE_LIFETIME (RFC 7252 §4.8.2), stale Block1
@@ -341,7 +260,7 @@ impl Dispatcher {
             .into_iter()
             .map(|(e, b)| (e.addr, b))
             .collect();
-        out.extend(self.take_notifications_for(false));
+        out.extend(self.take_notifications_for(Channel::Plain));
         out
     }
 
@@ -444,7 +363,7 @@ impl Dispatcher {
     /// Block2 size for an endpoint: over DTLS at most 512-byte blocks, so a response fits in
     /// one record.
     fn szx_for(&self, from: Endpoint) -> u8 {
-        if from.secure {
+        if from.is_protected() {
             self.config.block2_szx.min(5)
         } else {
             self.config.block2_szx
@@ -455,8 +374,8 @@ impl Dispatcher {
     /// §6.4), else the datagram's destination address (or the socket's, when the socket
     /// layer did not report it) and the socket's port.
     fn origin(&self, d: &Inbound, msg: &Message<'_>) -> String {
-        let (scheme, mut local) = match (d.from.secure, &self.config.dtls) {
-            (true, Some(d)) => ("coaps", d.listen),
+        let (scheme, mut local) = match (d.from.channel, &self.config.dtls) {
+            (Channel::Dtls, Some(d)) => ("coaps", d.listen),
             _ => ("coap", self.config.listen),
         };
         if let Some(to) = d.to {
@@ -563,7 +482,7 @@ impl Dispatcher {
             // than this one would gives way (`dedup_room`), so many hosts
             // filling the total cannot keep a newcomer's exchanges from being remembered.
             let host = Host::of(d.from.addr);
-            let proven = d.from.secure || self.verified.contains(d.from.addr, now);
+            let proven = d.from.is_protected() || self.verified.contains(d.from.addr, now);
             if !self.dedup_room(host, ENTRY_OVERHEAD, None, proven, now) {
                 self.count("coap.dedup.not_remembered");
             } else {
@@ -650,7 +569,7 @@ impl Dispatcher {
         }
         // A plain request asking for signed answers: the digest its answer is bound to (over
         // coaps://, the session authenticates answers already).
-        let signed_answer = !d.from.secure && msg.option(answer::REQUIRE_OPTION).is_some();
+        let signed_answer = !d.from.is_protected() && msg.option(answer::REQUIRE_OPTION).is_some();
         let answer_digest = signed_answer.then(|| {
             RequestDigest::of(
                 &RustCrypto,
@@ -763,7 +682,7 @@ impl Dispatcher {
     /// earlier, or with a valid Echo value (which verifies the address); else three times
     /// the datagram (RFC 9175 §2.4).
     fn allowance(&mut self, d: &Inbound, echo: Option<&[u8]>, now: Instant) -> Allowance {
-        if d.from.secure {
+        if d.from.is_protected() {
             return Allowance::Any;
         }
         if let Some(v) = echo {

@@ -28,6 +28,7 @@ pub mod auth;
 pub mod authz;
 pub mod broker;
 pub mod budget;
+pub mod channel;
 pub mod coap;
 pub mod context;
 pub mod echo;
@@ -43,7 +44,8 @@ pub mod store;
 pub mod verify;
 
 pub use auth::{Credentials, PeerAuth};
-pub use coap::{Dispatcher, Endpoint, Inbound};
+pub use channel::{Channel, Endpoint, Inbound};
+pub use coap::Dispatcher;
 pub use context::{Operation, Rejection, Reply, Request, Response};
 pub use secure::DtlsConfig;
 pub use service::{Service, ServiceConfig};

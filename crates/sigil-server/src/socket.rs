@@ -9,7 +9,8 @@
 //! program can start and stop it; the hot path has no hand-offs between tasks or threads.
 
 use crate::budget::Caps;
-use crate::coap::{Dispatcher, Endpoint, Inbound};
+use crate::channel::{Channel, Endpoint, Inbound};
+use crate::coap::Dispatcher;
 use crate::secure::{DtlsConfig, SecureLayer, SharedTrust};
 use crate::service::{Service, ServiceConfig};
 use crate::stats::Stats;
@@ -478,7 +479,7 @@ fn run(
         } else {
             d.handle_timeout(clock.now());
         }
-        for (peer, bytes) in d.take_notifications_for(false) {
+        for (peer, bytes) in d.take_notifications_for(Channel::Plain) {
             if let Err(e) = socket.send_to(&bytes, peer) {
                 tracing::debug!(error = %e, %peer, "send failed (notification)");
                 stats.incr("server.send_failed");
@@ -490,7 +491,7 @@ fn run(
                 drain(dsock, &mut buf, batch_max, &mut received);
             }
             for (peer, bytes) in
-                d.handle_secure_received(layer, received, clock.now(), clock.wall(), &mut OsRng)
+                secure_batch(d, layer, received, clock.now(), clock.wall(), &mut OsRng)
             {
                 if let Err(e) = dsock.send_to(&bytes, peer) {
                     tracing::debug!(error = %e, %peer, "send failed (coaps)");
@@ -499,6 +500,53 @@ fn run(
             }
         }
     }
+}
+
+/// The coaps:// path of one batch at `now` (the DTLS clock too) and `wall` (certificates and
+/// the service), with the caller's randomness. This drives both layers, neither of which calls
+/// the other: the DTLS layer takes the credentials the service changed, then the datagrams;
+/// the CoAP messages its sessions delivered go to the dispatcher as one batch with their
+/// identities ([`Channel::Dtls`]), once the sessions' read marks are stored; the answers and
+/// the notifications for sessions (each only into a session that still authenticates its
+/// observer) go back through the DTLS layer, whose timers run last. Returns the datagrams to
+/// send on the coaps:// socket. `datagrams` carry each one's destination address when the
+/// socket reports it.
+pub fn secure_batch(
+    d: &mut Dispatcher,
+    layer: &mut SecureLayer,
+    datagrams: Vec<Received>,
+    now: Instant,
+    wall: UnixTime,
+    rng: &mut dyn sigil_crypto::Rng,
+) -> Vec<(SocketAddr, Vec<u8>)> {
+    if let Some(c) = d.changed_credentials() {
+        layer.trust().replace(c);
+    }
+    let mut out = Vec::new();
+    let mut batch = Vec::new();
+    for (peer, to, bytes) in datagrams {
+        for m in layer.handle_datagram(now, wall, rng, peer, &bytes, &mut out) {
+            batch.push(Inbound {
+                from: Endpoint::dtls(m.peer),
+                to,
+                auth: m.auth,
+                bytes: m.message,
+            });
+        }
+    }
+    // The sessions' read marks are stored before their requests are acted on.
+    let unmarked = layer.persist_read_marks(now);
+    batch.retain(|i| !unmarked.contains(&i.from.addr));
+    if !batch.is_empty() {
+        for (to, bytes) in d.handle_inbound_at(batch, now, wall) {
+            layer.send(now, to.addr, &bytes, &mut out);
+        }
+    }
+    for (to, bytes) in d.take_secure_notifications(|a| layer.session_auth(a).cloned()) {
+        layer.send(now, to, &bytes, &mut out);
+    }
+    layer.handle_timeout(now, wall, &mut out);
+    out
 }
 
 /// The server's long-term DTLS key (P-256, the curve every DTLS peer supports), made at first
@@ -550,8 +598,9 @@ fn token_key(store: &Store) -> Result<[u8; 16], StartError> {
     })
 }
 
-/// A datagram, its sender, and the address it was sent to if the kernel reported it.
-type Received = (SocketAddr, Option<IpAddr>, Vec<u8>);
+/// A received datagram: its sender, the address it was sent to (when the socket reports it),
+/// its bytes.
+pub type Received = (SocketAddr, Option<IpAddr>, Vec<u8>);
 
 /// Reads what is queued on a non-blocking socket, up to `max` datagrams.
 fn drain(socket: &UdpSocket, buf: &mut [u8], max: usize, into: &mut Vec<Received>) {

@@ -253,10 +253,7 @@ fn over_coaps_nothing_is_signed() {
         .option(answer::REQUIRE_OPTION)
         .is_some());
     let inbound = sigil_server::Inbound {
-        from: sigil_server::Endpoint {
-            addr: s.addr,
-            secure: true,
-        },
+        from: sigil_server::Endpoint::dtls(s.addr),
         to: None,
         auth: Some(sigil_server::PeerAuth::Psk(*s.device.identity())),
         bytes: buf[..n].to_vec(),

@@ -107,7 +107,7 @@ impl Dispatcher {
         let new = answer.as_ref().map_or(0, Vec::len);
         self.dedup_budget.refund(host, old);
         e.charged -= old;
-        let proven = key.0.secure || self.verified.contains(key.0.addr, now);
+        let proven = key.0.is_protected() || self.verified.contains(key.0.addr, now);
         if self.dedup_room(host, new, Some(key), proven, now) {
             let Some(e) = self.dedup.get_mut(&key) else {
                 self.dedup_budget.refund(host, new);

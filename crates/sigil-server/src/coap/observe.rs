@@ -511,13 +511,13 @@ impl Dispatcher {
         }
     }
 
-    /// The notifications waiting for plain (`secure` false) endpoints, to send from the
-    /// coap:// socket; those for DTLS sessions stay queued for
-    /// [`Dispatcher::take_secure_notifications`].
-    pub fn take_notifications_for(&mut self, secure: bool) -> Vec<super::Datagram> {
+    /// The notifications waiting for `channel`'s endpoints, as datagrams for its socket (for
+    /// [`super::Channel::Dtls`], to be protected by each session; see
+    /// [`Dispatcher::take_secure_notifications`], which checks the session first).
+    pub fn take_notifications_for(&mut self, channel: super::Channel) -> Vec<super::Datagram> {
         let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.observe.outbox)
             .into_iter()
-            .partition(|o| o.to.secure == secure);
+            .partition(|o| o.to.channel == channel);
         self.observe.outbox = others;
         mine.into_iter().map(|o| (o.to.addr, o.bytes)).collect()
     }
@@ -526,13 +526,13 @@ impl Dispatcher {
     /// that registered: `session_auth` says who the session at an address is now. An
     /// observation whose session ended, or now belongs to someone else, ends unsent
     /// (`observe.ended.session`).
-    pub(super) fn take_secure_notifications(
+    pub fn take_secure_notifications(
         &mut self,
         session_auth: impl Fn(&std::net::SocketAddr) -> Option<crate::auth::PeerAuth>,
     ) -> Vec<super::Datagram> {
         let (mine, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.observe.outbox)
             .into_iter()
-            .partition(|o| o.to.secure);
+            .partition(|o| o.to.channel == super::Channel::Dtls);
         self.observe.outbox = others;
         let mut out = Vec::new();
         for o in mine {

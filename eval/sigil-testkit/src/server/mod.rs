@@ -247,9 +247,10 @@ impl Secure {
         now_ms: u64,
         datagrams: Vec<(SocketAddr, Vec<u8>)>,
     ) -> Vec<(SocketAddr, Vec<u8>)> {
-        self.d.handle_secure_at(
+        sigil_server::socket::secure_batch(
+            &mut self.d,
             &mut self.layer,
-            datagrams,
+            datagrams.into_iter().map(|(p, b)| (p, None, b)).collect(),
             ms(now_ms),
             wall(now_ms),
             &mut self.rng,
@@ -572,7 +573,7 @@ impl Plain {
     /// given up on, expiry): what it sends to coap:// addresses.
     pub fn tick(&mut self) -> Vec<(SocketAddr, Vec<u8>)> {
         self.d.handle_timeout(ms(self.now));
-        self.d.take_notifications_for(false)
+        self.d.take_notifications_for(sigil_server::Channel::Plain)
     }
 
     /// One datagram; its answers.

@@ -34,7 +34,7 @@ pub trait Server {
         let batch = batch
             .into_iter()
             .map(|(addr, bytes)| Inbound {
-                from: Endpoint { addr, secure: true },
+                from: Endpoint::dtls(addr),
                 to: None,
                 auth: Some(auth.clone()),
                 bytes,
