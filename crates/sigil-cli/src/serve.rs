@@ -73,6 +73,7 @@ pub struct ServeReport {
     pub peers_expired: u64,
     pub requests: u64,
     pub plain_refused: u64,
+    pub duplicates: u64,
     pub dropped: u64,
     pub tokens_accepted: u64,
     pub tokens_refused: u64,
@@ -89,6 +90,7 @@ impl ServeReport {
             peers_expired: s.peers_expired,
             requests: s.requests,
             plain_refused: s.plain_refused,
+            duplicates: s.duplicates,
             dropped: s.dropped,
             tokens_accepted: rs.tokens_accepted,
             tokens_refused: rs.tokens_invalid

@@ -4,6 +4,8 @@
 use super::{Event, PeerAddr, ReadingResources, Readings, MAX_ANSWER};
 use core::time::Duration;
 use sigil_ace::rs::RsLimits;
+use sigil_coap::exchange::dedup::{Dedup, Received};
+use sigil_coap::TransmissionParameters;
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey};
 use sigil_dtls::{
     Config, Connection, CookieKey, ServerCredentials, Stateless, Trust, MAX_APP_DATA, MAX_DATAGRAM,
@@ -110,7 +112,19 @@ pub struct ReadingServer<
     /// One answer made without state (a plain CoAP answer, a HelloVerifyRequest, an alert).
     pending: Option<(PeerAddr, usize)>,
     pending_buf: [u8; MAX_DATAGRAM],
+    /// Plain Confirmable requests seen within EXCHANGE_LIFETIME and their answers (the
+    /// message core's [`Dedup`]): a `POST /authz-info` sent again because its ACK was lost
+    /// gets its 2.01 again instead of a second intake, which would refuse the same token as
+    /// replayed.
+    dedup: Dedup<PeerAddr, DEDUP_ENTRIES, DEDUP_ANSWER>,
 }
+
+/// Plain Confirmable requests remembered, in all and from one address.
+const DEDUP_ENTRIES: usize = 16;
+const DEDUP_PER_PEER: usize = 2;
+/// The longest answer kept for a repeated request (`/authz-info` answers an unverified
+/// address with at most three times its request, and its refusals carry a short error map).
+const DEDUP_ANSWER: usize = 128;
 
 impl<'a, C, S, const TOKENS: usize, const CTIS: usize> ReadingServer<'a, C, S, TOKENS, CTIS>
 where
@@ -143,6 +157,7 @@ where
             peers,
             pending: None,
             pending_buf: [0; MAX_DATAGRAM],
+            dedup: Dedup::new(&TransmissionParameters::default(), DEDUP_PER_PEER),
         }
     }
 
@@ -240,6 +255,27 @@ where
         match datagram.first() {
             Some(0x14..=0x19) => self.dtls_datagram(now, unix, rng, peer, datagram, readings),
             Some(b) if b >> 6 == 1 => {
+                // A Confirmable request seen before (RFC 7252 §4.5): its answer again.
+                let confirmable = (b >> 4) & 3 == 0;
+                let request_mid = match datagram.get(2..4) {
+                    Some(m) if confirmable => Some(u16::from_be_bytes([m[0], m[1]])),
+                    _ => None,
+                };
+                if let Some(rm) = request_mid {
+                    match self.dedup.receive(peer, rm, now) {
+                        Received::Again(a) => {
+                            self.pending_buf[..a.len()].copy_from_slice(a);
+                            self.pending = Some((peer, a.len()));
+                            self.resources.stats.duplicates += 1;
+                            return;
+                        }
+                        Received::Seen => {
+                            self.resources.stats.duplicates += 1;
+                            return;
+                        }
+                        Received::New | Received::NotRemembered(_) => {}
+                    }
+                }
                 let mid = random_mid(rng);
                 let n = self.resources.plain(
                     &self.crypto,
@@ -249,6 +285,9 @@ where
                     mid,
                     &mut self.pending_buf,
                 );
+                if let (Some(rm), Some(n)) = (request_mid, n) {
+                    self.dedup.answered(peer, rm, &self.pending_buf[..n]);
+                }
                 self.pending = n.map(|n| (peer, n));
             }
             _ => self.resources.stats.dropped += 1,

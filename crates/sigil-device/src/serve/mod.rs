@@ -290,6 +290,9 @@ pub struct ServeStats {
     pub requests: u64,
     /// Plain CoAP requests for anything but `/authz-info` (4.01).
     pub plain_refused: u64,
+    /// Plain Confirmable requests received again within EXCHANGE_LIFETIME, answered as the
+    /// first time (RFC 7252 §4.5).
+    pub duplicates: u64,
     /// Datagrams dropped: neither CoAP nor a DTLS record, malformed, or not a ClientHello
     /// from an unknown peer.
     pub dropped: u64,

@@ -501,4 +501,48 @@ mod dtls {
             last
         }
     }
+
+    #[test]
+    fn a_token_posted_again_in_the_same_message_gets_its_2_01_again_not_a_replay_refusal() {
+        // A client whose ACK was lost sends its POST /authz-info again (same message ID):
+        // RFC 7252 §4.5 makes that the same message, answered as before. The same token in a
+        // new message, or from another address, is a replay.
+        let (ac, ac_pub) = keypair(SignatureAlgorithm::EcdsaP256, 1);
+        let (_, client) = keypair(SignatureAlgorithm::EcdsaP256, 2);
+        let mut s = server(ac_pub, 4, 2);
+        let readings: Readings = Readings::new();
+        let post = request(
+            Code::POST,
+            "authz-info",
+            7,
+            &token(&ac, client, &READ_ALL, b"c9"),
+        );
+        let mut rng = TestRng(3);
+        let mut answers = std::vec::Vec::new();
+        let mut buf = [0u8; MAX_DATAGRAM];
+        for (at, now) in [(host(0, 1), 0), (host(0, 1), 2_000)] {
+            let now = Instant::from_millis(now);
+            s.handle_datagram(now, NOW, &mut rng, at, &post, &readings);
+            let (to, n) = s.poll_transmit(now, &mut buf).expect("answered");
+            assert_eq!(to, at);
+            answers.push(buf[..n].to_vec());
+        }
+        assert_eq!(answers[0], answers[1], "the same answer again");
+        assert_eq!(Message::parse(&answers[0]).unwrap().code, Code::CREATED);
+        assert_eq!(s.resources.stats.duplicates, 1);
+        assert_eq!(s.resources.rs.counters.tokens_accepted, 1);
+        assert_eq!(s.resources.rs.counters.tokens_replayed, 0);
+        // From another address: a replay.
+        let now = Instant::from_millis(3_000);
+        s.handle_datagram(now, NOW, &mut rng, host(0, 2), &post, &readings);
+        let (_, n) = s.poll_transmit(now, &mut buf).unwrap();
+        assert_eq!(Message::parse(&buf[..n]).unwrap().code, Code::UNAUTHORIZED);
+        assert_eq!(s.resources.rs.counters.tokens_replayed, 1);
+        // The same message after EXCHANGE_LIFETIME (247 s): a replay too.
+        let now = Instant::from_millis(300_000);
+        s.handle_datagram(now, NOW, &mut rng, host(0, 1), &post, &readings);
+        let (_, n) = s.poll_transmit(now, &mut buf).unwrap();
+        assert_eq!(Message::parse(&buf[..n]).unwrap().code, Code::UNAUTHORIZED);
+        assert_eq!(s.resources.rs.counters.tokens_replayed, 2);
+    }
 }
