@@ -1,15 +1,17 @@
 //! The client role: one DTLS handshake over CoAP requests, one Confirmable request at a time
-//! (RFC 7252 §4.7: NSTART 1), each retransmitted with exponential back-off until its
-//! piggybacked response arrives (§4.2). Flights larger than the block size go with Block1;
-//! responses larger than the server's block size are fetched with Block2 from the session
-//! resource (`GET /dtls/<id>`), whose representation is the server's latest flight.
+//! (RFC 7252 §4.7: NSTART 1) in the message core's request table
+//! ([`sigil_coap::exchange::client`]): matched by message ID and token, retransmitted with
+//! exponential back-off until its response arrives (§4.2), the timer started when the request
+//! first leaves. The server piggybacks its responses; a separate one after an Empty ACK is
+//! taken too (§5.2.2). Flights larger than the block size go with Block1; responses larger
+//! than the server's block size are fetched with Block2 from the session resource
+//! (`GET /dtls/<id>`), whose representation is the server's latest flight.
 
 use crate::{parse_id, Error, MAX_DATAGRAM, MAX_FLIGHT, PATH};
+use sigil_coap::exchange::client::{self, Incoming, NewRequest, StartError};
+use sigil_coap::exchange::Token;
 use sigil_coap::message::option;
-use sigil_coap::{
-    BlockOption, Code, Message, MessageBuilder, MessageType, Retransmission, RetransmitDecision,
-    TransmissionParameters,
-};
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, Rng};
 use sigil_dtls::{Config, Credentials, Traffic, Trust, WholeFlights};
 use sigil_time::Instant;
@@ -36,20 +38,12 @@ impl Default for CarrierConfig {
     }
 }
 
-/// The request waiting for its response.
-struct Pending {
-    message_id: u16,
-    datagram: [u8; MAX_DATAGRAM],
-    len: usize,
-    /// Armed when the request first leaves ([`Client::poll_transmit`]), not when it was
-    /// built: a device that computes its flight for longer than ACK_TIMEOUT must not count
-    /// that time against the server's answer.
-    retransmission: Option<Retransmission>,
-    /// The random draw for its initial timeout (RFC 7252 §4.8: ACK_RANDOM_FACTOR).
-    random: u32,
-    /// Not yet handed to the caller (first transmission or a retransmission due).
-    unsent: bool,
-}
+/// The request waiting for its response (NSTART 1), and the Empty messages the table sends
+/// (an ACK of a separate response, a Reset of what nobody waits for). Its retransmission
+/// timer starts when the request first leaves ([`Client::poll_transmit`]), not when it was
+/// built: a device that computes its flight for longer than ACK_TIMEOUT must not count that
+/// time against the server's answer.
+type Requests = client::Client<(), 1, MAX_DATAGRAM, 2, 2>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -66,7 +60,7 @@ pub struct Client<C, T> {
     hs: WholeFlights<C, T>,
     config: CarrierConfig,
     phase: Phase,
-    token: [u8; 4],
+    token: Token,
     next_mid: u16,
     session: Option<u32>,
     /// This side's flight being sent, and the next Block1 number.
@@ -77,11 +71,9 @@ pub struct Client<C, T> {
     body: [u8; MAX_FLIGHT],
     body_len: usize,
     body_code: Code,
-    pending: Option<Pending>,
-    /// Datagrams ignored: duplicates and answers to earlier requests.
-    ignored: u32,
-    /// Requests sent again after a timeout.
-    retransmissions: u32,
+    requests: Requests,
+    /// Datagrams that are not CoAP messages.
+    malformed: u32,
 }
 
 fn random_u32(rng: &mut dyn Rng) -> Result<u32, Error> {
@@ -112,7 +104,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             hs,
             config,
             phase: Phase::Hello,
-            token: r.to_be_bytes(),
+            token: Token::new(&r.to_be_bytes()).unwrap_or_default(),
             next_mid: (r >> 7) as u16,
             session: None,
             out,
@@ -121,13 +113,10 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             body: [0; MAX_FLIGHT],
             body_len: 0,
             body_code: Code::EMPTY,
-            pending: None,
-            ignored: 0,
-            retransmissions: 0,
+            requests: Requests::timed_from_first_send(config.coap),
+            malformed: 0,
         };
-        // The request's timer starts when it leaves (`poll_transmit`), not now.
-        let _ = now;
-        c.send_hello(rng)?;
+        c.send_hello(now, rng)?;
         Ok(c)
     }
 
@@ -149,14 +138,18 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         self.session
     }
 
-    /// Datagrams ignored (duplicates, answers to earlier requests, foreign tokens).
+    /// Datagrams ignored (duplicates, answers to earlier requests, foreign tokens, what is
+    /// not CoAP).
     pub fn ignored(&self) -> u32 {
-        self.ignored
+        let s = self.requests.stats();
+        self.malformed
+            .saturating_add(s.unexpected)
+            .saturating_add(s.duplicates)
     }
 
     /// Requests sent again after their timeout.
     pub fn retransmissions(&self) -> u32 {
-        self.retransmissions
+        self.requests.stats().retransmissions
     }
 
     /// The established connection; the handshake's buffers are dropped, never moved (on a
@@ -171,101 +164,71 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
     }
 
     /// The next datagram to send at `now`, if any. A request's retransmission timer starts
-    /// when it is first taken from here.
+    /// when it is first taken from here (also when `out` is too small for it: the exchange
+    /// then times out after MAX_RETRANSMIT instead of waiting for ever).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
-        let p = self.pending.as_mut()?;
-        if !p.unsent {
+        if let Phase::Failed(_) = self.phase {
             return None;
         }
-        // Armed even when `out` is too small for the request: the exchange then times out
-        // (MAX_RETRANSMIT) instead of waiting for ever.
-        if p.retransmission.is_none() {
-            p.retransmission = Some(Retransmission::start(now, &self.config.coap, p.random));
-        }
-        if out.len() < p.len {
-            return None;
-        }
-        p.unsent = false;
-        out[..p.len].copy_from_slice(&p.datagram[..p.len]);
-        Some(p.len)
+        self.requests.poll_transmit_at(now, out)
     }
 
     /// When to call [`Client::handle_timeout`] next (none while a request waits for its first
     /// [`Client::poll_transmit`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.pending
-            .as_ref()
-            .and_then(|p| p.retransmission.as_ref())
-            .map(Retransmission::deadline)
+        self.requests.poll_timeout()
     }
 
     /// Retransmits the outstanding request when its timer expired (RFC 7252 §4.2), or gives
-    /// up after MAX_RETRANSMIT.
+    /// up after MAX_RETRANSMIT (or EXCHANGE_LIFETIME after an Empty ACK without the separate
+    /// response).
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
-        let Some(p) = self.pending.as_mut() else {
-            return Ok(());
-        };
-        let Some(r) = p.retransmission.as_mut() else {
-            return Ok(());
-        };
-        match r.on_timer(now) {
-            RetransmitDecision::Wait => Ok(()),
-            RetransmitDecision::Resend => {
-                p.unsent = true;
-                self.retransmissions += 1;
-                Ok(())
-            }
-            RetransmitDecision::GiveUp => self.fail(Error::Timeout),
+        match self.requests.handle_timeout(now) {
+            Some(_) => self.fail(Error::Timeout),
+            None => Ok(()),
         }
     }
 
     fn fail(&mut self, e: Error) -> Result<(), Error> {
         self.phase = Phase::Failed(e);
-        self.pending = None;
+        self.requests.clear();
         Err(e)
     }
 
     /// Takes one received datagram: the response to the outstanding request moves the
-    /// handshake on; anything else is ignored (counted).
+    /// handshake on; anything else is ignored (counted; a Confirmable one is Reset).
     pub fn handle_datagram(
         &mut self,
         now: Instant,
         datagram: &[u8],
         rng: &mut dyn Rng,
     ) -> Result<(), Error> {
-        // The next request's timer starts when it leaves (`poll_transmit`).
-        let _ = now;
         if let Phase::Failed(e) = self.phase {
             return Err(e);
         }
         let Ok(msg) = Message::parse(datagram) else {
-            self.ignored += 1;
+            self.malformed = self.malformed.saturating_add(1);
             return Ok(());
         };
-        let ours = self.pending.as_ref().is_some_and(|p| {
-            p.message_id == msg.message_id
-                && matches!(msg.mtype, MessageType::Acknowledgement | MessageType::Reset)
-        });
-        if !ours || (msg.mtype == MessageType::Acknowledgement && msg.token != self.token) {
-            self.ignored += 1;
-            return Ok(());
-        }
-        if msg.mtype == MessageType::Reset {
-            return self.fail(Error::Protocol("the server reset the request"));
-        }
-        if msg.code == Code::EMPTY {
-            // The server piggybacks every response; an empty ACK promises a separate one,
-            // which this carrier does not use.
-            return self.fail(Error::Protocol("an empty ACK instead of a response"));
-        }
-        self.pending = None;
-        match self.response(&msg, rng) {
-            Ok(()) => Ok(()),
-            Err(e) => self.fail(e),
+        match self.requests.handle_message(&msg, now) {
+            Incoming::Handled | Incoming::Unexpected => Ok(()),
+            Incoming::Reset(_) => self.fail(Error::Protocol("the server reset the request")),
+            Incoming::Response(id) => {
+                self.requests.remove(id);
+                match self.response(now, &msg, rng) {
+                    Ok(()) => Ok(()),
+                    Err(e) => self.fail(e),
+                }
+            }
         }
     }
 
-    fn response(&mut self, msg: &Message<'_>, rng: &mut dyn Rng) -> Result<(), Error> {
+    fn response(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        rng: &mut dyn Rng,
+    ) -> Result<(), Error> {
         match (self.phase, msg.code) {
             // The stateless server's HelloVerifyRequest: the ClientHello again, with the cookie.
             (Phase::Hello, Code::UNAUTHORIZED) => {
@@ -274,7 +237,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
                     return Err(Error::Protocol("4.01 without a HelloVerifyRequest"));
                 }
                 self.out_len = n;
-                self.send_hello(rng)
+                self.send_hello(now, rng)
             }
             (Phase::Flight, Code::CONTINUE) => {
                 let b = msg
@@ -285,17 +248,22 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
                     return Err(Error::Protocol("2.31 for another block"));
                 }
                 self.block1 += 1;
-                self.send_flight(rng)
+                self.send_flight(now, rng)
             }
             (Phase::Hello, Code::CREATED)
             | (Phase::Flight, Code::CHANGED)
-            | (Phase::Hello | Phase::Flight, Code::CONTENT) => self.body_block(msg, rng),
+            | (Phase::Hello | Phase::Flight, Code::CONTENT) => self.body_block(now, msg, rng),
             (_, code) => Err(Error::Refused(code)),
         }
     }
 
     /// One block (or all) of the server's flight.
-    fn body_block(&mut self, msg: &Message<'_>, rng: &mut dyn Rng) -> Result<(), Error> {
+    fn body_block(
+        &mut self,
+        now: Instant,
+        msg: &Message<'_>,
+        rng: &mut dyn Rng,
+    ) -> Result<(), Error> {
         let block = match msg.block2() {
             None => None,
             Some(Ok(b)) => Some(b),
@@ -331,7 +299,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             let next = BlockOption::new(b.num + 1, false, b.szx.min(self.config.block_szx));
             // A smaller size than the server's: the next number counts in the new size.
             let next = BlockOption::new((end / next.size()) as u32, false, next.szx);
-            return self.request(rng, Code::GET, None, Some(next), 0..0);
+            return self.request(now, rng, Code::GET, None, Some(next), 0..0);
         }
         let n = self
             .hs
@@ -346,19 +314,19 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         self.out_len = n;
         self.block1 = 0;
         self.phase = Phase::Flight;
-        self.send_flight(rng)
+        self.send_flight(now, rng)
     }
 
-    fn send_hello(&mut self, rng: &mut dyn Rng) -> Result<(), Error> {
+    fn send_hello(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
         // The ClientHello always goes whole: a stateless server cannot gather blocks.
-        self.request(rng, Code::PUT, None, None, 0..self.out_len)
+        self.request(now, rng, Code::PUT, None, None, 0..self.out_len)
     }
 
     /// The current Block1 of this side's flight (or all of it if it fits one block).
-    fn send_flight(&mut self, rng: &mut dyn Rng) -> Result<(), Error> {
+    fn send_flight(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
         let size = 1usize << (self.config.block_szx + 4);
         if self.out_len <= size {
-            return self.request(rng, Code::POST, None, None, 0..self.out_len);
+            return self.request(now, rng, Code::POST, None, None, 0..self.out_len);
         }
         let b = BlockOption::new(self.block1, false, self.config.block_szx);
         let (part, more) = b
@@ -366,12 +334,13 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             .ok_or(Error::Protocol("Block1 past the flight"))?;
         let range = b.offset()..b.offset() + part.len();
         let b = BlockOption::new(self.block1, more, self.config.block_szx);
-        self.request(rng, Code::POST, Some(b), None, range)
+        self.request(now, rng, Code::POST, Some(b), None, range)
     }
 
-    /// Builds the request; its retransmission is armed when it first leaves.
+    /// Builds the request into the table; its retransmission is armed when it first leaves.
     fn request(
         &mut self,
+        now: Instant,
         rng: &mut dyn Rng,
         method: Code,
         block1: Option<BlockOption>,
@@ -380,38 +349,48 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
     ) -> Result<(), Error> {
         let mid = self.next_mid;
         self.next_mid = self.next_mid.wrapping_add(1);
-        let mut datagram = [0u8; MAX_DATAGRAM];
-        let mut m = MessageBuilder::new(
-            &mut datagram,
-            MessageType::Confirmable,
-            method,
+        let token = self.token;
+        let session = self.session;
+        let payload = &self.out[payload];
+        let build = |datagram: &mut [u8; MAX_DATAGRAM]| -> Result<usize, Error> {
+            let mut m = MessageBuilder::new(
+                datagram,
+                MessageType::Confirmable,
+                method,
+                mid,
+                token.as_bytes(),
+            )?;
+            m.option(option::URI_PATH, PATH.as_bytes())?;
+            if method != Code::PUT {
+                let id = session.ok_or(Error::Protocol("no session resource"))?;
+                let mut b = [0u8; crate::MAX_ID_LEN];
+                m.option(option::URI_PATH, crate::id_text(id, &mut b).as_bytes())?;
+            }
+            if let Some(b) = block2 {
+                let (v, n) = b.encode().map_err(|_| Error::Protocol("Block2 number"))?;
+                m.option(option::BLOCK2, &v[..n])?;
+            }
+            if let Some(b) = block1 {
+                let (v, n) = b.encode().map_err(|_| Error::Protocol("Block1 number"))?;
+                m.option(option::BLOCK1, &v[..n])?;
+            }
+            Ok(m.finish_with_payload(payload)?)
+        };
+        let req = NewRequest {
+            exchange: (),
+            confirmable: true,
             mid,
-            &self.token,
-        )?;
-        m.option(option::URI_PATH, PATH.as_bytes())?;
-        if method != Code::PUT {
-            let id = self.session.ok_or(Error::Protocol("no session resource"))?;
-            let mut b = [0u8; crate::MAX_ID_LEN];
-            m.option(option::URI_PATH, crate::id_text(id, &mut b).as_bytes())?;
-        }
-        if let Some(b) = block2 {
-            let (v, n) = b.encode().map_err(|_| Error::Protocol("Block2 number"))?;
-            m.option(option::BLOCK2, &v[..n])?;
-        }
-        if let Some(b) = block1 {
-            let (v, n) = b.encode().map_err(|_| Error::Protocol("Block1 number"))?;
-            m.option(option::BLOCK1, &v[..n])?;
-        }
-        let len = m.finish_with_payload(&self.out[payload])?;
-        self.pending = Some(Pending {
-            message_id: mid,
-            datagram,
-            len,
-            retransmission: None,
+            token,
             random: random_u32(rng)?,
-            unsent: true,
-        });
-        Ok(())
+        };
+        match self.requests.start(now, req, build) {
+            Ok(_) => Ok(()),
+            Err(StartError::Build(e)) => Err(e),
+            Err(StartError::Full | StartError::InUse) => {
+                Err(Error::Protocol("a request is still outstanding"))
+            }
+            Err(StartError::TooLong) => Err(Error::Protocol("a request longer than a datagram")),
+        }
     }
 }
 

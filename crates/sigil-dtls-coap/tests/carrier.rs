@@ -434,6 +434,88 @@ fn a_client_gives_up_after_max_retransmit() {
     assert_eq!(link.log.len(), 5);
 }
 
+/// A device may compute its flight for longer than ACK_TIMEOUT: a request's retransmission
+/// timer starts when it first leaves, not when it was built.
+#[test]
+fn the_retransmission_timer_starts_when_the_request_leaves() {
+    let mut client = psk_client(1, CarrierConfig::default());
+    // Built at 0; nothing to wake for, and nothing given up, until it is sent.
+    assert_eq!(client.poll_timeout(), None);
+    client.handle_timeout(at(100_000)).unwrap();
+    let mut buf = [0u8; MAX_DATAGRAM];
+    let n = client.poll_transmit(at(100_000), &mut buf).unwrap();
+    let put = buf[..n].to_vec();
+    let t = client.poll_timeout().unwrap().as_millis();
+    assert!((102_000..=103_000).contains(&t), "{t}");
+    client.handle_timeout(at(t - 1)).unwrap();
+    assert_eq!(client.poll_transmit(at(t - 1), &mut buf), None);
+    client.handle_timeout(at(t)).unwrap();
+    let n = client.poll_transmit(at(t), &mut buf).unwrap();
+    assert_eq!(buf[..n], put[..], "the same request, the same message ID");
+    assert_eq!(client.retransmissions(), 1);
+}
+
+/// The server piggybacks its responses; one that sends an Empty ACK and the response
+/// separately (RFC 7252 §5.2.2) still completes the handshake: the Empty ACK stops the
+/// retransmission, and the Confirmable response is acknowledged (again when it comes again).
+#[test]
+fn a_separate_response_after_an_empty_ack_completes_the_handshake() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<4>(&trust, EndpointConfig::default());
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut rng = Counter::new(5, 5);
+    let mut buf = [0u8; MAX_DATAGRAM];
+    let mut answer = [0u8; MAX_DATAGRAM];
+    let mut now = at(0);
+    let (mut acks, mut requests, mut separate_mid) = (Vec::new(), 0, 0x7000u16);
+    while !client.is_established() {
+        assert!(client.failure().is_none(), "{:?}", client.failure());
+        assert!(requests < 10, "no progress");
+        let mut sent = Vec::new();
+        while let Some(n) = client.poll_transmit(now, &mut buf) {
+            sent.push(buf[..n].to_vec());
+        }
+        for d in sent {
+            let m = Message::parse(&d).unwrap();
+            if m.code == Code::EMPTY {
+                assert_eq!(m.mtype, MessageType::Acknowledgement);
+                acks.push(m.message_id);
+                continue;
+            }
+            requests += 1;
+            let n = server
+                .handle_datagram(now, PEER, &d, &mut rng, &mut answer)
+                .unwrap();
+            // The Empty ACK first, then the response as a Confirmable message of its own,
+            // twice.
+            let mid = m.message_id.to_be_bytes();
+            client
+                .handle_datagram(now, &[0x60, 0, mid[0], mid[1]], &mut rng)
+                .unwrap();
+            let mut con = answer[..n].to_vec();
+            con[0] &= !0x30;
+            separate_mid += 1;
+            con[2..4].copy_from_slice(&separate_mid.to_be_bytes());
+            now += Duration::from_secs(5);
+            assert!(
+                client.poll_transmit(now, &mut buf).is_none(),
+                "no retransmission"
+            );
+            client.handle_datagram(now, &con, &mut rng).unwrap();
+            client.handle_datagram(now, &con, &mut rng).unwrap();
+        }
+    }
+    while let Some(n) = client.poll_transmit(now, &mut buf) {
+        acks.push(Message::parse(&buf[..n]).unwrap().message_id);
+    }
+    // Three requests (the PUT, again with the cookie, then the POST), each response
+    // acknowledged both times it came.
+    assert_eq!(requests, 3);
+    assert_eq!(acks, [0x7001, 0x7001, 0x7002, 0x7002, 0x7003, 0x7003]);
+    assert_eq!((client.retransmissions(), client.ignored()), (0, 3));
+    assert_eq!(server.counters().established, 1);
+}
+
 #[test]
 fn duplicates_and_reordering_change_nothing() {
     let trust = SENSOR_PSK;
