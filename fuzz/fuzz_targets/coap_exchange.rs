@@ -34,7 +34,9 @@ fuzz_target!(|data: &[u8]| {
         match a % 8 {
             0 => {
                 let peer = b % 16;
-                if let Ok((id, seq)) = t.register(peer, peer % 5, c % 4, Token::new(&[c]).unwrap(), at) {
+                if let Ok((id, seq)) =
+                    t.register(peer, peer % 5, c % 4, Token::new(&[c]).unwrap(), at)
+                {
                     assert!(t.get(id).is_some());
                     assert!(seq <= SEQ_MASK);
                 }
@@ -44,13 +46,22 @@ fuzz_target!(|data: &[u8]| {
                 if let Some(id) = ids.get(usize::from(b) % ids.len().max(1)).copied() {
                     let before = t.get(id).unwrap().seq();
                     mid = mid.wrapping_add(1);
-                    let n = t.notification(id, at, mid, u32::from(c)).unwrap();
-                    assert!(n.seq <= SEQ_MASK);
-                    assert!(is_newer(before, at, n.seq, at), "{before} then {}", n.seq);
+                    let waiting = t.get(id).unwrap().awaiting_ack();
+                    match t.notification(id, at, mid, u32::from(c)) {
+                        Some(n) => {
+                            assert!(!waiting, "one Confirmable notification in flight at most");
+                            assert!(n.seq <= SEQ_MASK);
+                            assert!(is_newer(before, at, n.seq, at), "{before} then {}", n.seq);
+                        }
+                        None => assert!(waiting, "held only while one is unacknowledged"),
+                    }
                 }
             }
             2 => {
-                let _ = t.on_ack(&(b % 16), mid.wrapping_sub(u16::from(c % 4)), at);
+                if let Some(id) = t.on_ack(&(b % 16), mid.wrapping_sub(u16::from(c % 4)), at) {
+                    assert!(!t.get(id).unwrap().awaiting_ack());
+                    let _ = t.take_held(id);
+                }
             }
             3 => {
                 let _ = t.on_reset(&(b % 16), mid.wrapping_sub(u16::from(c % 4)));

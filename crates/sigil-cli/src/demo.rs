@@ -284,9 +284,9 @@ pub async fn run(opts: DemoOptions) -> Result<DemoSummary> {
     let _ = stop_tx.send(true);
     match tokio::time::timeout(Duration::from_secs(5), follower).await {
         Ok(Ok(Ok(_))) => {}
-        Ok(Ok(Err(e))) => eprintln!("{}", format!("follower stopped: {e:#}")),
-        Ok(Err(e)) => eprintln!("{}", format!("follower task: {e}")),
-        Err(_) => eprintln!("{}", "follower did not stop within 5 s".to_string()),
+        Ok(Ok(Err(e))) => eprintln!("follower stopped: {e:#}"),
+        Ok(Err(e)) => eprintln!("follower task: {e}"),
+        Err(_) => eprintln!("follower did not stop within 5 s"),
     }
     bar.finish_and_clear();
     let mut reports: Vec<SensorReport> = Vec::new();

@@ -475,12 +475,37 @@ impl std::error::Error for Refused {}
 
 /// Fetches the newest `n` stored readings of a topic, oldest first.
 pub async fn fetch_recent(client: &mut CoapClient, href: &str, n: u32) -> Result<Vec<Vec<u8>>> {
+    fetch_page(client, href, vec![format!("n={n}")]).await
+}
+
+/// Up to `n` stored readings of a topic numbered above `after`, oldest first (a follower's
+/// gap: readings it was not notified of).
+pub async fn fetch_after(
+    client: &mut CoapClient,
+    href: &str,
+    after: u64,
+    n: u32,
+) -> Result<Vec<Vec<u8>>> {
+    fetch_page(
+        client,
+        href,
+        vec![format!("n={n}"), format!("after={after}")],
+    )
+    .await
+}
+
+/// One history request (`query`): the readings as the broker stored them.
+async fn fetch_page(
+    client: &mut CoapClient,
+    href: &str,
+    query: Vec<String>,
+) -> Result<Vec<Vec<u8>>> {
     let resp = client
         .request(
             Code::GET,
             &crate::coap::RequestSpec {
                 path: href,
-                query: vec![format!("n={n}")],
+                query,
                 accept: Some(ContentFormat::CBOR.0),
                 ..Default::default()
             },

@@ -6,6 +6,11 @@
 //! reading numbered above the last one taken from that sensor (a replayed or reordered one
 //! fails).
 //!
+//! Notifications may skip readings (one Confirmable notification in flight at a time, or one
+//! lost): a reading numbered more than one above the last taken makes the follower fetch the
+//! ones between from the topic's history and verify them first, so each reading is reported
+//! once, in order.
+//!
 //! The server refreshes every observation within its Max-Age; an observation that hears
 //! nothing for Max-Age and a quarter more (a server restarted, a lost registration) is
 //! registered again, and the directory is looked up again every
@@ -14,8 +19,8 @@
 //! lookup.
 
 use crate::app::{
-    lookup_sensors, sensor_trust, topic_failure, verify_readings_after, Announced, CheckedReading,
-    Options, Protection, Refused, SensorTrust,
+    fetch_after, lookup_sensors, sensor_trust, topic_failure, verify_readings_after, Announced,
+    CheckedReading, Options, Protection, Refused, SensorTrust,
 };
 use crate::coap::{ClientResponse, CoapClient};
 use anyhow::Result;
@@ -320,6 +325,39 @@ async fn taken(
     if let Some(why) = &w.key_error {
         reading.verified = false;
         reading.error = Some(why.clone());
+    }
+    // Readings between the last one taken and this one were not notified (the server sends
+    // one notification at a time, or one was lost): fetched from the history and verified
+    // the same way, in order, before this one.
+    if reading.error.is_none()
+        && reading.protection != Protection::Session
+        && w.highest > 0
+        && reading.seq > w.highest + 1
+    {
+        let gap = (reading.seq - w.highest - 1).min(100) as u32;
+        if let Ok(raws) = fetch_after(client, &w.a.href, w.highest, gap).await {
+            let key_ok = w.key_ok && w.trusted != Some(false);
+            let mut filled =
+                verify_readings_after(&w.a, &raws, key_ok, w.reading_key.as_ref(), w.highest);
+            filled.retain(|r| r.seq < reading.seq);
+            for mut r in filled {
+                if let Some(why) = &w.key_error {
+                    r.verified = false;
+                    r.error = Some(why.clone());
+                }
+                if r.error.is_none() {
+                    w.highest = w.highest.max(r.seq);
+                }
+                if r.verified {
+                    *verified += 1;
+                }
+                *readings += 1;
+                emit(&Followed::Reading {
+                    sensor: w.sensor.clone(),
+                    reading: r,
+                });
+            }
+        }
     }
     if reading.error.is_none() {
         w.highest = w.highest.max(reading.seq);

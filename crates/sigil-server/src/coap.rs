@@ -147,11 +147,7 @@ impl Dispatcher {
             give_way_rate: give_way_bucket(config.dedup_give_way_per_sec),
             block1_give_way_rate: give_way_bucket(config.block1_give_way_per_sec),
             echo: EchoKey::new(echo_secret),
-            observe: observe::ObserveState::new(
-                &config.observe,
-                config.transmission,
-                u16::from_be_bytes([echo_secret[0], echo_secret[1]]),
-            ),
+            observe: observe::ObserveState::new(&config.observe, config.transmission, echo_secret),
             config,
             service,
             stats,
@@ -274,6 +270,7 @@ impl Dispatcher {
     ) -> Vec<(Endpoint, Vec<u8>)> {
         let mut out = Vec::new();
         let mut pending: Vec<Pending> = Vec::new();
+        self.observe_clock(now, wall);
         for d in &batch {
             self.stats.incr("coap.received");
             if let Some(p) = self.intake(d, now, &mut out) {
@@ -610,8 +607,14 @@ impl Dispatcher {
             },
         })
         .filter(|p| {
-            // Notifications go only to addresses that proved they receive (RFC 9175 §2.4).
-            if !self.observe_needs_echo(&p.request, allowance == Allowance::Any) {
+            // Notifications go only to an address that proves it receives in the registering
+            // request itself (RFC 9175 §2.4): an Echo value issued to it, not an earlier
+            // verification, which a spoofed registration from the same address would ride.
+            let fresh = d.from.is_protected()
+                || msg
+                    .option(option::ECHO)
+                    .is_some_and(|v| self.echo.check(d.from.addr, v, now));
+            if !self.observe_needs_echo(&p.request, fresh) {
                 return true;
             }
             self.count("observe.echo_first");

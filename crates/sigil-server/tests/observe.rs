@@ -653,8 +653,9 @@ fn notifications_keep_the_block_size_the_registration_asked_for() {
 #[test]
 fn an_observer_slower_than_the_readings_is_not_dropped() {
     // Every other notification Confirmable; the follower's ACK of each arrives only after the
-    // next reading was notified (which took the unacknowledged one's place, with a new
-    // message ID). Before, no such ACK matched, and the observer was given up on.
+    // next reading. While one is unacknowledged nothing more is sent (RFC 7641 §4.5.1); the
+    // ACK releases the newest state. Before, each reading replaced the unacknowledged one
+    // under a new message ID that no ACK matched, and the observer was given up on.
     let mut s = Server::new(|c| c.observe.confirmable_every = 2);
     let mut dev = registered(&mut s, 1);
     let topic = dev.topic();
@@ -663,19 +664,34 @@ fn an_observer_slower_than_the_readings_is_not_dropped() {
     let mut late_acks = vec![];
     for i in 0..40 {
         let out = publish(&mut s, &mut dev, f64::from(i));
-        let acks = f.take(&out, true);
-        s.deliver(std::mem::replace(&mut late_acks, acks));
-        for (_, b) in s.tick() {
-            let _ = b;
-        }
+        let mut acks = f.take(&out, true);
+        let released = s.deliver(std::mem::take(&mut late_acks));
+        acks.extend(f.take(&released, true));
+        late_acks = acks;
     }
-    s.deliver(late_acks);
+    let released = s.deliver(late_acks);
+    let acks = f.take(&released, true);
+    s.deliver(acks);
+    let etags: Vec<u64> = f
+        .got
+        .iter()
+        .filter_map(|b| {
+            let m = Message::parse(b).unwrap();
+            (m.code == Code::CONTENT)
+                .then(|| u64::from_be_bytes(m.option(option::ETAG).unwrap().try_into().unwrap()))
+        })
+        .collect();
+    // Each held reading is released by the ACK before the next one comes: all arrive.
+    assert_eq!(etags.len(), 40);
+    assert!(
+        etags.windows(2).all(|w| w[0] < w[1]),
+        "newer each time: {etags:?}"
+    );
+    let newest = dev.device.next_sequence() - 1;
     assert_eq!(
-        f.got
-            .iter()
-            .filter(|b| Message::parse(b).unwrap().code == Code::CONTENT)
-            .count(),
-        40
+        etags.last().copied(),
+        Some(newest),
+        "the newest reading reached it"
     );
     assert_eq!(s.stats.get("observe.gave_up"), 0);
     assert_eq!(
@@ -683,10 +699,186 @@ fn an_observer_slower_than_the_readings_is_not_dropped() {
         0,
         "every ACK matched"
     );
-    assert!(s.stats.get("observe.acknowledged") >= 20);
+    assert!(s.stats.get("observe.held") >= 10);
+    assert!(s.stats.get("observe.released") >= 10);
     // Long after, the observer is still there and still notified.
     s.now += 120_000;
     let out = publish(&mut s, &mut dev, 99.0);
     f.take(&out, true);
     assert_eq!(s.gauge("observe.observers"), 1);
+}
+
+#[test]
+fn a_spoofed_registration_from_an_address_verified_earlier_is_asked_for_echo_again() {
+    // A victim registered once (answering Echo) and deregistered. A registration spoofed from
+    // its address and port without an Echo value of its own is challenged, not taken: the
+    // earlier verification does not make notifications go there again.
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut victim = Follower::new(SocketAddr::from(([127, 0, 0, 62], 40002)), &[1]);
+    victim.register(&mut s, &topic);
+    victim.mid += 1;
+    s.one(victim.addr, observe_get(victim.mid, &[1], &topic, 1, None));
+    assert_eq!(s.gauge("observe.observers"), 0);
+    let spoofed = s.one(victim.addr, observe_get(77, &[2], &topic, 0, None));
+    let m = Message::parse(&spoofed[0]).unwrap();
+    assert_eq!(m.code, Code::UNAUTHORIZED);
+    assert!(m.option(option::ECHO).is_some());
+    assert_eq!(s.stats.get("observe.echo_first"), 2);
+    assert_eq!(s.gauge("observe.observers"), 0);
+    let out = publish(&mut s, &mut dev, 1.0);
+    assert!(
+        out.iter().all(|(to, _)| *to != victim.addr),
+        "nothing sent there"
+    );
+}
+
+#[test]
+fn notification_message_ids_cannot_be_guessed_from_another_observers() {
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut a = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    let mut b = Follower::new(SocketAddr::from(([127, 0, 0, 10], 5000)), &[2]);
+    a.register(&mut s, &topic);
+    b.register(&mut s, &topic);
+    let mut mids = vec![];
+    for i in 0..3 {
+        let out = publish(&mut s, &mut dev, f64::from(i));
+        s.deliver(a.take(&out, true));
+        s.deliver(b.take(&out, true));
+        let ma = Message::parse(a.got.last().unwrap()).unwrap().message_id;
+        let mb = Message::parse(b.got.last().unwrap()).unwrap().message_id;
+        mids.push((ma, mb));
+    }
+    // Each observer's own IDs go up by one (none repeats within 65,536), from starts that
+    // are far apart: A's IDs say nothing about B's.
+    assert!(mids
+        .windows(2)
+        .all(|w| w[1].0 == w[0].0.wrapping_add(1) && w[1].1 == w[0].1.wrapping_add(1)));
+    let gap = mids[0]
+        .0
+        .wrapping_sub(mids[0].1)
+        .min(mids[0].1.wrapping_sub(mids[0].0));
+    assert!(gap > 64, "{mids:?}");
+    // A spraying Resets at B's address with IDs near its own does not end B's observation.
+    for d in 0..32u16 {
+        let reset = sigil_coap::message::empty(
+            MessageType::Reset,
+            mids[2].0.wrapping_add(d).wrapping_sub(16),
+        );
+        s.deliver(vec![(b.addr, reset.to_vec())]);
+    }
+    assert_eq!(s.gauge("observe.observers"), 2);
+    assert_eq!(s.stats.get("observe.cancelled.reset"), 0);
+}
+
+#[test]
+fn registrations_that_cannot_push_anyone_out_do_not_spend_the_give_way_rate() {
+    let mut s = Server::new(|c| {
+        c.observe.max_observers = 128;
+        c.observe.give_way_per_sec = 4;
+    });
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    for h in 0..2u8 {
+        for i in 0..64u16 {
+            let mut f = Follower::new(
+                SocketAddr::from(([127, 0, 1, h], 10_000 + i)),
+                &[h, i as u8],
+            );
+            f.register(&mut s, &topic);
+        }
+    }
+    // A full host keeps registering: refused at its own cap, nothing given way, no rate spent.
+    for i in 0..20u16 {
+        let mut f = Follower::new(
+            SocketAddr::from(([127, 0, 1, 0], 20_000 + i)),
+            &[9, i as u8],
+        );
+        let m = f.register(&mut s, &topic);
+        assert!(Message::parse(&m).unwrap().observe().is_none());
+    }
+    assert_eq!(s.stats.get("observe.gave_way"), 0);
+    assert_eq!(s.stats.get("observe.give_way_rate_limited"), 0);
+    // A newcomer still gets in, the same second.
+    let mut late = Follower::new(SocketAddr::from(([127, 0, 2, 1], 5000)), &[9]);
+    let m = late.register(&mut s, &topic);
+    assert!(Message::parse(&m).unwrap().observe().is_some());
+    let out = publish(&mut s, &mut dev, 1.0);
+    late.take(&out, true);
+    assert_eq!(late.got.len(), 1);
+}
+
+#[test]
+fn a_reader_of_a_few_topics_is_not_pushed_out_by_many_addresses_holding_one_each() {
+    // The table holds 8: a reader with 3 observations, 5 addresses with 1 each. A newcomer
+    // finds no host above the floor of 4 to give way: refused, and the reader keeps all 3.
+    let mut s = Server::new(|c| c.observe.max_observers = 8);
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut reader = vec![];
+    for t in 0..3u8 {
+        let mut f = Follower::new(
+            SocketAddr::from(([127, 0, 3, 1], 6000 + u16::from(t))),
+            &[t],
+        );
+        f.register(&mut s, &topic);
+        reader.push(f);
+    }
+    for h in 0..5u8 {
+        let mut f = Follower::new(SocketAddr::from(([127, 0, 4, h], 7000)), &[h]);
+        f.register(&mut s, &topic);
+    }
+    assert_eq!(s.gauge("observe.observers"), 8);
+    let mut newcomer = Follower::new(SocketAddr::from(([127, 0, 5, 1], 8000)), &[1]);
+    let m = newcomer.register(&mut s, &topic);
+    assert!(Message::parse(&m).unwrap().observe().is_none());
+    assert_eq!(s.stats.get("observe.gave_way"), 0);
+    let out = publish(&mut s, &mut dev, 1.0);
+    for f in reader.iter_mut() {
+        f.take(&out, true);
+        assert_eq!(f.got.len(), 1, "the reader keeps its observations");
+    }
+}
+
+#[test]
+fn a_registration_in_the_batch_that_stores_a_reading_does_not_hide_it_from_the_others() {
+    use sigil_objects::senml::{Record, Value};
+    let mut s = Server::new(|_| {});
+    let mut dev = registered(&mut s, 1);
+    let topic = dev.topic();
+    let mut a = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    a.register(&mut s, &topic);
+    // B's first GET gets its Echo value.
+    let b = SocketAddr::from(([127, 0, 0, 10], 5000));
+    let first = s.one(b, observe_get(1, &[2], &topic, 0, None));
+    let echo = Message::parse(&first[0])
+        .unwrap()
+        .option(option::ECHO)
+        .unwrap()
+        .to_vec();
+    // One batch: the sensor's reading, then B's registration.
+    let r = [Record {
+        name: Some("t"),
+        value: Some(Value::Number(1.0)),
+        ..Default::default()
+    }];
+    dev.device
+        .publish(Instant::from_millis(s.now), &mut dev.storage, &r, None)
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let n = dev.device.poll_transmit(&mut buf).unwrap();
+    let out = s.deliver(vec![
+        (dev.addr, buf[..n].to_vec()),
+        (b, observe_get(2, &[2], &topic, 0, Some(&echo))),
+    ]);
+    let answer = out.iter().find(|(to, _)| *to == b).unwrap();
+    assert!(
+        !Message::parse(&answer.1).unwrap().payload.is_empty(),
+        "B's answer carries it"
+    );
+    a.take(&out, true);
+    assert_eq!(a.got.len(), 1, "A is notified of the same reading");
 }

@@ -260,7 +260,7 @@ pub fn print_table(report: &AppReport) {
 }
 
 /// `--follow`: each event as it happens, until Ctrl-C, `--count` or `--for`. Exit code 0 when
-/// every reading verified, 1 if one failed.
+/// every reading verified, 2 if one failed (as `sigil app`).
 async fn follow(
     t: sigil_client::transport::Transport,
     trust: Option<&std::collections::HashSet<Identity>>,
@@ -295,7 +295,8 @@ async fn follow(
         r = run => { r?; }
         _ = tokio::signal::ctrl_c() => {}
     }
-    Ok(i32::from(failed > 0))
+    // As `sigil app`: 2 when some reading failed verification.
+    Ok(if failed > 0 { 2 } else { 0 })
 }
 
 /// One line of `--follow` output.

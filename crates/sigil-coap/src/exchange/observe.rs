@@ -7,9 +7,11 @@
 //!
 //! - its sequence number: 24 bits, one more than the observer's last (§3.4, §4.4);
 //! - Confirmable or not: Confirmable every [`ObserveParams::confirmable_every`] notifications
-//!   and at least every [`ObserveParams::confirmable_interval`] (24 h, §4.5), and whenever the
-//!   previous Confirmable one is still unacknowledged; a new notification then takes the old
-//!   one's place with the retransmission counter and timeout it had reached (§4.5.2);
+//!   and at least every [`ObserveParams::confirmable_interval`] (24 h, §4.5);
+//! - none while a Confirmable one is unacknowledged (congestion control, §4.5.1: at most one
+//!   in flight, so an observer that has gone, or an address that never asked, gets at most the
+//!   retransmissions): the change is held, its retransmissions carry the current state, and
+//!   the acknowledgement releases one notification of the state then ([`Observers::take_held`]);
 //! - when to send it again (RFC 7252 §4.2 timing) and when to give up and forget the observer
 //!   (§4.5: an observer that does not acknowledge is removed), or forget it on a Reset (§3.6).
 //!
@@ -124,6 +126,8 @@ pub struct Observer<P, H, R> {
     last_sent: Instant,
     last_acknowledged: Instant,
     since_confirmable: u16,
+    /// The state changed while a Confirmable notification was unacknowledged.
+    held: bool,
     generation: u32,
 }
 
@@ -283,6 +287,7 @@ where
             last_sent: now,
             last_acknowledged: now,
             since_confirmable: 0,
+            held: false,
             generation,
         });
         self.len += 1;
@@ -366,7 +371,9 @@ where
     }
 
     /// The next notification to `id` at `now`, sent with message ID `mid`; `random` is the
-    /// caller's jitter for a new retransmission timer. `None` for a stale handle.
+    /// caller's jitter for a new retransmission timer. `None` for a stale handle, and while a
+    /// Confirmable notification is unacknowledged: the change is held for
+    /// [`Observers::take_held`].
     pub fn notification(
         &mut self,
         id: ObserverId,
@@ -376,15 +383,16 @@ where
     ) -> Option<Notice> {
         let params = self.params;
         let o = self.slot_mut(id)?;
+        if o.pending.is_some() {
+            o.held = true;
+            return None;
+        }
         o.seq = o.seq.wrapping_add(1) & SEQ_MASK;
-        let confirmable = o.pending.is_some()
-            || o.since_confirmable.saturating_add(1) >= params.confirmable_every
+        let confirmable = o.since_confirmable.saturating_add(1) >= params.confirmable_every
             || now.saturating_since(o.last_acknowledged) >= params.confirmable_interval;
         if confirmable {
             o.since_confirmable = 0;
-            if o.pending.is_none() {
-                o.pending = Some(Retransmission::start(now, &params.transmission, random));
-            }
+            o.pending = Some(Retransmission::start(now, &params.transmission, random));
         } else {
             o.since_confirmable = o.since_confirmable.saturating_add(1);
         }
@@ -429,11 +437,18 @@ where
         Some(id)
     }
 
+    /// Whether the state changed while observation `id`'s Confirmable notification was
+    /// unacknowledged (cleared): after its acknowledgement, send it one notification.
+    pub fn take_held(&mut self, id: ObserverId) -> bool {
+        self.slot_mut(id)
+            .is_some_and(|o| core::mem::replace(&mut o.held, false))
+    }
+
     /// A Reset from `peer` for message `mid`: the observation it rejects ends (§3.6).
     pub fn on_reset(&mut self, peer: &P, mid: u16) -> Option<(ObserverId, Observer<P, H, R>)> {
         let id = self
             .iter()
-            .find(|(_, o)| o.peer == *peer && o.mids.contains(&Some(mid)))
+            .find(|(_, o)| o.peer == *peer && o.mids[0] == Some(mid))
             .map(|(id, _)| id)?;
         Some((id, self.remove(id)?))
     }
@@ -624,24 +639,24 @@ mod tests {
         // A day without an acknowledgement: the next is Confirmable.
         let day = 24 * 3600 * 1000;
         assert!(t.notification(id, at(day + 10), 50, 0).unwrap().confirmable);
-        // Unacknowledged: the next one is Confirmable too and takes its place (a new MID),
-        // keeping the retransmission timer.
-        let deadline = t.get(id).unwrap().pending.unwrap().deadline();
-        let n = t.notification(id, at(day + 20), 51, 0).unwrap();
-        assert!(n.confirmable);
-        assert_eq!(t.get(id).unwrap().pending.unwrap().deadline(), deadline);
-        assert_eq!(t.on_ack(&2, 51, at(day + 30)), None, "another peer");
+        // Unacknowledged: nothing more goes out (one in flight); the change is held.
+        assert_eq!(t.notification(id, at(day + 20), 51, 0), None);
+        assert_eq!(t.notification(id, at(day + 25), 52, 0), None);
+        assert!(t.get(id).unwrap().awaiting_ack());
+        assert_eq!(t.on_ack(&2, 50, at(day + 30)), None, "another peer");
         assert_eq!(
             t.on_ack(&1, 49, at(day + 30)),
             None,
             "a message ID never sent"
         );
-        // The ACK of the replaced notification still arrives (the observer's round trip is
-        // longer than the gap between notifications): it acknowledges.
-        assert_eq!(t.on_ack(&1, 50, at(day + 30)), Some(id), "the replaced MID");
+        assert_eq!(t.on_ack(&1, 50, at(day + 30)), Some(id));
         assert!(!t.get(id).unwrap().awaiting_ack());
-        // The replacement's own ACK, later: the observer is alive, nothing else changes.
-        assert_eq!(t.on_ack(&1, 51, at(day + 40)), Some(id));
+        assert!(t.take_held(id), "the held change is released by the ACK");
+        assert!(!t.take_held(id), "once");
+        let n = t.notification(id, at(day + 31), 53, 0).unwrap();
+        assert!(!n.confirmable);
+        // An ACK for an earlier notification, late: the observer is alive.
+        assert_eq!(t.on_ack(&1, 50, at(day + 40)), Some(id));
         assert_eq!(t.get(id).unwrap().last_acknowledged(), at(day + 40));
     }
 

@@ -66,6 +66,9 @@ impl Default for ObserveConfig {
     }
 }
 
+/// A host holding this many observations or fewer never gives way to a newcomer.
+const GIVE_WAY_FLOOR: usize = 4;
+
 type Table = Observers<Endpoint, Host, i64, Vec<Option<Observer<Endpoint, Host, i64>>>>;
 
 /// The registering request of one observation, checked again before each notification.
@@ -74,6 +77,12 @@ struct Watch {
     charged: usize,
     /// The block size the registration asked for (Block2's SZX), kept for its notifications.
     szx: Option<u8>,
+    /// The number of the latest reading sent to it (0: none yet).
+    last_seq: u64,
+    /// Its notifications' message IDs: a random start, one more each (RFC 7252 §4.4: none
+    /// repeats within 65,536 to one endpoint; another observer cannot predict them, so it
+    /// cannot Reset this one's observation, RFC 7641 §3.6).
+    next_mid: u16,
 }
 
 /// A notification waiting to be sent.
@@ -97,7 +106,13 @@ pub(super) struct ObserveState {
     watches: HashMap<ObserverId, Watch>,
     latest: HashMap<i64, Latest>,
     budget: ByteBudget,
-    next_mid: u16,
+    /// Notification message IDs: the first two bytes of SHA-256(key, counter), so an
+    /// observer of the same topic cannot predict another's and reset it (RFC 7641 §3.6).
+    mid_key: [u8; 32],
+    mid_counter: u64,
+    /// How many observations each endpoint holds: an ACK or a Reset from an endpoint holding
+    /// none is not looked for in the table.
+    per_endpoint: HashMap<Endpoint, usize>,
     /// Notifications to send, to plain and secure endpoints, with the identity the observer's
     /// session authenticated (a notification goes out only in a session of that identity).
     outbox: Vec<Outgoing>,
@@ -112,7 +127,7 @@ impl ObserveState {
     pub(super) fn new(
         config: &ObserveConfig,
         transmission: sigil_coap::TransmissionParameters,
-        seed: u16,
+        secret: [u8; 32],
     ) -> Self {
         let params = ObserveParams {
             max_observers: config.max_observers,
@@ -127,7 +142,12 @@ impl ObserveState {
             watches: HashMap::new(),
             latest: HashMap::new(),
             budget: ByteBudget::new("observe", config.caps),
-            next_mid: seed,
+            mid_key: sigil_crypto::CryptoProvider::sha256(
+                &sigil_crypto::RustCrypto,
+                &[b"sigil-server notification message IDs", &secret],
+            ),
+            mid_counter: 0,
+            per_endpoint: HashMap::new(),
             outbox: Vec::new(),
             give_way_rate: {
                 let r = f64::from(config.give_way_per_sec.max(1));
@@ -141,25 +161,48 @@ impl ObserveState {
         }
     }
 
+    /// A message ID nobody can predict (a one-off message, or an observation's first).
     fn mid(&mut self) -> u16 {
-        self.next_mid = self.next_mid.wrapping_add(1);
-        self.next_mid
+        self.mid_counter += 1;
+        let h = sigil_crypto::CryptoProvider::sha256(
+            &sigil_crypto::RustCrypto,
+            &[&self.mid_key, &self.mid_counter.to_be_bytes()],
+        );
+        u16::from_be_bytes([h[0], h[1]])
     }
 
     /// Ends observation `id` and gives its bytes back.
     fn end(&mut self, id: ObserverId) {
         if let Some(o) = self.table.remove(id) {
-            self.forget(id, &o.peer);
+            self.forget(id, &o.peer, o.resource);
         }
     }
 
-    fn forget(&mut self, id: ObserverId, peer: &Endpoint) {
+    /// What an ended observation `id` of `peer` (of registration `reg`) held goes: its
+    /// request and bytes, its count, and the topic's latest reading once nobody observes it.
+    fn forget(&mut self, id: ObserverId, peer: &Endpoint, reg: i64) {
         if let Some(w) = self.watches.remove(&id) {
             self.budget.refund(Host::of(peer.addr), w.charged);
         }
-        if self.watches.is_empty() {
-            self.latest.clear();
+        if let Some(n) = self.per_endpoint.get_mut(peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_endpoint.remove(peer);
+            }
         }
+        if self.table.of(&reg).next().is_none() {
+            self.latest.remove(&reg);
+        }
+        crate::budget::shrink_if_sparse(&mut self.watches);
+        crate::budget::shrink_if_sparse(&mut self.per_endpoint);
+    }
+
+    /// The wall clock at `now`, from the last (monotonic, wall) pair a batch gave.
+    fn wall_at(&self, now: Instant) -> Option<UnixTime> {
+        let (then, wall) = self.clock?;
+        Some(UnixTime::from_secs(
+            wall.as_secs() + (now.saturating_since(then).as_secs() as i64),
+        ))
     }
 
     /// When a notification is due to be sent again or refreshed.
@@ -240,11 +283,40 @@ impl Dispatcher {
                 .sum::<usize>()
             + kept.conditions.if_match.iter().map(Vec::len).sum::<usize>()
             + kept.origin.len();
-        // The same endpoint and token again: the observation is replaced (§4.1), charged
-        // anew.
-        let existing = self.observe.table.find(&from, &token);
-        if let Some(id) = existing {
-            self.observe.end(id);
+        // The same endpoint and token again: the observation is updated in place (§4.1),
+        // keeping its sequence numbers, and charged for what it keeps now.
+        if let Some(id) = self.observe.table.find(&from, &token) {
+            let old = self.observe.watches.get(&id).map_or(0, |w| w.charged);
+            self.observe.budget.refund(host, old);
+            if let Err(why) = self.observe.budget.charge(host, charge) {
+                self.observe.end(id);
+                self.count(match why {
+                    crate::budget::Over::Host => "observe.refused.host_bytes",
+                    crate::budget::Over::Total => "observe.refused.table_bytes",
+                });
+                self.count("observe.ended.refused");
+                return;
+            }
+            let Ok((id, seq)) = self.observe.table.register(from, host, reg, token, now) else {
+                return;
+            };
+            if let Some(w) = self.observe.watches.get_mut(&id) {
+                w.request = kept;
+                w.charged = charge;
+                w.szx = block2.map(|b| b.szx);
+            }
+            self.count("observe.reregistered");
+            self.observe_registered(id, reg, seq, r);
+            return;
+        }
+        // The requester's own caps first (cheap): nothing gives way for a host at its share.
+        if self.observe.table.held_by(&host) >= self.config.observe.max_per_host {
+            self.count("observe.refused.host_full");
+            return;
+        }
+        if self.observe.budget.check(host, charge) == Err(crate::budget::Over::Host) {
+            self.count("observe.refused.host_bytes");
+            return;
         }
         let full = self.observe.table.len() >= self.config.observe.max_observers
             || self.observe.budget.check(host, charge) == Err(crate::budget::Over::Total);
@@ -260,36 +332,20 @@ impl Dispatcher {
         }
         match self.observe.table.register(from, host, reg, token, now) {
             Ok((id, seq)) => {
+                let next_mid = self.observe.mid();
                 self.observe.watches.insert(
                     id,
                     Watch {
                         request: kept,
                         charged: charge,
                         szx: block2.map(|b| b.szx),
+                        last_seq: 0,
+                        next_mid,
                     },
                 );
-                self.count(if existing.is_some() {
-                    "observe.reregistered"
-                } else {
-                    "observe.registered"
-                });
-                if !r.payload.is_empty() {
-                    let seq_of = r
-                        .etag
-                        .as_deref()
-                        .and_then(|e| e.try_into().ok())
-                        .map_or(0, u64::from_be_bytes);
-                    self.observe.latest.insert(
-                        reg,
-                        Latest {
-                            seq: seq_of,
-                            content_format: r.content_format.unwrap_or(0),
-                            raw: r.payload.clone(),
-                        },
-                    );
-                }
-                r.observe = Some(seq);
-                r.max_age = Some(self.observe.max_age);
+                *self.observe.per_endpoint.entry(from).or_insert(0) += 1;
+                self.count("observe.registered");
+                self.observe_registered(id, reg, seq, r);
             }
             Err(why) => {
                 self.observe.budget.refund(host, charge);
@@ -303,23 +359,56 @@ impl Dispatcher {
         }
     }
 
-    /// Makes room in a full observer table for `bytes` more from `host`: the least recently
-    /// acknowledged observation of the host holding the most gives way, if that host would
-    /// still hold more than `host` (`observe.gave_way`). It is told so with a last
-    /// notification (5.03, Max-Age 60: its client may register again later). At most
-    /// `give_way_per_sec` a second, checked before the scan (`observe.give_way_rate_limited`),
-    /// so many hosts can neither keep a newcomer out nor turn the table over fast.
-    fn observe_give_way(&mut self, host: Host, bytes: usize, now: Instant) -> bool {
-        if !self.observe.give_way_rate.take(now) {
-            self.count("observe.give_way_rate_limited");
-            return false;
+    /// Observation `id` of registration `reg` is taken: its answer `r` gets its sequence
+    /// number and Max-Age, and the reading it carries is what the observer has.
+    fn observe_registered(&mut self, id: ObserverId, reg: i64, seq: u32, r: &mut Response) {
+        if !r.payload.is_empty() {
+            let seq_of = r
+                .etag
+                .as_deref()
+                .and_then(|e| e.try_into().ok())
+                .map_or(0, u64::from_be_bytes);
+            if let Some(w) = self.observe.watches.get_mut(&id) {
+                w.last_seq = seq_of;
+            }
+            // Only a newer reading replaces what the topic's observers are sent: the answer
+            // may carry a reading this very batch stored, whose notification to the others is
+            // still to come.
+            if self.observe.latest.get(&reg).is_none_or(|l| l.seq < seq_of) {
+                self.observe.latest.insert(
+                    reg,
+                    Latest {
+                        seq: seq_of,
+                        content_format: r.content_format.unwrap_or(0),
+                        raw: r.payload.clone(),
+                    },
+                );
+            }
         }
+        r.observe = Some(seq);
+        r.max_age = Some(self.observe.max_age);
+    }
+
+    /// Makes room in a full observer table for `bytes` more from `host`: the least recently
+    /// acknowledged observation of the host holding the most bytes gives way, if that host
+    /// would still hold more than `host` and holds more than [`GIVE_WAY_FLOOR`] observations
+    /// (`observe.gave_way`), so a reader of a few topics keeps them against many addresses
+    /// holding one each. It is told so with a last notification (5.03, Max-Age 60: its client
+    /// may register again later). At most `give_way_per_sec` a second, spent only when an
+    /// observation does give way (`observe.give_way_rate_limited`), so registrations that
+    /// find nothing to push out cannot use the rate up for a newcomer.
+    fn observe_give_way(&mut self, host: Host, bytes: usize, now: Instant) -> bool {
         let mine = self.observe.budget.held_by(host).saturating_add(bytes);
+        let mut counts: HashMap<Host, usize> = HashMap::new();
+        for (_, o) in self.observe.table.iter() {
+            *counts.entry(o.host).or_insert(0) += 1;
+        }
         let budget = &self.observe.budget;
         let victim = self
             .observe
             .table
             .iter()
+            .filter(|(_, o)| counts.get(&o.host).copied().unwrap_or(0) > GIVE_WAY_FLOOR)
             .map(|(id, o)| (id, budget.held_by(o.host), o.last_acknowledged()))
             .filter(|(_, held, _)| *held > mine)
             .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)));
@@ -327,6 +416,10 @@ impl Dispatcher {
             self.count("observe.refused.no_give_way");
             return false;
         };
+        if !self.observe.give_way_rate.take(now) {
+            self.count("observe.give_way_rate_limited");
+            return false;
+        }
         let Some((peer, token, auth)) = self.observe.table.get(id).map(|o| {
             let auth = self
                 .observe
@@ -359,7 +452,7 @@ impl Dispatcher {
 
     /// Notifies the observers of every reading the service committed since the last call.
     pub(super) fn notify_published(&mut self, now: Instant, wall: UnixTime) {
-        self.observe.clock = Some((now, wall));
+        self.observe_clock(now, wall);
         for p in self.service.take_published() {
             let ids: Vec<ObserverId> = self.observe.table.of(&p.registration).collect();
             if ids.is_empty() {
@@ -370,38 +463,65 @@ impl Dispatcher {
                 .latest
                 .get(&p.registration)
                 .is_none_or(|l| l.seq < p.seq);
-            if !newer {
-                continue;
+            if newer {
+                self.observe.latest.insert(
+                    p.registration,
+                    Latest {
+                        seq: p.seq,
+                        content_format: p.content_format,
+                        raw: p.raw,
+                    },
+                );
             }
-            self.observe.latest.insert(
-                p.registration,
-                Latest {
-                    seq: p.seq,
-                    content_format: p.content_format,
-                    raw: p.raw,
-                },
-            );
             for id in ids {
-                self.notify(id, now, wall);
+                // Each observer is sent what is newer than what it has.
+                self.notify(id, now, wall, false);
             }
         }
     }
 
-    /// Checks observation `id` again and sends it the latest state, or the refusal that ends
-    /// it.
-    fn notify(&mut self, id: ObserverId, now: Instant, wall: UnixTime) {
-        let Some(w) = self.observe.watches.get(&id) else {
+    /// Checks observation `id` again and sends it the latest state (`again`: even if it has
+    /// it, a refresh), or the refusal that ends it.
+    fn notify(&mut self, id: ObserverId, now: Instant, wall: UnixTime, again: bool) {
+        let Some(has) = self.observe.watches.get(&id).map(|w| w.last_seq) else {
             return;
         };
-        let req = w.request.clone();
-        let Some(peer) = self.observe.table.get(id).map(|o| o.peer) else {
+        let Some((peer, reg)) = self.observe_recheck(id, wall) else {
             return;
         };
+        let newest = self.observe.latest.get(&reg).map_or(0, |l| l.seq);
+        if !again && newest <= has {
+            return;
+        }
+        let Some(mid) = self.observe.watches.get_mut(&id).map(|w| {
+            w.next_mid = w.next_mid.wrapping_add(1);
+            w.next_mid
+        }) else {
+            return;
+        };
+        let jitter = u32::from(mid).wrapping_mul(2_654_435_761);
+        let Some(n) = self.observe.table.notification(id, now, mid, jitter) else {
+            // Held: a Confirmable notification is in flight (one at a time, RFC 7641 §4.5.1).
+            self.count("observe.held");
+            return;
+        };
+        self.count(if n.confirmable {
+            "observe.notified.con"
+        } else {
+            "observe.notified.non"
+        });
+        self.send_notice(id, peer, reg, n);
+    }
+
+    /// Checks the request that registered observation `id` again at `wall` (the topic, the
+    /// sensor, the reader's right): its endpoint and registration, or `None` after the
+    /// refusal was queued as its last notification and the observation ended.
+    fn observe_recheck(&mut self, id: ObserverId, wall: UnixTime) -> Option<(Endpoint, i64)> {
+        let req = self.observe.watches.get(&id)?.request.clone();
+        let (peer, token) = self.observe.table.get(id).map(|o| (o.peer, o.token))?;
         match self.service.observe_check(&req, wall) {
+            Ok(reg) => Some((peer, reg)),
             Err(reply) => {
-                let Some(token) = self.observe.table.get(id).map(|o| o.token) else {
-                    return;
-                };
                 self.observe.end(id);
                 self.count("observe.ended.refused");
                 if let Reply::Response(r) = *reply {
@@ -415,14 +535,7 @@ impl Dispatcher {
                         });
                     }
                 }
-            }
-            Ok(reg) => {
-                let mid = self.observe.mid();
-                let jitter = u32::from(mid).wrapping_mul(2_654_435_761);
-                let Some(n) = self.observe.table.notification(id, now, mid, jitter) else {
-                    return;
-                };
-                self.send_notice(id, peer, reg, n);
+                None
             }
         }
     }
@@ -431,13 +544,11 @@ impl Dispatcher {
         let asked = self.observe.watches.get(&id).and_then(|w| w.szx);
         let szx = asked.map_or(self.szx_for(peer), |a| a.min(self.szx_for(peer)));
         let latest = self.observe.latest.get(&reg);
+        if let (Some(l), Some(w)) = (latest, self.observe.watches.get_mut(&id)) {
+            w.last_seq = w.last_seq.max(l.seq);
+        }
         match encode_notification(&n, latest, self.observe.max_age, szx) {
             Some(b) => {
-                self.count(if n.confirmable {
-                    "observe.notified.con"
-                } else {
-                    "observe.notified.non"
-                });
                 let auth = self
                     .observe
                     .watches
@@ -462,16 +573,27 @@ impl Dispatcher {
         mid: u16,
         now: Instant,
     ) -> bool {
+        // Most ACKs and Resets come from endpoints that observe nothing: no table scan.
+        if !self.observe.per_endpoint.contains_key(&from) {
+            return false;
+        }
         if reset {
             let Some((id, o)) = self.observe.table.on_reset(&from, mid) else {
                 return false;
             };
-            self.observe.forget(id, &o.peer);
+            self.observe.forget(id, &o.peer, o.resource);
             self.count("observe.cancelled.reset");
             return true;
         }
-        if self.observe.table.on_ack(&from, mid, now).is_some() {
+        if let Some(id) = self.observe.table.on_ack(&from, mid, now) {
             self.count("observe.acknowledged");
+            // A change held while the notification was in flight goes now.
+            if self.observe.table.take_held(id) {
+                if let Some(wall) = self.observe.wall_at(now) {
+                    self.count("observe.released");
+                    self.notify(id, now, wall, false);
+                }
+            }
             return true;
         }
         false
@@ -482,33 +604,51 @@ impl Dispatcher {
         while let Some(due) = self.observe.table.poll(now) {
             match due {
                 Due::Resend(id) => {
-                    let (Some(n), Some(o)) =
-                        (self.observe.table.last(id), self.observe.table.get(id))
-                    else {
+                    let Some(n) = self.observe.table.last(id) else {
                         continue;
                     };
-                    let (peer, reg) = (o.peer, o.resource);
+                    // A retransmission carries the current state: if that is a newer reading
+                    // than the observer was checked for, it is checked again first.
+                    let (Some(reg), Some(has)) = (
+                        self.observe.table.get(id).map(|o| o.resource),
+                        self.observe.watches.get(&id).map(|w| w.last_seq),
+                    ) else {
+                        continue;
+                    };
+                    let newer = self.observe.latest.get(&reg).is_some_and(|l| l.seq > has);
+                    let peer = match (newer, self.observe.wall_at(now)) {
+                        (true, Some(wall)) => match self.observe_recheck(id, wall) {
+                            Some((peer, _)) => peer,
+                            None => continue,
+                        },
+                        _ => match self.observe.table.get(id) {
+                            Some(o) => o.peer,
+                            None => continue,
+                        },
+                    };
                     self.count("observe.retransmitted");
                     self.send_notice(id, peer, reg, n);
                 }
                 Due::Refresh(id) => {
-                    let wall = match self.observe.clock {
-                        Some((then, wall)) => UnixTime::from_secs(
-                            wall.as_secs() + (now.saturating_since(then).as_secs() as i64),
-                        ),
-                        None => continue,
+                    let Some(wall) = self.observe.wall_at(now) else {
+                        continue;
                     };
                     self.count("observe.refreshed");
-                    self.notify(id, now, wall);
+                    self.notify(id, now, wall, true);
                 }
-                Due::GaveUp { id, peer, .. } => {
-                    self.observe.forget(id, &peer);
+                Due::GaveUp { id, peer, resource } => {
+                    self.observe.forget(id, &peer, resource);
                     self.count("observe.gave_up");
                     let secs = (now.as_millis() / 1000) as i64;
                     crate::limited!(self.log, secs, "observe.gave_up", debug, peer = %peer.addr, "observer acknowledged no notification; observation ended");
                 }
             }
         }
+    }
+
+    /// The (monotonic, wall) pair of the batch in hand, for the checks timers and ACKs make.
+    pub(super) fn observe_clock(&mut self, now: Instant, wall: UnixTime) {
+        self.observe.clock = Some((now, wall));
     }
 
     /// The notifications waiting for `channel`'s endpoints, as datagrams for its socket (for
