@@ -19,11 +19,13 @@ def test_rust_symbols_are_read_as_paths():
 
 
 def test_the_record_carriers_code_is_recognised_and_the_shared_code_is_not():
-    for path in ("sigil_dtls::conn::Handshaking::handle_fragment", "sigil_dtls::conn::RecordIo::send_flight",
-                 "sigil_dtls::conn::Connection<C,T>::poll_transmit", "sigil_dtls::flight::Timer::expired",
+    for path in ("sigil_dtls::conn::record_carrier::Handshaking::handle_fragment",
+                 "sigil_dtls::conn::record_carrier::RecordIo::send_flight",
+                 "sigil_dtls::conn::connection::Connection<C,T>::poll_transmit",
+                 "sigil_dtls::conn::record_layer::RecordLayer::overhead", "sigil_dtls::flight::Timer::expired",
                  "sigil_dtls::flight::Ahead::keep", "sigil_dtls::handshake::Reassembler<512>::add"):
         assert RECORD_CARRIER.search(path), path
-    for path in ("sigil_dtls::whole::Handshaking::intake", "sigil_dtls::conn::RecordLayer::seal",
+    for path in ("sigil_dtls::whole::Handshaking::intake", "sigil_dtls::conn::record_layer::RecordLayer::seal",
                  "sigil_dtls::flight::Queue<0>::pop", "sigil_dtls::traffic::TrafficCore::send",
                  "sigil_dtls_coap::client::Client<C,T>::handle_datagram"):
         assert not RECORD_CARRIER.search(path), path
