@@ -37,15 +37,19 @@
 //! keeps only the last response, for a retransmission of the final request, until it is
 //! needed for a new session or `handshake_timeout` has passed.
 
-use crate::{id_text, parse_id, MAX_DATAGRAM, MAX_FLIGHT, MAX_ID_LEN, PATH};
+use crate::{parse_id, MAX_FLIGHT, PATH};
 use core::time::Duration;
 use sigil_coap::message::option;
-use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
+use sigil_coap::{BlockOption, Code, Message, MessageType, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, Rng};
 use sigil_dtls::handshake::{ClientHello, Fragment};
 use sigil_dtls::record::Record;
 use sigil_dtls::{Config, CookieKey, ServerCredentials, Stateless, Traffic, Trust, WholeFlights};
 use sigil_time::Instant;
+
+mod admission;
+mod reply;
+use reply::{block_of, cache, write_reply, Cached, Reply};
 
 /// Longest peer address (the caller's bytes, e.g. an IPv6 socket address).
 pub const MAX_PEER: usize = 32;
@@ -188,35 +192,6 @@ struct Session<C, T> {
     cached: Cached,
 }
 
-struct Cached {
-    mid: Option<u16>,
-    /// The request's token and length: a retransmission repeats them (a different request
-    /// under the same message ID from a forged address gets no cached answer).
-    token: [u8; 8],
-    token_len: usize,
-    request_len: usize,
-    bytes: [u8; MAX_DATAGRAM],
-    len: usize,
-}
-
-impl Cached {
-    const EMPTY: Self = Self {
-        mid: None,
-        token: [0; 8],
-        token_len: 0,
-        request_len: 0,
-        bytes: [0; MAX_DATAGRAM],
-        len: 0,
-    };
-
-    /// Whether `req` (of `len` bytes) repeats the request this answer is for.
-    fn answers(&self, req: &Message<'_>, len: usize) -> bool {
-        self.mid == Some(req.message_id)
-            && self.token[..self.token_len] == *req.token
-            && self.request_len == len
-    }
-}
-
 impl<C, T> Session<C, T> {
     fn peer(&self) -> &[u8] {
         &self.peer[..self.peer_len]
@@ -271,64 +246,6 @@ pub struct Endpoint<'a, C, T, const N: usize> {
 /// The evictions a full table allows at once, before its rate of `N` per
 /// `handshake_timeout`.
 pub const EVICTION_RESERVE: u64 = 2;
-
-/// A response to write: code, options from the request, payload.
-struct Reply<'p> {
-    code: Code,
-    location: Option<u32>,
-    block2: Option<BlockOption>,
-    block1: Option<BlockOption>,
-    payload: &'p [u8],
-}
-
-impl<'p> Reply<'p> {
-    const fn code(code: Code) -> Self {
-        Self {
-            code,
-            location: None,
-            block2: None,
-            block1: None,
-            payload: &[],
-        }
-    }
-}
-
-fn write_reply(req: &Message<'_>, r: &Reply<'_>, out: &mut [u8]) -> Option<usize> {
-    let mut m = MessageBuilder::new(
-        out,
-        MessageType::Acknowledgement,
-        r.code,
-        req.message_id,
-        req.token,
-    )
-    .ok()?;
-    if let Some(id) = r.location {
-        let mut b = [0u8; MAX_ID_LEN];
-        m.option(option::LOCATION_PATH, PATH.as_bytes()).ok()?;
-        m.option(option::LOCATION_PATH, id_text(id, &mut b).as_bytes())
-            .ok()?;
-    }
-    if let Some(b) = r.block2 {
-        let (v, n) = b.encode().ok()?;
-        m.option(option::BLOCK2, &v[..n]).ok()?;
-    }
-    if let Some(b) = r.block1 {
-        let (v, n) = b.encode().ok()?;
-        m.option(option::BLOCK1, &v[..n]).ok()?;
-    }
-    m.finish_with_payload(r.payload).ok()
-}
-
-/// Block `num` of `flight` at size `szx`: the payload and the Block2 option (none when the
-/// whole flight fits the first block). `None` past the end.
-fn block_of(flight: &[u8], num: u32, szx: u8) -> Option<(&[u8], Option<BlockOption>)> {
-    let b = BlockOption::new(num, false, szx);
-    let (part, more) = b.slice(flight)?;
-    if num == 0 && !more {
-        return Some((part, None));
-    }
-    Some((part, Some(BlockOption::new(num, more, szx))))
-}
 
 impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'a, C, T, N> {
     /// An endpoint with an empty table. `cookie_secret` keys the stateless cookies (fresh
@@ -513,7 +430,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
     }
 
     /// One datagram from `peer` (its address bytes). Returns the length of the response
-    /// written to `out`, if any; `out` should hold [`MAX_DATAGRAM`] bytes.
+    /// written to `out`, if any; `out` should hold [`crate::MAX_DATAGRAM`] bytes.
     pub fn handle_datagram(
         &mut self,
         now: Instant,
@@ -790,125 +707,6 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         cache(&mut s.cached, req, request_len, &reply, out)
     }
 
-    /// With more than half the table in half-open handshakes, removes strangers' ones older
-    /// than `crowded_handshake_timeout`.
-    fn expire_crowded(&mut self, now: Instant) {
-        let half_open = self
-            .sessions
-            .iter()
-            .flatten()
-            .filter(|s| !s.established() && !s.handed_off())
-            .count();
-        if half_open * 2 <= N {
-            return;
-        }
-        let shield = self.config.handshake_shield;
-        let short = self
-            .config
-            .crowded_handshake_timeout
-            .max(shield.saturating_add(shield / 3))
-            .min(self.config.handshake_timeout);
-        for slot in &mut self.sessions {
-            let old = slot.as_ref().is_some_and(|s| {
-                !s.established()
-                    && !s.handed_off()
-                    && !s.known
-                    && now.saturating_since(s.progress) >= short
-            });
-            if old {
-                *slot = None;
-                self.counters.expired_crowded += 1;
-            }
-        }
-    }
-
-    /// The slot to push out for a newcomer from `host` when the table is full, and whether it
-    /// goes by age (true) rather than by share (false): the oldest half-open handshake of the
-    /// host holding the most, if that host holds more than `host` would with one more (so
-    /// shares converge on equal ones); else, if `host` holds none or the newcomer is `known`,
-    /// the oldest stranger's half-open handshake that is at least a quarter of
-    /// `crowded_handshake_timeout` old.
-    fn eviction_for(&self, now: Instant, host: &[u8], known: bool) -> Option<(usize, bool)> {
-        if let Some(slot) = self.eviction_by_share(host, now) {
-            return Some((slot, false));
-        }
-        let prefix = self.config.host_prefix;
-        let own = self
-            .sessions
-            .iter()
-            .flatten()
-            .filter(|s| !s.established() && !s.handed_off())
-            .filter(|s| host_part(s.peer(), prefix) == host)
-            .count();
-        if own > 0 && !known {
-            return None;
-        }
-        (0..N)
-            .filter(|&i| self.evictable(i, now))
-            .min_by_key(|&i| self.order(i))
-            .map(|i| (i, true))
-    }
-
-    /// Whether slot `i` holds a stranger's half-open handshake without progress for
-    /// `handshake_shield`: the only kind a newcomer may push out.
-    fn evictable(&self, i: usize, now: Instant) -> bool {
-        self.sessions[i].as_ref().is_some_and(|s| {
-            !s.established()
-                && !s.handed_off()
-                && !s.known
-                && now.saturating_since(s.progress) >= self.config.handshake_shield
-        })
-    }
-
-    /// The order evictable handshakes go in: those that never progressed first, then the
-    /// longest without progress.
-    fn order(&self, i: usize) -> Option<(bool, Instant, Instant)> {
-        self.sessions[i]
-            .as_ref()
-            .map(|s| (s.progressed, s.progress, s.created))
-    }
-
-    /// The slot of the oldest half-open handshake of the host holding the most, if that host
-    /// holds more than `host` would with one more (so shares converge on equal ones).
-    fn eviction_by_share(&self, host: &[u8], now: Instant) -> Option<usize> {
-        let prefix = self.config.host_prefix;
-        let half_open = |i: usize| {
-            self.sessions[i]
-                .as_ref()
-                .filter(|s| !s.established() && !s.handed_off())
-        };
-        let of_host =
-            |i: usize, h: &[u8]| half_open(i).is_some_and(|s| host_part(s.peer(), prefix) == h);
-        let held = |h: &[u8]| (0..N).filter(|&i| of_host(i, h)).count();
-        let own = held(host);
-        let (count, heaviest) = (0..N)
-            .filter_map(|i| half_open(i).map(|s| (held(host_part(s.peer(), prefix)), i)))
-            .max_by_key(|(count, _)| *count)?;
-        if count <= own + 1 {
-            return None;
-        }
-        let victim = host_part(self.sessions[heaviest].as_ref()?.peer(), prefix);
-        (0..N)
-            .filter(|&i| of_host(i, victim) && self.evictable(i, now))
-            .min_by_key(|&i| self.order(i))
-    }
-
-    /// Whether the budget of evictions holds one at `now` (refilled first).
-    fn eviction_left(&mut self, now: Instant) -> bool {
-        let at = *self.evictions_at.get_or_insert(now);
-        let period = self.config.handshake_timeout.as_millis().max(1) as u64;
-        let ms = now
-            .saturating_since(at)
-            .as_millis()
-            .min(u128::from(u32::MAX)) as u64;
-        let add = ms.saturating_mul(N as u64).saturating_mul(1000) / period;
-        if add > 0 {
-            self.evictions = (self.evictions + add).min(EVICTION_RESERVE * 1000);
-            self.evictions_at = Some(now);
-        }
-        self.evictions >= 1000
-    }
-
     /// A random session ID no session holds (nonzero).
     fn fresh_id(&self, rng: &mut dyn Rng) -> Option<u32> {
         for _ in 0..8 {
@@ -1122,25 +920,6 @@ enum Route {
     Dtls,
     Session(u32),
     Unknown,
-}
-
-/// Writes the reply and keeps it for a retransmission of the same request (`request_len`
-/// bytes).
-fn cache(
-    c: &mut Cached,
-    req: &Message<'_>,
-    request_len: usize,
-    reply: &Reply<'_>,
-    out: &mut [u8],
-) -> Option<usize> {
-    let n = write_reply(req, reply, &mut c.bytes)?;
-    c.len = n;
-    c.mid = Some(req.message_id);
-    c.token_len = req.token.len().min(c.token.len());
-    c.token[..c.token_len].copy_from_slice(&req.token[..c.token_len]);
-    c.request_len = request_len;
-    out.get_mut(..n)?.copy_from_slice(&c.bytes[..n]);
-    Some(n)
 }
 
 /// Whether the ClientHello in `payload` carries a cookie at all.
