@@ -42,7 +42,8 @@ struct Observations {
     held: std::collections::HashMap<Vec<u8>, sigil_coap::exchange::observe::Ordering>,
     /// Notifications received while a request waited.
     queued: std::collections::VecDeque<ClientResponse>,
-    /// Notifications discarded as older than one received (§3.4).
+    /// Notifications discarded: older than one received (§3.4), or pushed out of a full
+    /// queue.
     pub stale: u64,
 }
 
@@ -66,6 +67,9 @@ pub struct CoapClient {
     /// message core ([`sigil_coap::exchange::client`]).
     requests: Box<Requests>,
 }
+
+/// Most notifications kept while a request waits for its answer.
+const QUEUED_MAX: usize = 64;
 
 /// The largest request this client sends (a Block1 block of 1,024 bytes and its options fit).
 const REQUEST_MAX: usize = 4096;
@@ -369,6 +373,14 @@ impl CoapClient {
                         && self.observations.held.contains_key(msg.token)
                     {
                         if let Some(n) = self.take_notification(&msg).await? {
+                            // Bounded: a server (or whoever can write to this socket)
+                            // sending notifications faster than they are taken cannot grow
+                            // the queue; the oldest go (a follower fetches skipped readings
+                            // from the history).
+                            if self.observations.queued.len() >= QUEUED_MAX {
+                                self.observations.queued.pop_front();
+                                self.observations.stale += 1;
+                            }
                             self.observations.queued.push_back(n);
                         }
                         continue;
@@ -434,7 +446,8 @@ impl CoapClient {
         self.observations.held.remove(token);
     }
 
-    /// Notifications discarded as older than one already received (RFC 7641 §3.4).
+    /// Notifications discarded: older than one already received (RFC 7641 §3.4), or pushed
+    /// out of the queue kept while a request waits.
     pub fn stale_notifications(&mut self) -> u64 {
         self.observations.stale
     }

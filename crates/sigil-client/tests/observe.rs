@@ -112,3 +112,61 @@ async fn notifications_come_once_each_in_order_and_strangers_are_reset() {
         ]
     );
 }
+
+#[tokio::test]
+async fn notifications_that_arrive_while_a_request_waits_are_kept_within_a_bound() {
+    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
+        .await
+        .unwrap();
+    let script = tokio::spawn(async move {
+        let (req, from) = recv(&server).await;
+        let m = Message::parse(&req).unwrap();
+        let token = m.token.to_vec();
+        let mut buf = [0u8; 128];
+        let mut b = MessageBuilder::new(
+            &mut buf,
+            MessageType::Acknowledgement,
+            Code::CONTENT,
+            m.message_id,
+            &token,
+        )
+        .unwrap();
+        b.uint_option(option::OBSERVE, 1).unwrap();
+        let n = b.finish_with_payload(b"r1").unwrap();
+        server.send_to(&buf[..n], from).await.unwrap();
+        // A GET: 200 notifications before its answer.
+        let (req, from) = recv(&server).await;
+        let get = Message::parse(&req).unwrap();
+        for seq in 2..202u32 {
+            let n = notification(MessageType::NonConfirmable, seq as u16, &token, seq, b"x");
+            server.send_to(&n, from).await.unwrap();
+        }
+        let mut b = MessageBuilder::new(
+            &mut buf,
+            MessageType::Acknowledgement,
+            Code::CONTENT,
+            get.message_id,
+            get.token,
+        )
+        .unwrap();
+        let n = b.finish_with_payload(b"answer").unwrap();
+        server.send_to(&buf[..n], from).await.unwrap();
+    });
+    client.observe("ps/1/m").await.unwrap();
+    let r = client.get("ps", &[]).await.unwrap();
+    assert_eq!(r.payload, b"answer");
+    script.await.unwrap();
+    let mut kept = vec![];
+    while let Some(n) = client
+        .next_notification(Duration::from_millis(200))
+        .await
+        .unwrap()
+    {
+        kept.push(n.observe.unwrap());
+    }
+    assert_eq!(kept.len(), 64, "at most 64 kept");
+    assert_eq!(kept.last(), Some(&201), "the newest kept");
+    assert_eq!(client.stale_notifications(), 200 - 64);
+}

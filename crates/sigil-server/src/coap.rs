@@ -372,8 +372,8 @@ impl Dispatcher {
     /// layer did not report it) and the socket's port.
     fn origin(&self, d: &Inbound, msg: &Message<'_>) -> String {
         let (scheme, mut local) = match (d.from.channel, &self.config.dtls) {
-            (Channel::Dtls, Some(d)) => ("coaps", d.listen),
-            _ => ("coap", self.config.listen),
+            (Channel::Dtls, Some(d)) => (Channel::Dtls.scheme(), d.listen),
+            _ => (Channel::Plain.scheme(), self.config.listen),
         };
         if let Some(to) = d.to {
             local.set_ip(to);
