@@ -322,42 +322,41 @@ async fn taken(
         // No number of its own: the broker's (its ETag).
         reading.seq = etag_number(n.etag.as_deref()).unwrap_or(w.highest + 1);
     }
-    if let Some(why) = &w.key_error {
-        reading.verified = false;
-        reading.error = Some(why.clone());
-    }
     // Readings between the last one taken and this one were not notified (the server sends
     // one notification at a time, or one was lost): fetched from the history and verified
     // the same way, in order, before this one.
     if reading.error.is_none()
+        && w.key_error.is_none()
         && reading.protection != Protection::Session
         && w.highest > 0
         && reading.seq > w.highest + 1
     {
         let gap = (reading.seq - w.highest - 1).min(100) as u32;
         if let Ok(raws) = fetch_after(client, &w.a.href, w.highest, gap).await {
-            let key_ok = w.key_ok && w.trusted != Some(false);
             let mut filled =
                 verify_readings_after(&w.a, &raws, key_ok, w.reading_key.as_ref(), w.highest);
             filled.retain(|r| r.seq < reading.seq);
-            for mut r in filled {
-                if let Some(why) = &w.key_error {
-                    r.verified = false;
-                    r.error = Some(why.clone());
-                }
-                if r.error.is_none() {
-                    w.highest = w.highest.max(r.seq);
-                }
-                if r.verified {
-                    *verified += 1;
-                }
-                *readings += 1;
-                emit(&Followed::Reading {
-                    sensor: w.sensor.clone(),
-                    reading: r,
-                });
+            for r in filled {
+                report(w, r, emit, readings, verified);
             }
         }
+    }
+    w.etag = n.etag;
+    report(w, reading, emit, readings, verified);
+}
+
+/// Reports one checked reading of `w`'s sensor: failed if this application's lists refuse
+/// the sensor, counted, and the highest number taken moved on.
+fn report(
+    w: &mut Watched,
+    mut reading: CheckedReading,
+    emit: &mut impl FnMut(&Followed),
+    readings: &mut usize,
+    verified: &mut usize,
+) {
+    if let Some(why) = &w.key_error {
+        reading.verified = false;
+        reading.error = Some(why.clone());
     }
     if reading.error.is_none() {
         w.highest = w.highest.max(reading.seq);
@@ -365,7 +364,6 @@ async fn taken(
     if reading.verified {
         *verified += 1;
     }
-    w.etag = n.etag;
     *readings += 1;
     emit(&Followed::Reading {
         sensor: w.sensor.clone(),

@@ -143,7 +143,7 @@ async fn notifications_that_arrive_while_a_request_waits_are_kept_within_a_bound
             let n = notification(MessageType::NonConfirmable, seq as u16, &token, seq, b"x");
             server.send_to(&n, from).await.unwrap();
         }
-        let mut b = MessageBuilder::new(
+        let b = MessageBuilder::new(
             &mut buf,
             MessageType::Acknowledgement,
             Code::CONTENT,

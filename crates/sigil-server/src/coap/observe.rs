@@ -149,10 +149,7 @@ impl ObserveState {
             mid_counter: 0,
             per_endpoint: HashMap::new(),
             outbox: Vec::new(),
-            give_way_rate: {
-                let r = f64::from(config.give_way_per_sec.max(1));
-                crate::budget::TokenBucket::new(r, r)
-            },
+            give_way_rate: super::give_way_bucket(config.give_way_per_sec),
             clock: None,
             max_age: u32::try_from(config.refresh.as_secs())
                 .unwrap_or(u32::MAX)
