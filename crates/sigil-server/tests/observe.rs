@@ -882,3 +882,51 @@ fn a_registration_in_the_batch_that_stores_a_reading_does_not_hide_it_from_the_o
     a.take(&out, true);
     assert_eq!(a.got.len(), 1, "A is notified of the same reading");
 }
+
+#[test]
+fn a_re_registration_over_the_hosts_bytes_ends_it_and_gives_its_bytes_back_once() {
+    let mut s = Server::new(|c| c.observe.caps.per_host = 400);
+    let _dev = registered(&mut s, 1);
+    let topic = _dev.topic();
+    let mut keep = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5000)), &[1]);
+    let mut grow = Follower::new(SocketAddr::from(([127, 0, 0, 9], 5001)), &[2]);
+    keep.register(&mut s, &topic);
+    grow.register(&mut s, &topic);
+    let two = s.gauge("mem.observe.bytes");
+    assert!(two > 0 && two <= 400);
+    // The same endpoint and token again, with a request too long for the host's share.
+    let long = format!("{topic}?x={}", "a".repeat(300));
+    let (p, q) = long.split_once('?').unwrap();
+    let mut buf = [0u8; 512];
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, 900, &[2]).unwrap();
+    b.uint_option(option::OBSERVE, 0).unwrap();
+    b.uri_path(p).unwrap();
+    b.option(option::URI_QUERY, q.as_bytes()).unwrap();
+    let n = b.finish();
+    let first = s.one(grow.addr, buf[..n].to_vec());
+    let echo = Message::parse(&first[0])
+        .unwrap()
+        .option(option::ECHO)
+        .unwrap()
+        .to_vec();
+    let mut b =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, 901, &[2]).unwrap();
+    b.uint_option(option::OBSERVE, 0).unwrap();
+    b.uri_path(p).unwrap();
+    b.option(option::URI_QUERY, q.as_bytes()).unwrap();
+    b.option(option::ECHO, &echo).unwrap();
+    let n = b.finish();
+    s.one(grow.addr, buf[..n].to_vec());
+    assert_eq!(s.stats.get("observe.refused.host_bytes"), 1);
+    assert_eq!(
+        s.gauge("observe.observers"),
+        1,
+        "the other observation stays"
+    );
+    assert_eq!(
+        s.gauge("mem.observe.bytes"),
+        two / 2,
+        "what the other holds, once"
+    );
+}

@@ -286,6 +286,10 @@ impl Dispatcher {
             let old = self.observe.watches.get(&id).map_or(0, |w| w.charged);
             self.observe.budget.refund(host, old);
             if let Err(why) = self.observe.budget.charge(host, charge) {
+                // Its old bytes are refunded already.
+                if let Some(w) = self.observe.watches.get_mut(&id) {
+                    w.charged = 0;
+                }
                 self.observe.end(id);
                 self.count(match why {
                     crate::budget::Over::Host => "observe.refused.host_bytes",
