@@ -1,6 +1,9 @@
 //! The message core's state machines (RFC 7252 §4, RFC 7641), sans-IO and without
 //! allocation: the caller passes time and randomness in and sends what comes out.
 //!
+//! - [`blockwise`]: block-wise transfer state (RFC 7959): a body sent in Block1 blocks, a
+//!   body received in blocks (Block1 at a server, Block2 at a client), and the Block2 block a
+//!   request gets.
 //! - [`client`]: the requests a client has outstanding toward one peer (token and message ID
 //!   matching, Confirmable retransmission, NSTART, separate responses, acknowledging
 //!   Confirmable responses and rejecting what nobody waits for).
@@ -11,6 +14,7 @@
 //!   client's ordering rule for the notifications it receives (§3.4).
 //! - [`Token`]: a token (RFC 7252 §5.3.1) held inline.
 
+pub mod blockwise;
 pub mod client;
 pub mod dedup;
 pub mod observe;
