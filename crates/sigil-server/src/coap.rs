@@ -56,7 +56,8 @@ struct DedupEntry {
 
 struct Assembly {
     body: Vec<u8>,
-    next: u32,
+    /// Where the transfer is (the message core's Block1 sequencing).
+    state: sigil_coap::blockwise::Reassembly,
     at: Instant,
     /// Bytes charged to the sender's host: the entry's overhead, its key and the body so far,
     /// and never less than [`BLOCK1_MIN_CHARGE`].
@@ -782,37 +783,32 @@ fn encode_response(p: &Pending, r: Response, default_szx: u8, stats: &Stats) -> 
         // request's so it is stable for the same request.
         _ => (MessageType::NonConfirmable, p.mid.wrapping_add(0x8000)),
     };
-    let szx = p.block2.map_or(default_szx, |b| b.szx.min(default_szx));
-    let block_size = 1usize << (szx + 4);
-    let (body, block2) = if r.payload.len() > block_size || p.block2.is_some_and(|b| b.num > 0) {
-        let want = BlockOption::new(p.block2.map_or(0, |b| b.num), false, szx);
-        match want.slice(&r.payload) {
-            Some((part, more)) => (part.to_vec(), Some(BlockOption::new(want.num, more, szx))),
-            None => {
-                // Block past the end: 4.02 (RFC 7959 §2.2), answered without Block2.
-                let plain = Pending {
-                    from: p.from,
-                    mtype: p.mtype,
-                    mid: p.mid,
-                    token: p.token.clone(),
-                    block2: None,
-                    block1: None,
-                    allowance: p.allowance,
-                    answer_digest: None,
-                    request: Request::new(p.from.addr, Code::EMPTY),
-                };
-                let why = Rejection::BlockOutOfRange;
-                stats.incr(why.counter());
-                let refusal = Response {
-                    code: why.code(),
-                    payload: why.diagnostic().into_bytes(),
-                    ..Default::default()
-                };
-                return encode_response(&plain, refusal, default_szx, stats);
-            }
+    // The message core picks the block (RFC 7959 §2.4): none when the body fits one and the
+    // first was asked for, else the asked-for offset in blocks of at most `default_szx`.
+    let (body, block2) = match sigil_coap::block2_of(p.block2, default_szx, r.payload.len()) {
+        Ok((range, block2)) => (r.payload[range].to_vec(), block2),
+        Err(_) => {
+            // Block past the end: 4.02 (RFC 7959 §2.2), answered without Block2.
+            let plain = Pending {
+                from: p.from,
+                mtype: p.mtype,
+                mid: p.mid,
+                token: p.token.clone(),
+                block2: None,
+                block1: None,
+                allowance: p.allowance,
+                answer_digest: None,
+                request: Request::new(p.from.addr, Code::EMPTY),
+            };
+            let why = Rejection::BlockOutOfRange;
+            stats.incr(why.counter());
+            let refusal = Response {
+                code: why.code(),
+                payload: why.diagnostic().into_bytes(),
+                ..Default::default()
+            };
+            return encode_response(&plain, refusal, default_szx, stats);
         }
-    } else {
-        (r.payload.clone(), None)
     };
     let mut buf =
         vec![0u8; body.len() + 256 + r.location_path.iter().map(|s| s.len() + 3).sum::<usize>()];

@@ -449,6 +449,22 @@ fn large_history_is_served_block_by_block() {
         Message::parse(&replies[0].1).unwrap().code,
         Code::BAD_OPTION
     );
+    // A server serving 256-byte blocks, asked for the second 1,024-byte block, answers
+    // the block at that offset in its own size (RFC 7959 §2.4): block 4 of 256 bytes.
+    drop(d);
+    let (mut small, _, _) = common::plain_dispatcher(&db, 7, |c| c.block2_szx = 4);
+    let replies = small.handle_at(
+        vec![(
+            client,
+            get(1000, Some(BlockOption::new(1, false, 6)), &echo),
+        )],
+        Instant::from_millis(now),
+        wall(now),
+    );
+    let m = Message::parse(&replies[0].1).unwrap();
+    assert_eq!(m.code, Code::CONTENT);
+    assert_eq!(m.block2().unwrap().unwrap(), BlockOption::new(4, true, 4));
+    assert_eq!(m.payload, &body[1024..1280]);
 }
 
 /// Regression: a Block2 number past the end of a body made response encoding recurse until

@@ -4,7 +4,8 @@
 use super::{uncount, Assembly, Dispatcher, Endpoint, BLOCK1_MIN_CHARGE};
 use crate::budget::{shrink_if_sparse, Host, Over, ENTRY_OVERHEAD};
 use crate::context::Rejection;
-use sigil_coap::BlockOption;
+use sigil_coap::blockwise::Reassembly;
+use sigil_coap::{BlockOption, BlockwiseError};
 use sigil_time::Instant;
 
 impl Dispatcher {
@@ -47,26 +48,27 @@ impl Dispatcher {
                 key.clone(),
                 Assembly {
                     body: Vec::new(),
-                    next: 0,
+                    state: Reassembly::new(self.config.max_body),
                     at: now,
                     charged: overhead,
                 },
             );
         }
-        let Some(a) = self.assemblies.get(&key) else {
+        let Some(a) = self.assemblies.get_mut(&key) else {
             return Err(Rejection::Block1NotStarted);
         };
-        if b1.num != a.next || a.body.len() != b1.offset() || (b1.more && part.len() != b1.size()) {
+        // The message core's sequencing (in order, whole blocks before the last, within
+        // `max_body`); the bytes and their charge stay here.
+        if let Err(e) = a.state.accept(b1, part.len()) {
             self.drop_assembly(&key);
-            return Err(Rejection::Block1OutOfSequence);
-        }
-        if a.body.len() + part.len() > self.config.max_body {
-            self.drop_assembly(&key);
-            return Err(Rejection::BodyTooLarge);
+            return Err(match e {
+                BlockwiseError::TooLarge => Rejection::BodyTooLarge,
+                _ => Rejection::Block1OutOfSequence,
+            });
         }
         // Charged what it holds beyond what it was charged already (the minimum covers the
         // first KiB or so).
-        let holds = ENTRY_OVERHEAD + key.1.len() + a.body.len() + part.len();
+        let holds = ENTRY_OVERHEAD + key.1.len() + a.state.received();
         let more = holds.saturating_sub(a.charged);
         // A full table gives way to a transfer going on as to a new one.
         if self.block1_budget.check(host, more) == Err(Over::Total) {
@@ -82,7 +84,6 @@ impl Dispatcher {
         };
         a.charged += more;
         a.body.extend_from_slice(part);
-        a.next += 1;
         a.at = now;
         if b1.more {
             return Ok(None);
