@@ -14,6 +14,7 @@
 
 use crate::transport::{Security, Transport};
 use anyhow::{anyhow, bail, Result};
+use sigil_coap::exchange::blockwise;
 use sigil_coap::exchange::client::{Client, Incoming, NewRequest, RequestId, StartError};
 use sigil_coap::exchange::Token;
 use sigil_coap::message::option;
@@ -34,6 +35,8 @@ pub struct ClientResponse {
     pub token: Vec<u8>,
     /// Block2 says more of the body follows (a notification carries its first block).
     pub more: bool,
+    /// The Block1 option the server echoed (2.31 Continue, or the answer to the last block).
+    pub block1: Option<BlockOption>,
 }
 
 /// The observations a client holds: token → the order of its notifications.
@@ -157,37 +160,33 @@ impl CoapClient {
     /// A complete request: Block1 upload if the payload is large, Block2 download if the
     /// response is.
     pub async fn request(&mut self, code: Code, spec: &RequestSpec<'_>) -> Result<ClientResponse> {
-        let bsize = 1usize << (self.szx + 4);
-        let (mut response, first_block2) = if spec.payload.len() > bsize {
-            let mut num = 0u32;
-            loop {
-                let blk = BlockOption::new(
-                    num,
-                    (num as usize + 1) * bsize < spec.payload.len(),
-                    self.szx,
-                );
-                let (part, _) = blk
-                    .slice(spec.payload)
-                    .ok_or_else(|| anyhow!("block out of range"))?;
-                let r = self.exchange(code, spec, part, Some(blk), None).await?;
-                if blk.more {
-                    if r.0.code != Code::CONTINUE {
-                        return Ok(r.0);
-                    }
-                    num += 1;
-                } else {
-                    break r;
-                }
+        // Block1 (RFC 7959 §2.3): the message core's sender picks each block and follows the
+        // server's 2.31 Continue, and a smaller block size it asks for (§2.5).
+        let mut upload = blockwise::Sender::new(spec.payload.len(), self.szx);
+        let (mut response, first_block2) = loop {
+            let part = &spec.payload[upload.range()];
+            let r = self
+                .exchange(code, spec, part, upload.block(), None)
+                .await?;
+            if upload.is_last() {
+                break r;
             }
-        } else {
-            self.exchange(code, spec, spec.payload, None, None).await?
+            if r.0.code != Code::CONTINUE {
+                return Ok(r.0);
+            }
+            upload
+                .continued(r.0.block1)
+                .map_err(|e| anyhow!("Block1 upload of {}: {e}", spec.path))?;
         };
-        // Block2: fetch the remaining blocks.
+        // Block2 (§2.4): the core's reassembly checks each block follows the last.
         if let Some(b2) = first_block2.filter(|b| b.num == 0) {
             let mut body = std::mem::take(&mut response.payload);
-            let mut next = b2;
-            while next.more {
-                let want = BlockOption::new(next.num + 1, false, next.szx);
+            let mut download = blockwise::Reassembly::new(self.max_body);
+            download
+                .accept(b2, body.len())
+                .map_err(|e| anyhow!("Block2 download of {}: {e}", spec.path))?;
+            // Further blocks in the size the server chose.
+            while let Some(want) = download.next_request(6) {
                 let (r, b) = self
                     .exchange(Code::GET, spec, &[], None, Some(want))
                     .await?;
@@ -195,14 +194,11 @@ impl CoapClient {
                     return Ok(r);
                 }
                 let b = b.ok_or_else(|| anyhow!("server stopped sending Block2"))?;
-                if b.num != want.num || b.offset() != body.len() {
-                    bail!("Block2 out of sequence");
-                }
+                let at = download
+                    .accept(b, r.payload.len())
+                    .map_err(|e| anyhow!("Block2 download of {}: {e}", spec.path))?;
+                body.truncate(at.offset);
                 body.extend_from_slice(&r.payload);
-                if body.len() > self.max_body {
-                    bail!("response body larger than {} bytes", self.max_body);
-                }
-                next = b;
             }
             response.payload = body;
         }
@@ -417,6 +413,7 @@ fn response_of(msg: &Message<'_>) -> ClientResponse {
         max_age: msg.uint_option(option::MAX_AGE),
         token: msg.token.to_vec(),
         more: msg.block2().and_then(|r| r.ok()).is_some_and(|b| b.more),
+        block1: msg.block1().and_then(|r| r.ok()),
     }
 }
 
