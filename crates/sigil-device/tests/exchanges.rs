@@ -225,6 +225,80 @@ fn a_continue_for_an_unblocked_registration_is_refused_not_fatal() {
     assert_eq!(sent(&mut d).len(), 1);
 }
 
+/// A registration in Block1 blocks follows a server that asks for smaller blocks in its
+/// 2.31 Continue (RFC 7959 §2.5): the rest of the body comes in the server's size, from the
+/// offset the server has, and a 2.31 naming another block ends the attempt.
+#[test]
+fn a_registration_in_blocks_follows_a_smaller_block_size() {
+    use sigil_coap::BlockOption;
+    let continue_ = |m: &Message<'_>, b1: BlockOption| {
+        let mut buf = [0u8; 64];
+        let mut b = MessageBuilder::new(
+            &mut buf,
+            MessageType::Acknowledgement,
+            Code::CONTINUE,
+            m.message_id,
+            m.token,
+        )
+        .unwrap();
+        let (v, n) = b1.encode().unwrap();
+        b.option(option::BLOCK1, &v[..n]).unwrap();
+        let n = b.finish();
+        buf[..n].to_vec()
+    };
+    let mut st = MemoryStorage::default();
+    let config = DeviceConfig {
+        block_szx: 1,
+        ..DeviceConfig::default()
+    };
+    let mut d = Device::boot(RustCrypto, config, &mut st, &mut Fixed(1), &[], &[]).unwrap();
+    d.handle_timeout(at(0), &mut st).unwrap();
+    let mut body = Vec::new();
+    let mut blocks = Vec::new();
+    let mut t = 1;
+    loop {
+        let reg = sent(&mut d).pop().expect("the next block");
+        let m = Message::parse(&reg).unwrap();
+        let b1 = m.block1().expect("sent in blocks").unwrap();
+        assert_eq!(b1.offset(), body.len(), "block {b1:?} out of sequence");
+        body.extend_from_slice(m.payload);
+        blocks.push((b1.num, b1.szx));
+        t += 1;
+        if !b1.more {
+            assert_eq!(m.uint_option(option::SIZE1), Some(body.len() as u32));
+            d.handle_datagram(at(t), &mut st, &ack(&m, Code::CREATED, &["rd", "3"]))
+                .unwrap();
+            break;
+        }
+        // 16-byte blocks after the first (the echo names the block sent, in the new size).
+        let echo = BlockOption::new(b1.num, true, 0);
+        d.handle_datagram(at(t), &mut st, &continue_(&m, echo))
+            .unwrap();
+    }
+    assert!(d.is_registered());
+    assert!(blocks.len() >= 3, "{blocks:?}");
+    assert_eq!(blocks[0], (0, 1));
+    // After 32 bytes, 16-byte blocks from block 2.
+    assert_eq!(blocks[1], (2, 0));
+    assert!(blocks[1..].iter().all(|b| b.1 == 0));
+    assert_eq!(d.stats.unexpected, 0);
+
+    // A 2.31 for a block it did not send: counted, the attempt fails, nothing more is sent.
+    let mut st = MemoryStorage::default();
+    let mut d = Device::boot(RustCrypto, config, &mut st, &mut Fixed(2), &[], &[]).unwrap();
+    d.handle_timeout(at(0), &mut st).unwrap();
+    let reg = sent(&mut d).pop().unwrap();
+    let m = Message::parse(&reg).unwrap();
+    d.handle_datagram(at(1), &mut st, &continue_(&m, BlockOption::new(5, true, 1)))
+        .unwrap();
+    assert_eq!(d.stats.unexpected, 1);
+    assert!(sent(&mut d).is_empty());
+    assert!(matches!(
+        d.poll_event(),
+        Some(Event::RegistrationFailed { .. })
+    ));
+}
+
 fn ack(m: &Message<'_>, code: Code, location: &[&str]) -> Vec<u8> {
     response(
         MessageType::Acknowledgement,

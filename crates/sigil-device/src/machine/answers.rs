@@ -172,21 +172,17 @@ impl<C: CryptoProvider> Device<C> {
             }
         }
         match exchange {
-            Exchange::Register { block } if msg.code == Code::CONTINUE => {
-                // 2.31 is only valid for a block we sent with the "more" flag (RFC 7959 §2.3).
-                let sent_more = self.requests.bytes(id).is_some_and(|sent| {
-                    Message::parse(sent)
-                        .ok()
-                        .and_then(|m| m.block1())
-                        .is_some_and(|b| b.is_ok_and(|b| b.more && b.num == block))
-                });
-                if !sent_more {
+            Exchange::Register { mut upload } if msg.code == Code::CONTINUE => {
+                // 2.31 is only valid as the echo of a block sent with the "more" flag (RFC
+                // 7959 §2.3); the message core's sender checks it and follows a smaller size
+                // the server asks for (§2.5).
+                if upload.continued(msg.block1().and_then(Result::ok)).is_err() {
                     self.stats.unexpected += 1;
                     self.exchange_failed_with(now, id, msg.code);
                     return Ok(());
                 }
                 self.requests.remove(id);
-                self.start_registration(now, storage, block + 1)
+                self.start_registration(now, storage, Some(upload))
             }
             Exchange::Register { .. } if msg.code == Code::CREATED => {
                 self.requests.remove(id);

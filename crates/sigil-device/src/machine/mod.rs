@@ -188,9 +188,9 @@ impl<E> From<SequenceError<E>> for DeviceError {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exchange {
-    /// Full registration; `block` is the Block1 number in flight.
+    /// Full registration; `upload` is where its Block1 transfer is.
     Register {
-        block: u32,
+        upload: sigil_coap::blockwise::Sender,
     },
     /// Registration update (refresh lifetime).
     Update,
@@ -458,7 +458,7 @@ impl<C: CryptoProvider> Device<C> {
         if self.requests.is_empty() {
             match self.state {
                 State::Unregistered { retry_at } if now >= retry_at => {
-                    self.start_registration(now, storage, 0)?
+                    self.start_registration(now, storage, None)?
                 }
                 State::Registered { refresh_at } if now >= refresh_at => {
                     self.start_update(now, storage)?

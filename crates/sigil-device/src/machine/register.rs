@@ -5,8 +5,9 @@ use super::{fmt_into, Device, DeviceError, Exchange, B64, MAX_LOCATION, MAX_REG_
 use crate::storage::{DeviceStorage, Reservation};
 use base64::Engine;
 use core::fmt::{self, Write};
+use sigil_coap::blockwise::Sender;
 use sigil_coap::message::option;
-use sigil_coap::{BlockOption, Code, ContentFormat, MessageBuilder, MessageType};
+use sigil_coap::{Code, ContentFormat, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, Signature};
 use sigil_identity::KeyAnnouncement;
 use sigil_objects::answer;
@@ -40,10 +41,10 @@ impl<C: CryptoProvider> Device<C> {
         &mut self,
         now: Instant,
         storage: &mut S,
-        block: u32,
+        upload: Option<Sender>,
     ) -> Result<(), DeviceError> {
         // The announced number is consumed, so every later reading is above it (§8.2).
-        let seq = if block == 0 {
+        let seq = if upload.is_none() {
             self.counter.next(&mut Reservation(storage))?
         } else {
             self.counter.peek().saturating_sub(1)
@@ -53,7 +54,7 @@ impl<C: CryptoProvider> Device<C> {
         // (docs/device-costs.md: stack depth).
         let digest = self.registration_digest()?;
         let sig = self.sign_statement(seq, &digest)?;
-        self.send_registration(now, block, seq, sig)
+        self.send_registration(now, upload, seq, sig)
     }
 
     /// The operation digest of the registration this device sends (`sigil_objects::resync`).
@@ -83,7 +84,7 @@ impl<C: CryptoProvider> Device<C> {
     fn send_registration(
         &mut self,
         now: Instant,
-        block: u32,
+        upload: Option<Sender>,
         seq: u64,
         sig: Signature,
     ) -> Result<(), DeviceError> {
@@ -91,13 +92,14 @@ impl<C: CryptoProvider> Device<C> {
         let plen = self.registration_payload(&mut payload)?;
         let id_hex = self.identity.hex();
         let lifetime = self.config.lifetime_secs();
-        let szx = self.config.block_szx.min(6);
-        let bsize = 1usize << (szx + 4);
+        // The message core's Block1 sender (RFC 7959 §2.3): the first block, or the one the
+        // server's 2.31 Continue asked for next.
+        let upload = upload.unwrap_or(Sender::new(plen, self.config.block_szx));
         let format_ct = ContentFormat::LINK_FORMAT.0;
         let signed = self.config.require_signed_answers;
         self.begin(
             now,
-            Exchange::Register { block },
+            Exchange::Register { upload },
             true,
             |buf, mid, token| {
                 let mut q = [0u8; 128];
@@ -117,15 +119,14 @@ impl<C: CryptoProvider> Device<C> {
                 b.option(option::URI_QUERY, &q[..n])
                     .map_err(|_| DeviceError::TooLarge)?;
                 statement_options(&mut b, seq, &sig)?;
-                if plen > bsize {
-                    let blk = BlockOption::new(block, (block as usize + 1) * bsize < plen, szx);
+                if let Some(blk) = upload.block() {
                     let (v, vn) = blk.encode().map_err(|_| DeviceError::TooLarge)?;
                     b.option(option::BLOCK1, &v[..vn])
                         .map_err(|_| DeviceError::TooLarge)?;
                     b.uint_option(option::SIZE1, plen as u32)
                         .map_err(|_| DeviceError::TooLarge)?;
                     require_option(&mut b, signed)?;
-                    let (part, _) = blk.slice(&payload[..plen]).ok_or(DeviceError::TooLarge)?;
+                    let part = payload.get(upload.range()).ok_or(DeviceError::TooLarge)?;
                     b.finish_with_payload(part)
                         .map_err(|_| DeviceError::TooLarge)
                 } else {
