@@ -3,11 +3,14 @@
 //! ([`sigil_coap::exchange::client`]): matched by message ID and token, retransmitted with
 //! exponential back-off until its response arrives (§4.2), the timer started when the request
 //! first leaves. The server piggybacks its responses; a separate one after an Empty ACK is
-//! taken too (§5.2.2). Flights larger than the block size go with Block1; responses larger
-//! than the server's block size are fetched with Block2 from the session resource
-//! (`GET /dtls/<id>`), whose representation is the server's latest flight.
+//! taken too (§5.2.2). Flights larger than the block size go with Block1, in the server's
+//! size from the next block on if its 2.31 asks for a smaller one (RFC 7959 §2.5); responses
+//! larger than the server's block size are fetched with Block2 from the session resource
+//! (`GET /dtls/<id>`), whose representation is the server's latest flight. The block-wise
+//! state is the message core's ([`sigil_coap::exchange::blockwise`]).
 
 use crate::{parse_id, Error, MAX_DATAGRAM, MAX_FLIGHT, PATH};
+use sigil_coap::exchange::blockwise::{BlockwiseError, Reassembly, Sender};
 use sigil_coap::exchange::client::{self, Incoming, NewRequest, StartError};
 use sigil_coap::exchange::Token;
 use sigil_coap::message::option;
@@ -63,13 +66,13 @@ pub struct Client<C, T> {
     token: Token,
     next_mid: u16,
     session: Option<u32>,
-    /// This side's flight being sent, and the next Block1 number.
+    /// This side's flight being sent, and where its Block1 transfer stands.
     out: [u8; MAX_FLIGHT],
     out_len: usize,
-    block1: u32,
-    /// The response body being assembled from Block2 blocks, and its code.
+    upload: Sender,
+    /// The response body being assembled from Block2 blocks, where that stands, and its code.
     body: [u8; MAX_FLIGHT],
-    body_len: usize,
+    download: Reassembly,
     body_code: Code,
     requests: Requests,
     /// Datagrams that are not CoAP messages.
@@ -109,9 +112,9 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             session: None,
             out,
             out_len: n,
-            block1: 0,
+            upload: Sender::new(n, config.block_szx),
             body: [0; MAX_FLIGHT],
-            body_len: 0,
+            download: Reassembly::new(MAX_FLIGHT),
             body_code: Code::EMPTY,
             requests: Requests::timed_from_first_send(config.coap),
             malformed: 0,
@@ -244,10 +247,11 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
                     .block1()
                     .and_then(Result::ok)
                     .ok_or(Error::Protocol("2.31 without Block1"))?;
-                if b.num != self.block1 {
-                    return Err(Error::Protocol("2.31 for another block"));
-                }
-                self.block1 += 1;
+                // The next block, in the server's size if it asked for a smaller one (§2.5).
+                self.upload.continued(Some(b)).map_err(|e| match e {
+                    BlockwiseError::NumberTooLarge => Error::Protocol("Block1 number"),
+                    _ => Error::Protocol("2.31 for another block"),
+                })?;
                 self.send_flight(now, rng)
             }
             (Phase::Hello, Code::CREATED)
@@ -269,12 +273,12 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             Some(Ok(b)) => Some(b),
             Some(Err(_)) => return Err(Error::Protocol("malformed Block2")),
         };
-        let num = block.map_or(0, |b| b.num);
-        if num == 0 {
+        // Without Block2 the payload is the whole body: one last block 0.
+        let block = block.unwrap_or(BlockOption::new(0, false, 6));
+        if block.num == 0 {
             if msg.code == Code::CONTENT {
                 return Err(Error::Protocol("2.05 for the first block"));
             }
-            self.body_len = 0;
             self.body_code = msg.code;
             if msg.code == Code::CREATED {
                 self.session = Some(location(msg)?);
@@ -282,28 +286,22 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
         } else if msg.code != Code::CONTENT {
             return Err(Error::Protocol("a later block that is not 2.05"));
         }
-        let offset = block.map_or(0, |b| b.offset());
-        if offset != self.body_len {
-            return Err(Error::Protocol("a block out of order"));
-        }
-        let end = offset + msg.payload.len();
-        if end > MAX_FLIGHT {
-            return Err(Error::FlightTooLarge);
-        }
-        self.body[offset..end].copy_from_slice(msg.payload);
-        self.body_len = end;
-        if let Some(b) = block.filter(|b| b.more) {
-            if msg.payload.len() != b.size() {
-                return Err(Error::Protocol("a short block before the last"));
-            }
-            let next = BlockOption::new(b.num + 1, false, b.szx.min(self.config.block_szx));
-            // A smaller size than the server's: the next number counts in the new size.
-            let next = BlockOption::new((end / next.size()) as u32, false, next.szx);
+        let at = self
+            .download
+            .accept(block, msg.payload.len())
+            .map_err(|e| match e {
+                BlockwiseError::TooLarge => Error::FlightTooLarge,
+                BlockwiseError::ShortBlock => Error::Protocol("a short block before the last"),
+                _ => Error::Protocol("a block out of order"),
+            })?;
+        self.body[at.offset..at.offset + msg.payload.len()].copy_from_slice(msg.payload);
+        // The next block, in this side's size if it is smaller than the server's.
+        if let Some(next) = self.download.next_request(self.config.block_szx) {
             return self.request(now, rng, Code::GET, None, Some(next), 0..0);
         }
         let n = self
             .hs
-            .handle_flight(&self.body[..self.body_len], &mut self.out)?;
+            .handle_flight(&self.body[..self.download.received()], &mut self.out)?;
         if self.hs.is_established() {
             self.phase = Phase::Done;
             return Ok(());
@@ -312,7 +310,7 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             return Err(Error::Protocol("a flight that asks for no answer"));
         }
         self.out_len = n;
-        self.block1 = 0;
+        self.upload = Sender::new(n, self.config.block_szx);
         self.phase = Phase::Flight;
         self.send_flight(now, rng)
     }
@@ -324,17 +322,8 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
 
     /// The current Block1 of this side's flight (or all of it if it fits one block).
     fn send_flight(&mut self, now: Instant, rng: &mut dyn Rng) -> Result<(), Error> {
-        let size = 1usize << (self.config.block_szx + 4);
-        if self.out_len <= size {
-            return self.request(now, rng, Code::POST, None, None, 0..self.out_len);
-        }
-        let b = BlockOption::new(self.block1, false, self.config.block_szx);
-        let (part, more) = b
-            .slice(&self.out[..self.out_len])
-            .ok_or(Error::Protocol("Block1 past the flight"))?;
-        let range = b.offset()..b.offset() + part.len();
-        let b = BlockOption::new(self.block1, more, self.config.block_szx);
-        self.request(now, rng, Code::POST, Some(b), None, range)
+        let (block1, range) = (self.upload.block(), self.upload.range());
+        self.request(now, rng, Code::POST, block1, None, range)
     }
 
     /// Builds the request into the table; its retransmission is armed when it first leaves.

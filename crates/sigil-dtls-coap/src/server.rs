@@ -5,9 +5,11 @@
 //!   is answered with 4.01 and the HelloVerifyRequest, never larger than the request, and
 //!   nothing is kept. With a valid cookie the session resource `dtls/<id>` is created and the
 //!   answer is 2.01 with its Location-Path and the server's flight.
-//! - `POST /dtls/<id>` carries the client's next flight (Block1 when large); the answer is 2.04
-//!   with the server's final flight.
-//! - `GET /dtls/<id>` returns the server's latest flight, for Block2 (RFC 7959 §2.4).
+//! - `POST /dtls/<id>` carries the client's next flight (Block1 when large, gathered in the
+//!   session by the message core's [`sigil_coap::exchange::blockwise::Reassembly`]; block 0
+//!   starts it over); the answer is 2.04 with the server's final flight.
+//! - `GET /dtls/<id>` returns the server's latest flight, for Block2 (RFC 7959 §2.4; a client
+//!   asking for larger blocks gets the server's size at the offset it asked for).
 //! - `DELETE /dtls/<id>` abandons a session still in its handshake (2.02). An established
 //!   session is not deleted by a plain CoAP request, which anyone who can send from the peer's
 //!   address could forge: it ends with an authenticated DTLS `close_notify` on the record
@@ -39,6 +41,7 @@
 
 use crate::{parse_id, MAX_FLIGHT, PATH};
 use core::time::Duration;
+use sigil_coap::exchange::blockwise::{block2_of, BlockwiseError, Reassembly};
 use sigil_coap::message::option;
 use sigil_coap::{BlockOption, Code, Message, MessageType, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, Rng};
@@ -49,7 +52,7 @@ use sigil_time::Instant;
 
 mod admission;
 mod reply;
-use reply::{block_of, cache, write_reply, Cached, Reply};
+use reply::{cache, write_reply, Cached, Reply};
 
 /// Longest peer address (the caller's bytes, e.g. an IPv6 socket address).
 pub const MAX_PEER: usize = 32;
@@ -180,9 +183,9 @@ struct Session<C, T> {
     /// The server's latest flight (the resource's representation, source of Block2).
     flight: [u8; MAX_FLIGHT],
     flight_len: usize,
-    /// The client's flight gathered from Block1 requests.
+    /// The client's flight gathered from Block1 requests, and where that stands.
     body: [u8; MAX_FLIGHT],
-    body_len: usize,
+    upload: Reassembly,
     /// Its peer completed a handshake before (the caller said so): kept over strangers'.
     known: bool,
     /// The message ID of the `PUT` that created it: with the cached one, the span of this
@@ -691,17 +694,17 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             flight,
             flight_len: hs.1,
             body: [0; MAX_FLIGHT],
-            body_len: 0,
+            upload: Reassembly::new(MAX_FLIGHT),
             known: hello.known,
             first_mid: req.message_id,
             cached: Cached::EMPTY,
         });
         self.counters.created += 1;
-        let (payload, block2) = block_of(&s.flight[..s.flight_len], 0, self.config.block_szx)?;
+        let (range, block2) = block2_of(None, self.config.block_szx, s.flight_len).ok()?;
         let reply = Reply {
             location: Some(id),
             block2,
-            payload,
+            payload: &s.flight[range],
             ..Reply::code(Code::CREATED)
         };
         cache(&mut s.cached, req, request_len, &reply, out)
@@ -765,23 +768,23 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             }
             Code::GET => {
                 let asked = match req.block2() {
-                    None => BlockOption::new(0, false, szx),
-                    Some(Ok(b)) => b,
+                    None => None,
+                    Some(Ok(b)) => Some(b),
                     Some(Err(_)) => {
                         self.counters.malformed += 1;
                         return write_reply(req, &Reply::code(Code::BAD_OPTION), out);
                     }
                 };
-                let szx = asked.szx.min(szx);
-                // The number counts in the size the client asked for.
-                let num = (asked.offset() / (1usize << (szx + 4))) as u32;
-                let Some((payload, block2)) = block_of(&s.flight[..s.flight_len], num, szx) else {
+                let Ok((range, block2)) = block2_of(asked, szx, s.flight_len) else {
                     self.counters.malformed += 1;
                     return write_reply(req, &Reply::code(Code::BAD_OPTION), out);
                 };
+                // A flight in one block is still answered with its Block2 (§2.4: the
+                // client asked for a block).
+                let whole = BlockOption::new(0, false, asked.map_or(szx, |b| b.szx.min(szx)));
                 let reply = Reply {
-                    block2: block2.or(Some(BlockOption::new(num, false, szx))),
-                    payload,
+                    block2: block2.or(Some(whole)),
+                    payload: &s.flight[range],
                     ..Reply::code(Code::CONTENT)
                 };
                 cache(&mut s.cached, req, len, &reply, out)
@@ -813,26 +816,28 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 return write_reply(req, &Reply::code(Code::BAD_OPTION), out);
             }
         };
-        let offset = block1.map_or(0, |b| b.offset());
-        if offset != if block1.is_some() { s.body_len } else { 0 } {
-            // A block out of sequence (RFC 7959 §2.3): start the body again.
-            s.body_len = 0;
-            self.counters.malformed += 1;
-            return write_reply(req, &Reply::code(Code::REQUEST_ENTITY_INCOMPLETE), out);
-        }
-        let end = offset + req.payload.len();
-        if end > MAX_FLIGHT {
-            s.body_len = 0;
-            self.counters.oversized += 1;
-            return write_reply(req, &Reply::code(Code::REQUEST_ENTITY_TOO_LARGE), out);
-        }
-        if block1.is_some_and(|b| b.more && req.payload.len() != b.size()) {
-            s.body_len = 0;
-            self.counters.malformed += 1;
-            return write_reply(req, &Reply::code(Code::BAD_REQUEST), out);
-        }
-        s.body[offset..end].copy_from_slice(req.payload);
-        s.body_len = end;
+        // Without Block1 the payload is the whole flight: one last block 0.
+        let block = block1.unwrap_or(BlockOption::new(0, false, 6));
+        let at = match s.upload.accept(block, req.payload.len()) {
+            Ok(at) => at,
+            Err(e) => {
+                // A refused block ends the transfer: the client starts the body again.
+                s.upload = Reassembly::new(MAX_FLIGHT);
+                let code = match e {
+                    // RFC 7959 §2.3: 4.08 for a block out of sequence.
+                    BlockwiseError::OutOfSequence => Code::REQUEST_ENTITY_INCOMPLETE,
+                    BlockwiseError::TooLarge => Code::REQUEST_ENTITY_TOO_LARGE,
+                    _ => Code::BAD_REQUEST,
+                };
+                if code == Code::REQUEST_ENTITY_TOO_LARGE {
+                    self.counters.oversized += 1;
+                } else {
+                    self.counters.malformed += 1;
+                }
+                return write_reply(req, &Reply::code(code), out);
+            }
+        };
+        s.body[at.offset..at.offset + req.payload.len()].copy_from_slice(req.payload);
         if let Some(b) = block1.filter(|b| b.more) {
             let reply = Reply {
                 block1: Some(b),
@@ -843,7 +848,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
         let SessionState::Handshake(hs) = &mut s.state else {
             return None;
         };
-        let n = match hs.handle_flight(&s.body[..s.body_len], &mut s.flight) {
+        let n = match hs.handle_flight(&s.body[..s.upload.received()], &mut s.flight) {
             Ok(n) => n,
             Err(_) => {
                 self.sessions[slot] = None;
@@ -852,7 +857,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             }
         };
         s.flight_len = n;
-        s.body_len = 0;
+        s.upload = Reassembly::new(MAX_FLIGHT);
         s.progress = now;
         s.progressed = true;
         if hs.is_established() {
@@ -869,11 +874,11 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             }
             self.counters.established += 1;
         }
-        let (payload, block2) = block_of(&s.flight[..s.flight_len], 0, szx)?;
+        let (range, block2) = block2_of(None, szx, s.flight_len).ok()?;
         let reply = Reply {
             block2,
             block1: block1.map(|b| BlockOption::new(b.num, false, b.szx)),
-            payload,
+            payload: &s.flight[range],
             ..Reply::code(Code::CHANGED)
         };
         cache(&mut s.cached, req, len, &reply, out)

@@ -6,7 +6,7 @@ mod common;
 
 use common::{at, Fate, Link, To};
 use sigil_coap::message::option;
-use sigil_coap::{Code, Message, MessageBuilder, MessageType};
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{CryptoProvider, RustCrypto, SecretKey, SignatureAlgorithm};
 use sigil_dtls::{Credentials, NoTrust, PinnedIdentities, ServerCredentials, Traffic};
 use sigil_dtls_coap::{CarrierConfig, Client, Endpoint, EndpointConfig, MAX_DATAGRAM};
@@ -359,6 +359,231 @@ fn small_blocks_carry_the_ecdhe_ecdsa_flights_in_block1_and_block2() {
         .log
         .iter()
         .all(|s| s.message().payload.len() <= 64 || s.message().code == Code::PUT));
+}
+
+/// RFC 7959 §2.5: a server whose 2.31 Continue for the first Block1 asks for smaller blocks
+/// gets the rest of the client's flight in its size, numbered from where the first block
+/// ended (the endpoint here echoes the client's size, so the test answers for it).
+#[test]
+fn the_client_follows_a_smaller_block1_size_the_server_asks_for() {
+    let (server_key, server_id) = key(40);
+    let (client_key, client_id) = key(50);
+    let (server_ids, client_ids) = ([client_id], [server_id]);
+    let server_trust = PinnedIdentities {
+        crypto: RustCrypto,
+        identities: &server_ids[..],
+    };
+    let offer = ServerCredentials {
+        key: Some(&server_key),
+        require_client_key: true,
+        ..ServerCredentials::NONE
+    };
+    let config = EndpointConfig {
+        block_szx: 2,
+        ..EndpointConfig::default()
+    };
+    let mut server: Endpoint<'_, RustCrypto, _, 2> =
+        Endpoint::new(RustCrypto, &server_trust, offer, config, [3; 32]);
+    let mut client = Client::connect(
+        RustCrypto,
+        PinnedIdentities {
+            crypto: RustCrypto,
+            identities: &client_ids[..],
+        },
+        CarrierConfig {
+            block_szx: 2,
+            ..CarrierConfig::default()
+        },
+        &mut Counter::new(5, 29),
+        Credentials::RawPublicKey(Some(&client_key)),
+        at(0),
+    )
+    .unwrap();
+    let mut rng = Counter::new(77, 13);
+    let (mut d, mut o, mut smaller) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM], [0u8; 64]);
+    // Each POST's Block1 and payload length.
+    let mut posts = Vec::new();
+    while let Some(n) = client.poll_transmit(at(0), &mut d) {
+        let req = Message::parse(&d[..n]).unwrap();
+        if req.code == Code::POST {
+            posts.push((req.block1().map(Result::unwrap), req.payload.len()));
+        }
+        let r = server
+            .handle_datagram(at(0), PEER, &d[..n], &mut rng, &mut o)
+            .unwrap();
+        let resp = Message::parse(&o[..r]).unwrap();
+        let answer = match resp.block1().map(Result::unwrap) {
+            // The 2.31 for the first block asks for 16-byte blocks from now on.
+            Some(b) if resp.code == Code::CONTINUE && b.szx > 0 => {
+                let mut m = MessageBuilder::new(
+                    &mut smaller,
+                    resp.mtype,
+                    Code::CONTINUE,
+                    resp.message_id,
+                    resp.token,
+                )
+                .unwrap();
+                let (v, len) = BlockOption::new(b.num, true, 0).encode().unwrap();
+                m.option(option::BLOCK1, &v[..len]).unwrap();
+                let len = m.finish_with_payload(&[]).unwrap();
+                &smaller[..len]
+            }
+            _ => &o[..r],
+        };
+        client.handle_datagram(at(0), answer, &mut rng).unwrap();
+    }
+    assert!(client.is_established(), "{:?}", client.failure());
+    // The first block in the client's 64 bytes; the rest in 16, block 4 (offset 64) on.
+    assert_eq!(posts[0], (Some(BlockOption::new(0, true, 2)), 64));
+    assert!(posts.len() > 3, "{posts:?}");
+    for (i, (b, len)) in posts[1..].iter().enumerate() {
+        let b = b.unwrap();
+        assert_eq!((b.num, b.szx), (4 + i as u32, 0), "{posts:?}");
+        assert!(*len == 16 || !b.more && *len <= 16, "{posts:?}");
+    }
+    // The endpoint took the flight as it came, in sequence.
+    let c = server.counters();
+    assert_eq!((c.established, c.malformed, c.oversized), (1, 0, 0));
+    let id = client.session_id().unwrap();
+    let mut c = client.into_traffic().ok().unwrap();
+    exchange(&mut c, server.traffic_mut(id, PEER, at(1)).unwrap());
+}
+
+/// A GET for larger Block2 blocks than the endpoint serves gets the bytes at the offset it
+/// asked for, in the endpoint's size and numbered in it (RFC 7959 §2.4).
+#[test]
+fn a_get_for_larger_blocks_than_the_servers_gets_the_bytes_at_its_offset() {
+    let trust = SENSOR_PSK;
+    let config = EndpointConfig {
+        block_szx: 0,
+        ..EndpointConfig::default()
+    };
+    let mut server = psk_endpoint::<2>(&trust, config);
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut rng = Counter::new(3, 3);
+    let (mut d, mut o) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM]);
+    // PUT, 4.01, PUT with the cookie, 2.01 with the first 16 bytes of the server's flight.
+    let mut created = Vec::new();
+    for _ in 0..2 {
+        let n = client.poll_transmit(at(0), &mut d).unwrap();
+        let r = server
+            .handle_datagram(at(0), PEER, &d[..n], &mut rng, &mut o)
+            .unwrap();
+        created = o[..r].to_vec();
+        client.handle_datagram(at(0), &o[..r], &mut rng).unwrap();
+    }
+    let created = Message::parse(&created).unwrap();
+    assert_eq!(created.code, Code::CREATED);
+    assert_eq!(
+        created.block2().unwrap().unwrap(),
+        BlockOption::new(0, true, 0)
+    );
+    let id = client.session_id().unwrap().to_string();
+    let mut mid = 100;
+    let mut get = |server: &mut PskEndpoint<'_, 2>, block2: BlockOption| {
+        mid += 1;
+        let mut buf = [0u8; 64];
+        let mut m =
+            MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, mid, &[7]).unwrap();
+        m.option(option::URI_PATH, b"dtls").unwrap();
+        m.option(option::URI_PATH, id.as_bytes()).unwrap();
+        let (v, len) = block2.encode().unwrap();
+        m.option(option::BLOCK2, &v[..len]).unwrap();
+        let n = m.finish_with_payload(&[]).unwrap();
+        let r = server
+            .handle_datagram(at(1), PEER, &buf[..n], &mut Counter::new(4, 4), &mut o)
+            .unwrap();
+        let m = Message::parse(&o[..r]).unwrap();
+        (m.code, m.block2().map(Result::unwrap), m.payload.to_vec())
+    };
+    // The whole flight, in the server's 16-byte blocks.
+    let mut flight = created.payload.to_vec();
+    loop {
+        let (code, b, part) = get(
+            &mut server,
+            BlockOption::new(flight.len() as u32 / 16, false, 0),
+        );
+        assert_eq!(code, Code::CONTENT);
+        flight.extend(part);
+        if !b.unwrap().more {
+            break;
+        }
+    }
+    assert!(flight.len() > 80, "{} bytes", flight.len());
+    // Block 1 of 64 bytes starts at 64: the server's block 4 of 16.
+    assert_eq!(
+        get(&mut server, BlockOption::new(1, false, 2)),
+        (
+            Code::CONTENT,
+            Some(BlockOption::new(4, true, 0)),
+            flight[64..80].to_vec()
+        )
+    );
+    // Block 0 of 1024 bytes: the first 16.
+    assert_eq!(
+        get(&mut server, BlockOption::new(0, false, 6)),
+        (
+            Code::CONTENT,
+            Some(BlockOption::new(0, true, 0)),
+            flight[..16].to_vec()
+        )
+    );
+    // Block 1 of 1024 bytes starts past the flight: 4.02, counted.
+    let before = server.counters().malformed;
+    assert_eq!(
+        get(&mut server, BlockOption::new(1, false, 6)).0,
+        Code::BAD_OPTION
+    );
+    assert_eq!(server.counters().malformed, before + 1);
+}
+
+/// A client that starts its Block1 flight over at block 0 (it lost its state, or gave up on
+/// the first attempt) is taken from the start, not refused; a block out of sequence is still
+/// 4.08 and counted, and the flight starts over after it.
+#[test]
+fn a_block1_flight_started_over_at_block_0_is_taken_from_the_start() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<2>(&trust, EndpointConfig::default());
+    let mut client = psk_client(1, CarrierConfig::default());
+    let mut rng = Counter::new(3, 3);
+    let (mut d, mut o) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM]);
+    for _ in 0..2 {
+        let n = client.poll_transmit(at(0), &mut d).unwrap();
+        let r = server
+            .handle_datagram(at(0), PEER, &d[..n], &mut rng, &mut o)
+            .unwrap();
+        client.handle_datagram(at(0), &o[..r], &mut rng).unwrap();
+    }
+    let id = client.session_id().unwrap().to_string();
+    let mut mid = 100;
+    let mut post = |server: &mut PskEndpoint<'_, 2>, block1: BlockOption| {
+        mid += 1;
+        let mut buf = [0u8; 64];
+        let mut m =
+            MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::POST, mid, &[7]).unwrap();
+        m.option(option::URI_PATH, b"dtls").unwrap();
+        m.option(option::URI_PATH, id.as_bytes()).unwrap();
+        let (v, len) = block1.encode().unwrap();
+        m.option(option::BLOCK1, &v[..len]).unwrap();
+        let n = m.finish_with_payload(&[0x16; 16]).unwrap();
+        let r = server
+            .handle_datagram(at(1), PEER, &buf[..n], &mut Counter::new(4, 4), &mut o)
+            .unwrap();
+        Message::parse(&o[..r]).unwrap().code
+    };
+    let block = |num| BlockOption::new(num, true, 0);
+    assert_eq!(post(&mut server, block(0)), Code::CONTINUE);
+    assert_eq!(post(&mut server, block(1)), Code::CONTINUE);
+    // Block 0 again, a new request: the flight starts over, and block 1 follows it.
+    assert_eq!(post(&mut server, block(0)), Code::CONTINUE);
+    assert_eq!(post(&mut server, block(1)), Code::CONTINUE);
+    assert_eq!(server.counters().malformed, 0);
+    // Block 3 after 1: out of sequence, and the flight is dropped.
+    assert_eq!(post(&mut server, block(3)), Code::REQUEST_ENTITY_INCOMPLETE);
+    assert_eq!(post(&mut server, block(2)), Code::REQUEST_ENTITY_INCOMPLETE);
+    assert_eq!(server.counters().malformed, 2);
+    assert_eq!(post(&mut server, block(0)), Code::CONTINUE);
+    assert_eq!(server.sessions(), 1);
 }
 
 #[test]

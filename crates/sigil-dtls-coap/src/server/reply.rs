@@ -1,5 +1,5 @@
-//! The endpoint's answers: writing a reply with the request's token, a flight's Block2 slice,
-//! and the answer kept for a retransmission of the same request (RFC 7252 §4.5).
+//! The endpoint's answers: writing a reply with the request's token, and the answer kept for
+//! a retransmission of the same request (RFC 7252 §4.5).
 
 use crate::{id_text, MAX_DATAGRAM, MAX_ID_LEN, PATH};
 use sigil_coap::message::option;
@@ -79,17 +79,6 @@ pub(super) fn write_reply(req: &Message<'_>, r: &Reply<'_>, out: &mut [u8]) -> O
         m.option(option::BLOCK1, &v[..n]).ok()?;
     }
     m.finish_with_payload(r.payload).ok()
-}
-
-/// Block `num` of `flight` at size `szx`: the payload and the Block2 option (none when the
-/// whole flight fits the first block). `None` past the end.
-pub(super) fn block_of(flight: &[u8], num: u32, szx: u8) -> Option<(&[u8], Option<BlockOption>)> {
-    let b = BlockOption::new(num, false, szx);
-    let (part, more) = b.slice(flight)?;
-    if num == 0 && !more {
-        return Some((part, None));
-    }
-    Some((part, Some(BlockOption::new(num, more, szx))))
 }
 
 /// Writes the reply and keeps it for a retransmission of the same request (`request_len`
