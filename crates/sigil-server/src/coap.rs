@@ -13,20 +13,19 @@
 //! answers to unverified addresses within three times the request ([`crate::echo`]).
 
 use crate::answers::{AnswerSigner, Unsigned};
-use crate::budget::{
-    shrink_if_sparse, shrink_queue_if_sparse, ByteBudget, Host, TokenBucket, ENTRY_OVERHEAD,
-};
+use crate::budget::{shrink_if_sparse, ByteBudget, Host, TokenBucket, ENTRY_OVERHEAD};
 use crate::context::{Preconditions, Rejection, Reply, Request, Response};
 use crate::echo::{EchoKey, Verified, AMPLIFICATION_FACTOR};
 use crate::service::Service;
 use crate::socket::ServerConfig;
 use crate::stats::Stats;
+use sigil_coap::exchange::dedup::{Dedup, Received};
 use sigil_coap::message::{empty, option};
 use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
 use sigil_crypto::{RustCrypto, SecretKey};
 use sigil_objects::answer::{self, Answer, RequestDigest, SIGNATURE_OPTION_OVERHEAD};
 use sigil_time::{Instant, UnixTime};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 mod block1;
@@ -38,21 +37,6 @@ pub use observe::ObserveConfig;
 pub type Datagram = (SocketAddr, Vec<u8>);
 
 pub use crate::channel::{Channel, Endpoint, Inbound};
-
-/// Most dedup entries that give way to make room for one new entry or answer.
-const DEDUP_GIVE_WAY: usize = 16;
-/// How far into the oldest dedup entries a give-way looks for one to drop: few, so that a
-/// host whose exchanges find nothing to push out (it holds as much as the others) costs the
-/// server no more than a few lookups per datagram.
-const DEDUP_GIVE_WAY_SCAN: usize = 64;
-
-/// A remembered exchange: `response` is `None` while the first copy is still being handled.
-struct DedupEntry {
-    response: Option<Vec<u8>>,
-    at: Instant,
-    /// Bytes charged to the sender's host: the entry's overhead and the answer.
-    charged: usize,
-}
 
 struct Assembly {
     body: Vec<u8>,
@@ -109,13 +93,12 @@ pub struct Dispatcher {
     config: ServerConfig,
     service: Service,
     stats: Stats,
-    dedup: HashMap<(Endpoint, u16), DedupEntry>,
-    dedup_order: VecDeque<((Endpoint, u16), Instant)>,
-    /// How fast a full dedup table and a full Block1 table give way (a second's worth at
-    /// once): `dedup_give_way_per_sec`, `block1_give_way_per_sec`.
-    give_way_rate: TokenBucket,
+    /// Received Confirmable requests (RFC 7252 §4.5): the message core's rules over the
+    /// server's budgeted store ([`dedup`]).
+    dedup: Dedup<Endpoint, dedup::DedupCache>,
+    /// How fast a full Block1 table gives way (a second's worth at once):
+    /// `block1_give_way_per_sec`.
     block1_give_way_rate: TokenBucket,
-    dedup_budget: ByteBudget,
     assemblies: HashMap<(Endpoint, String), Assembly>,
     /// How many transfers each peer has in `assemblies` (no scan per first block).
     assemblies_of: HashMap<Endpoint, usize>,
@@ -142,18 +125,23 @@ impl Dispatcher {
     ) -> Self {
         Self {
             answers: AnswerSigner::new(config.answer_rates),
-            dedup_budget: ByteBudget::new("dedup", config.dedup_caps),
+            dedup: Dedup::with_store(
+                &config.transmission,
+                dedup::DedupCache::new(
+                    config.dedup_caps,
+                    config.dedup_capacity,
+                    give_way_bucket(config.dedup_give_way_per_sec),
+                    stats.clone(),
+                ),
+            ),
             block1_budget: ByteBudget::new("block1", config.block1_caps),
             verified: Verified::new(config.verified_caps),
-            give_way_rate: give_way_bucket(config.dedup_give_way_per_sec),
             block1_give_way_rate: give_way_bucket(config.block1_give_way_per_sec),
             echo: EchoKey::new(echo_secret),
             observe: observe::ObserveState::new(&config.observe, config.transmission, echo_secret),
             config,
             service,
             stats,
-            dedup: HashMap::new(),
-            dedup_order: VecDeque::new(),
             assemblies: HashMap::new(),
             assemblies_of: HashMap::new(),
             log: crate::log::LogLimiter::default(),
@@ -187,19 +175,7 @@ impl Dispatcher {
     /// `mem.dedup.slots`, the dedup map's allocated capacity).
     pub fn handle_timeout(&mut self, now: Instant) {
         let lifetime = self.config.transmission.exchange_lifetime();
-        while let Some((key, at)) = self.dedup_order.front().copied() {
-            if now.saturating_since(at) < lifetime {
-                break;
-            }
-            self.dedup_order.pop_front();
-            if self.dedup.get(&key).is_some_and(|e| e.at == at) {
-                if let Some(e) = self.dedup.remove(&key) {
-                    self.dedup_budget.refund(Host::of(key.0.addr), e.charged);
-                }
-            }
-        }
-        shrink_if_sparse(&mut self.dedup);
-        shrink_queue_if_sparse(&mut self.dedup_order);
+        self.dedup.handle_timeout(now);
         // An unfinished Block1 transfer lives `block1_idle` after its last block, not a whole
         // exchange lifetime: a client sends its next block as soon as the last is acknowledged.
         let idle = self.config.block1_idle.min(lifetime);
@@ -221,9 +197,7 @@ impl Dispatcher {
         }
         shrink_if_sparse(&mut self.assemblies);
         self.verified.expire(now);
-        self.dedup_budget.publish(&self.stats);
-        self.stats
-            .set("mem.dedup.slots", self.dedup.capacity() as u64);
+        self.dedup.store_mut().publish();
         self.block1_budget.publish(&self.stats);
         self.verified.publish(&self.stats);
         self.answers.publish(&self.stats);
@@ -233,6 +207,18 @@ impl Dispatcher {
 
     fn count(&self, key: &str) {
         self.stats.incr(key);
+    }
+
+    /// Keeps the answer `sent` to the Confirmable request `key` for its retransmissions
+    /// (RFC 7252 §4.5), charged to the sender's host; over its share the exchange is
+    /// forgotten instead ([`dedup::DedupCache`]).
+    fn remember(&mut self, key: (Endpoint, u16), sent: Option<Vec<u8>>, now: Instant) {
+        let Some(answer) = sent else {
+            return;
+        };
+        let proven = key.0.is_protected() || self.verified.contains(key.0.addr, now);
+        self.dedup
+            .answered_with(&key.0, key.1, &answer, now, proven);
     }
 
     /// Handles one batch of plain-CoAP datagrams (one database commit) at `now` and `wall`;
@@ -466,33 +452,23 @@ impl Dispatcher {
         // Deduplication (§4.5): a retransmitted Confirmable request gets the same answer,
         // within what this copy allows (a duplicate can be shorter than the original).
         if msg.mtype == MessageType::Confirmable {
-            let key = (d.from, msg.message_id);
-            if let Some(e) = self.dedup.get(&key) {
-                self.count("coap.duplicate");
-                if let Some(r) = e.response.clone() {
-                    self.send(d.from, allowance, r, now, out);
-                }
-                return None;
-            }
-            // Over the host's share, the exchange is not remembered: a retransmission is
-            // handled again (readings are deduplicated by their sequence number anyway,
-            // docs/security.md). With the table full, the oldest entry of a host holding more
-            // than this one would gives way (`dedup_room`), so many hosts
-            // filling the total cannot keep a newcomer's exchanges from being remembered.
-            let host = Host::of(d.from.addr);
+            // Over the host's share (or with the table full and nothing to give way) the
+            // exchange is not remembered: a retransmission is handled again (readings are
+            // deduplicated by their sequence number anyway, docs/security.md).
             let proven = d.from.is_protected() || self.verified.contains(d.from.addr, now);
-            if !self.dedup_room(host, ENTRY_OVERHEAD, None, proven, now) {
-                self.count("coap.dedup.not_remembered");
-            } else {
-                self.dedup.insert(
-                    key,
-                    DedupEntry {
-                        response: None,
-                        at: now,
-                        charged: ENTRY_OVERHEAD,
-                    },
-                );
-                self.dedup_order.push_back((key, now));
+            match self.dedup.receive_with(d.from, msg.message_id, now, proven) {
+                Received::New => {}
+                Received::NotRemembered(_) => self.count("coap.dedup.not_remembered"),
+                Received::Again(answer) => {
+                    let answer = answer.to_vec();
+                    self.count("coap.duplicate");
+                    self.send(d.from, allowance, answer, now, out);
+                    return None;
+                }
+                Received::Seen => {
+                    self.count("coap.duplicate");
+                    return None;
+                }
             }
         }
         // §5.7.2, §5.10.2: a request for a proxy to a server that is none.

@@ -2,12 +2,21 @@
 //! peer seen within EXCHANGE_LIFETIME is the same message again, and gets the same answer
 //! (the bytes sent the first time) instead of being acted on twice.
 //!
-//! No allocation: at most `N` remembered messages, the answers in `BUF`-byte slots beside
-//! them; at most `per_peer` of them for one peer (`P`, the caller's idea of who sent it: an
-//! address, a host, a session), so that one peer cannot fill the table for the others. When
-//! there is no room the message is not remembered ([`Received::NotRemembered`] says why) and
-//! the caller decides (act on it without the memory, or refuse it); nothing remembered is
-//! dropped early to make room. Time comes from the caller.
+//! The rules are [`Dedup`]'s: what is a duplicate, for how long an entry lives, what is
+//! answered again, what is counted. Where the entries live and how room is made is a
+//! [`DedupStore`]'s:
+//!
+//! - [`Slots`]: no allocation, at most `N` remembered messages, the answers in `BUF`-byte
+//!   slots beside them, at most `per_peer` of them for one peer (`P`, the caller's idea of who
+//!   sent it: an address, a host, a session), so that one peer cannot fill the table for the
+//!   others. When there is no room the message is not remembered
+//!   ([`Received::NotRemembered`] says why) and the caller decides (act on it without the
+//!   memory, or refuse it); nothing remembered is dropped early to make room. A device
+//!   serving its own resources uses it.
+//! - a server's store (the Sigil server's budgeted cache): entries and answers charged to
+//!   their host's byte budget, and a full table giving way at a bounded rate.
+//!
+//! Time comes from the caller.
 
 use crate::reliability::TransmissionParameters;
 use core::time::Duration;
@@ -29,9 +38,9 @@ pub enum Received<'a> {
 /// Why a new message ID was not remembered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoRoom {
-    /// The peer already holds `per_peer` entries.
+    /// The peer (or its host) already holds its share.
     Peer,
-    /// All `N` entries are in use.
+    /// The table is full.
     Table,
 }
 
@@ -41,8 +50,165 @@ pub struct DedupStats {
     pub duplicates: u32,
     pub refused_peer: u32,
     pub refused_table: u32,
-    /// Answers recorded without their bytes (longer than a slot).
+    /// Answers recorded without their bytes (longer than a slot, or over a budget).
     pub answers_not_kept: u32,
+}
+
+/// Where a [`Dedup`] keeps its entries, and how it makes room.
+pub trait DedupStore<P> {
+    /// What deciding room takes besides the peer: `()` for [`Slots`]; for a server, whether
+    /// the sender's address is proven (it may spend more of the table's give-way).
+    type Room: Copy;
+
+    /// The remembered message `mid` of `peer`: `Some(answer)` (`None` inside when no answer
+    /// is kept), `None` when it is not remembered. Expired entries may still be here until
+    /// [`DedupStore::expire`]; [`Dedup`] expires before it looks.
+    fn lookup(&self, peer: &P, mid: u16) -> Option<Option<&[u8]>>;
+
+    /// Remembers `mid` of `peer` until `until`, or says why there is no room.
+    fn insert(
+        &mut self,
+        peer: P,
+        mid: u16,
+        until: Instant,
+        now: Instant,
+        room: Self::Room,
+    ) -> Result<(), NoRoom>;
+
+    /// Keeps `answer` for the remembered `mid` of `peer`; false when it is not kept (not
+    /// remembered, too long, over a budget: the store may then forget the entry).
+    fn keep_answer(
+        &mut self,
+        peer: &P,
+        mid: u16,
+        answer: &[u8],
+        now: Instant,
+        room: Self::Room,
+    ) -> bool;
+
+    /// Forgets the entries whose time has come.
+    fn expire(&mut self, now: Instant);
+
+    /// When the next entry expires.
+    fn next_expiry(&self) -> Option<Instant>;
+}
+
+/// The received-message rules of RFC 7252 §4.5 over a store `S`.
+pub struct Dedup<P, S: DedupStore<P>> {
+    lifetime: Duration,
+    store: S,
+    stats: DedupStats,
+    _peer: core::marker::PhantomData<fn(P)>,
+}
+
+impl<P, S: DedupStore<P>> Dedup<P, S> {
+    /// Entries live EXCHANGE_LIFETIME of `params`, in `store`.
+    pub fn with_store(params: &TransmissionParameters, store: S) -> Self {
+        Self {
+            lifetime: params.exchange_lifetime(),
+            store,
+            stats: DedupStats::default(),
+            _peer: core::marker::PhantomData,
+        }
+    }
+
+    pub fn stats(&self) -> &DedupStats {
+        &self.stats
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Message `mid` from `peer` arrived at `now`: new (and now remembered, if `room`
+    /// allows), or a duplicate with the answer to send again.
+    pub fn receive_with(&mut self, peer: P, mid: u16, now: Instant, room: S::Room) -> Received<'_> {
+        self.store.expire(now);
+        if self.store.lookup(&peer, mid).is_some() {
+            self.stats.duplicates = self.stats.duplicates.saturating_add(1);
+            return match self.store.lookup(&peer, mid) {
+                Some(Some(answer)) => Received::Again(answer),
+                _ => Received::Seen,
+            };
+        }
+        match self.store.insert(peer, mid, now + self.lifetime, now, room) {
+            Ok(()) => Received::New,
+            Err(why) => {
+                let n = match why {
+                    NoRoom::Peer => &mut self.stats.refused_peer,
+                    NoRoom::Table => &mut self.stats.refused_table,
+                };
+                *n = n.saturating_add(1);
+                Received::NotRemembered(why)
+            }
+        }
+    }
+
+    /// Keeps `answer` for message `mid` of `peer` (received [`Received::New`]), to be sent
+    /// again for a duplicate; false if it is not kept.
+    pub fn answered_with(
+        &mut self,
+        peer: &P,
+        mid: u16,
+        answer: &[u8],
+        now: Instant,
+        room: S::Room,
+    ) -> bool {
+        if self.store.lookup(peer, mid).is_none() {
+            return false;
+        }
+        let kept = self.store.keep_answer(peer, mid, answer, now, room);
+        if !kept {
+            self.stats.answers_not_kept = self.stats.answers_not_kept.saturating_add(1);
+        }
+        kept
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.store.next_expiry()
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.store.expire(now);
+    }
+}
+
+impl<P, S: DedupStore<P, Room = ()>> Dedup<P, S> {
+    /// [`Dedup::receive_with`] for a store that needs nothing to decide room.
+    pub fn receive(&mut self, peer: P, mid: u16, now: Instant) -> Received<'_> {
+        self.receive_with(peer, mid, now, ())
+    }
+
+    /// [`Dedup::answered_with`] for a store that needs nothing to decide room; `now` does
+    /// not matter to it.
+    pub fn answered(&mut self, peer: P, mid: u16, answer: &[u8]) -> bool {
+        self.answered_with(&peer, mid, answer, Instant::ZERO, ())
+    }
+}
+
+impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, Slots<P, N, BUF>> {
+    /// `N` entries living EXCHANGE_LIFETIME of `params`, answers up to `BUF` bytes; one
+    /// peer holds at most `per_peer`.
+    pub fn new(params: &TransmissionParameters, per_peer: usize) -> Self {
+        Self::with_store(params, Slots::new(per_peer))
+    }
+
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    /// Entries `peer` holds.
+    pub fn of_peer(&self, peer: &P) -> usize {
+        self.store.of_peer(peer)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -54,32 +220,23 @@ struct Entry<P> {
     answer: Option<usize>,
 }
 
-/// The remembered message IDs of a server endpoint: `N` entries, answers up to `BUF` bytes.
-pub struct Dedup<P, const N: usize, const BUF: usize> {
-    lifetime: Duration,
+/// A fixed store: `N` entries, answers up to `BUF` bytes, at most `per_peer` for one peer;
+/// nothing is dropped early to make room.
+pub struct Slots<P, const N: usize, const BUF: usize> {
     per_peer: usize,
     entries: [Option<Entry<P>>; N],
     answers: [[u8; BUF]; N],
-    stats: DedupStats,
 }
 
-impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, N, BUF> {
-    /// Entries live EXCHANGE_LIFETIME of `params`; one peer holds at most `per_peer`.
-    pub fn new(params: &TransmissionParameters, per_peer: usize) -> Self {
+impl<P: Copy + Eq, const N: usize, const BUF: usize> Slots<P, N, BUF> {
+    pub fn new(per_peer: usize) -> Self {
         Self {
-            lifetime: params.exchange_lifetime(),
             per_peer,
             entries: [const { None }; N],
             answers: [[0; BUF]; N],
-            stats: DedupStats::default(),
         }
     }
 
-    pub fn stats(&self) -> &DedupStats {
-        &self.stats
-    }
-
-    /// Remembered message IDs.
     pub fn len(&self) -> usize {
         self.entries.iter().filter(|e| e.is_some()).count()
     }
@@ -88,7 +245,6 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, N, BUF> {
         self.entries.iter().all(Option::is_none)
     }
 
-    /// Remembered message IDs of `peer`.
     pub fn of_peer(&self, peer: &P) -> usize {
         self.entries
             .iter()
@@ -102,40 +258,44 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, N, BUF> {
             .iter()
             .position(|e| e.as_ref().is_some_and(|e| e.peer == *peer && e.mid == mid))
     }
+}
 
-    /// Message `mid` from `peer` arrived at `now` (entries older than EXCHANGE_LIFETIME are
-    /// forgotten first).
-    pub fn receive(&mut self, peer: P, mid: u16, now: Instant) -> Received<'_> {
-        self.handle_timeout(now);
-        if let Some(i) = self.find(&peer, mid) {
-            self.stats.duplicates = self.stats.duplicates.saturating_add(1);
-            return match self.entries[i].and_then(|e| e.answer) {
-                Some(n) => Received::Again(&self.answers[i][..n]),
-                None => Received::Seen,
-            };
-        }
+impl<P: Copy + Eq, const N: usize, const BUF: usize> DedupStore<P> for Slots<P, N, BUF> {
+    type Room = ();
+
+    fn lookup(&self, peer: &P, mid: u16) -> Option<Option<&[u8]>> {
+        let i = self.find(peer, mid)?;
+        let e = self.entries[i]?;
+        Some(e.answer.map(|n| &self.answers[i][..n]))
+    }
+
+    fn insert(
+        &mut self,
+        peer: P,
+        mid: u16,
+        until: Instant,
+        _now: Instant,
+        _room: (),
+    ) -> Result<(), NoRoom> {
         if self.of_peer(&peer) >= self.per_peer {
-            self.stats.refused_peer = self.stats.refused_peer.saturating_add(1);
-            return Received::NotRemembered(NoRoom::Peer);
+            return Err(NoRoom::Peer);
         }
-        let Some(slot) = self.entries.iter_mut().find(|e| e.is_none()) else {
-            self.stats.refused_table = self.stats.refused_table.saturating_add(1);
-            return Received::NotRemembered(NoRoom::Table);
-        };
+        let slot = self
+            .entries
+            .iter_mut()
+            .find(|e| e.is_none())
+            .ok_or(NoRoom::Table)?;
         *slot = Some(Entry {
             peer,
             mid,
-            until: now + self.lifetime,
+            until,
             answer: None,
         });
-        Received::New
+        Ok(())
     }
 
-    /// The answer sent to message `mid` of `peer`, kept to send again for a duplicate. False
-    /// when the message is not remembered or the answer is longer than a slot (then a
-    /// duplicate is [`Received::Seen`]).
-    pub fn answered(&mut self, peer: P, mid: u16, answer: &[u8]) -> bool {
-        let Some(i) = self.find(&peer, mid) else {
+    fn keep_answer(&mut self, peer: &P, mid: u16, answer: &[u8], _now: Instant, _room: ()) -> bool {
+        let Some(i) = self.find(peer, mid) else {
             return false;
         };
         let Some(e) = self.entries[i].as_mut() else {
@@ -143,7 +303,6 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, N, BUF> {
         };
         if answer.len() > BUF {
             e.answer = None;
-            self.stats.answers_not_kept = self.stats.answers_not_kept.saturating_add(1);
             return false;
         }
         self.answers[i][..answer.len()].copy_from_slice(answer);
@@ -151,18 +310,16 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> Dedup<P, N, BUF> {
         true
     }
 
-    /// When the oldest entry is forgotten (`None`: nothing remembered).
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.entries.iter().flatten().map(|e| e.until).min()
-    }
-
-    /// Forgets what is older than EXCHANGE_LIFETIME at `now`.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    fn expire(&mut self, now: Instant) {
         for e in self.entries.iter_mut() {
             if e.is_some_and(|e| now >= e.until) {
                 *e = None;
             }
         }
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.entries.iter().flatten().map(|e| e.until).min()
     }
 }
 
@@ -174,7 +331,7 @@ mod tests {
         Instant::from_millis(ms)
     }
 
-    fn table() -> Dedup<u8, 4, 8> {
+    fn table() -> Dedup<u8, Slots<u8, 4, 8>> {
         Dedup::new(&TransmissionParameters::default(), 2)
     }
 
@@ -240,7 +397,8 @@ mod tests {
                     .wrapping_add(1442695040888963407);
                 (x >> 16) % n
             };
-            let mut d: Dedup<u8, 6, 4> = Dedup::new(&TransmissionParameters::default(), 3);
+            let mut d: Dedup<u8, Slots<u8, 6, 4>> =
+                Dedup::new(&TransmissionParameters::default(), 3);
             let mut now = 0u64;
             let mut first: [[Option<u64>; 5]; 4] = [[None; 5]; 4];
             for _ in 0..400 {

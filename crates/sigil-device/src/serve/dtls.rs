@@ -4,7 +4,7 @@
 use super::{Event, PeerAddr, ReadingResources, Readings, MAX_ANSWER};
 use core::time::Duration;
 use sigil_ace::rs::RsLimits;
-use sigil_coap::exchange::dedup::{Dedup, Received};
+use sigil_coap::exchange::dedup::{Dedup, Received, Slots};
 use sigil_coap::TransmissionParameters;
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey};
 use sigil_dtls::{
@@ -116,7 +116,7 @@ pub struct ReadingServer<
     /// message core's [`Dedup`]): a `POST /authz-info` sent again because its ACK was lost
     /// gets its 2.01 again instead of a second intake, which would refuse the same token as
     /// replayed.
-    dedup: Dedup<PeerAddr, DEDUP_ENTRIES, DEDUP_ANSWER>,
+    dedup: Dedup<PeerAddr, Slots<PeerAddr, DEDUP_ENTRIES, DEDUP_ANSWER>>,
 }
 
 /// Plain Confirmable requests remembered, in all and from one address.
