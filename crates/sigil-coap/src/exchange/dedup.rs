@@ -148,6 +148,17 @@ impl<P, S: DedupStore<P>> Dedup<P, S> {
         }
     }
 
+    /// Whether message `mid` from `peer` was received before (within its lifetime), without
+    /// remembering it if not: `Some` with the answer to send again (`None` inside when none
+    /// is kept), counted as a duplicate. For an endpoint that learns which table a request
+    /// belongs to only after it knows it is new (a session found by its resource).
+    pub fn seen(&mut self, peer: &P, mid: u16, now: Instant) -> Option<Option<&[u8]>> {
+        self.store.expire(now);
+        let found = self.store.lookup(peer, mid)?;
+        self.stats.duplicates = self.stats.duplicates.saturating_add(1);
+        Some(found)
+    }
+
     /// Keeps `answer` for message `mid` of `peer` (received [`Received::New`]), to be sent
     /// again for a duplicate; false if it is not kept.
     pub fn answered_with(
@@ -323,6 +334,88 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> DedupStore<P> for Slots<P, 
     }
 }
 
+/// A store of one: the latest message of a lock-step peer (one request at a time, NSTART 1)
+/// and its answer, in `BUF` bytes; a new message takes the place of the last. For a table
+/// per peer (a session), where the answer to the request before the latest is never asked for
+/// again.
+pub struct Latest<P, const BUF: usize> {
+    entry: Option<Entry<P>>,
+    answer: [u8; BUF],
+}
+
+impl<P: Copy + Eq, const BUF: usize> Latest<P, BUF> {
+    pub const fn new() -> Self {
+        Self {
+            entry: None,
+            answer: [0; BUF],
+        }
+    }
+
+    /// The message ID of the latest message remembered.
+    pub fn mid(&self) -> Option<u16> {
+        self.entry.map(|e| e.mid)
+    }
+}
+
+impl<P: Copy + Eq, const BUF: usize> Default for Latest<P, BUF> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: Copy + Eq, const BUF: usize> DedupStore<P> for Latest<P, BUF> {
+    type Room = ();
+
+    fn lookup(&self, peer: &P, mid: u16) -> Option<Option<&[u8]>> {
+        let e = self.entry.filter(|e| e.peer == *peer && e.mid == mid)?;
+        Some(e.answer.map(|n| &self.answer[..n]))
+    }
+
+    fn insert(
+        &mut self,
+        peer: P,
+        mid: u16,
+        until: Instant,
+        _now: Instant,
+        _room: (),
+    ) -> Result<(), NoRoom> {
+        self.entry = Some(Entry {
+            peer,
+            mid,
+            until,
+            answer: None,
+        });
+        Ok(())
+    }
+
+    fn keep_answer(&mut self, peer: &P, mid: u16, answer: &[u8], _now: Instant, _room: ()) -> bool {
+        let Some(e) = self
+            .entry
+            .as_mut()
+            .filter(|e| e.peer == *peer && e.mid == mid)
+        else {
+            return false;
+        };
+        if answer.len() > BUF {
+            e.answer = None;
+            return false;
+        }
+        self.answer[..answer.len()].copy_from_slice(answer);
+        e.answer = Some(answer.len());
+        true
+    }
+
+    fn expire(&mut self, now: Instant) {
+        if self.entry.is_some_and(|e| now >= e.until) {
+            self.entry = None;
+        }
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.entry.map(|e| e.until)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,5 +524,24 @@ mod tests {
             d.handle_timeout(at(now + 247_000));
             assert!(d.is_empty() && d.poll_timeout().is_none());
         }
+    }
+
+    #[test]
+    fn the_latest_store_keeps_one_message_and_seen_does_not_remember() {
+        let mut d: Dedup<u8, Latest<u8, 8>> =
+            Dedup::with_store(&TransmissionParameters::default(), Latest::new());
+        assert_eq!(d.seen(&1, 7, at(0)), None);
+        assert_eq!(d.store().mid(), None, "seen remembers nothing");
+        assert_eq!(d.receive(1, 7, at(0)), Received::New);
+        assert!(d.answered(1, 7, b"seven"));
+        assert_eq!(d.seen(&1, 7, at(1)), Some(Some(&b"seven"[..])));
+        // The next message takes its place.
+        assert_eq!(d.receive(1, 8, at(2)), Received::New);
+        assert_eq!(d.seen(&1, 7, at(3)), None);
+        assert_eq!(d.seen(&1, 8, at(3)), Some(None));
+        assert_eq!(d.store().mid(), Some(8));
+        assert_eq!(d.stats().duplicates, 2);
+        d.handle_timeout(at(2 + 247_000));
+        assert_eq!(d.store().mid(), None);
     }
 }
