@@ -1,14 +1,21 @@
 #![no_main]
-//! The message core's Observe state (sigil_coap::exchange::observe): any sequence of
-//! registrations, notifications, acknowledgements, Resets, cancellations and elapsed time.
-//! Nothing panics; the table keeps its caps; sequence numbers stay 24-bit and rise for each
-//! observer by the RFC 7641 §3.4 rule; retransmissions come at RFC 7252 timing and end; the
-//! client's ordering accepts a number only once.
+//! The message core's state machines: Observe (sigil_coap::exchange::observe), block-wise
+//! transfer (exchange::blockwise) and deduplication (exchange::dedup), under any sequence of
+//! registrations, notifications, acknowledgements, Resets, cancellations, blocks, 2.31
+//! echoes, received message IDs, answers and elapsed time. Nothing panics; the observer table
+//! keeps its caps; sequence numbers stay 24-bit and rise for each observer by the RFC 7641
+//! §3.4 rule; retransmissions come at RFC 7252 timing and end; the client's ordering accepts a
+//! number only once; a reassembly never takes more than its maximum nor a block out of
+//! sequence; a sender's blocks stay inside its body; the dedup table keeps its caps and never
+//! calls a remembered message new within its lifetime.
 use libfuzzer_sys::fuzz_target;
 use sigil_coap::exchange::observe::{
     is_newer, Due, ObserveParams, Observer, Observers, Ordering, SEQ_MASK,
 };
+use sigil_coap::exchange::blockwise::{block2_of, Reassembly, Sender};
+use sigil_coap::exchange::dedup::{Dedup, Received, Slots};
 use sigil_coap::exchange::Token;
+use sigil_coap::{BlockOption, TransmissionParameters};
 use sigil_time::Instant;
 use std::time::Duration;
 
@@ -28,10 +35,13 @@ fuzz_target!(|data: &[u8]| {
     let mut now = 0u64;
     let mut mid = 0u16;
     let mut order = Ordering::new();
+    let mut sender = Sender::new(0, 0);
+    let mut reassembly = Reassembly::new(3000);
+    let mut dedup: Dedup<u8, Slots<u8, 6, 8>> = Dedup::new(&TransmissionParameters::default(), 2);
     for op in data.chunks(3) {
         let (a, b, c) = (op[0], *op.get(1).unwrap_or(&0), *op.get(2).unwrap_or(&0));
         let at = Instant::from_millis(now);
-        match a % 8 {
+        match a % 12 {
             0 => {
                 let peer = b % 16;
                 if let Ok((id, seq)) =
@@ -88,6 +98,67 @@ fuzz_target!(|data: &[u8]| {
             }
             6 => {
                 let _ = t.retain(|o| o.resource != b % 4);
+            }
+            8 => {
+                // A body in Block1 blocks, and the peer's 2.31 echoes.
+                if b & 0x80 != 0 {
+                    sender = Sender::new(usize::from(b & 0x7f) * 97 + usize::from(c), c % 8);
+                } else {
+                    let echo = BlockOption::new(u32::from(b & 0x1f), b & 0x20 != 0, c % 7);
+                    let before = sender;
+                    if sender.continued(Some(echo)).is_err() {
+                        assert_eq!(sender, before, "a refused 2.31 changes nothing");
+                    }
+                }
+                let r = sender.range();
+                assert!(r.start <= r.end);
+                if let Some(blk) = sender.block() {
+                    assert_eq!(blk.offset(), r.start);
+                    assert_eq!(blk.more, !sender.is_last());
+                }
+            }
+            9 => {
+                // Blocks received: in sequence, whole before the last, within the maximum.
+                let blk = BlockOption::new(u32::from(b >> 2), b & 1 != 0, c % 7);
+                let before = reassembly;
+                let len = usize::from(c) * 5;
+                match reassembly.accept(blk, len) {
+                    Ok(at) => {
+                        assert_eq!(at.offset, blk.offset());
+                        assert!(!blk.more || len == blk.size());
+                        assert!(reassembly.received() <= 3000);
+                    }
+                    Err(_) => assert_eq!(reassembly, before),
+                }
+                if let Some(next) = reassembly.next_request(c % 7) {
+                    assert!(next.offset() <= reassembly.received());
+                }
+            }
+            10 => {
+                let ask = (b & 1 != 0).then(|| BlockOption::new(u32::from(b >> 1), false, c % 7));
+                let len = usize::from(c) * 40;
+                if let Ok((range, blk)) = block2_of(ask, c >> 5, len) {
+                    assert!(range.start <= range.end && range.end <= len);
+                    match blk {
+                        Some(blk) => {
+                            assert_eq!(blk.offset(), range.start);
+                            assert_eq!(blk.more, range.end < len);
+                        }
+                        None => assert_eq!(range, 0..len),
+                    }
+                }
+            }
+            11 => {
+                // Received message IDs from a few peers, and their answers.
+                let (peer, id) = (b % 5, u16::from(c % 6));
+                let at = Instant::from_millis(now);
+                if b & 0x80 != 0 {
+                    dedup.answered(peer, id, &[c; 9][..usize::from(c % 10)]);
+                } else if let Received::Again(answer) = dedup.receive(peer, id, at) {
+                    assert!(answer.len() <= 8);
+                }
+                assert!(dedup.len() <= 6);
+                assert!((0..5).all(|p| dedup.of_peer(&p) <= 2));
             }
             _ => {
                 // The client side: a number is accepted once.
