@@ -194,6 +194,11 @@ impl CoapClient {
                     return Ok(r);
                 }
                 let b = b.ok_or_else(|| anyhow!("server stopped sending Block2"))?;
+                // The block asked for, perhaps in a smaller size; never one from before (a
+                // block 0 again would start the download over, and over).
+                if b.offset() != want.offset() {
+                    bail!("Block2 download of {}: block out of sequence", spec.path);
+                }
                 let at = download
                     .accept(b, r.payload.len())
                     .map_err(|e| anyhow!("Block2 download of {}: {e}", spec.path))?;
