@@ -143,3 +143,45 @@ async fn a_continue_for_another_block_ends_the_upload() {
         "the client sent a block after a wrong 2.31"
     );
 }
+
+/// A server that answers every Block2 request with block 0 again: the download ends with an
+/// error at the second answer instead of starting over for ever.
+#[tokio::test]
+async fn a_download_that_goes_back_to_block_0_ends() {
+    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
+        .await
+        .unwrap();
+    let script = tokio::spawn(async move {
+        let mut answered = 0;
+        let mut buf = [0u8; 2048];
+        while let Ok(Ok((n, from))) =
+            tokio::time::timeout(Duration::from_millis(500), server.recv_from(&mut buf)).await
+        {
+            let m = Message::parse(&buf[..n]).unwrap();
+            let mut out = [0u8; 1200];
+            let mut b = MessageBuilder::new(
+                &mut out,
+                MessageType::Acknowledgement,
+                Code::CONTENT,
+                m.message_id,
+                m.token,
+            )
+            .unwrap();
+            let (v, vn) = BlockOption::new(0, true, 6).encode().unwrap();
+            b.option(option::BLOCK2, &v[..vn]).unwrap();
+            let k = b.finish_with_payload(&[7u8; 1024]).unwrap();
+            server.send_to(&out[..k], from).await.unwrap();
+            answered += 1;
+        }
+        answered
+    });
+    let err = client.get("big", &[]).await.unwrap_err();
+    assert!(err.to_string().contains("out of sequence"), "{err}");
+    assert_eq!(
+        script.await.unwrap(),
+        2,
+        "one answer for the first block, one for the second"
+    );
+}
