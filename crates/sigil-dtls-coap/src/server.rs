@@ -31,13 +31,17 @@
 //! than the shield, without progress), an established session after it was idle for `idle_timeout`. Session IDs are
 //! random, so an off-path sender cannot name another peer's session. Each session answers a
 //! retransmitted request (same peer, message ID, token and length) with the cached response
-//! instead of a second handshake step (RFC 7252 §4.5). Every refusal is counted in
-//! [`Counters`].
+//! instead of a second handshake step (RFC 7252 §4.5): the message core's deduplication
+//! ([`sigil_coap::exchange::dedup`]) keeps the session's latest request and its answer until
+//! the next request or EXCHANGE_LIFETIME (247 s by default) after it arrived, whichever comes
+//! first; while it is kept, a copy of a request older than it is dropped. Every refusal is
+//! counted in [`Counters`].
 //!
 //! A caller that keeps established sessions in a table of its own (a server that also speaks
 //! record-layer DTLS) takes each one out with [`Endpoint::take_established`]; the slot then
 //! keeps only the last response, for a retransmission of the final request, until it is
-//! needed for a new session or `handshake_timeout` has passed.
+//! needed for a new session or `handshake_timeout` has passed (the response itself at most
+//! EXCHANGE_LIFETIME).
 
 use crate::{parse_id, MAX_FLIGHT, PATH};
 use core::time::Duration;
@@ -52,7 +56,7 @@ use sigil_time::Instant;
 
 mod admission;
 mod reply;
-use reply::{cache, write_reply, Cached, Reply};
+use reply::{answers, cache, key, write_reply, Answers, Reply};
 
 /// Longest peer address (the caller's bytes, e.g. an IPv6 socket address).
 pub const MAX_PEER: usize = 32;
@@ -188,11 +192,12 @@ struct Session<C, T> {
     upload: Reassembly,
     /// Its peer completed a handshake before (the caller said so): kept over strangers'.
     known: bool,
-    /// The message ID of the `PUT` that created it: with the cached one, the span of this
+    /// The message ID of the `PUT` that created it: with the latest one, the span of this
     /// client's requests so far (it sends one at a time, with increasing IDs).
     first_mid: u16,
-    /// The last request's message ID and the response sent to it (RFC 7252 §4.5).
-    cached: Cached,
+    /// The latest request and the response sent to it (RFC 7252 §4.5), until
+    /// EXCHANGE_LIFETIME after it arrived or the next request.
+    dedup: Answers,
 }
 
 impl<C, T> Session<C, T> {
@@ -309,7 +314,8 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
 
     /// Takes out an established session, if there is one: its [`Traffic`] is the caller's
     /// from now on. Its slot keeps the last response, for a retransmission of the request
-    /// that completed the handshake, until the slot is needed or `handshake_timeout` passed.
+    /// that completed the handshake, until the slot is needed, `handshake_timeout` passed, or
+    /// EXCHANGE_LIFETIME after that request.
     pub fn take_established(&mut self) -> Option<Established<C>> {
         let s = self
             .sessions
@@ -423,6 +429,9 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             let expired = self.sessions[i]
                 .as_ref()
                 .is_some_and(|s| now >= self.expiry(s));
+            if let Some(s) = self.sessions[i].as_mut() {
+                s.dedup.handle_timeout(now);
+            }
             if expired {
                 // A handed-off slot only held an answer: not a session that expired.
                 if self.sessions[i].take().is_some_and(|s| !s.handed_off()) {
@@ -500,22 +509,25 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             return write_reply(&req, &Reply::code(Code::BAD_OPTION), out);
         }
         // A retransmission of a request a session answered: the same answer (§4.5).
-        if let Some(s) = self
+        let k = key(&req, datagram.len());
+        if let Some(answer) = self
             .sessions
-            .iter()
+            .iter_mut()
             .flatten()
-            .find(|s| s.peer() == peer && s.cached.answers(&req, datagram.len()))
+            .filter(|s| s.peer() == peer)
+            .find_map(|s| s.dedup.seen(&k, req.message_id, now))
         {
             self.counters.duplicates += 1;
-            let n = s.cached.len;
-            out.get_mut(..n)?.copy_from_slice(&s.cached.bytes[..n]);
-            return Some(n);
+            // None kept (it did not fit the caller's buffer): nothing to send again.
+            let a = answer?;
+            out.get_mut(..a.len())?.copy_from_slice(a);
+            return Some(a.len());
         }
         // A late copy of an earlier request of a session (its answer was superseded, and the
         // client has moved on): dropped, so it cannot open a second session.
         if self.sessions.iter().flatten().any(|s| {
             s.peer() == peer
-                && s.cached.mid.is_some_and(|last| {
+                && s.dedup.store().mid().is_some_and(|last| {
                     req.message_id.wrapping_sub(s.first_mid) < last.wrapping_sub(s.first_mid)
                 })
         }) {
@@ -697,7 +709,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             upload: Reassembly::new(MAX_FLIGHT),
             known: hello.known,
             first_mid: req.message_id,
-            cached: Cached::EMPTY,
+            dedup: answers(),
         });
         self.counters.created += 1;
         let (range, block2) = block2_of(None, self.config.block_szx, s.flight_len).ok()?;
@@ -707,7 +719,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             payload: &s.flight[range],
             ..Reply::code(Code::CREATED)
         };
-        cache(&mut s.cached, req, request_len, &reply, out)
+        cache(&mut s.dedup, now, req, request_len, &reply, out)
     }
 
     /// A random session ID no session holds (nonzero).
@@ -787,7 +799,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                     payload: &s.flight[range],
                     ..Reply::code(Code::CONTENT)
                 };
-                cache(&mut s.cached, req, len, &reply, out)
+                cache(&mut s.dedup, now, req, len, &reply, out)
             }
             Code::POST if !s.established() => self.flight(now, slot, req, len, out),
             _ => {
@@ -843,7 +855,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
                 block1: Some(b),
                 ..Reply::code(Code::CONTINUE)
             };
-            return cache(&mut s.cached, req, len, &reply, out);
+            return cache(&mut s.dedup, now, req, len, &reply, out);
         }
         let SessionState::Handshake(hs) = &mut s.state else {
             return None;
@@ -881,7 +893,7 @@ impl<'a, C: CryptoProvider + Clone, T: Trust + Clone, const N: usize> Endpoint<'
             payload: &s.flight[range],
             ..Reply::code(Code::CHANGED)
         };
-        cache(&mut s.cached, req, len, &reply, out)
+        cache(&mut s.dedup, now, req, len, &reply, out)
     }
 }
 

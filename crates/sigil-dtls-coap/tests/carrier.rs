@@ -1257,6 +1257,67 @@ fn only_a_true_retransmission_gets_the_cached_answer() {
     assert_eq!(server.counters().duplicates, 1);
 }
 
+/// A session keeps its latest request's answer for a retransmission (same message ID, token
+/// and length) until EXCHANGE_LIFETIME (247 s) after the request: a request of another length
+/// under the same message ID and token is answered on its own, and one repeated after the
+/// lifetime is taken as new (before, the answer was kept until the next request).
+#[test]
+fn a_cached_answer_is_for_the_same_request_within_exchange_lifetime() {
+    let trust = SENSOR_PSK;
+    let mut server = psk_endpoint::<2>(&trust, EndpointConfig::default());
+    let id = handshake(&mut server, PEER, 1, 0).unwrap();
+    let path = ["dtls", &id.to_string()];
+    let mut rng = Counter::new(1, 1);
+    let mut out = [0u8; MAX_DATAGRAM];
+    let get = request(Code::GET, MessageType::Confirmable, 7000, &path, &[]);
+    let first = server
+        .handle_datagram(at(10_000), PEER, &get, &mut rng, &mut out)
+        .unwrap();
+    let cached = out[..first].to_vec();
+    let again = server
+        .handle_datagram(at(11_000), PEER, &get, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(out[..again], cached[..]);
+    assert_eq!(server.counters().duplicates, 1);
+
+    // The same message ID and token, a longer request (it asks for the flight's second
+    // 16-byte block): its own answer, not the cached one.
+    let mut buf = [0u8; 64];
+    let mut m =
+        MessageBuilder::new(&mut buf, MessageType::Confirmable, Code::GET, 7000, &[1, 2]).unwrap();
+    for p in path {
+        m.option(option::URI_PATH, p.as_bytes()).unwrap();
+    }
+    let (v, n) = BlockOption::new(1, false, 0).encode().unwrap();
+    m.option(option::BLOCK2, &v[..n]).unwrap();
+    let n = m.finish_with_payload(&[]).unwrap();
+    let block = buf[..n].to_vec();
+    assert!(block.len() > get.len() && block[2..4] == get[2..4]);
+    let r = server
+        .handle_datagram(at(12_000), PEER, &block, &mut rng, &mut out)
+        .unwrap();
+    let m = Message::parse(&out[..r]).unwrap();
+    assert_eq!(m.code, Code::CONTENT);
+    assert_eq!(m.block2().unwrap().unwrap().num, 1);
+    assert_ne!(out[..r], cached[..]);
+    assert_eq!(server.counters().duplicates, 1);
+
+    // It is now the latest: answered again from the cache until 247 s after it came.
+    let block_answer = out[..r].to_vec();
+    let r = server
+        .handle_datagram(at(12_000 + 246_999), PEER, &block, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(out[..r], block_answer[..]);
+    assert_eq!(server.counters().duplicates, 2);
+    // From then on it is a new request (answered the same, as a GET is), not a duplicate.
+    let r = server
+        .handle_datagram(at(12_000 + 247_000), PEER, &block, &mut rng, &mut out)
+        .unwrap();
+    assert_eq!(out[..r], block_answer[..]);
+    assert_eq!(server.counters().duplicates, 2);
+    assert_eq!(server.sessions(), 1);
+}
+
 /// A table full of hosts holding one half-open handshake each gives way: a newcomer whose
 /// host holds none takes the place of the oldest stranger's once that one went
 /// `handshake_shield` without progress (2 s here; before, 5.03); with more than half the

@@ -2,36 +2,33 @@
 //! a retransmission of the same request (RFC 7252 §4.5).
 
 use crate::{id_text, MAX_DATAGRAM, MAX_ID_LEN, PATH};
+use sigil_coap::exchange::dedup::{Dedup, Latest};
+use sigil_coap::exchange::Token;
 use sigil_coap::message::option;
-use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType};
+use sigil_coap::{BlockOption, Code, Message, MessageBuilder, MessageType, TransmissionParameters};
+use sigil_time::Instant;
 
-pub(super) struct Cached {
-    pub(super) mid: Option<u16>,
-    /// The request's token and length: a retransmission repeats them (a different request
-    /// under the same message ID from a forged address gets no cached answer).
-    pub(super) token: [u8; 8],
-    pub(super) token_len: usize,
-    pub(super) request_len: usize,
-    pub(super) bytes: [u8; MAX_DATAGRAM],
-    pub(super) len: usize,
+/// What a retransmission repeats besides the message ID: the request's token and length (a
+/// different request under the same message ID, forged from the peer's address, gets no
+/// cached answer). A length over 65,535 bytes, which no UDP datagram has, counts as 65,535.
+pub(super) type Key = (Token, u16);
+
+/// A session's received-message deduplication, the message core's rules (RFC 7252 §4.5) over
+/// the store of one: its latest request and the answer sent to it, for a retransmission. The
+/// entry expires EXCHANGE_LIFETIME (247 s by default) after the request arrived, or when the
+/// next request takes its place.
+pub(super) type Answers = Dedup<Key, Latest<Key, MAX_DATAGRAM>>;
+
+pub(super) fn answers() -> Answers {
+    Dedup::with_store(&TransmissionParameters::default(), Latest::new())
 }
 
-impl Cached {
-    pub(super) const EMPTY: Self = Self {
-        mid: None,
-        token: [0; 8],
-        token_len: 0,
-        request_len: 0,
-        bytes: [0; MAX_DATAGRAM],
-        len: 0,
-    };
-
-    /// Whether `req` (of `len` bytes) repeats the request this answer is for.
-    pub(super) fn answers(&self, req: &Message<'_>, len: usize) -> bool {
-        self.mid == Some(req.message_id)
-            && self.token[..self.token_len] == *req.token
-            && self.request_len == len
-    }
+/// The key of `req`, a request of `len` bytes.
+pub(super) fn key(req: &Message<'_>, len: usize) -> Key {
+    (
+        Token::new(req.token).unwrap_or_default(),
+        u16::try_from(len).unwrap_or(u16::MAX),
+    )
 }
 
 /// A response to write: code, options from the request, payload.
@@ -81,21 +78,20 @@ pub(super) fn write_reply(req: &Message<'_>, r: &Reply<'_>, out: &mut [u8]) -> O
     m.finish_with_payload(r.payload).ok()
 }
 
-/// Writes the reply and keeps it for a retransmission of the same request (`request_len`
-/// bytes).
+/// Writes the reply to `req` (a new request of `request_len` bytes, received at `now`) and
+/// keeps it for a retransmission of the same request.
 pub(super) fn cache(
-    c: &mut Cached,
+    d: &mut Answers,
+    now: Instant,
     req: &Message<'_>,
     request_len: usize,
     reply: &Reply<'_>,
     out: &mut [u8],
 ) -> Option<usize> {
-    let n = write_reply(req, reply, &mut c.bytes)?;
-    c.len = n;
-    c.mid = Some(req.message_id);
-    c.token_len = req.token.len().min(c.token.len());
-    c.token[..c.token_len].copy_from_slice(&req.token[..c.token_len]);
-    c.request_len = request_len;
-    out.get_mut(..n)?.copy_from_slice(&c.bytes[..n]);
+    let k = key(req, request_len);
+    d.receive(k, req.message_id, now);
+    let room = out.len().min(MAX_DATAGRAM);
+    let n = write_reply(req, reply, &mut out[..room])?;
+    d.answered(k, req.message_id, &out[..n]);
     Some(n)
 }
