@@ -58,6 +58,12 @@ pub struct RsLimits {
     pub cti_bytes: usize,
     /// Remembered `cti` values of tokens posted from one host.
     pub cti_bytes_per_host: usize,
+    /// Token signatures checked in one second (of the caller's clock), all hosts: what
+    /// forged tokens can make the device spend (an Ed25519 verification is about 2.6 million
+    /// cycles on a Cortex-M4, docs/device-costs.md). Over it, 5.03 until the next second.
+    pub verifications_per_sec: u16,
+    /// Token signatures checked in one second for one host.
+    pub verifications_per_host_per_sec: u16,
 }
 
 impl RsLimits {
@@ -76,7 +82,61 @@ impl RsLimits {
             token_bytes_per_host: max(token_bytes / share, TOKEN_ENTRY_BYTES),
             cti_bytes,
             cti_bytes_per_host: max(cti_bytes / share, CTI_ENTRY_BYTES + MAX_CLAIM_LEN),
+            verifications_per_sec: VERIFICATIONS_PER_SEC,
+            verifications_per_host_per_sec: VERIFICATIONS_PER_HOST_PER_SEC,
         }
+    }
+}
+
+/// Default of [`RsLimits::verifications_per_sec`]: at most about a tenth of a 64 MHz
+/// Cortex-M4's time on Ed25519 verifications of posted tokens.
+pub const VERIFICATIONS_PER_SEC: u16 = 4;
+/// Default of [`RsLimits::verifications_per_host_per_sec`]: one host takes at most half.
+pub const VERIFICATIONS_PER_HOST_PER_SEC: u16 = 2;
+/// Hosts whose verifications of the current second are counted one by one; a host beyond
+/// them is held to the total alone (the table only stops one host from spending it all).
+const VERIFY_HOSTS: usize = 8;
+
+/// Signature verifications spent in the current second, in all and by host.
+#[derive(Clone, Copy, Debug)]
+struct VerifyBudget {
+    second: i64,
+    spent: u16,
+    hosts: [Option<(HostKey, u16)>; VERIFY_HOSTS],
+}
+
+impl VerifyBudget {
+    const fn new() -> Self {
+        Self {
+            second: i64::MIN,
+            spent: 0,
+            hosts: [None; VERIFY_HOSTS],
+        }
+    }
+
+    /// Spends one verification for `host` at `now`, or says whose budget is spent.
+    fn take(&mut self, limits: &RsLimits, host: HostKey, now: UnixTime) -> Result<(), IntakeError> {
+        if now.as_secs() != self.second {
+            *self = Self::new();
+            self.second = now.as_secs();
+        }
+        let slot = self
+            .hosts
+            .iter()
+            .position(|h| h.is_some_and(|(k, _)| k == host))
+            .or_else(|| self.hosts.iter().position(Option::is_none));
+        let of_host = slot.and_then(|i| self.hosts[i]).map_or(0, |(_, n)| n);
+        if of_host >= limits.verifications_per_host_per_sec {
+            return Err(IntakeError::VerifyBudget { per_host: true });
+        }
+        if self.spent >= limits.verifications_per_sec {
+            return Err(IntakeError::VerifyBudget { per_host: false });
+        }
+        self.spent += 1;
+        if let Some(i) = slot {
+            self.hosts[i] = Some((host, of_host + 1));
+        }
+        Ok(())
     }
 }
 
@@ -123,6 +183,9 @@ pub enum IntakeError {
     Replayed,
     /// No room: the host's share or the whole budget of a table is taken by live entries.
     Busy { per_host: bool },
+    /// The signature verifications of this second are spent, by this host or in all
+    /// ([`RsLimits::verifications_per_sec`]); the token was not checked. 5.03: try again.
+    VerifyBudget { per_host: bool },
 }
 
 impl From<TokenError> for IntakeError {
@@ -144,7 +207,9 @@ impl IntakeError {
             | Self::Token(TokenError::BufferTooSmall)
             | Self::NoPublicPopKey => (4, 0),
             Self::Token(TokenError::Oversized { .. }) => (4, 13),
-            Self::Token(TokenError::Crypto(_)) | Self::Busy { .. } => (5, 3),
+            Self::Token(TokenError::Crypto(_)) | Self::Busy { .. } | Self::VerifyBudget { .. } => {
+                (5, 3)
+            }
             Self::Token(TokenError::WrongAudience) => (4, 3),
             Self::Token(_) | Self::Replayed => (4, 1),
         }
@@ -177,6 +242,12 @@ impl fmt::Display for IntakeError {
             Self::Replayed => f.write_str("token was posted before (cti replay)"),
             Self::Busy { per_host: true } => f.write_str("this host's token budget is used up"),
             Self::Busy { per_host: false } => f.write_str("token tables are full"),
+            Self::VerifyBudget { per_host: true } => {
+                f.write_str("this host's token verifications for this second are spent")
+            }
+            Self::VerifyBudget { per_host: false } => {
+                f.write_str("token verifications for this second are spent")
+            }
         }
     }
 }
@@ -236,6 +307,11 @@ pub struct RsCounters {
     pub tokens_malformed: u64,
     pub tokens_replayed: u64,
     pub tokens_busy: u64,
+    /// Tokens refused unchecked: the second's verifications were spent
+    /// ([`IntakeError::VerifyBudget`]).
+    pub tokens_verify_budget: u64,
+    /// Token signatures checked.
+    pub verifications: u64,
     pub tokens_expired: u64,
     pub requests_allowed: u64,
     pub requests_no_token: u64,
@@ -277,6 +353,7 @@ pub struct ResourceServer<'a, const TOKENS: usize, const CTIS: usize> {
     limits: RsLimits,
     tokens: [Option<TokenEntry>; TOKENS],
     ctis: [Option<CtiEntry>; CTIS],
+    verify: VerifyBudget,
     pub counters: RsCounters,
 }
 
@@ -297,6 +374,7 @@ impl<'a, const TOKENS: usize, const CTIS: usize> ResourceServer<'a, TOKENS, CTIS
             limits,
             tokens: [None; TOKENS],
             ctis: [None; CTIS],
+            verify: VerifyBudget::new(),
             counters: RsCounters::default(),
         }
     }
@@ -364,6 +442,7 @@ impl<'a, const TOKENS: usize, const CTIS: usize> ResourceServer<'a, TOKENS, CTIS
             }
             Err(IntakeError::Replayed) => self.counters.tokens_replayed += 1,
             Err(IntakeError::Busy { .. }) => self.counters.tokens_busy += 1,
+            Err(IntakeError::VerifyBudget { .. }) => self.counters.tokens_verify_budget += 1,
             Err(e) if matches!(e.response_code(), (4, 1) | (4, 3)) => {
                 self.counters.tokens_invalid += 1
             }
@@ -386,6 +465,11 @@ impl<'a, const TOKENS: usize, const CTIS: usize> ResourceServer<'a, TOKENS, CTIS
             }),
             ..AcTrust::default()
         };
+        // The cheap refusals first: a token that is not a well-formed signed one costs no
+        // verification; one that is spends one of the second's before its signature is checked.
+        crate::token::precheck_signed(token)?;
+        self.verify.take(&self.limits, host, now)?;
+        self.counters.verifications += 1;
         let mut scratch = [0u8; MAX_TOKEN_LEN];
         let t = validate(token, now, self.audience, &trust, provider, &mut scratch)?;
         let cti = t.claims.cti.ok_or(TokenError::MissingClaim(Claim::Cti))?;

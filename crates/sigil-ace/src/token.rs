@@ -570,12 +570,18 @@ fn read_headers<'a>(
     Ok((protected, h))
 }
 
-fn open_sign1<P: CryptoProvider + ?Sized>(
-    d: &mut Decoder<'_>,
-    trust: &AcTrust<'_>,
-    provider: &P,
-    scratch: &mut [u8],
-) -> Result<(TokenForm, usize), TokenError> {
+/// A COSE_Sign1 token taken apart, nothing verified yet.
+struct Sign1<'a> {
+    protected: &'a [u8],
+    kid: Option<&'a [u8]>,
+    alg: SignatureAlgorithm,
+    payload: &'a [u8],
+    signature: &'a [u8],
+}
+
+/// The checks of a COSE_Sign1 token that come before its signature: structure, algorithm,
+/// signature length (cheap refusals first).
+fn parse_sign1<'a>(d: &mut Decoder<'a>) -> Result<Sign1<'a>, TokenError> {
     let (protected, h) = read_headers(d, 4)?;
     let payload = d
         .bytes()
@@ -589,8 +595,60 @@ fn open_sign1<P: CryptoProvider + ?Sized>(
     if signature.len() != SIGNATURE_LEN {
         return Err(TokenError::BadSignature);
     }
+    Ok(Sign1 {
+        protected,
+        kid: h.kid,
+        alg,
+        payload,
+        signature,
+    })
+}
+
+/// Everything [`open`] checks of a signed token (CWT in COSE_Sign1) before the signature, at
+/// the cost of parsing it: `Ok` when only the signature is left to check. A resource server
+/// calls it before spending a signature verification on a token ([`crate::rs`]), so malformed
+/// tokens cost no verification. Other forms (MACed, encrypted) are refused here with
+/// [`TokenError::UnknownKey`], as by a trust store holding only a signing key.
+pub fn precheck_signed(token: &[u8]) -> Result<(), TokenError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(TokenError::Oversized {
+            len: token.len(),
+            max: MAX_TOKEN_LEN,
+        });
+    }
+    let mut d = Decoder::new(token);
+    let mut tag = match d.item()? {
+        Item::Tag(t) => t,
+        _ => return Err(Malformed::NotCose.into()),
+    };
+    if tag == TAG_CWT {
+        tag = match d.item()? {
+            Item::Tag(t) => t,
+            _ => return Err(Malformed::NotCose.into()),
+        };
+    }
+    match tag {
+        TAG_SIGN1 => parse_sign1(&mut d).map(|_| ()),
+        TAG_ENCRYPT0 | TAG_MAC0 => Err(TokenError::UnknownKey),
+        _ => Err(Malformed::NotCose.into()),
+    }
+}
+
+fn open_sign1<P: CryptoProvider + ?Sized>(
+    d: &mut Decoder<'_>,
+    trust: &AcTrust<'_>,
+    provider: &P,
+    scratch: &mut [u8],
+) -> Result<(TokenForm, usize), TokenError> {
+    let Sign1 {
+        protected,
+        kid,
+        alg,
+        payload,
+        signature,
+    } = parse_sign1(d)?;
     let ac = trust.signing.ok_or(TokenError::UnknownKey)?;
-    if ac.key.algorithm() != alg || !kid_matches(ac.kid, h.kid) {
+    if ac.key.algorithm() != alg || !kid_matches(ac.kid, kid) {
         return Err(TokenError::UnknownKey);
     }
     let mut tbs = [0u8; MAX_TOKEN_LEN + 32];

@@ -99,8 +99,23 @@ fn good<'a>(s: &Setup, cti: &'a [u8], scope: &'a [ScopeEntry<'a>]) -> Mint<'a> {
 
 type Rs<'a> = ResourceServer<'a, 4, 8>;
 
+/// A resource server whose verification budget these tests, posting many tokens in one
+/// second, do not reach (`verifications_budget_per_second_*` test the budget).
 fn rs(s: &Setup) -> Rs<'static> {
-    ResourceServer::new(SENSOR, s.ac_pub, RESOURCES, RsLimits::for_entries(4, 8, 2))
+    ResourceServer::new(
+        SENSOR,
+        s.ac_pub,
+        RESOURCES,
+        unmetered(RsLimits::for_entries(4, 8, 2)),
+    )
+}
+
+fn unmetered(limits: RsLimits) -> RsLimits {
+    RsLimits {
+        verifications_per_sec: u16::MAX,
+        verifications_per_host_per_sec: u16::MAX,
+        ..limits
+    }
 }
 
 #[test]
@@ -469,6 +484,7 @@ fn budgets_per_host_and_total_hold_and_entries_return_at_exp() {
         token_bytes_per_host: TOKEN_ENTRY_BYTES,
         cti_bytes: 4 * (CTI_ENTRY_BYTES + 2),
         cti_bytes_per_host: 3 * (CTI_ENTRY_BYTES + 2),
+        ..unmetered(RsLimits::for_entries(8, 8, 1))
     };
     let mut rs: ResourceServer<'_, 8, 8> = ResourceServer::new(SENSOR, s.ac_pub, RESOURCES, limits);
     let token = |cti: &[u8], key: PublicKey, secs: i64| {
@@ -563,4 +579,69 @@ fn sensor_token_sizes() {
         let n = e.encode_payload(&mut out).unwrap();
         println!("refusal {:?}: payload {n} bytes", e.response_code());
     }
+}
+
+/// Forged tokens from 256 hosts in one second cost at most the second's verifications (4 by
+/// default, 2 for one host); malformed tokens cost none; the next second, an honest newcomer's
+/// token is checked and accepted, and one host's flood leaves the rest of the second's budget
+/// to another host.
+#[test]
+fn verifications_budget_per_second_holds_against_many_hosts() {
+    let s = setup();
+    let mut rs: Rs<'static> =
+        ResourceServer::new(SENSOR, s.ac_pub, RESOURCES, RsLimits::for_entries(4, 8, 2));
+    let host = |i: u32| {
+        let mut h = [0u8; 16];
+        h[10..12].copy_from_slice(&[0xff, 0xff]);
+        h[12..].copy_from_slice(&(0x7f00_0000 | i).to_be_bytes());
+        h
+    };
+    // A forged token: well formed, signed by another key.
+    let forged = {
+        let (other, _) = keypair(SignatureAlgorithm::Ed25519, 99);
+        mint(&other, &good(&s, b"forged", &READ_SENSOR))
+    };
+    let mut answers = std::collections::BTreeMap::new();
+    for i in 0..256 {
+        let r = rs.authz_info(&RustCrypto, NOW, host(i), &forged);
+        let code = r.map_or_else(|e| e.response_code(), |_| (2, 1));
+        *answers.entry(code).or_insert(0) += 1;
+        // Garbage costs nothing.
+        assert!(rs
+            .authz_info(&RustCrypto, NOW, host(i), &[0x82, 1, 2])
+            .is_err());
+    }
+    assert_eq!(rs.counters.verifications, 4, "{answers:?}");
+    assert_eq!(
+        answers.get(&(4, 1)),
+        Some(&4),
+        "four forged tokens checked and refused"
+    );
+    assert_eq!(
+        answers.get(&(5, 3)),
+        Some(&252),
+        "the rest refused unchecked"
+    );
+    assert_eq!(rs.counters.tokens_verify_budget, 252);
+    // The next second: an honest newcomer's token is checked and kept.
+    let next = UnixTime::from_secs(NOW.as_secs() + 1);
+    let honest = mint(&s.ac, &good(&s, b"honest", &READ_SENSOR));
+    assert!(rs
+        .authz_info(&RustCrypto, next, host(1000), &honest)
+        .is_ok());
+    assert_eq!(rs.counters.verifications, 5);
+    // One host's flood takes its 2 of the second; another host still gets checked.
+    let later = UnixTime::from_secs(NOW.as_secs() + 2);
+    for _ in 0..10 {
+        let _ = rs.authz_info(&RustCrypto, later, host(7), &forged);
+    }
+    assert_eq!(rs.counters.verifications, 7);
+    let other = mint(&s.ac, &good(&s, b"other", &READ_SENSOR));
+    let e = rs
+        .authz_info(&RustCrypto, later, host(7), &other)
+        .unwrap_err();
+    assert_eq!(e, IntakeError::VerifyBudget { per_host: true });
+    assert!(e.to_string().contains("this host"));
+    assert!(rs.authz_info(&RustCrypto, later, host(8), &other).is_ok());
+    assert_eq!(rs.counters.verifications, 8);
 }

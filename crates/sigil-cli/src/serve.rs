@@ -77,6 +77,10 @@ pub struct ServeReport {
     pub dropped: u64,
     pub tokens_accepted: u64,
     pub tokens_refused: u64,
+    /// Of those refused, unchecked: the second's token verifications were spent.
+    pub tokens_verify_budget: u64,
+    /// Token signatures checked.
+    pub verifications: u64,
     pub requests_refused: u64,
 }
 
@@ -97,7 +101,10 @@ impl ServeReport {
                 + rs.tokens_malformed
                 + rs.tokens_replayed
                 + rs.tokens_busy
+                + rs.tokens_verify_budget
                 + rs.tokens_expired,
+            tokens_verify_budget: rs.tokens_verify_budget,
+            verifications: rs.verifications,
             requests_refused: rs.requests_no_token + rs.requests_forbidden + rs.requests_not_found,
         }
     }

@@ -14,24 +14,39 @@ use sigil_identity::Identity;
 use sigil_objects::{ReadingFormat, SignedReading};
 use std::net::SocketAddr;
 
-/// POSTs `token` to `/authz-info` (RFC 9200 §5.10.1) on the resource server `rs` over plain CoAP. 2.01 means
-/// accepted; a refusal carries its reason in an `application/ace+cbor` map.
+/// POSTs `token` to `/authz-info` (RFC 9200 §5.10.1) on the resource server `rs` over plain
+/// CoAP. 2.01 means accepted; a refusal carries its reason in an `application/ace+cbor` map.
+/// A 5.03 with a Max-Age of a few seconds (the resource server's verifications of this second
+/// are spent) is posted again after it, up to [`POST_TOKEN_TRIES`] times in all.
 pub async fn post_token(rs: SocketAddr, token: &[u8]) -> Result<ClientResponse> {
     let mut c = CoapClient::connect(rs, TransmissionParameters::default()).await?;
-    let r = c
-        .request(
-            Code::POST,
-            &RequestSpec {
-                path: "authz-info",
-                content_format: Some(sigil_ace::CONTENT_FORMAT_ACE_CBOR),
-                payload: token,
-                ..Default::default()
-            },
-        )
-        .await;
+    let spec = RequestSpec {
+        path: "authz-info",
+        content_format: Some(sigil_ace::CONTENT_FORMAT_ACE_CBOR),
+        payload: token,
+        ..Default::default()
+    };
+    let mut tries = 0;
+    let r = loop {
+        tries += 1;
+        let r = c.request(Code::POST, &spec).await;
+        let again = match &r {
+            Ok(r) if r.code == Code::SERVICE_UNAVAILABLE && tries < POST_TOKEN_TRIES => {
+                r.max_age.filter(|s| *s <= 10)
+            }
+            _ => None,
+        };
+        match again {
+            Some(secs) => tokio::time::sleep(std::time::Duration::from_secs(secs.into())).await,
+            None => break r,
+        }
+    };
     c.close().await;
     r
 }
+
+/// How many times [`post_token`] posts a token answered 5.03 with a short Max-Age.
+pub const POST_TOKEN_TRIES: u32 = 5;
 
 /// The reason in a refusal's `application/ace+cbor` error map (`error_description`), if any.
 pub fn refusal_reason(payload: &[u8]) -> Option<String> {

@@ -586,6 +586,11 @@ fn response(
             return 0;
         }
     }
+    // 5.03 (a budget of this second spent, tables full): try again in a second (RFC 7252
+    // §5.9.3.4).
+    if code == Code::SERVICE_UNAVAILABLE && b.uint_option(option::MAX_AGE, 1).is_err() {
+        return 0;
+    }
     if payload.is_empty() {
         b.finish()
     } else {
