@@ -26,15 +26,12 @@
 //! Nothing here calls a signing, key-generation or key-agreement function of the provider,
 //! so an image built around a `PskNode` links no public-key code (firmware `psk_sensor`).
 
-use crate::exchange::{Queue, Requests};
+use crate::exchange::{self, registration, Due, Endpoint, Kind, Location, Put, MAX_SENML};
 use crate::machine::{fmt_into, DeviceError, DeviceStats, PublishOutcome, Resource, MAX_DATAGRAM};
 use crate::storage::{DeviceStorage, Reservation};
 use core::time::Duration;
-use sigil_coap::exchange::client::{Incoming, RequestId};
-use sigil_coap::message::option;
-use sigil_coap::{
-    Code, ContentFormat, Message, MessageBuilder, MessageType, TransmissionParameters,
-};
+use sigil_coap::exchange::client::RequestId;
+use sigil_coap::{Code, ContentFormat, Message, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, Rng};
 use sigil_freshness::SequenceCounter;
 use sigil_identity::Identity;
@@ -47,9 +44,6 @@ use sigil_time::{Instant, UnixTime};
 pub const MIN_PSK_LEN: usize = 16;
 /// Longest pre-shared key a node accepts.
 pub const MAX_PSK_LEN: usize = 64;
-const MAX_LOCATION: usize = 24;
-const MAX_SENML: usize = 256;
-const EVENT_QUEUE: usize = 8;
 
 /// How a PSK node authenticates its readings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,9 +83,7 @@ pub struct PskConfig {
 impl PskConfig {
     /// The lifetime as RFC 9176's `lt`: whole seconds, at least 1, at most 2^32-1.
     pub fn lifetime_secs(&self) -> u32 {
-        u32::try_from(self.lifetime.as_secs())
-            .unwrap_or(u32::MAX)
-            .max(1)
+        exchange::lifetime_secs(self.lifetime)
     }
 }
 
@@ -130,17 +122,44 @@ pub enum PskEvent {
     Resynchronising,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Exchange {
-    Register,
-    Update,
-    Publish { seq: Option<u64> },
-}
+/// A request: a reading carries its number in MAC mode.
+type Exchange = exchange::Exchange<(), Option<u64>>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Unregistered { retry_at: Instant },
-    Registered { refresh_at: Instant },
+/// What the PSK node does its own way in what it shares with the signing device
+/// ([`Endpoint`]).
+enum Psk {}
+
+impl Kind for Psk {
+    type Register = ();
+    type Seq = Option<u64>;
+    type Event = PskEvent;
+    const REGISTERED: PskEvent = PskEvent::Registered;
+    const REFRESHED: PskEvent = PskEvent::RegistrationRefreshed;
+    const RESYNCHRONISING: PskEvent = PskEvent::Resynchronising;
+    /// A Reset to a reading (in MAC mode, the broker finds its number out of window) counts as
+    /// a refusal: registering again backs off if it repeats.
+    const RESET_BACKS_OFF: bool = true;
+
+    fn registration_failed(code: Code) -> PskEvent {
+        PskEvent::RegistrationFailed { code }
+    }
+
+    fn published(seq: Option<u64>, outcome: PublishOutcome) -> PskEvent {
+        PskEvent::Published { seq, outcome }
+    }
+
+    /// 4.01 and 4.03 as well as 4.04 and 4.15: the broker does not hold (or no longer
+    /// accepts) the registration the reading was made for.
+    fn reregisters(code: Code) -> bool {
+        code == Code::NOT_FOUND
+            || code == Code::UNAUTHORIZED
+            || code == Code::FORBIDDEN
+            || code == Code::UNSUPPORTED_CONTENT_FORMAT
+    }
+
+    fn topic(location: &[u8]) -> Option<&[u8]> {
+        location.split(|c| *c == b'/').next_back()
+    }
 }
 
 /// The PSK publisher. `C` is the crypto provider; only its SHA-256 and HMAC are used.
@@ -152,28 +171,8 @@ pub struct PskNode<C> {
     key: Option<ReadingKey>,
     /// The sequence counter (MAC mode only).
     counter: Option<SequenceCounter>,
-    state: State,
-    location: [u8; MAX_LOCATION],
-    location_len: usize,
-    requests: Requests<Exchange>,
-    events: Queue<PskEvent, EVENT_QUEUE>,
-    next_mid: u16,
-    token_seed: [u8; 16],
-    token_counter: u32,
-    publishes: u32,
-    reg_failures: u32,
-    /// The last reading's SenML-CBOR and timestamp, kept to publish it again.
-    last_senml: [u8; MAX_SENML],
-    last_senml_len: usize,
-    last_timestamp: Option<u64>,
-    republish: bool,
-    /// When the pending republication may go (5.03 with Max-Age: not before then).
-    republish_at: Instant,
-    /// Readings refused (or Reset) since the last acknowledged one: after the first, the
-    /// re-registration backs off as a failed registration does.
-    refusals: u32,
-    /// Server errors (5.xx other than 5.03) in a row for readings, for their back-off.
-    server_errors: u32,
+    /// Requests, events, the registration and the reading to publish again.
+    ep: Endpoint<Psk>,
     pub stats: DeviceStats,
 }
 
@@ -203,35 +202,14 @@ impl<C: CryptoProvider> PskNode<C> {
             ),
             PskMode::Session => (None, None),
         };
-        let mut seed = [0u8; 18];
-        rng.fill(&mut seed).map_err(|_| DeviceError::Encoding)?;
-        let mut token_seed = [0u8; 16];
-        token_seed.copy_from_slice(&seed[..16]);
+        let ep = Endpoint::new(config.transmission, rng)?;
         Ok(Self {
             crypto,
             config,
             identity,
             key,
             counter,
-            state: State::Unregistered {
-                retry_at: Instant::ZERO,
-            },
-            location: [0; MAX_LOCATION],
-            location_len: 0,
-            requests: Requests::new(config.transmission),
-            events: Queue::new(),
-            next_mid: u16::from_be_bytes([seed[16], seed[17]]),
-            token_seed,
-            token_counter: 0,
-            publishes: 0,
-            reg_failures: 0,
-            last_senml: [0; MAX_SENML],
-            last_senml_len: 0,
-            last_timestamp: None,
-            republish: false,
-            republish_at: Instant::ZERO,
-            refusals: 0,
-            server_errors: 0,
+            ep,
             stats: DeviceStats::default(),
         })
     }
@@ -251,27 +229,22 @@ impl<C: CryptoProvider> PskNode<C> {
     }
 
     pub fn is_registered(&self) -> bool {
-        matches!(self.state, State::Registered { .. })
+        self.ep.is_registered()
     }
 
     /// True when a new reading can be published now.
     pub fn can_publish(&self) -> bool {
-        self.is_registered()
-            && !self.republish
-            && self.requests.iter().all(|(_, o)| !o.is_confirmable())
+        self.ep.can_publish()
     }
 
     /// Whether a refused reading waits to be published again.
     pub fn has_pending_republication(&self) -> bool {
-        self.republish
+        self.ep.has_pending_republication()
     }
 
     /// The registration's location path (`rd/N`), once registered.
     pub fn location(&self) -> Option<&str> {
-        if self.location_len == 0 {
-            return None;
-        }
-        core::str::from_utf8(&self.location[..self.location_len]).ok()
+        self.ep.location()
     }
 
     /// The number the next MACed reading will carry (`None` in session mode).
@@ -279,45 +252,19 @@ impl<C: CryptoProvider> PskNode<C> {
         self.counter.as_ref().map(SequenceCounter::peek)
     }
 
-    fn next_token(&mut self) -> ([u8; 4], u32) {
-        self.token_counter = self.token_counter.wrapping_add(1);
-        crate::exchange::token(&self.crypto, &self.token_seed, self.token_counter)
-    }
-
-    fn next_mid(&mut self) -> u16 {
-        self.next_mid = self.next_mid.wrapping_add(1);
-        self.next_mid
-    }
-
-    fn push_event(&mut self, e: PskEvent) {
-        self.events.push_newest(e);
-    }
-
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<PskEvent> {
-        self.events.pop()
+        self.ep.poll_event()
     }
 
     /// Copies the next datagram to send into `buf` and returns its length.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
-        self.requests.poll_transmit(buf)
+        self.ep.poll_transmit(buf)
     }
 
     /// When [`PskNode::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let exchange = self.requests.poll_timeout();
-        let state = match (self.state, self.requests.is_empty()) {
-            (_, false) => None,
-            (State::Unregistered { retry_at }, true) => Some(retry_at),
-            (State::Registered { refresh_at }, true) if self.republish => {
-                Some(refresh_at.min(self.republish_at))
-            }
-            (State::Registered { refresh_at }, true) => Some(refresh_at),
-        };
-        match (exchange, state) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.ep.poll_timeout()
     }
 
     /// Advances timers: retransmissions, registration, its refresh, deferred readings.
@@ -326,86 +273,35 @@ impl<C: CryptoProvider> PskNode<C> {
         now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
+        let lifetime = self.config.lifetime;
         let retransmissions = &mut self.stats.retransmissions;
-        if let Some(x) = crate::exchange::on_timer(&mut self.requests, now, retransmissions) {
-            self.exchange_failed(now, x, None);
+        match self.ep.handle_timeout(now, retransmissions, lifetime) {
+            Some(Due::Registration) => self.start_registration(now),
+            Some(Due::Update) => self.ep.start_update(&self.crypto, now, |_| Ok(())),
+            Some(Due::Republication) => self.send_reading(now, storage, true).map(drop),
+            None => Ok(()),
         }
-        if self.requests.is_empty() {
-            match self.state {
-                State::Unregistered { retry_at } if now >= retry_at => {
-                    self.start_registration(now)?
-                }
-                State::Registered { refresh_at } if now >= refresh_at => self.start_update(now)?,
-                State::Registered { .. } if self.republish && now >= self.republish_at => {
-                    self.publish_again(now, storage)?
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn begin(
-        &mut self,
-        now: Instant,
-        exchange: Exchange,
-        confirmable: bool,
-        build: impl FnOnce(&mut [u8; MAX_DATAGRAM], u16, &[u8; 4]) -> Result<usize, DeviceError>,
-    ) -> Result<(), DeviceError> {
-        let mid = self.next_mid();
-        let token = self.next_token();
-        let requests = &mut self.requests;
-        crate::exchange::start(requests, now, (exchange, confirmable), mid, token, build)
     }
 
     /// `POST /rd?ep=<identity>&lt=<secs>` with `</href>;rt="..";ct=..`.
     fn start_registration(&mut self, now: Instant) -> Result<(), DeviceError> {
-        let ep = self.identity.hex();
+        let name = self.identity.hex();
         let lifetime = self.config.lifetime_secs();
         let resource = self.config.resource;
         let ct = self.config.mode.content_format();
-        self.begin(now, Exchange::Register, true, |buf, mid, token| {
-            let mut b = MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
-                .map_err(|_| DeviceError::TooLarge)?;
-            b.option(option::URI_PATH, b"rd")
-                .map_err(|_| DeviceError::TooLarge)?;
-            b.uint_option(
-                option::CONTENT_FORMAT,
-                u32::from(ContentFormat::LINK_FORMAT.0),
-            )
-            .map_err(|_| DeviceError::TooLarge)?;
-            let mut q = [0u8; 35];
-            q[..3].copy_from_slice(b"ep=");
-            q[3..].copy_from_slice(&ep);
-            b.option(option::URI_QUERY, &q)
-                .map_err(|_| DeviceError::TooLarge)?;
-            let n = fmt_into(&mut q, format_args!("lt={lifetime}"))?;
-            b.option(option::URI_QUERY, &q[..n])
-                .map_err(|_| DeviceError::TooLarge)?;
-            let mut payload = [0u8; 160];
-            let pn = fmt_into(
-                &mut payload,
-                format_args!("</{}>;rt=\"{}\";ct={}", resource.href, resource.rt, ct),
-            )?;
-            b.finish_with_payload(&payload[..pn])
-                .map_err(|_| DeviceError::TooLarge)
-        })
-    }
-
-    /// Empty `POST` to the registration's location: refreshes its lifetime.
-    fn start_update(&mut self, now: Instant) -> Result<(), DeviceError> {
-        let mut loc = [0u8; MAX_LOCATION];
-        let ll = self.location_len;
-        loc[..ll].copy_from_slice(&self.location[..ll]);
-        self.begin(now, Exchange::Update, true, |buf, mid, token| {
-            let mut b = MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
-                .map_err(|_| DeviceError::TooLarge)?;
-            for seg in loc[..ll].split(|c| *c == b'/') {
-                b.option(option::URI_PATH, seg)
-                    .map_err(|_| DeviceError::TooLarge)?;
-            }
-            Ok(b.finish())
-        })
+        let crypto = &self.crypto;
+        let register = Exchange::Register(());
+        self.ep
+            .begin(crypto, now, register, true, |buf, mid, token| {
+                let b = registration(buf, mid, token, &name, lifetime)?;
+                let mut payload = [0u8; 160];
+                let pn = fmt_into(
+                    &mut payload,
+                    format_args!("</{}>;rt=\"{}\";ct={}", resource.href, resource.rt, ct),
+                )?;
+                b.finish_with_payload(&payload[..pn])
+                    .map_err(|_| DeviceError::TooLarge)
+            })
     }
 
     /// Encodes `records` as SenML-CBOR and publishes them as one reading. `timestamp` goes
@@ -418,7 +314,7 @@ impl<C: CryptoProvider> PskNode<C> {
         records: &[Record<'_>],
         timestamp: Option<UnixTime>,
     ) -> Result<Option<u64>, DeviceError> {
-        self.check_publish()?;
+        self.ep.check_publish()?;
         let mut senml_buf = [0u8; MAX_SENML];
         let n = senml::encode_cbor(records, &mut senml_buf).map_err(|_| DeviceError::TooLarge)?;
         self.publish_senml(now, storage, &senml_buf[..n], timestamp)
@@ -433,39 +329,10 @@ impl<C: CryptoProvider> PskNode<C> {
         senml_cbor: &[u8],
         timestamp: Option<UnixTime>,
     ) -> Result<Option<u64>, DeviceError> {
-        self.check_publish()?;
-        let n = senml_cbor.len();
-        if n > MAX_SENML {
-            return Err(DeviceError::TooLarge);
-        }
-        self.last_senml[..n].copy_from_slice(senml_cbor);
-        self.last_senml_len = n;
-        self.last_timestamp = timestamp.and_then(|t| u64::try_from(t.as_secs()).ok());
-        self.republish = false;
+        self.ep.check_publish()?;
+        let timestamp = timestamp.and_then(|t| u64::try_from(t.as_secs()).ok());
+        self.ep.keep_reading(senml_cbor, timestamp)?;
         self.send_reading(now, storage, false)
-    }
-
-    fn check_publish(&self) -> Result<(), DeviceError> {
-        if !self.is_registered() {
-            return Err(DeviceError::NotRegistered);
-        }
-        if !self.can_publish() {
-            return Err(DeviceError::Busy);
-        }
-        Ok(())
-    }
-
-    fn publish_again<S: DeviceStorage>(
-        &mut self,
-        now: Instant,
-        storage: &mut S,
-    ) -> Result<(), DeviceError> {
-        self.republish = false;
-        if self.last_senml_len > 0 {
-            // Confirmable, so a reading sent again is known to have arrived.
-            self.send_reading(now, storage, true)?;
-        }
-        Ok(())
     }
 
     /// MACs the pending SenML pack into `out` under `seq`. Not inlined, so the COSE buffers
@@ -473,20 +340,14 @@ impl<C: CryptoProvider> PskNode<C> {
     #[inline(never)]
     fn mac_reading(&self, seq: u64, out: &mut [u8]) -> Result<usize, DeviceError> {
         let key = self.key.as_ref().ok_or(DeviceError::Config)?;
+        let (senml, timestamp) = self.ep.last_reading();
         let fresh = Freshness {
             seq,
             lsb_bits: None,
-            timestamp: self.last_timestamp,
+            timestamp,
         };
-        mac::mac_reading(
-            &self.crypto,
-            key,
-            &self.identity,
-            &fresh,
-            &self.last_senml[..self.last_senml_len],
-            out,
-        )
-        .map_err(|_| DeviceError::Encoding)
+        mac::mac_reading(&self.crypto, key, &self.identity, &fresh, senml, out)
+            .map_err(|_| DeviceError::Encoding)
     }
 
     fn send_reading<S: DeviceStorage>(
@@ -502,111 +363,20 @@ impl<C: CryptoProvider> PskNode<C> {
                 (Some(seq), self.mac_reading(seq, &mut body)?)
             }
             None => {
-                let n = self.last_senml_len;
-                body[..n].copy_from_slice(&self.last_senml[..n]);
-                (None, n)
+                let senml = self.ep.last_reading().0;
+                body[..senml.len()].copy_from_slice(senml);
+                (None, senml.len())
             }
         };
-        self.publishes = self.publishes.wrapping_add(1);
-        let confirmable = confirm
-            || (self.config.confirm_every != 0 && self.publishes % self.config.confirm_every == 0);
-        let mut loc = [0u8; MAX_LOCATION];
-        let ll = self.location_len;
-        loc[..ll].copy_from_slice(&self.location[..ll]);
-        let href = self.config.resource.href;
-        let cf = self.config.mode.content_format();
-        let mtype = if confirmable {
-            MessageType::Confirmable
-        } else {
-            MessageType::NonConfirmable
+        let put = Put {
+            href: self.config.resource.href,
+            content_format: self.config.mode.content_format(),
+            confirm_every: self.config.confirm_every,
+            require_signed: false,
         };
-        self.begin(
-            now,
-            Exchange::Publish { seq },
-            confirmable,
-            |buf, mid, token| {
-                let mut b = MessageBuilder::new(buf, mtype, Code::PUT, mid, token)
-                    .map_err(|_| DeviceError::TooLarge)?;
-                b.option(option::URI_PATH, b"ps")
-                    .map_err(|_| DeviceError::TooLarge)?;
-                // The topic of registration rd/N is ps/N/<href>.
-                if let Some(n) = loc[..ll].split(|c| *c == b'/').next_back() {
-                    b.option(option::URI_PATH, n)
-                        .map_err(|_| DeviceError::TooLarge)?;
-                }
-                b.option(option::URI_PATH, href.as_bytes())
-                    .map_err(|_| DeviceError::TooLarge)?;
-                b.uint_option(option::CONTENT_FORMAT, u32::from(cf))
-                    .map_err(|_| DeviceError::TooLarge)?;
-                b.finish_with_payload(&body[..bn])
-                    .map_err(|_| DeviceError::TooLarge)
-            },
-        )?;
-        if !confirmable {
-            self.push_event(PskEvent::Published {
-                seq,
-                outcome: PublishOutcome::Sent,
-            });
-        }
+        self.ep
+            .send_reading(&self.crypto, now, seq, confirm, put, &body[..bn])?;
         Ok(seq)
-    }
-
-    /// Back-off after `failures` failures in a row: 10 s, 20 s, 40 s ... capped at the
-    /// lifetime.
-    fn backoff(&self, failures: u32) -> Duration {
-        (Duration::from_secs(5) * (1u32 << failures.min(10))).min(self.config.lifetime)
-    }
-
-    /// Registers again and publishes the pending reading again afterwards: immediately the
-    /// first time, backing off if it happens again before a reading is acknowledged.
-    fn reregister_and_republish(&mut self, now: Instant) {
-        self.republish = true;
-        self.republish_at = now;
-        let retry_at = if self.refusals == 0 {
-            now
-        } else {
-            now + self.backoff(self.refusals)
-        };
-        self.refusals = self.refusals.saturating_add(1);
-        self.state = State::Unregistered { retry_at };
-    }
-
-    fn exchange_failed(&mut self, now: Instant, exchange: Exchange, code: Option<Code>) {
-        match exchange {
-            Exchange::Publish { seq } => match code {
-                Some(c)
-                    if c == Code::NOT_FOUND
-                        || c == Code::UNAUTHORIZED
-                        || c == Code::FORBIDDEN
-                        || c == Code::UNSUPPORTED_CONTENT_FORMAT =>
-                {
-                    // The broker does not hold (or no longer accepts) the registration this
-                    // reading was made for: register again, then publish the reading again.
-                    self.push_event(PskEvent::Published {
-                        seq,
-                        outcome: PublishOutcome::Republishing(c),
-                    });
-                    self.reregister_and_republish(now);
-                }
-                _ => {
-                    let outcome = code.map_or(PublishOutcome::TimedOut, PublishOutcome::Rejected);
-                    self.push_event(PskEvent::Published { seq, outcome });
-                }
-            },
-            Exchange::Register | Exchange::Update => {
-                if let Some(code) = code {
-                    self.push_event(PskEvent::RegistrationFailed { code });
-                }
-                if exchange == Exchange::Update && code == Some(Code::NOT_FOUND) {
-                    self.state = State::Unregistered { retry_at: now };
-                    return;
-                }
-                self.reg_failures = self.reg_failures.saturating_add(1);
-                self.state = State::Unregistered {
-                    retry_at: now + self.backoff(self.reg_failures),
-                };
-            }
-        }
     }
 
     /// Feeds one received datagram. Malformed or unexpected input is counted and ignored.
@@ -616,38 +386,11 @@ impl<C: CryptoProvider> PskNode<C> {
         storage: &mut S,
         datagram: &[u8],
     ) -> Result<(), DeviceError> {
-        let Ok(msg) = Message::parse(datagram) else {
-            self.stats.malformed += 1;
-            return Ok(());
-        };
-        match self.requests.handle_message(&msg, now) {
-            Incoming::Handled => Ok(()),
-            Incoming::Unexpected => {
-                self.stats.unexpected += 1;
-                Ok(())
-            }
-            Incoming::Reset(id) => {
-                self.on_reset(now, id);
-                Ok(())
-            }
-            Incoming::Response(id) => self.on_response(now, storage, &msg, id),
-        }
-    }
-
-    fn on_reset(&mut self, now: Instant, id: RequestId) {
-        match self.requests.remove(id) {
-            Some(Exchange::Publish { seq }) => {
-                // MAC mode: the broker finds the number out of window. Register again, then
-                // publish the reading again under a new number.
-                self.push_event(PskEvent::Published {
-                    seq,
-                    outcome: PublishOutcome::Reset,
-                });
-                self.push_event(PskEvent::Resynchronising);
-                self.reregister_and_republish(now);
-            }
-            Some(x) => self.exchange_failed(now, x, None),
-            None => {}
+        let lifetime = self.config.lifetime;
+        let stats = &mut self.stats;
+        match self.ep.receive(now, datagram, stats, true, lifetime) {
+            Some((msg, id)) => self.on_response(now, storage, &msg, id),
+            None => Ok(()),
         }
     }
 
@@ -658,87 +401,31 @@ impl<C: CryptoProvider> PskNode<C> {
         msg: &Message<'_>,
         id: RequestId,
     ) -> Result<(), DeviceError> {
-        let Some(exchange) = self.requests.get(id).map(|o| o.exchange()) else {
+        let Some(exchange) = self.ep.requests.get(id).map(|o| o.exchange()) else {
             return Ok(());
         };
+        let lifetime = self.config.lifetime;
         match exchange {
-            Exchange::Register if msg.code == Code::CREATED => {
-                let mut loc = [0u8; MAX_LOCATION];
-                let mut n = 0;
-                for seg in msg.option_values(option::LOCATION_PATH) {
-                    let need = seg.len() + usize::from(n > 0);
-                    if n + need > MAX_LOCATION {
-                        self.exchange_failed_with(now, id, Code::INTERNAL_SERVER_ERROR);
-                        return Ok(());
-                    }
-                    if n > 0 {
-                        loc[n] = b'/';
-                        n += 1;
-                    }
-                    loc[n..n + seg.len()].copy_from_slice(seg);
-                    n += seg.len();
-                }
-                if n == 0 {
-                    // Without a location there is no topic to publish to.
-                    self.exchange_failed_with(now, id, Code::INTERNAL_SERVER_ERROR);
+            Exchange::Register(()) if msg.code == Code::CREATED => {
+                // Without a location (or one too long to keep) there is no topic to publish to.
+                let Some(location) = Location::of(msg).filter(|l| !l.is_empty()) else {
+                    self.ep
+                        .failed_with(now, id, Code::INTERNAL_SERVER_ERROR, lifetime);
                     return Ok(());
-                }
-                self.requests.remove(id);
-                self.location = loc;
-                self.location_len = n;
-                self.reg_failures = 0;
-                self.state = State::Registered {
-                    refresh_at: now + self.config.lifetime / 5 * 4,
                 };
-                self.push_event(PskEvent::Registered);
-                if self.republish && now >= self.republish_at {
-                    self.publish_again(now, storage)?;
+                self.ep.requests.remove(id);
+                self.ep.registered(now, location, lifetime);
+                // A deferred reading goes again at its time, not before.
+                if self.ep.republication_due(now) && self.ep.take_republication() {
+                    self.send_reading(now, storage, true)?;
                 }
-                Ok(())
-            }
-            Exchange::Update if msg.code == Code::CHANGED => {
-                self.requests.remove(id);
-                self.state = State::Registered {
-                    refresh_at: now + self.config.lifetime / 5 * 4,
-                };
-                self.push_event(PskEvent::RegistrationRefreshed);
-                Ok(())
-            }
-            Exchange::Publish { seq } if msg.code == Code::CHANGED || msg.code == Code::CREATED => {
-                self.requests.remove(id);
-                self.refusals = 0;
-                self.server_errors = 0;
-                self.push_event(PskEvent::Published {
-                    seq,
-                    outcome: PublishOutcome::Acknowledged,
-                });
-                Ok(())
-            }
-            Exchange::Publish { seq } if msg.code.class() == 5 => {
-                // The broker stored nothing: keep the reading and send it again later.
-                self.requests.remove(id);
-                let secs = crate::exchange::retry_delay(msg, &mut self.server_errors);
-                self.push_event(PskEvent::Published {
-                    seq,
-                    outcome: PublishOutcome::Deferred {
-                        code: msg.code,
-                        retry_after_secs: secs,
-                    },
-                });
-                self.republish = true;
-                self.republish_at = now + Duration::from_secs(u64::from(secs));
                 Ok(())
             }
             _ => {
-                self.exchange_failed_with(now, id, msg.code);
+                // An update's 2.04, a reading's acknowledgement or 5.xx, or a failure.
+                self.ep.on_answer(now, msg, id, exchange, lifetime);
                 Ok(())
             }
-        }
-    }
-
-    fn exchange_failed_with(&mut self, now: Instant, id: RequestId, code: Code) {
-        if let Some(x) = self.requests.remove(id) {
-            self.exchange_failed(now, x, Some(code));
         }
     }
 }

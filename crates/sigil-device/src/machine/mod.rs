@@ -10,10 +10,11 @@ mod pair;
 mod publish;
 mod register;
 
-use crate::exchange::{Queue, Requests};
+use crate::exchange::{self, Due, Endpoint, Kind};
 use crate::storage::{DeviceStorage, Reservation};
 use core::fmt::{self, Write};
 use core::time::Duration;
+use sigil_coap::blockwise::Sender;
 use sigil_coap::{Code, TransmissionParameters};
 use sigil_crypto::{CryptoProvider, PublicKey, Rng, SecretKey, SignatureAlgorithm};
 use sigil_freshness::{SequenceCounter, SequenceError};
@@ -31,9 +32,6 @@ pub const MAX_OTHER_INFO: usize = 32;
 // Whatever the device accepts, its key announcement can carry.
 const _: () = assert!(MAX_OTHER_INFO <= sigil_identity::announce::MAX_OTHER_INFO);
 const MAX_REG_PAYLOAD: usize = 2048;
-const MAX_LOCATION: usize = 24;
-const MAX_SENML: usize = 256;
-const EVENT_QUEUE: usize = 8;
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// The resource a sensor registers and publishes.
@@ -77,9 +75,7 @@ pub struct DeviceConfig {
 impl DeviceConfig {
     /// The lifetime as RFC 9176's `lt`: whole seconds, at least 1, at most 2^32-1.
     pub fn lifetime_secs(&self) -> u32 {
-        u32::try_from(self.lifetime.as_secs())
-            .unwrap_or(u32::MAX)
-            .max(1)
+        exchange::lifetime_secs(self.lifetime)
     }
 }
 
@@ -186,23 +182,39 @@ impl<E> From<SequenceError<E>> for DeviceError {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Exchange {
-    /// Full registration; `upload` is where its Block1 transfer is.
-    Register {
-        upload: sigil_coap::blockwise::Sender,
-    },
-    /// Registration update (refresh lifetime).
-    Update,
-    Publish {
-        seq: u64,
-    },
-}
+/// A request: a registration carries where its Block1 transfer is; a reading, its number.
+type Exchange = exchange::Exchange<Sender, u64>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Unregistered { retry_at: Instant },
-    Registered { refresh_at: Instant },
+/// What the signing device does its own way in what it shares with the PSK node
+/// ([`Endpoint`]).
+enum Signing {}
+
+impl Kind for Signing {
+    type Register = Sender;
+    type Seq = u64;
+    type Event = Event;
+    const REGISTERED: Event = Event::Registered;
+    const REFRESHED: Event = Event::RegistrationRefreshed;
+    const RESYNCHRONISING: Event = Event::Resynchronising;
+    /// A Reset resynchronises (§8.2): registering again with the current number at once.
+    const RESET_BACKS_OFF: bool = false;
+
+    fn registration_failed(code: Code) -> Event {
+        Event::RegistrationFailed { code }
+    }
+
+    fn published(seq: u64, outcome: PublishOutcome) -> Event {
+        Event::Published { seq, outcome }
+    }
+
+    /// 4.04: the broker no longer holds the registration (expired); 4.15: its links changed.
+    fn reregisters(code: Code) -> bool {
+        code == Code::NOT_FOUND || code == Code::UNSUPPORTED_CONTENT_FORMAT
+    }
+
+    fn topic(location: &[u8]) -> Option<&[u8]> {
+        location.split(|c| *c == b'/').nth(1)
+    }
 }
 
 /// Counters a device keeps about its link.
@@ -233,28 +245,8 @@ pub struct Device<C> {
     other: [u8; MAX_OTHER_INFO],
     other_len: usize,
     counter: SequenceCounter,
-    state: State,
-    location: [u8; MAX_LOCATION],
-    location_len: usize,
-    requests: Requests<Exchange>,
-    events: Queue<Event, EVENT_QUEUE>,
-    next_mid: u16,
-    token_seed: [u8; 16],
-    token_counter: u32,
-    publishes: u32,
-    reg_failures: u32,
-    /// The last reading's SenML and timestamp, kept to publish it again after a resync.
-    last_senml: [u8; MAX_SENML],
-    last_senml_len: usize,
-    last_timestamp: Option<u64>,
-    republish: bool,
-    /// When the pending republication may go (5.03 with Max-Age: not before then).
-    republish_at: Instant,
-    /// Publications refused with 4.04 or 4.15 since the last acknowledged one: after the
-    /// first, the re-registration backs off as a failed registration does.
-    refusals: u32,
-    /// Server errors (5.xx other than 5.03) in a row for readings, for their back-off.
-    server_errors: u32,
+    /// Requests, events, the registration and the reading to publish again.
+    ep: Endpoint<Signing>,
     /// The server, group and default subscriber this device was paired with (§4.1).
     pairing: Option<sigil_ace::Pairing>,
     /// The trusted server's key given by the integrator (else the pairing's is used).
@@ -301,10 +293,7 @@ impl<C: CryptoProvider> Device<C> {
         }
         let mut other = [0u8; MAX_OTHER_INFO];
         other[..other_info.len()].copy_from_slice(other_info);
-        let mut seed = [0u8; 18];
-        rng.fill(&mut seed).map_err(|_| DeviceError::Encoding)?;
-        let mut token_seed = [0u8; 16];
-        token_seed.copy_from_slice(&seed[..16]);
+        let ep = Endpoint::new(config.transmission, rng)?;
         Ok(Self {
             crypto,
             config,
@@ -315,25 +304,7 @@ impl<C: CryptoProvider> Device<C> {
             other,
             other_len: other_info.len(),
             counter,
-            state: State::Unregistered {
-                retry_at: Instant::ZERO,
-            },
-            location: [0; MAX_LOCATION],
-            location_len: 0,
-            requests: Requests::new(config.transmission),
-            events: Queue::new(),
-            next_mid: u16::from_be_bytes([seed[16], seed[17]]),
-            token_seed,
-            token_counter: 0,
-            publishes: 0,
-            reg_failures: 0,
-            last_senml: [0; MAX_SENML],
-            last_senml_len: 0,
-            last_timestamp: None,
-            republish: false,
-            republish_at: Instant::ZERO,
-            refusals: 0,
-            server_errors: 0,
+            ep,
             pairing: None,
             server_key: None,
             stats: DeviceStats::default(),
@@ -373,29 +344,23 @@ impl<C: CryptoProvider> Device<C> {
     }
 
     pub fn is_registered(&self) -> bool {
-        matches!(self.state, State::Registered { .. })
+        self.ep.is_registered()
     }
 
     /// True when a new reading can be published now.
     pub fn can_publish(&self) -> bool {
-        // Not while a refused reading waits to be published again: it would be overwritten.
-        self.is_registered()
-            && !self.republish
-            && self.requests.iter().all(|(_, o)| !o.is_confirmable())
+        self.ep.can_publish()
     }
 
     /// Whether a refused reading waits to be published again (after 5.03 with Max-Age, or a
     /// re-registration).
     pub fn has_pending_republication(&self) -> bool {
-        self.republish
+        self.ep.has_pending_republication()
     }
 
     /// The registration's location path (`rd/N`), once registered.
     pub fn location(&self) -> Option<&str> {
-        if self.location_len == 0 {
-            return None;
-        }
-        core::str::from_utf8(&self.location[..self.location_len]).ok()
+        self.ep.location()
     }
 
     /// The number the next signed message will carry.
@@ -403,46 +368,19 @@ impl<C: CryptoProvider> Device<C> {
         self.counter.peek()
     }
 
-    fn next_token(&mut self) -> ([u8; 4], u32) {
-        self.token_counter = self.token_counter.wrapping_add(1);
-        crate::exchange::token(&self.crypto, &self.token_seed, self.token_counter)
-    }
-
-    fn next_mid(&mut self) -> u16 {
-        self.next_mid = self.next_mid.wrapping_add(1);
-        self.next_mid
-    }
-
-    fn push_event(&mut self, e: Event) {
-        self.events.push_newest(e);
-    }
-
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop()
+        self.ep.poll_event()
     }
 
     /// Copies the next datagram to send into `buf` and returns its length.
     pub fn poll_transmit(&mut self, buf: &mut [u8]) -> Option<usize> {
-        self.requests.poll_transmit(buf)
+        self.ep.poll_transmit(buf)
     }
 
     /// When [`Device::handle_timeout`] must be called next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let exchange = self.requests.poll_timeout();
-        let state = match (self.state, self.requests.is_empty()) {
-            (_, false) => None,
-            (State::Unregistered { retry_at }, true) => Some(retry_at),
-            // A deferred reading goes out again at its time, not at the next refresh.
-            (State::Registered { refresh_at }, true) if self.republish => {
-                Some(refresh_at.min(self.republish_at))
-            }
-            (State::Registered { refresh_at }, true) => Some(refresh_at),
-        };
-        match (exchange, state) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.ep.poll_timeout()
     }
 
     /// Advances timers: retransmissions, registration and its refresh.
@@ -451,38 +389,14 @@ impl<C: CryptoProvider> Device<C> {
         now: Instant,
         storage: &mut S,
     ) -> Result<(), DeviceError> {
+        let lifetime = self.config.lifetime;
         let retransmissions = &mut self.stats.retransmissions;
-        if let Some(x) = crate::exchange::on_timer(&mut self.requests, now, retransmissions) {
-            self.exchange_failed(now, x, None);
+        match self.ep.handle_timeout(now, retransmissions, lifetime) {
+            Some(Due::Registration) => self.start_registration(now, storage, None),
+            Some(Due::Update) => self.start_update(now, storage),
+            Some(Due::Republication) => self.send_reading(now, storage, true).map(drop),
+            None => Ok(()),
         }
-        if self.requests.is_empty() {
-            match self.state {
-                State::Unregistered { retry_at } if now >= retry_at => {
-                    self.start_registration(now, storage, None)?
-                }
-                State::Registered { refresh_at } if now >= refresh_at => {
-                    self.start_update(now, storage)?
-                }
-                State::Registered { .. } if self.republish && now >= self.republish_at => {
-                    self.publish_again(now, storage)?
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn begin(
-        &mut self,
-        now: Instant,
-        exchange: Exchange,
-        confirmable: bool,
-        build: impl FnOnce(&mut [u8; MAX_DATAGRAM], u16, &[u8; 4]) -> Result<usize, DeviceError>,
-    ) -> Result<(), DeviceError> {
-        let mid = self.next_mid();
-        let token = self.next_token();
-        let requests = &mut self.requests;
-        crate::exchange::start(requests, now, (exchange, confirmable), mid, token, build)
     }
 }
 

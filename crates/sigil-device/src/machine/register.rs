@@ -1,16 +1,16 @@
 //! The registration (`POST /rd`, in Block1 blocks when it does not fit) and its refresh
 //! (`POST /rd/N`), each carrying a signed statement of a fresh sequence number (§8.2).
 
-use super::{fmt_into, Device, DeviceError, Exchange, B64, MAX_LOCATION, MAX_REG_PAYLOAD};
+use super::{fmt_into, Device, DeviceError, Exchange, B64, MAX_REG_PAYLOAD};
+use crate::exchange::{registration, require_option};
 use crate::storage::{DeviceStorage, Reservation};
 use base64::Engine;
 use core::fmt::{self, Write};
 use sigil_coap::blockwise::Sender;
 use sigil_coap::message::option;
-use sigil_coap::{Code, ContentFormat, MessageBuilder, MessageType};
+use sigil_coap::MessageBuilder;
 use sigil_crypto::{CryptoProvider, Signature};
 use sigil_identity::KeyAnnouncement;
-use sigil_objects::answer;
 use sigil_objects::json::SliceWriter;
 use sigil_objects::resync::{self, OperationKind};
 use sigil_time::Instant;
@@ -95,29 +95,14 @@ impl<C: CryptoProvider> Device<C> {
         // The message core's Block1 sender (RFC 7959 §2.3): the first block, or the one the
         // server's 2.31 Continue asked for next.
         let upload = upload.unwrap_or(Sender::new(plen, self.config.block_szx));
-        let format_ct = ContentFormat::LINK_FORMAT.0;
         let signed = self.config.require_signed_answers;
-        self.begin(
+        self.ep.begin(
+            &self.crypto,
             now,
-            Exchange::Register { upload },
+            Exchange::Register(upload),
             true,
             |buf, mid, token| {
-                let mut q = [0u8; 128];
-                let mut b =
-                    MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
-                        .map_err(|_| DeviceError::TooLarge)?;
-                b.option(option::URI_PATH, b"rd")
-                    .map_err(|_| DeviceError::TooLarge)?;
-                b.uint_option(option::CONTENT_FORMAT, u32::from(format_ct))
-                    .map_err(|_| DeviceError::TooLarge)?;
-                let mut ep = [0u8; 35];
-                ep[..3].copy_from_slice(b"ep=");
-                ep[3..].copy_from_slice(&id_hex);
-                b.option(option::URI_QUERY, &ep)
-                    .map_err(|_| DeviceError::TooLarge)?;
-                let n = fmt_into(&mut q, format_args!("lt={lifetime}"))?;
-                b.option(option::URI_QUERY, &q[..n])
-                    .map_err(|_| DeviceError::TooLarge)?;
+                let mut b = registration(buf, mid, token, &id_hex, lifetime)?;
                 statement_options(&mut b, seq, &sig)?;
                 if let Some(blk) = upload.block() {
                     let (v, vn) = blk.encode().map_err(|_| DeviceError::TooLarge)?;
@@ -155,20 +140,10 @@ impl<C: CryptoProvider> Device<C> {
         .digest(&self.crypto)
         .ok_or(DeviceError::Encoding)?;
         let sig = self.sign_statement(seq, &digest)?;
-        let mut loc = [0u8; MAX_LOCATION];
-        let ll = self.location_len;
-        loc[..ll].copy_from_slice(&self.location[..ll]);
         let signed = self.config.require_signed_answers;
-        self.begin(now, Exchange::Update, true, |buf, mid, token| {
-            let mut b = MessageBuilder::new(buf, MessageType::Confirmable, Code::POST, mid, token)
-                .map_err(|_| DeviceError::TooLarge)?;
-            for seg in loc[..ll].split(|c| *c == b'/') {
-                b.option(option::URI_PATH, seg)
-                    .map_err(|_| DeviceError::TooLarge)?;
-            }
-            statement_options(&mut b, seq, &sig)?;
-            require_option(&mut b, signed)?;
-            Ok(b.finish())
+        self.ep.start_update(&self.crypto, now, |b| {
+            statement_options(b, seq, &sig)?;
+            require_option(b, signed)
         })
     }
 }
@@ -189,14 +164,5 @@ fn statement_options(
         .map_err(|_| DeviceError::TooLarge)?;
     b.option(option::URI_QUERY, &q[..3 + sn])
         .map_err(|_| DeviceError::TooLarge)?;
-    Ok(())
-}
-
-/// Adds the "signed answers required" option (`sigil_objects::answer`) when `on`.
-pub(super) fn require_option(b: &mut MessageBuilder<'_>, on: bool) -> Result<(), DeviceError> {
-    if on {
-        b.option(answer::REQUIRE_OPTION, &[])
-            .map_err(|_| DeviceError::TooLarge)?;
-    }
     Ok(())
 }
