@@ -231,6 +231,23 @@ struct Entry<P> {
     answer: Option<usize>,
 }
 
+impl<P> Entry<P> {
+    /// Keeps `answer` in `slot` for this entry; one longer than the slot is not kept.
+    fn keep<const BUF: usize>(&mut self, slot: &mut [u8; BUF], answer: &[u8]) -> bool {
+        match slot.get_mut(..answer.len()) {
+            Some(to) => {
+                to.copy_from_slice(answer);
+                self.answer = Some(answer.len());
+                true
+            }
+            None => {
+                self.answer = None;
+                false
+            }
+        }
+    }
+}
+
 /// A fixed store: `N` entries, answers up to `BUF` bytes, at most `per_peer` for one peer;
 /// nothing is dropped early to make room.
 pub struct Slots<P, const N: usize, const BUF: usize> {
@@ -309,16 +326,10 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> DedupStore<P> for Slots<P, 
         let Some(i) = self.find(peer, mid) else {
             return false;
         };
-        let Some(e) = self.entries[i].as_mut() else {
-            return false;
-        };
-        if answer.len() > BUF {
-            e.answer = None;
-            return false;
+        match self.entries[i].as_mut() {
+            Some(e) => e.keep(&mut self.answers[i], answer),
+            None => false,
         }
-        self.answers[i][..answer.len()].copy_from_slice(answer);
-        e.answer = Some(answer.len());
-        true
     }
 
     fn expire(&mut self, now: Instant) {
@@ -389,20 +400,10 @@ impl<P: Copy + Eq, const BUF: usize> DedupStore<P> for Latest<P, BUF> {
     }
 
     fn keep_answer(&mut self, peer: &P, mid: u16, answer: &[u8], _now: Instant, _room: ()) -> bool {
-        let Some(e) = self
-            .entry
-            .as_mut()
-            .filter(|e| e.peer == *peer && e.mid == mid)
-        else {
-            return false;
-        };
-        if answer.len() > BUF {
-            e.answer = None;
-            return false;
+        match self.entry.as_mut() {
+            Some(e) if e.peer == *peer && e.mid == mid => e.keep(&mut self.answer, answer),
+            _ => false,
         }
-        self.answer[..answer.len()].copy_from_slice(answer);
-        e.answer = Some(answer.len());
-        true
     }
 
     fn expire(&mut self, now: Instant) {
