@@ -213,6 +213,14 @@ impl ObserveState {
     }
 }
 
+/// Why an observation did not follow its session ([`Dispatcher::session_moved`]).
+enum Ended {
+    /// It had ended already.
+    Gone,
+    /// The new host cannot take it: which of its caps.
+    OverCap(&'static str),
+}
+
 /// Whether `req` asks to observe a topic's latest reading.
 fn observable(req: &Request) -> bool {
     req.code == Code::GET
@@ -661,6 +669,146 @@ impl Dispatcher {
             .partition(|o| o.to.channel == channel);
         self.observe.outbox = others;
         mine.into_iter().map(|o| (o.to.addr, o.bytes)).collect()
+    }
+
+    /// The DTLS session at `old` followed its connection ID to `new` (RFC 9146; the secure
+    /// layer moves a session only on records that all authenticated,
+    /// [`crate::secure::SecureLayer::take_moves`]): its observations follow it
+    /// (`observe.moved`), with any Confirmable notification in flight, whose retransmissions
+    /// go to `new`, and the notifications queued for `old`. Each is counted against the new
+    /// host from then on: one that the new host cannot take (it holds `max_per_host`
+    /// observations, or its share of the `observe` bytes cannot take this one's) ends, its
+    /// client told so with a last notification (5.03, Max-Age 60;
+    /// `observe.ended.moved_over_cap`). Observations kept for `new` before were of the
+    /// session the secure layer replaced there: they end (`observe.ended.session`). Before
+    /// each notification [`Dispatcher::take_secure_notifications`] still checks that the
+    /// session at the address authenticates the identity that registered.
+    pub fn session_moved(
+        &mut self,
+        old: std::net::SocketAddr,
+        new: std::net::SocketAddr,
+        now: Instant,
+    ) {
+        let (from, to) = (Endpoint::dtls(old), Endpoint::dtls(new));
+        if from == to {
+            return;
+        }
+        for o in &mut self.observe.outbox {
+            if o.to == from {
+                o.to = to;
+            }
+        }
+        if !self.observe.per_endpoint.contains_key(&from) {
+            return;
+        }
+        if self.observe.per_endpoint.contains_key(&to) {
+            let stale: Vec<ObserverId> = self.observers_of(to);
+            for id in stale {
+                self.observe.end(id);
+                self.count("observe.ended.session");
+            }
+        }
+        let (old_host, new_host) = (Host::of(old), Host::of(new));
+        for id in self.observers_of(from) {
+            match self.observe_move(id, to, old_host, new_host) {
+                Ok(()) => self.count("observe.moved"),
+                Err(Ended::Gone) => {}
+                Err(Ended::OverCap(why)) => {
+                    self.count("observe.ended.moved_over_cap");
+                    let secs = (now.as_millis() / 1000) as i64;
+                    crate::limited!(self.log, secs, "observe.ended.moved_over_cap", info, %old, %new, reason = why, "observation ended: its session moved to a host that cannot take it");
+                }
+            }
+        }
+        self.observe.publish_gauges(&self.stats);
+    }
+
+    /// The observations `peer` holds.
+    fn observers_of(&self, peer: Endpoint) -> Vec<ObserverId> {
+        self.observe
+            .table
+            .iter()
+            .filter(|(_, o)| o.peer == peer)
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Moves observation `id` to `to` and its bytes from `old_host` to `new_host`, or ends it
+    /// (with a last notification to `to`) and says why.
+    fn observe_move(
+        &mut self,
+        id: ObserverId,
+        to: Endpoint,
+        old_host: Host,
+        new_host: Host,
+    ) -> Result<(), Ended> {
+        let Some((from, token)) = self.observe.table.get(id).map(|o| (o.peer, o.token)) else {
+            return Err(Ended::Gone);
+        };
+        let charged = self.observe.watches.get(&id).map_or(0, |w| w.charged);
+        // The cheap checks first, before anything changes: the new host's count, then its
+        // bytes (the total does not change: the old host's share is refunded).
+        let why = if old_host == new_host {
+            None
+        } else if self.observe.table.held_by(&new_host) >= self.config.observe.max_per_host {
+            Some("observers per host")
+        } else if self.observe.budget.check(new_host, charged) == Err(crate::budget::Over::Host) {
+            Some("observe bytes per host")
+        } else {
+            None
+        };
+        let why = why.or_else(|| {
+            if old_host != new_host {
+                self.observe.budget.refund(old_host, charged);
+                if self.observe.budget.charge(new_host, charged).is_err() {
+                    let _ = self.observe.budget.charge(old_host, charged);
+                    return Some("observe bytes");
+                }
+            }
+            match self.observe.table.move_to(id, to, new_host) {
+                Ok(()) => None,
+                Err(_) => {
+                    if old_host != new_host {
+                        self.observe.budget.refund(new_host, charged);
+                        let _ = self.observe.budget.charge(old_host, charged);
+                    }
+                    Some("observers per host")
+                }
+            }
+        });
+        if let Some(why) = why {
+            let auth = self
+                .observe
+                .watches
+                .get(&id)
+                .and_then(|w| w.request.auth.clone());
+            self.observe.end(id);
+            let r = Response {
+                code: Code::SERVICE_UNAVAILABLE,
+                payload: b"observers full at the new address".to_vec(),
+                max_age: Some(60),
+                ..Default::default()
+            };
+            let mid = self.observe.mid();
+            if let Some(b) = encode_final(&token, mid, &r) {
+                self.observe.outbox.push(Outgoing {
+                    to,
+                    auth,
+                    bytes: b,
+                    id: None,
+                });
+            }
+            return Err(Ended::OverCap(why));
+        }
+        let pe = &mut self.observe.per_endpoint;
+        if let Some(n) = pe.get_mut(&from) {
+            *n -= 1;
+            if *n == 0 {
+                pe.remove(&from);
+            }
+        }
+        *pe.entry(to).or_insert(0) += 1;
+        Ok(())
     }
 
     /// The notifications for DTLS sessions whose session still authenticates the identity
