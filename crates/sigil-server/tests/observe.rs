@@ -552,6 +552,69 @@ fn over_coaps_a_session_moving_to_a_host_at_its_observer_cap_loses_its_observati
 }
 
 #[test]
+fn over_coaps_a_session_moving_to_a_host_without_room_for_its_bytes_loses_its_observation() {
+    use common::sensor::Server as _;
+    let (mut s, mut now, _dev, mut c, topic) = secure_observer_with(107, true);
+    let full = common::addr(108);
+    let reader = sigil_server::PeerAuth::Psk(common::ed25519_identity(107));
+    s.now = now;
+    // Another host fills its share of the observe bytes (64 KiB) with fewer observations than
+    // its cap: long ones (a kilobyte of query each) until one is refused for its bytes, then
+    // ones like the reader's until one of those is refused too.
+    let mut port = 1000u16;
+    let mut register = |s: &mut common::Secure, query: bool| {
+        port += 1;
+        let mut buf = [0u8; 1400];
+        let mut b = MessageBuilder::new(
+            &mut buf,
+            MessageType::Confirmable,
+            Code::GET,
+            port,
+            &port.to_be_bytes(),
+        )
+        .unwrap();
+        b.uint_option(option::OBSERVE, 0).unwrap();
+        b.uri_path(&topic).unwrap();
+        if query {
+            for _ in 0..4 {
+                b.option(option::URI_QUERY, &[b'x'; 250]).unwrap();
+            }
+        }
+        let n = b.finish();
+        let from = SocketAddr::new(full.ip(), port);
+        s.deliver_in_session(&reader, vec![(from, buf[..n].to_vec())]);
+    };
+    for query in [true, false] {
+        let before = s.count("observe.refused.host_bytes");
+        for tries in 0.. {
+            if s.count("observe.refused.host_bytes") > before {
+                break;
+            }
+            assert!(tries < 200);
+            register(&mut s, query);
+        }
+    }
+    s.handle(now, vec![]);
+    let held = s.stats.get("observe.observers") - 1;
+    assert!(held < 64, "{held} observations: under the host's count cap");
+    let bytes = s.stats.get("mem.observe.bytes");
+    // The reader's session follows its connection ID onto that host: its observation's bytes
+    // do not fit there, and it ends; its old host's bytes are given back.
+    move_client(&mut s, &mut now, &mut c, SocketAddr::new(full.ip(), 2000));
+    assert_eq!(s.count("dtls.address_changed"), 1);
+    assert_eq!(s.count("observe.moved"), 0);
+    assert_eq!(s.count("observe.ended.moved_over_cap"), 1);
+    assert_eq!(s.stats.get("observe.observers"), held);
+    assert!(s.stats.get("mem.observe.bytes") < bytes);
+    assert_eq!(s.stats.get("mem.observe.hosts"), 1);
+    assert!(c
+        .inbox
+        .iter()
+        .filter_map(|b| Message::parse(b).ok())
+        .any(|m| m.token == [5, 5] && m.code == Code::SERVICE_UNAVAILABLE));
+}
+
+#[test]
 fn over_the_coap_carrier_a_session_observes_too() {
     use common::{run, Process};
     let mut s = common::Secure::fresh(|_| {}, |_| {}, Process::default());
