@@ -517,23 +517,7 @@ pub fn open<'s, P: CryptoProvider + ?Sized>(
     provider: &P,
     scratch: &'s mut [u8],
 ) -> Result<(TokenForm, Claims<'s>), TokenError> {
-    if token.len() > MAX_TOKEN_LEN {
-        return Err(TokenError::Oversized {
-            len: token.len(),
-            max: MAX_TOKEN_LEN,
-        });
-    }
-    let mut d = Decoder::new(token);
-    let mut tag = match d.item()? {
-        Item::Tag(t) => t,
-        _ => return Err(Malformed::NotCose.into()),
-    };
-    if tag == TAG_CWT {
-        tag = match d.item()? {
-            Item::Tag(t) => t,
-            _ => return Err(Malformed::NotCose.into()),
-        };
-    }
+    let (mut d, tag) = cose_start(token)?;
     let (form, len) = match tag {
         TAG_SIGN1 => open_sign1(&mut d, trust, provider, scratch)?,
         TAG_ENCRYPT0 => open_encrypt0(&mut d, trust, provider, scratch)?,
@@ -604,12 +588,9 @@ fn parse_sign1<'a>(d: &mut Decoder<'a>) -> Result<Sign1<'a>, TokenError> {
     })
 }
 
-/// Everything [`open`] checks of a signed token (CWT in COSE_Sign1) before the signature, at
-/// the cost of parsing it: `Ok` when only the signature is left to check. A resource server
-/// calls it before spending a signature verification on a token ([`crate::rs`]), so malformed
-/// tokens cost no verification. Other forms (MACed, encrypted) are refused here with
-/// [`TokenError::UnknownKey`], as by a trust store holding only a signing key.
-pub fn precheck_signed(token: &[u8]) -> Result<(), TokenError> {
+/// The start of a token: within [`MAX_TOKEN_LEN`], a COSE tag (under an optional CWT tag);
+/// the decoder is left at the COSE message.
+fn cose_start(token: &[u8]) -> Result<(Decoder<'_>, u64), TokenError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(TokenError::Oversized {
             len: token.len(),
@@ -627,6 +608,16 @@ pub fn precheck_signed(token: &[u8]) -> Result<(), TokenError> {
             _ => return Err(Malformed::NotCose.into()),
         };
     }
+    Ok((d, tag))
+}
+
+/// Everything [`open`] checks of a signed token (CWT in COSE_Sign1) before the signature, at
+/// the cost of parsing it: `Ok` when only the signature is left to check. A resource server
+/// calls it before spending a signature verification on a token ([`crate::rs`]), so malformed
+/// tokens cost no verification. Other forms (MACed, encrypted) are refused here with
+/// [`TokenError::UnknownKey`], as by a trust store holding only a signing key.
+pub fn precheck_signed(token: &[u8]) -> Result<(), TokenError> {
+    let (mut d, tag) = cose_start(token)?;
     match tag {
         TAG_SIGN1 => parse_sign1(&mut d).map(|_| ()),
         TAG_ENCRYPT0 | TAG_MAC0 => Err(TokenError::UnknownKey),

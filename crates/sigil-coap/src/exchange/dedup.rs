@@ -232,6 +232,15 @@ struct Entry<P> {
 }
 
 impl<P> Entry<P> {
+    fn new(peer: P, mid: u16, until: Instant) -> Self {
+        Self {
+            peer,
+            mid,
+            until,
+            answer: None,
+        }
+    }
+
     /// Keeps `answer` in `slot` for this entry; one longer than the slot is not kept.
     fn keep<const BUF: usize>(&mut self, slot: &mut [u8; BUF], answer: &[u8]) -> bool {
         match slot.get_mut(..answer.len()) {
@@ -313,12 +322,7 @@ impl<P: Copy + Eq, const N: usize, const BUF: usize> DedupStore<P> for Slots<P, 
             .iter_mut()
             .find(|e| e.is_none())
             .ok_or(NoRoom::Table)?;
-        *slot = Some(Entry {
-            peer,
-            mid,
-            until,
-            answer: None,
-        });
+        *slot = Some(Entry::new(peer, mid, until));
         Ok(())
     }
 
@@ -390,12 +394,7 @@ impl<P: Copy + Eq, const BUF: usize> DedupStore<P> for Latest<P, BUF> {
         _now: Instant,
         _room: (),
     ) -> Result<(), NoRoom> {
-        self.entry = Some(Entry {
-            peer,
-            mid,
-            until,
-            answer: None,
-        });
+        self.entry = Some(Entry::new(peer, mid, until));
         Ok(())
     }
 
