@@ -3,20 +3,11 @@
 //! gets the rest of the body in its size, from the right offset; a 2.31 that names another
 //! block ends the upload with an error instead of sending the wrong bytes.
 
-use sigil_client::coap::{CoapClient, RequestSpec};
-use sigil_coap::TransmissionParameters;
+mod common;
+use common::{recv, scripted};
+use sigil_client::coap::RequestSpec;
 use sigil_coap::{option, BlockOption, Code, Message, MessageBuilder, MessageType};
 use std::time::Duration;
-use tokio::net::UdpSocket;
-
-async fn recv(s: &UdpSocket) -> (Vec<u8>, std::net::SocketAddr) {
-    let mut buf = [0u8; 2048];
-    let (n, from) = tokio::time::timeout(Duration::from_secs(5), s.recv_from(&mut buf))
-        .await
-        .expect("the client sent something")
-        .unwrap();
-    (buf[..n].to_vec(), from)
-}
 
 /// The piggybacked answer to `req` with `code` and a Block1 option `b1`.
 fn answer(req: &Message<'_>, code: Code, b1: BlockOption) -> Vec<u8> {
@@ -41,11 +32,7 @@ fn body() -> Vec<u8> {
 
 #[tokio::test]
 async fn an_upload_follows_a_server_asking_for_smaller_blocks() {
-    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
-        .await
-        .unwrap();
+    let (server, mut client) = scripted().await;
     assert_eq!(client.szx, 6);
     let script = tokio::spawn(async move {
         let mut got = Vec::new();
@@ -104,11 +91,7 @@ async fn an_upload_follows_a_server_asking_for_smaller_blocks() {
 
 #[tokio::test]
 async fn a_continue_for_another_block_ends_the_upload() {
-    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
-        .await
-        .unwrap();
+    let (server, mut client) = scripted().await;
     let script = tokio::spawn(async move {
         let (req, from) = recv(&server).await;
         let m = Message::parse(&req).unwrap();
@@ -148,11 +131,7 @@ async fn a_continue_for_another_block_ends_the_upload() {
 /// error at the second answer instead of starting over for ever.
 #[tokio::test]
 async fn a_download_that_goes_back_to_block_0_ends() {
-    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
-        .await
-        .unwrap();
+    let (server, mut client) = scripted().await;
     let script = tokio::spawn(async move {
         let mut answered = 0;
         let mut buf = [0u8; 2048];

@@ -4,11 +4,10 @@
 //! not hold is answered with Reset (§3.6), and a notification that arrives while a request
 //! waits for its answer is kept for the next call.
 
-use sigil_client::coap::CoapClient;
-use sigil_coap::TransmissionParameters;
+mod common;
+use common::{recv, scripted};
 use sigil_coap::{option, Code, Message, MessageBuilder, MessageType};
 use std::time::Duration;
-use tokio::net::UdpSocket;
 
 /// A notification (or response) with `token`, Observe `seq` and `payload`.
 fn notification(mtype: MessageType, mid: u16, token: &[u8], seq: u32, payload: &[u8]) -> Vec<u8> {
@@ -20,22 +19,9 @@ fn notification(mtype: MessageType, mid: u16, token: &[u8], seq: u32, payload: &
     buf[..n].to_vec()
 }
 
-async fn recv(s: &UdpSocket) -> (Vec<u8>, std::net::SocketAddr) {
-    let mut buf = [0u8; 2048];
-    let (n, from) = tokio::time::timeout(Duration::from_secs(5), s.recv_from(&mut buf))
-        .await
-        .expect("the client sent something")
-        .unwrap();
-    (buf[..n].to_vec(), from)
-}
-
 #[tokio::test]
 async fn notifications_come_once_each_in_order_and_strangers_are_reset() {
-    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
-        .await
-        .unwrap();
+    let (server, mut client) = scripted().await;
     let script = tokio::spawn(async move {
         // The registration: answered 2.05 with Observe 5.
         let (req, from) = recv(&server).await;
@@ -115,11 +101,7 @@ async fn notifications_come_once_each_in_order_and_strangers_are_reset() {
 
 #[tokio::test]
 async fn notifications_that_arrive_while_a_request_waits_are_kept_within_a_bound() {
-    let server = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let addr = server.local_addr().unwrap();
-    let mut client = CoapClient::connect(addr, TransmissionParameters::default())
-        .await
-        .unwrap();
+    let (server, mut client) = scripted().await;
     let script = tokio::spawn(async move {
         let (req, from) = recv(&server).await;
         let m = Message::parse(&req).unwrap();
