@@ -27,7 +27,7 @@ use crate::stats::Stats;
 use sigil_coap::exchange::observe::{Due, Notice, ObserveParams, Observer, ObserverId, Observers};
 use sigil_coap::exchange::Token;
 use sigil_coap::message::option;
-use sigil_coap::{BlockOption, Code, MessageBuilder, MessageType};
+use sigil_coap::{Code, MessageBuilder, MessageType};
 use sigil_time::{Instant, UnixTime};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -862,13 +862,9 @@ fn encode_notification(
         MessageType::NonConfirmable
     };
     let payload = latest.map_or(&[][..], |l| &l.raw);
-    let block_size = 1usize << (szx + 4);
-    let (body, block2) = if payload.len() > block_size {
-        let b = BlockOption::new(0, true, szx);
-        (&payload[..block_size], Some(b))
-    } else {
-        (payload, None)
-    };
+    // The first block, from the message core (RFC 7959 §3.4: the client fetches the rest).
+    let (range, block2) = sigil_coap::block2_of(None, szx, payload.len()).ok()?;
+    let body = &payload[range];
     let mut buf = vec![0u8; body.len() + 64];
     let mut b =
         MessageBuilder::new(&mut buf, mtype, Code::CONTENT, n.mid, n.token.as_bytes()).ok()?;
