@@ -537,11 +537,6 @@ pub fn secure_batch(
     // The sessions' read marks are stored before their requests are acted on.
     let unmarked = layer.persist_read_marks(now);
     batch.retain(|i| !unmarked.contains(&i.from.addr));
-    // A session that followed its connection ID takes its observations along, before the
-    // batch's messages (an ACK from the new address) and the notifications are handled.
-    for (old, new) in layer.take_moves() {
-        d.session_moved(old, new, now);
-    }
     if !batch.is_empty() {
         for (to, bytes) in d.handle_inbound_at(batch, now, wall) {
             layer.send(now, to.addr, &bytes, &mut out);

@@ -348,14 +348,6 @@ fn history_and_other_resources_are_answered_without_observe() {
 /// coap:// to it, and a reader `seed` with a PSK session, granted the sensor and observing
 /// its topic: the server, clock, sensor, reader and topic.
 fn secure_observer(seed: u64) -> (common::Secure, u64, Sensor, common::Client, String) {
-    secure_observer_with(seed, false)
-}
-
-/// [`secure_observer`], the reader's session with a connection ID (RFC 9146) when `cid`.
-fn secure_observer_with(
-    seed: u64,
-    cid: bool,
-) -> (common::Secure, u64, Sensor, common::Client, String) {
     use common::{run, Client, Process};
     let mut s = common::Secure::fresh(|_| {}, |c| c.authorize_reads = true, Process::default());
     let dev = registered(&mut s, 1);
@@ -367,16 +359,13 @@ fn secure_observer_with(
         .unwrap()
         .grant_read(&reader, dev.device.identity(), common::NOW)
         .unwrap();
-    let config = sigil_dtls::Config {
-        connection_id: cid,
-        ..sigil_dtls::Config::default()
-    };
-    let text = reader.to_string();
-    let creds = sigil_dtls::Credentials::Psk {
-        identity: text.as_bytes(),
-        key: &psk,
-    };
-    let mut c = Client::connect(common::addr(seed as u16), config, creds, seed, now);
+    let mut c = Client::psk(
+        common::addr(seed as u16),
+        &reader.to_string(),
+        &psk,
+        seed,
+        now,
+    );
     run(&mut s, &mut [&mut c], &mut now, 3_000);
     let topic = dev.topic();
     c.send(&observe_get(1, &[5, 5], &topic, 0, None));
@@ -454,164 +443,6 @@ fn over_coaps_an_observation_ends_with_its_session() {
     assert_eq!(c.inbox.len(), before);
     assert_eq!(s.count("observe.ended.session"), 1);
     assert_eq!(s.stats.get("observe.observers"), 0);
-}
-
-/// The reader's client sends from `to` (its session follows its connection ID there) and
-/// runs 300 ms.
-fn move_client(s: &mut common::Secure, now: &mut u64, c: &mut common::Client, to: SocketAddr) {
-    c.addr = to;
-    c.send(&common::coap_get(".well-known/core", 900));
-    common::run(s, &mut [&mut *c], now, 300);
-}
-
-#[test]
-fn over_coaps_an_observation_follows_its_session_to_a_new_address() {
-    use common::Peer as _;
-    let (mut s, mut now, mut dev, mut c, _) = secure_observer_with(104, true);
-    publish_to(&mut s, &mut now, &mut dev, &mut c, 1.0);
-    assert_eq!(s.count("observe.notified.non"), 1);
-    // The reader's NAT gives it a new port: its session follows its connection ID.
-    let old = c.addr;
-    move_client(
-        &mut s,
-        &mut now,
-        &mut c,
-        SocketAddr::new(old.ip(), old.port() + 1),
-    );
-    assert_eq!(s.count("dtls.address_changed"), 1);
-    assert_eq!(s.count("observe.moved"), 1);
-    // The next reading is notified at the new address, inside the session, and not at the
-    // old one.
-    s.now = now;
-    dev.publish(&mut s, 2.0);
-    now = s.now;
-    let sent = s.handle(now, vec![]);
-    assert!(
-        sent.iter().all(|(to, _)| *to != old),
-        "nothing goes to the old address"
-    );
-    let before = c.inbox.len();
-    for (to, b) in &sent {
-        assert_eq!(*to, c.addr);
-        c.incoming(now, b);
-    }
-    assert_eq!(
-        c.inbox.len(),
-        before + 1,
-        "one notification at the new address"
-    );
-    let n = Message::parse(c.inbox.last().unwrap()).unwrap();
-    assert_eq!(n.code, Code::CONTENT);
-    assert_eq!(n.token, &[5, 5]);
-    assert!(n.observe().is_some());
-    verify(&n, &dev);
-    assert_eq!(s.count("observe.notified.non"), 2);
-    assert_eq!(s.count("observe.ended.session"), 0);
-    assert_eq!(s.stats.get("observe.observers"), 1);
-    // And again: the observation stays at the new address.
-    publish_to(&mut s, &mut now, &mut dev, &mut c, 3.0);
-    assert_eq!(c.inbox.len(), before + 2);
-    assert_eq!(s.count("observe.ended.session"), 0);
-}
-
-#[test]
-fn over_coaps_a_session_moving_to_a_host_at_its_observer_cap_loses_its_observation() {
-    use common::sensor::Server as _;
-    let (mut s, mut now, _dev, mut c, topic) = secure_observer_with(105, true);
-    // Another host holds its cap of observations (64, each from a session of the reader).
-    let full = common::addr(106);
-    let reader = sigil_server::PeerAuth::Psk(common::ed25519_identity(105));
-    s.now = now;
-    let batch = (0..64u16)
-        .map(|i| {
-            let from = SocketAddr::new(full.ip(), 1000 + i);
-            (from, observe_get(i, &i.to_be_bytes(), &topic, 0, None))
-        })
-        .collect();
-    let answers = s.deliver_in_session(&reader, batch);
-    assert_eq!(answers.len(), 64);
-    assert_eq!(s.count("observe.registered"), 65);
-    s.handle(now, vec![]);
-    assert_eq!(s.stats.get("observe.observers"), 65);
-    // The reader's session follows its connection ID onto that host: its observation cannot
-    // go with it and ends, its client told so.
-    move_client(&mut s, &mut now, &mut c, SocketAddr::new(full.ip(), 2000));
-    assert_eq!(s.count("dtls.address_changed"), 1);
-    assert_eq!(s.count("observe.moved"), 0);
-    assert_eq!(s.count("observe.ended.moved_over_cap"), 1);
-    assert_eq!(s.stats.get("observe.observers"), 64);
-    let last = c
-        .inbox
-        .iter()
-        .filter_map(|b| Message::parse(b).ok())
-        .find(|m| m.token == [5, 5] && m.code == Code::SERVICE_UNAVAILABLE)
-        .expect("the observation's last notification, at the new address");
-    assert_eq!(last.observe(), None);
-    // The session itself goes on.
-    assert!(s.layer.session_auth(&c.addr).is_some());
-}
-
-#[test]
-fn over_coaps_a_session_moving_to_a_host_without_room_for_its_bytes_loses_its_observation() {
-    use common::sensor::Server as _;
-    let (mut s, mut now, _dev, mut c, topic) = secure_observer_with(107, true);
-    let full = common::addr(108);
-    let reader = sigil_server::PeerAuth::Psk(common::ed25519_identity(107));
-    s.now = now;
-    // Another host fills its share of the observe bytes (64 KiB) with fewer observations than
-    // its cap: long ones (a kilobyte of query each) until one is refused for its bytes, then
-    // ones like the reader's until one of those is refused too.
-    let mut port = 1000u16;
-    let mut register = |s: &mut common::Secure, query: bool| {
-        port += 1;
-        let mut buf = [0u8; 1400];
-        let mut b = MessageBuilder::new(
-            &mut buf,
-            MessageType::Confirmable,
-            Code::GET,
-            port,
-            &port.to_be_bytes(),
-        )
-        .unwrap();
-        b.uint_option(option::OBSERVE, 0).unwrap();
-        b.uri_path(&topic).unwrap();
-        if query {
-            for _ in 0..4 {
-                b.option(option::URI_QUERY, &[b'x'; 250]).unwrap();
-            }
-        }
-        let n = b.finish();
-        let from = SocketAddr::new(full.ip(), port);
-        s.deliver_in_session(&reader, vec![(from, buf[..n].to_vec())]);
-    };
-    for query in [true, false] {
-        let before = s.count("observe.refused.host_bytes");
-        for tries in 0.. {
-            if s.count("observe.refused.host_bytes") > before {
-                break;
-            }
-            assert!(tries < 200);
-            register(&mut s, query);
-        }
-    }
-    s.handle(now, vec![]);
-    let held = s.stats.get("observe.observers") - 1;
-    assert!(held < 64, "{held} observations: under the host's count cap");
-    let bytes = s.stats.get("mem.observe.bytes");
-    // The reader's session follows its connection ID onto that host: its observation's bytes
-    // do not fit there, and it ends; its old host's bytes are given back.
-    move_client(&mut s, &mut now, &mut c, SocketAddr::new(full.ip(), 2000));
-    assert_eq!(s.count("dtls.address_changed"), 1);
-    assert_eq!(s.count("observe.moved"), 0);
-    assert_eq!(s.count("observe.ended.moved_over_cap"), 1);
-    assert_eq!(s.stats.get("observe.observers"), held);
-    assert!(s.stats.get("mem.observe.bytes") < bytes);
-    assert_eq!(s.stats.get("mem.observe.hosts"), 1);
-    assert!(c
-        .inbox
-        .iter()
-        .filter_map(|b| Message::parse(b).ok())
-        .any(|m| m.token == [5, 5] && m.code == Code::SERVICE_UNAVAILABLE));
 }
 
 #[test]

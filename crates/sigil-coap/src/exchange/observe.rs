@@ -164,17 +164,6 @@ pub enum Refused {
     HostFull,
 }
 
-/// Why an observation was not moved to another peer ([`Observers::move_to`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoveRefused {
-    /// The handle is stale.
-    Gone,
-    /// The new host holds `max_per_host` already.
-    HostFull,
-    /// The new peer has an observation under the same token.
-    Taken,
-}
-
 /// What to send for one notification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Notice {
@@ -345,27 +334,6 @@ where
     pub fn cancel(&mut self, peer: &P, token: &Token) -> Option<Observer<P, H, R>> {
         let id = self.find(peer, token)?;
         self.remove(id)
-    }
-
-    /// Observation `id` goes on with `peer`, counted against `host` (its peer's address
-    /// changed, e.g. a DTLS session followed its connection ID): its token, sequence
-    /// numbers, message IDs and any Confirmable notification in flight stay, so its next
-    /// retransmission goes to the new peer. Refused, and nothing changed, if `host` is
-    /// another host already holding `max_per_host`, or `peer` has an observation under the
-    /// same token.
-    pub fn move_to(&mut self, id: ObserverId, peer: P, host: H) -> Result<(), MoveRefused> {
-        let o = self.get(id).ok_or(MoveRefused::Gone)?;
-        if o.host != host && self.held_by(&host) >= self.params.max_per_host {
-            return Err(MoveRefused::HostFull);
-        }
-        let token = o.token;
-        if self.find(&peer, &token).is_some_and(|other| other != id) {
-            return Err(MoveRefused::Taken);
-        }
-        let o = self.slot_mut(id).ok_or(MoveRefused::Gone)?;
-        o.peer = peer;
-        o.host = host;
-        Ok(())
     }
 
     /// Every observation, with its handle.
@@ -767,53 +735,6 @@ mod tests {
         assert_eq!(t.poll(at(120_000)), Some(Due::Refresh(a)));
         assert_eq!(t.poll(at(120_000)), None);
         assert_eq!(t.poll(at(140_000)), Some(Due::Refresh(b)));
-    }
-
-    #[test]
-    fn a_moved_observation_keeps_its_state_and_the_new_hosts_cap() {
-        let mut t = table(
-            8,
-            ObserveParams {
-                max_per_host: 2,
-                confirmable_every: 1,
-                ..Default::default()
-            },
-        );
-        let (a, _) = t.register(1, 1, 7, tok(1), at(0)).unwrap();
-        let n = t.notification(a, at(0), 40, 0).unwrap();
-        assert!(n.confirmable);
-        // Host 2 holds its cap: a move there is refused and changes nothing.
-        t.register(2, 2, 0, tok(1), at(0)).unwrap();
-        t.register(3, 2, 0, tok(2), at(0)).unwrap();
-        assert_eq!(t.move_to(a, 4, 2), Err(MoveRefused::HostFull));
-        assert_eq!((t.get(a).unwrap().peer, t.get(a).unwrap().host), (1, 1));
-        assert_eq!(t.held_by(&2), 2);
-        // A peer holding the same token already.
-        t.register(5, 3, 0, tok(1), at(0)).unwrap();
-        assert_eq!(t.move_to(a, 5, 3), Err(MoveRefused::Taken));
-        // Another port of the same host (its count stays), then another host with room.
-        assert_eq!(t.move_to(a, 6, 1), Ok(()));
-        assert_eq!(t.held_by(&1), 1);
-        assert_eq!(t.move_to(a, 7, 4), Ok(()));
-        assert_eq!((t.held_by(&1), t.held_by(&4)), (0, 1));
-        assert_eq!(t.len(), 4, "a move is no new entry");
-        assert_eq!(t.find(&7, &tok(1)), Some(a));
-        assert_eq!(t.find(&1, &tok(1)), None);
-        // The Confirmable notification in flight goes on to the new peer: the old one's ACK
-        // settles nothing, the new one's does; its retransmission is the same notification.
-        assert_eq!(t.on_ack(&1, 40, at(10)), None);
-        assert_eq!(t.poll(at(2000)), Some(Due::Resend(a)));
-        assert_eq!(t.last(a), Some(n));
-        assert_eq!(t.on_ack(&7, 40, at(2100)), Some(a));
-        assert!(!t.get(a).unwrap().awaiting_ack());
-        let next = t.notification(a, at(3000), 41, 0).unwrap();
-        assert!(is_newer(n.seq, at(0), next.seq, at(3000)));
-        // The host the observation left can take as many as before.
-        t.register(8, 1, 0, tok(3), at(0)).unwrap();
-        t.register(9, 1, 0, tok(3), at(0)).unwrap();
-        assert_eq!(t.held_by(&1), 2);
-        t.remove(a).unwrap();
-        assert_eq!(t.move_to(a, 1, 1), Err(MoveRefused::Gone));
     }
 
     #[test]

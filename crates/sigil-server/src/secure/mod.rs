@@ -248,9 +248,6 @@ pub struct SecureLayer {
     /// The addresses of sessions ended in this batch because a save failed while their read
     /// mark was due: what they delivered there earlier in the batch is dropped.
     unmarked: Vec<SocketAddr>,
-    /// The authenticated sessions that followed their connection ID to a new address since
-    /// the last [`SecureLayer::take_moves`]: (old address, new address), in order.
-    moves: Vec<(SocketAddr, SocketAddr)>,
     /// The trust's generation the sessions were last checked against for revocations.
     trust_seen: u64,
     /// Picks a host's table.
@@ -359,7 +356,6 @@ impl SecureLayer {
             carrier,
             marks_due: HashSet::new(),
             unmarked: Vec::new(),
-            moves: Vec::new(),
             shard_of: Default::default(),
             trust_seen: 0,
         };
@@ -420,14 +416,6 @@ impl SecureLayer {
 
     fn count(&self, key: &str) {
         self.stats.incr(key);
-    }
-
-    /// The sessions that moved to a new address since the last call, each (old address,
-    /// new address), in the order they moved: only a session whose records from the new
-    /// address all authenticated moves (RFC 9146 §6), so what is kept for its old address
-    /// (its observations) may follow it.
-    pub fn take_moves(&mut self) -> Vec<(SocketAddr, SocketAddr)> {
-        std::mem::take(&mut self.moves)
     }
 
     /// Seconds of the caller's monotonic clock, for the log limiter's windows.
@@ -561,12 +549,11 @@ impl SecureLayer {
         let authenticated = received.is_authenticated();
         let at = match moved_from {
             Some(old) if !authenticated => old,
-            Some(old) => {
+            Some(_) => {
                 if !self.save_session(now, peer, &mut p) {
                     self.release_unsaved(from, p);
                     return Vec::new();
                 }
-                self.moves.push((old, peer));
                 self.count("dtls.address_changed");
                 crate::limited!(self.log, Self::secs(now), "dtls.address_changed", debug, %peer, "DTLS session followed its connection ID to a new address");
                 peer
