@@ -89,20 +89,36 @@ impl RsLimits {
 }
 
 /// Default of [`RsLimits::verifications_per_sec`]: at most about a tenth of a 64 MHz
-/// Cortex-M4's time on Ed25519 verifications of posted tokens.
+/// Cortex-M4's time on Ed25519 verifications of posted tokens that are not accepted.
 pub const VERIFICATIONS_PER_SEC: u16 = 4;
 /// Default of [`RsLimits::verifications_per_host_per_sec`]: one host takes at most half.
 pub const VERIFICATIONS_PER_HOST_PER_SEC: u16 = 2;
-/// Hosts whose verifications of the current second are counted one by one; a host beyond
-/// them is held to the total alone (the table only stops one host from spending it all).
-const VERIFY_HOSTS: usize = 8;
+/// Verifications a second for newcomers once the second's are spent: hosts not charged in
+/// the last [`NEWCOMER_AFTER_SECS`] (not in the table of recent hosts).
+pub const NEWCOMER_VERIFICATIONS_PER_SEC: u16 = 1;
+/// How long a host stays known after its last verification.
+pub const NEWCOMER_AFTER_SECS: i64 = 60;
+/// Hosts remembered with their last verification (the least recent forgotten): a flood from
+/// more addresses than this makes some of its own addresses newcomers again, which then
+/// compete for the newcomers' verification.
+const VERIFY_HOSTS: usize = 32;
 
-/// Signature verifications spent in the current second, in all and by host.
+/// Which pool a verification was taken from, to give it back if the token is accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pool {
+    All,
+    Newcomers,
+}
+
+/// Signature verifications of the current second: in all, for newcomers, and by host (with
+/// when each host was last charged).
 #[derive(Clone, Copy, Debug)]
 struct VerifyBudget {
     second: i64,
     spent: u16,
-    hosts: [Option<(HostKey, u16)>; VERIFY_HOSTS],
+    newcomers_spent: u16,
+    /// (host, second of its count, its count in that second, second it was last charged).
+    hosts: [Option<(HostKey, i64, u16, i64)>; VERIFY_HOSTS],
 }
 
 impl VerifyBudget {
@@ -110,33 +126,68 @@ impl VerifyBudget {
         Self {
             second: i64::MIN,
             spent: 0,
+            newcomers_spent: 0,
             hosts: [None; VERIFY_HOSTS],
         }
     }
 
-    /// Spends one verification for `host` at `now`, or says whose budget is spent.
-    fn take(&mut self, limits: &RsLimits, host: HostKey, now: UnixTime) -> Result<(), IntakeError> {
-        if now.as_secs() != self.second {
-            *self = Self::new();
-            self.second = now.as_secs();
+    /// Spends one verification for `host` at `now`, or says whose budget is spent: the host's
+    /// share of the second, then the second's total; with the total spent, a newcomer (a host
+    /// not charged for [`NEWCOMER_AFTER_SECS`]) takes the newcomers' verification.
+    fn take(
+        &mut self,
+        limits: &RsLimits,
+        host: HostKey,
+        now: UnixTime,
+    ) -> Result<Pool, IntakeError> {
+        let sec = now.as_secs();
+        if sec != self.second {
+            self.second = sec;
+            self.spent = 0;
+            self.newcomers_spent = 0;
         }
-        let slot = self
+        let known = self
             .hosts
             .iter()
-            .position(|h| h.is_some_and(|(k, _)| k == host))
-            .or_else(|| self.hosts.iter().position(Option::is_none));
-        let of_host = slot.and_then(|i| self.hosts[i]).map_or(0, |(_, n)| n);
-        if of_host >= limits.verifications_per_host_per_sec {
+            .position(|h| h.is_some_and(|(k, ..)| k == host));
+        let (count, last) = known
+            .and_then(|i| self.hosts[i])
+            .map_or((0, i64::MIN), |(_, at, n, last)| {
+                (if at == sec { n } else { 0 }, last)
+            });
+        if count >= limits.verifications_per_host_per_sec {
             return Err(IntakeError::VerifyBudget { per_host: true });
         }
-        if self.spent >= limits.verifications_per_sec {
+        let newcomer = last == i64::MIN || sec.saturating_sub(last) >= NEWCOMER_AFTER_SECS;
+        let pool = if self.spent < limits.verifications_per_sec {
+            self.spent += 1;
+            Pool::All
+        } else if newcomer && self.newcomers_spent < NEWCOMER_VERIFICATIONS_PER_SEC {
+            self.newcomers_spent += 1;
+            Pool::Newcomers
+        } else {
             return Err(IntakeError::VerifyBudget { per_host: false });
+        };
+        // The host's slot, else the least recently charged one.
+        let i = known.unwrap_or_else(|| {
+            (0..VERIFY_HOSTS)
+                .min_by_key(|&i| self.hosts[i].map_or(i64::MIN, |(.., last)| last))
+                .unwrap_or(0)
+        });
+        self.hosts[i] = Some((host, sec, count + 1, sec));
+        Ok(pool)
+    }
+
+    /// An accepted token gives its verification back: honest tokens never empty the budget,
+    /// only refused ones spend it.
+    fn give_back(&mut self, pool: Pool, now: UnixTime) {
+        if now.as_secs() != self.second {
+            return;
         }
-        self.spent += 1;
-        if let Some(i) = slot {
-            self.hosts[i] = Some((host, of_host + 1));
+        match pool {
+            Pool::All => self.spent = self.spent.saturating_sub(1),
+            Pool::Newcomers => self.newcomers_spent = self.newcomers_spent.saturating_sub(1),
         }
-        Ok(())
     }
 }
 
@@ -467,11 +518,27 @@ impl<'a, const TOKENS: usize, const CTIS: usize> ResourceServer<'a, TOKENS, CTIS
         };
         // The cheap refusals first: a token that is not a well-formed signed one costs no
         // verification; one that is spends one of the second's before its signature is checked.
-        crate::token::precheck_signed(token)?;
-        self.verify.take(&self.limits, host, now)?;
+        crate::token::precheck_signed(token, self.ac.algorithm())?;
+        let pool = self.verify.take(&self.limits, host, now)?;
         self.counters.verifications += 1;
+        let r = self.verified_intake(provider, now, host, token, &trust);
+        if r.is_ok() {
+            self.verify.give_back(pool, now);
+        }
+        r
+    }
+
+    /// The rest of [`ResourceServer::authz_info`] once a verification is spent.
+    fn verified_intake<P: CryptoProvider + ?Sized>(
+        &mut self,
+        provider: &P,
+        now: UnixTime,
+        host: HostKey,
+        token: &[u8],
+        trust: &AcTrust<'_>,
+    ) -> Result<Accepted, IntakeError> {
         let mut scratch = [0u8; MAX_TOKEN_LEN];
-        let t = validate(token, now, self.audience, &trust, provider, &mut scratch)?;
+        let t = validate(token, now, self.audience, trust, provider, &mut scratch)?;
         let cti = t.claims.cti.ok_or(TokenError::MissingClaim(Claim::Cti))?;
         if cti.is_empty() {
             return Err(TokenError::Malformed(Malformed::Claim(Claim::Cti)).into());

@@ -613,13 +613,17 @@ fn cose_start(token: &[u8]) -> Result<(Decoder<'_>, u64), TokenError> {
 
 /// Everything [`open`] checks of a signed token (CWT in COSE_Sign1) before the signature, at
 /// the cost of parsing it: `Ok` when only the signature is left to check. A resource server
-/// calls it before spending a signature verification on a token ([`crate::rs`]), so malformed
-/// tokens cost no verification. Other forms (MACed, encrypted) are refused here with
-/// [`TokenError::UnknownKey`], as by a trust store holding only a signing key.
-pub fn precheck_signed(token: &[u8]) -> Result<(), TokenError> {
+/// whose AC signs with `alg` calls it before spending a signature verification on a token
+/// ([`crate::rs`]), so malformed tokens and tokens of another algorithm cost no verification.
+/// Other forms (MACed, encrypted) and other algorithms are refused with
+/// [`TokenError::UnknownKey`], as by a trust store holding only that signing key.
+pub fn precheck_signed(token: &[u8], alg: SignatureAlgorithm) -> Result<(), TokenError> {
     let (mut d, tag) = cose_start(token)?;
     match tag {
-        TAG_SIGN1 => parse_sign1(&mut d).map(|_| ()),
+        TAG_SIGN1 => match parse_sign1(&mut d)? {
+            t if t.alg == alg => Ok(()),
+            _ => Err(TokenError::UnknownKey),
+        },
         TAG_ENCRYPT0 | TAG_MAC0 => Err(TokenError::UnknownKey),
         _ => Err(Malformed::NotCose.into()),
     }

@@ -581,61 +581,59 @@ fn sensor_token_sizes() {
     }
 }
 
-/// Forged tokens from 256 hosts in one second cost at most the second's verifications (4 by
-/// default, 2 for one host); malformed tokens cost none; the next second, an honest newcomer's
-/// token is checked and accepted, and one host's flood leaves the rest of the second's budget
-/// to another host.
+/// Forged tokens from 256 hosts in one second cost at most the second's verifications (4) and
+/// the newcomers' one; malformed tokens and tokens of another algorithm cost none; the next
+/// second an honest newcomer's token is checked and accepted; one host's flood leaves the rest
+/// of the second to another host.
 #[test]
 fn verifications_budget_per_second_holds_against_many_hosts() {
     let s = setup();
     let mut rs: Rs<'static> =
         ResourceServer::new(SENSOR, s.ac_pub, RESOURCES, RsLimits::for_entries(4, 8, 2));
-    let host = |i: u32| {
-        let mut h = [0u8; 16];
-        h[10..12].copy_from_slice(&[0xff, 0xff]);
-        h[12..].copy_from_slice(&(0x7f00_0000 | i).to_be_bytes());
-        h
-    };
-    // A forged token: well formed, signed by another key.
-    let forged = {
-        let (other, _) = keypair(SignatureAlgorithm::Ed25519, 99);
-        mint(&other, &good(&s, b"forged", &READ_SENSOR))
+    let forged = forged_token(&s);
+    let other_alg = {
+        let (p256, _) = keypair(SignatureAlgorithm::EcdsaP256, 98);
+        mint(&p256, &good(&s, b"p256", &READ_SENSOR))
     };
     let mut answers = std::collections::BTreeMap::new();
     for i in 0..256 {
         let r = rs.authz_info(&RustCrypto, NOW, host(i), &forged);
         let code = r.map_or_else(|e| e.response_code(), |_| (2, 1));
         *answers.entry(code).or_insert(0) += 1;
-        // Garbage costs nothing.
+        // Garbage, and a token under another algorithm, cost nothing.
         assert!(rs
             .authz_info(&RustCrypto, NOW, host(i), &[0x82, 1, 2])
             .is_err());
+        assert_eq!(
+            rs.authz_info(&RustCrypto, NOW, host(i), &other_alg),
+            Err(IntakeError::Token(TokenError::UnknownKey))
+        );
     }
-    assert_eq!(rs.counters.verifications, 4, "{answers:?}");
+    assert_eq!(rs.counters.verifications, 5, "{answers:?}");
     assert_eq!(
         answers.get(&(4, 1)),
-        Some(&4),
-        "four forged tokens checked and refused"
+        Some(&5),
+        "four, and a newcomer's, checked"
     );
     assert_eq!(
         answers.get(&(5, 3)),
-        Some(&252),
+        Some(&251),
         "the rest refused unchecked"
     );
-    assert_eq!(rs.counters.tokens_verify_budget, 252);
+    assert_eq!(rs.counters.tokens_verify_budget, 251);
     // The next second: an honest newcomer's token is checked and kept.
     let next = UnixTime::from_secs(NOW.as_secs() + 1);
     let honest = mint(&s.ac, &good(&s, b"honest", &READ_SENSOR));
     assert!(rs
         .authz_info(&RustCrypto, next, host(1000), &honest)
         .is_ok());
-    assert_eq!(rs.counters.verifications, 5);
+    assert_eq!(rs.counters.verifications, 6);
     // One host's flood takes its 2 of the second; another host still gets checked.
     let later = UnixTime::from_secs(NOW.as_secs() + 2);
     for _ in 0..10 {
         let _ = rs.authz_info(&RustCrypto, later, host(7), &forged);
     }
-    assert_eq!(rs.counters.verifications, 7);
+    assert_eq!(rs.counters.verifications, 8);
     let other = mint(&s.ac, &good(&s, b"other", &READ_SENSOR));
     let e = rs
         .authz_info(&RustCrypto, later, host(7), &other)
@@ -643,5 +641,47 @@ fn verifications_budget_per_second_holds_against_many_hosts() {
     assert_eq!(e, IntakeError::VerifyBudget { per_host: true });
     assert!(e.to_string().contains("this host"));
     assert!(rs.authz_info(&RustCrypto, later, host(8), &other).is_ok());
-    assert_eq!(rs.counters.verifications, 8);
+    assert_eq!(rs.counters.verifications, 9);
+}
+
+/// Hosts that keep the second's verifications spent do not lock a newcomer out: it is checked
+/// on its first post of any second, from the newcomers' verification; accepted tokens give
+/// their verification back, so honest posts never spend the budget.
+#[test]
+fn a_newcomer_gets_through_hosts_that_keep_the_budget_spent() {
+    let s = setup();
+    let mut rs: ResourceServer<'static, 4, 32> =
+        ResourceServer::new(SENSOR, s.ac_pub, RESOURCES, RsLimits::for_entries(4, 32, 1));
+    let forged = forged_token(&s);
+    for sec in 0..10 {
+        let now = UnixTime::from_secs(NOW.as_secs() + sec);
+        // Two hosts, two forged tokens each: the second's four.
+        for i in [1, 2, 1, 2] {
+            assert!(rs.authz_info(&RustCrypto, now, host(i), &forged).is_err());
+        }
+        let cti = format!("newcomer-{sec}");
+        let honest = mint(&s.ac, &good(&s, cti.as_bytes(), &READ_SENSOR));
+        let r = rs.authz_info(&RustCrypto, now, host(100 + sec as u32), &honest);
+        assert!(r.is_ok(), "second {sec}: {r:?}");
+        // Accepted: its verification is given back, and the next honest host gets one too.
+        let cti = format!("second-{sec}");
+        let honest = mint(&s.ac, &good(&s, cti.as_bytes(), &READ_SENSOR));
+        let r = rs.authz_info(&RustCrypto, now, host(200 + sec as u32), &honest);
+        assert!(r.is_ok(), "second {sec}, another newcomer: {r:?}");
+    }
+    assert_eq!(rs.counters.tokens_accepted, 20);
+}
+
+/// A host key for loopback address 127.0.0.0 + `i` (IPv4-mapped).
+fn host(i: u32) -> HostKey {
+    let mut h = [0u8; 16];
+    h[10..12].copy_from_slice(&[0xff, 0xff]);
+    h[12..].copy_from_slice(&(0x7f00_0000 | i).to_be_bytes());
+    h
+}
+
+/// A well-formed token signed by a key the resource server does not trust.
+fn forged_token(s: &Setup) -> Vec<u8> {
+    let (other, _) = keypair(SignatureAlgorithm::Ed25519, 99);
+    mint(&other, &good(s, b"forged", &READ_SENSOR))
 }
