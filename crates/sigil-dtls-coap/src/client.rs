@@ -279,6 +279,11 @@ impl<C: CryptoProvider, T: Trust> Client<C, T> {
             if msg.code == Code::CONTENT {
                 return Err(Error::Protocol("2.05 for the first block"));
             }
+            // A flight begins at block 0 once: during a download a block 0 would start it
+            // over (and over), however the answer matched the request.
+            if self.download.received() > 0 && !self.download.is_done() {
+                return Err(Error::Protocol("a block out of order"));
+            }
             self.body_code = msg.code;
             if msg.code == Code::CREATED {
                 self.session = Some(location(msg)?);

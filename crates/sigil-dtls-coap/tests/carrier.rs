@@ -1518,3 +1518,73 @@ fn a_suspect_takes_only_a_free_slot() {
     handshake(&mut server, b"\x0a\x00\x00\x31:1", 73, 16_100).unwrap();
     assert_eq!(server.counters().evicted_oldest, 1);
 }
+
+/// A server (or anyone answering for it with the right message ID and token) that answers the
+/// client's Block2 GET with block 0 of its 2.01 again does not restart the download: the client
+/// refuses the block (before, it took it and asked for block 1 again, for ever).
+#[test]
+fn a_block_0_again_during_a_download_ends_the_handshake() {
+    let trust: OnePsk = SENSOR_PSK;
+    let config = EndpointConfig {
+        block_szx: 0,
+        ..EndpointConfig::default()
+    };
+    let creds = ServerCredentials {
+        psk: true,
+        ..ServerCredentials::NONE
+    };
+    let mut server: Endpoint<'_, RustCrypto, &OnePsk, 2> =
+        Endpoint::new(RustCrypto, &trust, creds, config, [9; 32]);
+    let mut client: Client<RustCrypto, NoTrust> = Client::connect(
+        RustCrypto,
+        NoTrust,
+        CarrierConfig::default(),
+        &mut Counter::new(1, 37),
+        Credentials::Psk {
+            identity: SENSOR_PSK.identity,
+            key: SENSOR_PSK.key,
+        },
+        at(0),
+    )
+    .unwrap();
+    let mut rng = Counter::new(3, 3);
+    let (mut d, mut o) = ([0u8; MAX_DATAGRAM], [0u8; MAX_DATAGRAM]);
+    // PUT, 4.01; PUT with the cookie, 2.01 with block 0 of the server's flight.
+    let mut created = Vec::new();
+    for _ in 0..2 {
+        let n = client.poll_transmit(at(0), &mut d).unwrap();
+        let r = server
+            .handle_datagram(at(0), PEER, &d[..n], &mut rng, &mut o)
+            .unwrap();
+        created = o[..r].to_vec();
+        client.handle_datagram(at(0), &o[..r], &mut rng).unwrap();
+    }
+    assert_eq!(Message::parse(&created).unwrap().code, Code::CREATED);
+    let mut rounds = 0;
+    for _ in 0..1000 {
+        let Some(n) = client.poll_transmit(at(1), &mut d) else {
+            break;
+        };
+        let get = Message::parse(&d[..n]).unwrap();
+        assert_eq!(get.code, Code::GET);
+        let b = get.block2().unwrap().unwrap();
+        assert_eq!(b.num, 1, "the client asks for block 1 again");
+        // Answer with the 2.01's block 0 again, under this GET's message ID and token.
+        let mut answer = created.clone();
+        let tkl = usize::from(answer[0] & 0x0f);
+        assert_eq!(tkl, get.token.len());
+        answer[2..4].copy_from_slice(&get.message_id.to_be_bytes());
+        answer[4..4 + tkl].copy_from_slice(get.token);
+        if client.handle_datagram(at(1), &answer, &mut rng).is_err() {
+            break;
+        }
+        if client.failure().is_some() {
+            break;
+        }
+        rounds += 1;
+    }
+    assert_eq!(
+        rounds, 0,
+        "the client took block 0 again and asked for block 1 again"
+    );
+}
