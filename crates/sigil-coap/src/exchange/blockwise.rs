@@ -137,9 +137,11 @@ impl Sender {
     pub fn continued(&mut self, echoed: Option<BlockOption>) -> Result<(), BlockwiseError> {
         let sent = self.block().ok_or(BlockwiseError::UnexpectedContinue)?;
         let echoed = echoed.ok_or(BlockwiseError::UnexpectedContinue)?;
-        // The echo names the block sent, by its number; its size may be smaller (§2.5: the
-        // server's size from the next block on, RFC 7959 Figure 6).
-        if !sent.more || echoed.num != sent.num || echoed.szx > self.szx {
+        // The echo names the block sent: by its number (RFC 7959 Figure 6: `0/1/128`
+        // answered `0/1/32`), or by its offset in the smaller size it asks for (block 2 of
+        // 128 bytes as block 8 of 32). The smaller size holds from the next block on (§2.5).
+        let names_sent = echoed.num == sent.num || echoed.offset() == sent.offset();
+        if !sent.more || !names_sent || echoed.szx > self.szx {
             return Err(BlockwiseError::UnexpectedContinue);
         }
         let next = self.offset + self.size();
@@ -288,6 +290,17 @@ mod tests {
         assert_eq!(s.block(), Some(BlockOption::new(3, false, 1)));
         assert_eq!(s.range(), 96..100);
         assert!(s.is_last());
+        // The block sent named by its offset in a smaller size: block 1 of 64 as 4 of 16.
+        let mut t = Sender::new(200, 2);
+        t.continued(Some(BlockOption::new(0, true, 2))).unwrap();
+        assert_eq!(t.block(), Some(BlockOption::new(1, true, 2)));
+        t.continued(Some(BlockOption::new(4, true, 0))).unwrap();
+        assert_eq!(t.block(), Some(BlockOption::new(8, true, 0)));
+        assert_eq!(t.range(), 128..144);
+        assert_eq!(
+            t.continued(Some(BlockOption::new(7, true, 0))),
+            Err(BlockwiseError::UnexpectedContinue)
+        );
         // No Continue for the last block.
         assert_eq!(
             s.continued(Some(BlockOption::new(3, false, 1))),
